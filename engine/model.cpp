@@ -1,0 +1,156 @@
+#include "engine/model.h"
+
+#include "ggml-like/error.h"
+
+namespace zk {
+
+namespace {
+
+// Types the matmul kernels accept for weight matrices.
+bool weight_type_ok(dtype t) {
+    switch (t) {
+        case dtype::F32: case dtype::F16: case dtype::BF16: case dtype::Q4_0: case dtype::Q4_1:
+        case dtype::Q8_0: case dtype::Q4_K: case dtype::Q6_K:
+            return true;
+        default:
+            return false;
+    }
+}
+
+const gguf_tensor& need_tensor(const gguf_file& f, const std::string& name,
+                               std::vector<int64_t> shape) {
+    const gguf_tensor* t = f.find_tensor(name);
+    if (!t) ZK_THROW("%s: missing tensor '%s'", f.path().c_str(), name.c_str());
+    if (t->shape != shape) {
+        auto fmt = [](const std::vector<int64_t>& s) {
+            std::string o = "[";
+            for (size_t i = 0; i < s.size(); i++) o += (i ? ", " : "") + std::to_string(s[i]);
+            return o + "]";
+        };
+        ZK_THROW("%s: tensor '%s' has shape %s, expected %s", f.path().c_str(), name.c_str(),
+                 fmt(t->shape).c_str(), fmt(shape).c_str());
+    }
+    return *t;
+}
+
+weight_view need_matrix(const gguf_file& f, const std::string& name, int64_t n_cols, int64_t n_rows) {
+    const gguf_tensor& t = need_tensor(f, name, {n_cols, n_rows});
+    if (!weight_type_ok(t.type))
+        ZK_THROW("%s: tensor '%s' has type %s, which zack cannot multiply (supported: F32, F16, "
+                 "BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K)",
+                 f.path().c_str(), name.c_str(), dtype_name(t.type));
+    return weight_view{t.type, n_rows, n_cols, t.data};
+}
+
+const float* need_vector(const gguf_file& f, const std::string& name, int64_t n) {
+    const gguf_tensor& t = need_tensor(f, name, {n});
+    if (t.type != dtype::F32)
+        ZK_THROW("%s: tensor '%s' has type %s, expected F32", f.path().c_str(), name.c_str(),
+                 dtype_name(t.type));
+    return (const float*)t.data;
+}
+
+const float* opt_vector(const gguf_file& f, const std::string& name, int64_t n) {
+    return f.find_tensor(name) ? need_vector(f, name, n) : nullptr;
+}
+
+int need_positive(const gguf_file& f, const std::string& key) {
+    const int64_t v = f.get_int(key);
+    if (v <= 0 || v > (1 << 24))
+        ZK_THROW("%s: key %s = %lld is out of range", f.path().c_str(), key.c_str(), (long long)v);
+    return (int)v;
+}
+
+}  // namespace
+
+std::unique_ptr<model> model_load(const std::string& path) {
+    auto m = std::make_unique<model>();
+    m->file = gguf_file::open(path);
+    const gguf_file& f = *m->file;
+    model_hparams& hp = m->hp;
+
+    hp.arch = f.get_str("general.architecture");
+    if (hp.arch != "llama" && hp.arch != "qwen2")
+        ZK_THROW("%s: unsupported architecture '%s' (zack runs llama and qwen2)", path.c_str(),
+                 hp.arch.c_str());
+    const std::string a = hp.arch + ".";
+    hp.name = f.get_str("general.name", "");
+    hp.n_layer = need_positive(f, a + "block_count");
+    hp.n_embd = need_positive(f, a + "embedding_length");
+    hp.n_head = need_positive(f, a + "attention.head_count");
+    hp.n_head_kv = (int)f.get_int(a + "attention.head_count_kv", hp.n_head);
+    if (hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0)
+        ZK_THROW("%s: %d query heads cannot share %d KV heads evenly", path.c_str(), hp.n_head,
+                 hp.n_head_kv);
+    hp.n_ff = need_positive(f, a + "feed_forward_length");
+    hp.n_ctx_train = (int)f.get_int(a + "context_length", 2048);
+    hp.head_dim = (int)f.get_int(a + "attention.key_length", hp.n_embd / hp.n_head);
+    if (hp.head_dim <= 0 || hp.head_dim % 2 != 0 || hp.head_dim > 256)
+        ZK_THROW("%s: head dimension %d is not supported (even, at most 256)", path.c_str(), hp.head_dim);
+    if (f.get_int(a + "attention.value_length", hp.head_dim) != hp.head_dim)
+        ZK_THROW("%s: different key and value head sizes are not supported", path.c_str());
+    hp.rms_eps = (float)f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-5);
+    hp.rope.n_dims = (int)f.get_int(a + "rope.dimension_count", hp.head_dim);
+    if (hp.rope.n_dims <= 0 || hp.rope.n_dims > hp.head_dim || hp.rope.n_dims % 2)
+        ZK_THROW("%s: rope.dimension_count %d is invalid for head dim %d", path.c_str(),
+                 hp.rope.n_dims, hp.head_dim);
+    hp.rope.freq_base = (float)f.get_float(a + "rope.freq_base", 10000.0);
+    const std::string scaling = f.get_str(a + "rope.scaling.type", "none");
+    if (scaling == "linear") {
+        const double factor = f.get_float(a + "rope.scaling.factor", 1.0);
+        if (factor <= 0) ZK_THROW("%s: rope.scaling.factor must be positive", path.c_str());
+        hp.rope.freq_scale = (float)(1.0 / factor);
+    } else if (scaling != "none" && !scaling.empty()) {
+        ZK_THROW("%s: rope scaling '%s' is not supported (none, linear)", path.c_str(), scaling.c_str());
+    }
+    // llama-arch GGUF converters permute Q/K rows so rotated pairs are adjacent;
+    // qwen2 keeps the NeoX half-split order.
+    hp.rope.style = hp.arch == "qwen2" ? rope_style::NEOX : rope_style::NORM;
+
+    m->voc = vocab::from_gguf(f);
+    const int64_t E = hp.n_embd, D = hp.head_dim;
+    const gguf_tensor* emb = f.find_tensor("token_embd.weight");
+    if (!emb) ZK_THROW("%s: missing tensor 'token_embd.weight'", path.c_str());
+    if (emb->shape.size() != 2 || emb->shape[0] != E)
+        ZK_THROW("%s: token_embd.weight must be [%lld, n_vocab]", path.c_str(), (long long)E);
+    hp.n_vocab = (int)emb->shape[1];
+    if (m->voc->n_tokens() > hp.n_vocab)
+        ZK_THROW("%s: tokenizer has %d tokens but the embedding only %d rows", path.c_str(),
+                 m->voc->n_tokens(), hp.n_vocab);
+    m->tok_embd = need_matrix(f, "token_embd.weight", E, hp.n_vocab);
+    m->output_norm = need_vector(f, "output_norm.weight", E);
+    if (f.find_tensor("output.weight")) {
+        m->output = need_matrix(f, "output.weight", E, hp.n_vocab);
+    } else {
+        m->output = m->tok_embd;
+        m->tied_output = true;
+    }
+
+    for (int il = 0; il < hp.n_layer; il++) {
+        const std::string p = "blk." + std::to_string(il) + ".";
+        layer_weights L;
+        L.attn_norm = need_vector(f, p + "attn_norm.weight", E);
+        L.wq = need_matrix(f, p + "attn_q.weight", E, hp.n_head * D);
+        L.wk = need_matrix(f, p + "attn_k.weight", E, hp.n_head_kv * D);
+        L.wv = need_matrix(f, p + "attn_v.weight", E, hp.n_head_kv * D);
+        L.wo = need_matrix(f, p + "attn_output.weight", hp.n_head * D, E);
+        L.bq = opt_vector(f, p + "attn_q.bias", hp.n_head * D);
+        L.bk = opt_vector(f, p + "attn_k.bias", hp.n_head_kv * D);
+        L.bv = opt_vector(f, p + "attn_v.bias", hp.n_head_kv * D);
+        L.ffn_norm = need_vector(f, p + "ffn_norm.weight", E);
+        L.w_gate = need_matrix(f, p + "ffn_gate.weight", E, hp.n_ff);
+        L.w_up = need_matrix(f, p + "ffn_up.weight", E, hp.n_ff);
+        L.w_down = need_matrix(f, p + "ffn_down.weight", hp.n_ff, E);
+        m->layers.push_back(L);
+    }
+    return m;
+}
+
+std::string model_describe(const model& m) {
+    const model_hparams& h = m.hp;
+    return strfmt("%s (%s), %d layers, %d dim, %d/%d heads of %d, ffn %d, vocab %d, ctx %d",
+                  h.name.empty() ? "?" : h.name.c_str(), h.arch.c_str(), h.n_layer, h.n_embd,
+                  h.n_head, h.n_head_kv, h.head_dim, h.n_ff, h.n_vocab, h.n_ctx_train);
+}
+
+}  // namespace zk

@@ -1,0 +1,69 @@
+// A llama-family decoder loaded from a GGUF (or .zack) file: hyper-parameters,
+// tokenizer and read-only views of the mmapped weights. Immutable after load;
+// all run state (activations, KV cache) lives in a session.
+//
+// Supported architectures: "llama" (SmolLM2, Llama 2/3, Mistral, TinyLlama) and
+// "qwen2" (adds Q/K/V biases, NeoX-order RoPE).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/vocab.h"
+#include "ggml-like/gguf.h"
+#include "kernels/matmul.h"
+#include "kernels/rope.h"
+
+namespace zk {
+
+struct model_hparams {
+    std::string arch;
+    std::string name;
+    int n_layer = 0;
+    int n_embd = 0;
+    int n_head = 0;
+    int n_head_kv = 0;
+    int head_dim = 0;   // n_embd / n_head unless the file says otherwise
+    int n_ff = 0;
+    int n_vocab = 0;
+    int n_ctx_train = 0;
+    float rms_eps = 1e-5f;
+    rope_params rope;
+    int n_group() const { return n_head / n_head_kv; }  // query heads per KV head
+};
+
+struct layer_weights {
+    const float* attn_norm;   // [n_embd]
+    weight_view wq;           // [n_head*head_dim x n_embd]
+    weight_view wk;           // [n_head_kv*head_dim x n_embd]
+    weight_view wv;           // [n_head_kv*head_dim x n_embd]
+    weight_view wo;           // [n_embd x n_head*head_dim]
+    const float* bq = nullptr;  // qwen2 biases, [rows of wq/wk/wv]
+    const float* bk = nullptr;
+    const float* bv = nullptr;
+    const float* ffn_norm;    // [n_embd]
+    weight_view w_gate;       // [n_ff x n_embd]
+    weight_view w_up;         // [n_ff x n_embd]
+    weight_view w_down;       // [n_embd x n_ff]
+};
+
+struct model {
+    std::unique_ptr<gguf_file> file;
+    model_hparams hp;
+    std::unique_ptr<vocab> voc;
+    weight_view tok_embd;     // [n_vocab x n_embd]
+    const float* output_norm; // [n_embd]
+    weight_view output;       // [n_vocab x n_embd], tok_embd when tied
+    bool tied_output = false;
+    std::vector<layer_weights> layers;
+};
+
+// Opens, validates (architecture, every tensor's presence, type and shape) and
+// maps a model. Throws zk::error "PATH: what" on any problem.
+std::unique_ptr<model> model_load(const std::string& path);
+
+// One-line description for logs: "llama, 30 layers, 576 dim, 9/3 heads, ...".
+std::string model_describe(const model& m);
+
+}  // namespace zk

@@ -1,0 +1,199 @@
+#include "engine/session.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "ggml-like/error.h"
+#include "kernels/attention.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
+
+namespace zk {
+
+namespace {
+
+// Decode steps (few new tokens) split each head's slots into ranges so that
+// every thread has work even with 3 KV heads; prefill has a task per token.
+constexpr int64_t k_decode_max_tok = 4;
+constexpr int64_t k_min_range = 128;
+
+void add_bias(float* y, const float* b, int64_t n_tok, int64_t n) {
+    if (!b) return;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t i = 0; i < n; i++) y[t * n + i] += b[i];
+}
+
+}  // namespace
+
+void session_validate_params(const session_params& p, const model_hparams& hp) {
+    if (p.n_ctx <= 0) ZK_THROW("context size must be positive, got %lld", (long long)p.n_ctx);
+    if (p.n_ctx > (1 << 20)) ZK_THROW("context size %lld is too large (max 1048576)", (long long)p.n_ctx);
+    if (p.n_threads <= 0 || p.n_threads > 512)
+        ZK_THROW("thread count must be between 1 and 512, got %d", p.n_threads);
+    if (p.n_batch <= 0) ZK_THROW("batch size must be positive, got %lld", (long long)p.n_batch);
+    if (p.kv_type != dtype::F32 && p.kv_type != dtype::F16)
+        ZK_THROW("KV cache type %s is not supported (f32, f16)", dtype_name(p.kv_type));
+}
+
+session::session(const model& m, const session_params& p) : m_(m), params_(p) {
+    const model_hparams& hp = m.hp;
+    session_validate_params(p, hp);
+    params_.n_batch = std::min(p.n_batch, p.n_ctx);
+    pool_ = std::make_unique<thread_pool>(p.n_threads);
+    const size_t nh = (size_t)hp.n_layer * hp.n_head_kv;
+    cache_ = std::make_unique<kv_cache>(hp.n_layer, hp.n_head_kv, p.n_ctx, p.kv_type,
+                                        std::vector<int>(nh, hp.head_dim),
+                                        std::vector<int>(nh, hp.head_dim));
+    const int64_t B = params_.n_batch, E = hp.n_embd, D = hp.head_dim;
+    x_.resize(B * E);
+    xn_.resize(B * E);
+    q_.resize(B * hp.n_head * D);
+    k_.resize(B * hp.n_head_kv * D);
+    v_.resize(B * hp.n_head_kv * D);
+    attn_.resize(B * hp.n_head * D);
+    tmp_.resize(B * E);
+    gate_.resize(B * hp.n_ff);
+    up_.resize(B * hp.n_ff);
+    rope_cs_.resize(B * hp.rope.n_dims);
+    pos_.resize(B);
+    logits_.resize(hp.n_vocab);
+    const int64_t G = hp.n_group();
+    max_chunks_ = std::min<int64_t>(64, std::max<int64_t>(1, 4 * p.n_threads));
+    const int64_t per_task_decode = k_decode_max_tok * G * (2 + D);
+    const int64_t per_task_prefill = G * (2 + D);
+    part_buf_.resize(std::max(hp.n_head_kv * max_chunks_ * per_task_decode,
+                              hp.n_head_kv * B * per_task_prefill));
+    score_buf_.resize((size_t)p.n_threads * (G * p.n_ctx + 2 * D + 16));
+}
+
+session::~session() = default;
+
+void session::reset() {
+    cache_->clear();
+    n_past_ = 0;
+}
+
+const float* session::decode(const int32_t* tokens, int64_t n, bool logits_all) {
+    const model_hparams& hp = m_.hp;
+    if (n <= 0) ZK_THROW("decode needs at least one token");
+    if (n_past_ + n > params_.n_ctx)
+        ZK_THROW("context is full: %lld tokens in the cache + %lld new > context size %lld",
+                 (long long)n_past_, (long long)n, (long long)params_.n_ctx);
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= hp.n_vocab)
+            ZK_THROW("token id %d is outside the vocabulary (0..%d)", tokens[i], hp.n_vocab - 1);
+    if (logits_all && (int64_t)logits_.size() < n * hp.n_vocab) logits_.resize(n * hp.n_vocab);
+    for (int64_t done = 0; done < n; done += params_.n_batch) {
+        const int64_t c = std::min(params_.n_batch, n - done);
+        const bool last = done + c == n;
+        float* out = logits_all ? logits_.data() + done * hp.n_vocab : (last ? logits_.data() : nullptr);
+        forward_chunk(tokens + done, c, logits_all, out);
+    }
+    return logits_.data();
+}
+
+void session::forward_chunk(const int32_t* tokens, int64_t n, bool logits_all, float* logits_out) {
+    const model_hparams& hp = m_.hp;
+    const int64_t E = hp.n_embd, D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv;
+    thread_pool& pool = *pool_;
+
+    for (int64_t t = 0; t < n; t++) {
+        pos_[t] = (int32_t)(n_past_ + t);
+        const size_t row = dtype_row_size(m_.tok_embd.type, E);
+        dtype_dequantize_row(m_.tok_embd.type, (const uint8_t*)m_.tok_embd.data + row * tokens[t],
+                             x_.data() + t * E, E);
+    }
+    kernel_rope_table(hp.rope, pos_.data(), n, rope_cs_.data());
+
+    for (int il = 0; il < hp.n_layer; il++) {
+        const layer_weights& L = m_.layers[il];
+        // attention sub-layer
+        kernel_rmsnorm(x_.data(), L.attn_norm, xn_.data(), n, E, hp.rms_eps);
+        kernel_matmul(L.wq, xn_.data(), n, q_.data(), pool, mm_scratch_);
+        kernel_matmul(L.wk, xn_.data(), n, k_.data(), pool, mm_scratch_);
+        kernel_matmul(L.wv, xn_.data(), n, v_.data(), pool, mm_scratch_);
+        add_bias(q_.data(), L.bq, n, H * D);
+        add_bias(k_.data(), L.bk, n, KV * D);
+        add_bias(v_.data(), L.bv, n, KV * D);
+        kernel_rope_apply(q_.data(), n, H, D, hp.rope, rope_cs_.data());
+        kernel_rope_apply(k_.data(), n, KV, D, hp.rope, rope_cs_.data());
+        for (int g = 0; g < KV; g++)
+            cache_->append(il, g, n, k_.data() + g * D, KV * D, v_.data() + g * D, KV * D, pos_.data());
+        attention(il, n);
+        kernel_matmul(L.wo, attn_.data(), n, tmp_.data(), pool, mm_scratch_);
+        for (int64_t i = 0; i < n * E; i++) x_[i] += tmp_[i];
+
+        // feed-forward sub-layer
+        kernel_rmsnorm(x_.data(), L.ffn_norm, xn_.data(), n, E, hp.rms_eps);
+        kernel_matmul(L.w_gate, xn_.data(), n, gate_.data(), pool, mm_scratch_);
+        kernel_matmul(L.w_up, xn_.data(), n, up_.data(), pool, mm_scratch_);
+        kernel_swiglu(gate_.data(), up_.data(), gate_.data(), n * hp.n_ff);
+        kernel_matmul(L.w_down, gate_.data(), n, tmp_.data(), pool, mm_scratch_);
+        for (int64_t i = 0; i < n * E; i++) x_[i] += tmp_[i];
+    }
+    n_past_ += n;
+
+    if (!logits_out) return;
+    // Only the rows whose logits are wanted go through the output matrix.
+    const int64_t first = logits_all ? 0 : n - 1;
+    const int64_t rows = n - first;
+    kernel_rmsnorm(x_.data() + first * E, m_.output_norm, xn_.data(), rows, E, hp.rms_eps);
+    kernel_matmul(m_.output, xn_.data(), rows, logits_out, pool, mm_scratch_);
+}
+
+void session::attention(int il, int64_t n) {
+    const model_hparams& hp = m_.hp;
+    const int64_t D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv, G = hp.n_group();
+    const float scale = 1.0f / std::sqrt((float)D);
+    const int64_t score_stride = (int64_t)score_buf_.size() / params_.n_threads;
+
+    if (n <= k_decode_max_tok) {
+        // flash-decoding: (head, slot range) tasks, then a merge per head
+        const int64_t n_slots = cache_->block(il, 0).n_used;
+        int64_t nc = std::min<int64_t>((n_slots + k_min_range - 1) / k_min_range,
+                                       (2 * params_.n_threads + KV - 1) / KV);
+        nc = std::max<int64_t>(1, std::min(nc, max_chunks_));
+        const int64_t per_task = n * G * (2 + D);
+        auto part_of = [&](int64_t task) {
+            float* b = part_buf_.data() + task * per_task;
+            return attn_partial{b, b + n * G, b + 2 * n * G};
+        };
+        pool_->parallel_for(KV * nc, 1, [&](int64_t b, int64_t e, int ith) {
+            for (int64_t task = b; task < e; task++) {
+                const int g = (int)(task / nc);
+                const int64_t c = task % nc;
+                const attn_kv_view kv = cache_->view(il, g);
+                const int64_t s0 = kv.n_slots * c / nc, s1 = kv.n_slots * (c + 1) / nc;
+                attn_q_view q{q_.data() + g * G * D, H * D, (int)G, n, pos_.data(), scale};
+                kernel_attention_range(kv, s0, s1, q, part_of(task), score_buf_.data() + ith * score_stride);
+            }
+        });
+        for (int g = 0; g < KV; g++) {
+            attn_partial parts[64];
+            for (int64_t c = 0; c < nc; c++) parts[c] = part_of(g * nc + c);
+            kernel_attention_merge(parts, (int)nc, n, (int)G, (int)D, attn_.data() + g * G * D, H * D);
+        }
+        return;
+    }
+
+    // prefill: one task per (head, token); each sees the slots up to its position
+    const int64_t per_task = G * (2 + D);
+    pool_->parallel_for(KV * n, 1, [&](int64_t b, int64_t e, int ith) {
+        for (int64_t task = b; task < e; task++) {
+            const int g = (int)(task / n);
+            const int64_t t = task % n;
+            const attn_kv_view kv = cache_->view(il, g);
+            float* pb = part_buf_.data() + task * per_task;
+            attn_partial part{pb, pb + G, pb + 2 * G};
+            attn_q_view q{q_.data() + t * H * D + g * G * D, H * D, (int)G, 1, pos_.data() + t, scale};
+            // slots beyond this token's position are invisible; stop the range there
+            const int64_t s1 = std::min(kv.n_slots, n_past_ + t + 1);
+            kernel_attention_range(kv, 0, s1, q, part, score_buf_.data() + ith * score_stride);
+            kernel_attention_merge(&part, 1, 1, (int)G, (int)D, attn_.data() + t * H * D + g * G * D, H * D);
+        }
+    });
+}
+
+}  // namespace zk

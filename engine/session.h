@@ -1,0 +1,72 @@
+// Mutable run state for one sequence on a model: the KV cache, activation
+// buffers sized once for a batch of tokens, and the thread pool. decode() runs
+// the decoder over new tokens and returns their logits.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "ggml-like/threadpool.h"
+#include "kernels/matmul.h"
+
+namespace zk {
+
+struct session_params {
+    int64_t n_ctx = 4096;     // tokens the cache can hold
+    int n_threads = 2;
+    int64_t n_batch = 256;    // tokens per forward chunk during prefill
+    dtype kv_type = dtype::F16;
+};
+
+void session_validate_params(const session_params& p, const model_hparams& hp);
+
+class session {
+public:
+    session(const model& m, const session_params& p);
+    ~session();
+
+    // Runs tokens at positions n_past() .. n_past() + n - 1 and appends them to the
+    // cache. Returns the logits of the last token [n_vocab], or with logits_all
+    // those of every token [n x n_vocab]. Throws if the context would overflow.
+    const float* decode(const int32_t* tokens, int64_t n, bool logits_all = false);
+
+    int64_t n_past() const { return n_past_; }
+    int64_t n_ctx() const { return params_.n_ctx; }
+    void reset();
+    const kv_cache& cache() const { return *cache_; }
+    const model& mdl() const { return m_; }
+    thread_pool& pool() { return *pool_; }
+
+private:
+    void forward_chunk(const int32_t* tokens, int64_t n, bool logits_all, float* logits_out);
+    void attention(int il, int64_t n);
+
+    const model& m_;
+    session_params params_;
+    std::unique_ptr<thread_pool> pool_;
+    std::unique_ptr<kv_cache> cache_;
+    matmul_scratch mm_scratch_;
+    int64_t n_past_ = 0;
+
+    // Activations for a chunk of up to B = n_batch tokens.
+    std::vector<float> x_;        // [B x n_embd] residual stream
+    std::vector<float> xn_;       // [B x n_embd] normalised input of a sub-layer
+    std::vector<float> q_;        // [B x n_head x head_dim]
+    std::vector<float> k_;        // [B x n_head_kv x head_dim]
+    std::vector<float> v_;        // [B x n_head_kv x head_dim]
+    std::vector<float> attn_;     // [B x n_head x head_dim] attention output
+    std::vector<float> tmp_;      // [B x n_embd] projection output
+    std::vector<float> gate_;     // [B x n_ff]
+    std::vector<float> up_;       // [B x n_ff]
+    std::vector<float> rope_cs_;  // [B x rope_dims/2 x 2]
+    std::vector<int32_t> pos_;    // [B]
+    std::vector<float> logits_;   // [n_vocab] or [n x n_vocab]
+    // Attention partials: [n_tasks x (2 + r_v) x B x group], and per-thread score scratch.
+    std::vector<float> part_buf_;
+    std::vector<float> score_buf_;
+    int64_t max_chunks_ = 0;
+};
+
+}  // namespace zk

@@ -1,0 +1,32 @@
+// A small fixed thread pool for data-parallel loops. The calling thread takes
+// part as worker 0; workers spin briefly before sleeping, because decode issues
+// hundreds of short parallel loops per token and a condvar wake-up per loop
+// would cost more than the loop.
+#pragma once
+#include <cstdint>
+#include <functional>
+
+namespace zk {
+
+class thread_pool {
+public:
+    explicit thread_pool(int n_threads);  // n_threads >= 1, total including the caller
+    ~thread_pool();
+    thread_pool(const thread_pool&) = delete;
+    thread_pool& operator=(const thread_pool&) = delete;
+
+    int size() const;
+    // Calls fn(ith, nth) once on each of the nth = size() threads and waits for all.
+    // fn must not throw across threads: exceptions are caught and rethrown here.
+    void run(const std::function<void(int ith, int nth)>& fn);
+    // Splits [0, n) into contiguous chunks of at least `grain` items, handed out
+    // dynamically; calls fn(begin, end, ith).
+    void parallel_for(int64_t n, int64_t grain,
+                      const std::function<void(int64_t begin, int64_t end, int ith)>& fn);
+
+private:
+    struct impl;
+    impl* p_;
+};
+
+}  // namespace zk

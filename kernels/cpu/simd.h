@@ -1,0 +1,121 @@
+// Small inline SIMD helpers shared by the CPU kernels. AVX2+FMA+F16C paths when
+// the build targets them (-march=native on the host), scalar otherwise.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define ZK_SIMD_AVX2 1
+#endif
+
+#include "ggml-like/dtype.h"
+
+namespace zk {
+namespace simd {
+
+#ifdef ZK_SIMD_AVX2
+inline float hsum(__m256 v) {
+    __m128 lo = _mm256_castps256_ps128(v);
+    __m128 hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    __m128 sh = _mm_movehdup_ps(lo);
+    lo = _mm_add_ps(lo, sh);
+    sh = _mm_movehl_ps(sh, lo);
+    lo = _mm_add_ss(lo, sh);
+    return _mm_cvtss_f32(lo);
+}
+
+// e^x for 8 floats: x = n ln2 + r, |r| <= ln2/2, degree-6 polynomial for e^r
+// (relative error ~2e-7); inputs below -87 flush to 0.
+inline __m256 exp8(__m256 x) {
+    const __m256 hi = _mm256_set1_ps(88.3762626647949f);
+    const __m256 lo = _mm256_set1_ps(-87.0f);
+    x = _mm256_min_ps(x, hi);
+    const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, lo);
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    const __m256 res = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    return _mm256_andnot_ps(under, res);
+}
+#endif
+
+inline float dot_f32(const float* a, const float* b, int n) {
+    int i = 0;
+    float s = 0;
+#ifdef ZK_SIMD_AVX2
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    }
+    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    s = hsum(_mm256_add_ps(acc0, acc1));
+#endif
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+// y += a * x over n floats.
+inline void axpy_f32(float a, const float* x, float* y, int n) {
+    int i = 0;
+#ifdef ZK_SIMD_AVX2
+    const __m256 va = _mm256_set1_ps(a);
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+#endif
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+inline void f16_to_f32_row(const uint16_t* src, float* dst, int n) {
+    int i = 0;
+#ifdef ZK_SIMD_AVX2
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(src + i))));
+#endif
+    for (; i < n; i++) dst[i] = fp16_to_fp32(src[i]);
+}
+
+inline void f32_to_f16_row(const float* src, uint16_t* dst, int n) {
+    int i = 0;
+#ifdef ZK_SIMD_AVX2
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i*)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+    for (; i < n; i++) dst[i] = fp32_to_fp16(src[i]);
+}
+
+// x[i] = e^(x[i] - m) in place; returns the sum.
+inline float exp_shift_sum(float* x, int n, float m) {
+    int i = 0;
+    float s = 0;
+#ifdef ZK_SIMD_AVX2
+    const __m256 vm = _mm256_set1_ps(m);
+    __m256 acc = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8) {
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+        _mm256_storeu_ps(x + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    s = hsum(acc);
+#endif
+    for (; i < n; i++) {
+        x[i] = std::exp(x[i] - m);
+        s += x[i];
+    }
+    return s;
+}
+
+}  // namespace simd
+}  // namespace zk

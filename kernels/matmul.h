@@ -1,0 +1,37 @@
+// Weight matrix times activations, the op that dominates decode and prefill.
+// W is row-major [n_rows x n_cols] of any dtype (GGUF shape [n_cols, n_rows]),
+// X is [n_tok x n_cols] f32, Y is [n_tok x n_rows] f32:  Y[t][r] = dot(W[r], X[t]).
+// Activations are quantized on the fly to dtype_vec_dot_type(W) (as llama.cpp
+// does); the weights are never dequantized as a whole. Rows are split across the
+// pool's threads; several tokens share each loaded weight block when n_tok > 1.
+#pragma once
+#include <cstdint>
+
+#include "ggml-like/dtype.h"
+#include "ggml-like/threadpool.h"
+
+namespace zk {
+
+struct weight_view {
+    dtype type;
+    int64_t n_rows;
+    int64_t n_cols;
+    const void* data;  // n_rows * dtype_row_size(type, n_cols) bytes
+};
+
+// Reusable buffers for quantized activations; owned by a session so no
+// allocation happens per token once it has grown to its working size.
+struct matmul_scratch {
+    void* buf = nullptr;
+    size_t cap = 0;
+    ~matmul_scratch();
+    void* reserve(size_t bytes);
+};
+
+void kernel_matmul(const weight_view& w, const float* x, int64_t n_tok, float* y,
+                   thread_pool& pool, matmul_scratch& scratch);
+
+// The CPU reference: dequantize each row and use a plain double-accumulated dot.
+void kernel_matmul_reference(const weight_view& w, const float* x, int64_t n_tok, float* y);
+
+}  // namespace zk

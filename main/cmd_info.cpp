@@ -1,0 +1,96 @@
+// `zack info FILE`: what a GGUF/.zack file holds: summary, metadata, tensors.
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "ggml-like/error.h"
+#include "ggml-like/gguf.h"
+#include "main/commands.h"
+
+namespace zk {
+
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+    std::string o = "[";
+    for (size_t i = 0; i < s.size(); i++) o += (i ? ", " : "") + std::to_string(s[i]);
+    return o + "]";
+}
+
+std::string human_bytes(double b) {
+    const char* u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (b >= 1024 && i < 4) b /= 1024, i++;
+    return strfmt(i ? "%.2f %s" : "%.0f %s", b, u[i]);
+}
+
+// Summary lines for the keys users look for first.
+void print_summary(const gguf_file& f) {
+    const std::string arch = f.get_str("general.architecture", "?");
+    std::printf("architecture: %s\n", arch.c_str());
+    if (f.find("general.name")) std::printf("name: %s\n", f.get_str("general.name").c_str());
+    const char* keys[][2] = {
+        {"block_count", "layers"}, {"embedding_length", "embedding"},
+        {"attention.head_count", "heads"}, {"attention.head_count_kv", "kv heads"},
+        {"feed_forward_length", "ffn"}, {"context_length", "trained context"},
+        {"rope.dimension_count", "rope dims"}, {"rope.freq_base", "rope base"},
+        {"attention.layer_norm_rms_epsilon", "rms eps"},
+    };
+    for (auto& k : keys) {
+        const gguf_value* v = f.find(arch + "." + k[0]);
+        if (v) std::printf("%s: %s\n", k[1], v->to_display().c_str());
+    }
+    if (f.find("tokenizer.ggml.model")) {
+        const gguf_value* toks = f.find("tokenizer.ggml.tokens");
+        std::printf("tokenizer: %s, pre %s, %zu tokens\n", f.get_str("tokenizer.ggml.model").c_str(),
+                    f.get_str("tokenizer.ggml.pre", "default").c_str(), toks ? toks->arr.size() : (size_t)0);
+    }
+    std::map<std::string, std::pair<int, size_t>> by_type;
+    size_t total = 0;
+    for (const auto& t : f.tensors()) {
+        auto& e = by_type[dtype_name(t.type)];
+        e.first++;
+        e.second += t.n_bytes;
+        total += t.n_bytes;
+    }
+    std::printf("tensors: %zu, %s of data (", f.tensors().size(), human_bytes((double)total).c_str());
+    bool first = true;
+    for (auto& kv : by_type) {
+        std::printf("%s%d x %s", first ? "" : ", ", kv.second.first, kv.first.c_str());
+        first = false;
+    }
+    std::printf(")\n");
+}
+
+}  // namespace
+
+int cmd_info(const std::string& path, bool json) {
+    auto f = gguf_file::open(path);
+    if (json) {
+        nlohmann::json j;
+        j["path"] = path;
+        j["file_size"] = f->file_size();
+        j["version"] = f->version();
+        j["alignment"] = f->alignment();
+        for (const auto& kv : f->kv()) j["metadata"][kv.first] = kv.second.to_display(16);
+        for (const auto& t : f->tensors())
+            j["tensors"].push_back({{"name", t.name}, {"type", dtype_name(t.type)}, {"shape", t.shape},
+                                    {"offset", t.offset}, {"bytes", t.n_bytes}});
+        std::printf("%s\n", j.dump(2).c_str());
+        return 0;
+    }
+    std::printf("file: %s\nsize: %s (%zu bytes), GGUF v%u, alignment %zu\n", path.c_str(),
+                human_bytes((double)f->file_size()).c_str(), f->file_size(), f->version(), f->alignment());
+    print_summary(*f);
+    std::printf("\nmetadata (%zu keys):\n", f->kv().size());
+    for (const auto& kv : f->kv())
+        std::printf("  %-44s %-8s %s\n", kv.first.c_str(), gguf_type_name(kv.second.type),
+                    kv.second.to_display().c_str());
+    std::printf("\n  %-40s %-6s %-18s %12s\n", "tensor", "type", "shape", "bytes");
+    for (const auto& t : f->tensors())
+        std::printf("  %-40s %-6s %-18s %12zu\n", t.name.c_str(), dtype_name(t.type), shape_str(t.shape).c_str(),
+                    t.n_bytes);
+    return 0;
+}
+
+}  // namespace zk

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what zack needs on a fresh Debian 12 machine, builds it and fetches the
+# default model. Safe to re-run: every step skips work that is already done.
+#   apt:  build tools, OpenBLAS/LAPACK, CLI11, nlohmann-json, GoogleTest, Google Benchmark
+#   pip:  numpy, gguf, tokenizers, jinja2 — used only by tests and bench scripts
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$here"
+
+apt_pkgs=(build-essential cmake python3 python3-pip libopenblas-dev liblapack-dev libcli11-dev
+          nlohmann-json3-dev libgtest-dev libbenchmark-dev)
+missing=()
+for p in "${apt_pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    echo "setup: installing ${missing[*]}" >&2
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >&2
+fi
+
+python3 -m pip install -q --disable-pip-version-check -r "$here/scripts/requirements-test.txt" >&2
+
+build="${ZACK_BUILD_DIR:-$here/build}"
+cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release >&2
+cmake --build "$build" -j"$(nproc)" >&2
+
+bash "$here/scripts/fetch_model.sh" >/dev/null
+echo "setup: done; try: $build/zack run -m models/SmolLM2-135M-Instruct.Q4_1.gguf" >&2

@@ -1,0 +1,47 @@
+// tool_logits MODEL IDS_FILE OUT_FILE [--threads N]
+// Runs zack's forward pass over the whitespace-separated token ids in IDS_FILE
+// (one prefill chunk per --batch tokens) and writes the logits of every position
+// as raw little-endian float32 [n_tok x n_vocab] to OUT_FILE. Used by the python
+// reference tests.
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "engine/model.h"
+#include "engine/session.h"
+#include "ggml-like/error.h"
+
+int main(int argc, char** argv) {
+    if (argc < 4) {
+        std::fprintf(stderr, "usage: tool_logits MODEL IDS_FILE OUT_FILE [--threads N] [--batch N]\n");
+        return 2;
+    }
+    try {
+        zk::session_params sp;
+        sp.n_threads = 2;
+        for (int i = 4; i + 1 < argc; i += 2) {
+            if (!std::strcmp(argv[i], "--threads")) sp.n_threads = std::stoi(argv[i + 1]);
+            if (!std::strcmp(argv[i], "--batch")) sp.n_batch = std::stoi(argv[i + 1]);
+        }
+        std::ifstream in(argv[2]);
+        if (!in) ZK_THROW("%s: cannot open", argv[2]);
+        std::vector<int32_t> ids;
+        for (long v; in >> v;) ids.push_back((int32_t)v);
+        if (ids.empty()) ZK_THROW("%s: no token ids", argv[2]);
+        auto m = zk::model_load(argv[1]);
+        sp.n_ctx = (int64_t)ids.size();
+        zk::session s(*m, sp);
+        const float* logits = s.decode(ids.data(), (int64_t)ids.size(), true);
+        FILE* f = std::fopen(argv[3], "wb");
+        if (!f) ZK_THROW("%s: cannot write", argv[3]);
+        const size_t n = ids.size() * (size_t)m->hp.n_vocab;
+        const bool ok = std::fwrite(logits, sizeof(float), n, f) == n;
+        if (std::fclose(f) != 0 || !ok) ZK_THROW("%s: write failed", argv[3]);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "tool_logits: error: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
