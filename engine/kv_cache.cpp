@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "ggml-like/error.h"
-#include "kernels/cpu/simd.h"
+#include "kernels/convert.h"
 
 namespace zk {
 
@@ -15,7 +15,7 @@ void store_row(dtype t, const float* src, uint8_t* dst, int n) {
     if (t == dtype::F32)
         std::memcpy(dst, src, sizeof(float) * n);
     else
-        simd::f32_to_f16_row(src, (uint16_t*)dst, n);
+        kernel_f32_to_f16(src, (uint16_t*)dst, n);
 }
 
 }  // namespace

@@ -61,6 +61,49 @@ int need_positive(const gguf_file& f, const std::string& key) {
     return (int)v;
 }
 
+std::vector<int32_t> int_array(const gguf_file& f, const std::string& key, size_t n) {
+    const gguf_value* v = f.find(key);
+    if (!v || v->type != gguf_type::ARRAY)
+        ZK_THROW("%s: missing array key %s", f.path().c_str(), key.c_str());
+    if (v->arr.size() != n)
+        ZK_THROW("%s: %s has %zu entries, expected %zu", f.path().c_str(), key.c_str(), v->arr.size(), n);
+    std::vector<int32_t> out(n);
+    for (size_t i = 0; i < n; i++) out[i] = (int32_t)v->arr[i].as_int(key.c_str());
+    return out;
+}
+
+// The zack.* keys and tensors of a .zack file (models/README.md lists them).
+void model_load_zack(model& m) {
+    const gguf_file& f = *m.file;
+    const model_hparams& hp = m.hp;
+    zack_info& z = m.zack;
+    z.present = true;
+    z.version = (int)f.get_int("zack.version");
+    if (z.version != 1)
+        ZK_THROW("%s: zack.version %d is not supported (this zack reads version 1)", f.path().c_str(), z.version);
+    z.rank_align = (int)f.get_int("zack.rank_align", 1);
+    const int64_t D = hp.head_dim, KV = hp.n_head_kv;
+    for (int il = 0; il < hp.n_layer; il++) {
+        const std::string p = "blk." + std::to_string(il) + ".zack.";
+        zack_layer zl;
+        zl.rqk = (const float*)need_tensor(f, p + "rqk", {D, D, KV}).data;
+        zl.sigma_k = (const float*)need_tensor(f, p + "sigma_k", {D, KV}).data;
+        zl.sigma_v = (const float*)need_tensor(f, p + "sigma_v", {D, KV}).data;
+        for (const char* n : {"rqk", "sigma_k", "sigma_v"})
+            if (f.find_tensor(p + n)->type != dtype::F32)
+                ZK_THROW("%s: tensor %s%s must be F32", f.path().c_str(), p.c_str(), n);
+        z.layers.push_back(zl);
+    }
+    if (const gguf_value* rates = f.find("zack.rank_table.rates")) {
+        if (rates->type != gguf_type::ARRAY)
+            ZK_THROW("%s: zack.rank_table.rates must be an array", f.path().c_str());
+        for (const auto& r : rates->arr) z.table_rates.push_back((float)r.as_float("zack.rank_table.rates"));
+        const size_t n = z.table_rates.size() * hp.n_layer * KV;
+        z.table_k = int_array(f, "zack.rank_table.k", n);
+        z.table_v = int_array(f, "zack.rank_table.v", n);
+    }
+}
+
 }  // namespace
 
 std::unique_ptr<model> model_load(const std::string& path) {
@@ -143,6 +186,7 @@ std::unique_ptr<model> model_load(const std::string& path) {
         L.w_down = need_matrix(f, p + "ffn_down.weight", hp.n_ff, E);
         m->layers.push_back(L);
     }
+    if (f.find("zack.version")) model_load_zack(*m);
     return m;
 }
 

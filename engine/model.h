@@ -48,6 +48,25 @@ struct layer_weights {
     weight_view w_down;       // [n_embd x n_ff]
 };
 
+// What a .zack file adds (see models/README.md): per layer, the Q-K rotation and
+// the singular values of each KV head, and a table of ranks for a grid of
+// compression rates. W_v and W_o in a .zack already have the V rotation folded in.
+struct zack_layer {
+    const float* rqk = nullptr;      // [n_head_kv x head_dim x head_dim]: R[g][i][j], column j = j-th direction
+    const float* sigma_k = nullptr;  // [n_head_kv x head_dim], descending
+    const float* sigma_v = nullptr;  // [n_head_kv x head_dim], descending
+};
+
+struct zack_info {
+    bool present = false;
+    int version = 0;
+    int rank_align = 1;
+    std::vector<zack_layer> layers;      // [n_layer]
+    std::vector<float> table_rates;      // [n_rates] overall rates of the rank table
+    std::vector<int32_t> table_k;        // [n_rates x n_layer x n_head_kv]
+    std::vector<int32_t> table_v;        // [n_rates x n_layer x n_head_kv]
+};
+
 struct model {
     std::unique_ptr<gguf_file> file;
     model_hparams hp;
@@ -57,6 +76,7 @@ struct model {
     weight_view output;       // [n_vocab x n_embd], tok_embd when tied
     bool tied_output = false;
     std::vector<layer_weights> layers;
+    zack_info zack;  // present only for .zack files
 };
 
 // Opens, validates (architecture, every tensor's presence, type and shape) and

@@ -6,6 +6,7 @@
 
 #include "ggml-like/error.h"
 #include "kernels/attention.h"
+#include "kernels/project.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
@@ -43,9 +44,34 @@ session::session(const model& m, const session_params& p) : m_(m), params_(p) {
     params_.n_batch = std::min(p.n_batch, p.n_ctx);
     pool_ = std::make_unique<thread_pool>(p.n_threads);
     const size_t nh = (size_t)hp.n_layer * hp.n_head_kv;
-    cache_ = std::make_unique<kv_cache>(hp.n_layer, hp.n_head_kv, p.n_ctx, p.kv_type,
-                                        std::vector<int>(nh, hp.head_dim),
-                                        std::vector<int>(nh, hp.head_dim));
+    std::vector<int> rk(nh, hp.head_dim), rv(nh, hp.head_dim);
+    if (!p.ranks_k.empty() || !p.ranks_v.empty()) {
+        if (!m.zack.present)
+            ZK_THROW("%s: compressed attention needs a .zack model (run zack calibrate first)",
+                     m.file->path().c_str());
+        if (p.ranks_k.size() != nh || p.ranks_v.size() != nh)
+            ZK_THROW("rank tables must have %zu entries (layers x KV heads), got %zu and %zu", nh,
+                     p.ranks_k.size(), p.ranks_v.size());
+        for (size_t i = 0; i < nh; i++)
+            if (p.ranks_k[i] < 1 || p.ranks_k[i] > hp.head_dim || p.ranks_v[i] < 1 || p.ranks_v[i] > hp.head_dim)
+                ZK_THROW("rank of (layer %zu, head %zu) is outside 1..%d", i / hp.n_head_kv, i % hp.n_head_kv,
+                         hp.head_dim);
+        rk = p.ranks_k;
+        rv = p.ranks_v;
+        compressed_ = true;
+        const int D = hp.head_dim;
+        proj_.resize(nh);
+        for (int il = 0; il < hp.n_layer; il++)
+            for (int g = 0; g < hp.n_head_kv; g++) {
+                const size_t h = (size_t)il * hp.n_head_kv + g;
+                const float* R = m.zack.layers[il].rqk + (size_t)g * D * D;  // R[i][j]
+                std::vector<float>& P = proj_[h];
+                P.resize((size_t)rk[h] * D);
+                for (int j = 0; j < rk[h]; j++)
+                    for (int i = 0; i < D; i++) P[(size_t)j * D + i] = R[(size_t)i * D + j];
+            }
+    }
+    cache_ = std::make_unique<kv_cache>(hp.n_layer, hp.n_head_kv, p.n_ctx, p.kv_type, rk, rv);
     const int64_t B = params_.n_batch, E = hp.n_embd, D = hp.head_dim;
     x_.resize(B * E);
     xn_.resize(B * E);
@@ -119,6 +145,10 @@ void session::forward_chunk(const int32_t* tokens, int64_t n, bool logits_all, f
         add_bias(v_.data(), L.bv, n, KV * D);
         kernel_rope_apply(q_.data(), n, H, D, hp.rope, rope_cs_.data());
         kernel_rope_apply(k_.data(), n, KV, D, hp.rope, rope_cs_.data());
+        if (observer_) observer_->on_qkv(il, n, pos_.data(), q_.data(), k_.data(), v_.data());
+        if (compressed_) compress_qk(il, n);
+        // V needs no work here: W_v is folded, so a rank-r_v head keeps the first
+        // r_v channels of v.
         for (int g = 0; g < KV; g++)
             cache_->append(il, g, n, k_.data() + g * D, KV * D, v_.data() + g * D, KV * D, pos_.data());
         attention(il, n);
@@ -143,10 +173,31 @@ void session::forward_chunk(const int32_t* tokens, int64_t n, bool logits_all, f
     kernel_matmul(m_.output, xn_.data(), rows, logits_out, pool, mm_scratch_);
 }
 
+// q~ = q R[:, :r_k] for every query head and k~ = k R[:, :r_k] for every KV
+// head, in place: head h's first r_k channels of q_/k_ become the projection
+// (the rest is left unused). Layout stays [n x heads x head_dim].
+void session::compress_qk(int il, int64_t n) {
+    const model_hparams& hp = m_.hp;
+    const int D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv, G = hp.n_group();
+    pool_->parallel_for(n * KV, 1, [&](int64_t b, int64_t e, int) {
+        for (int64_t task = b; task < e; task++) {
+            const int64_t t = task / KV;
+            const int g = (int)(task % KV);
+            const std::vector<float>& P = proj_[(size_t)il * KV + g];
+            const int r = (int)(P.size() / D);
+            kernel_project_head(P.data(), r, D, k_.data() + (t * KV + g) * D);
+            for (int j = 0; j < G; j++) kernel_project_head(P.data(), r, D, q_.data() + (t * H + g * G + j) * D);
+        }
+    });
+}
+
 void session::attention(int il, int64_t n) {
     const model_hparams& hp = m_.hp;
     const int64_t D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv, G = hp.n_group();
-    const float scale = 1.0f / std::sqrt((float)D);
+    const float scale = 1.0f / std::sqrt((float)D);  // the original head dim, also when compressed
+    // Compressed heads write only their first r_v channels; W_o's folded rows for
+    // the rest must see zeros.
+    if (compressed_) std::memset(attn_.data(), 0, sizeof(float) * n * H * D);
     const int64_t score_stride = (int64_t)score_buf_.size() / params_.n_threads;
 
     if (n <= k_decode_max_tok) {
@@ -166,14 +217,15 @@ void session::attention(int il, int64_t n) {
                 const int64_t c = task % nc;
                 const attn_kv_view kv = cache_->view(il, g);
                 const int64_t s0 = kv.n_slots * c / nc, s1 = kv.n_slots * (c + 1) / nc;
-                attn_q_view q{q_.data() + g * G * D, H * D, (int)G, n, pos_.data(), scale};
+                attn_q_view q{q_.data() + g * G * D, H * D, D, (int)G, n, pos_.data(), scale};
                 kernel_attention_range(kv, s0, s1, q, part_of(task), score_buf_.data() + ith * score_stride);
             }
         });
         for (int g = 0; g < KV; g++) {
             attn_partial parts[64];
             for (int64_t c = 0; c < nc; c++) parts[c] = part_of(g * nc + c);
-            kernel_attention_merge(parts, (int)nc, n, (int)G, (int)D, attn_.data() + g * G * D, H * D);
+            const int r_v = cache_->block(il, g).r_v;
+            kernel_attention_merge(parts, (int)nc, n, (int)G, r_v, attn_.data() + g * G * D, H * D, D);
         }
         return;
     }
@@ -187,11 +239,11 @@ void session::attention(int il, int64_t n) {
             const attn_kv_view kv = cache_->view(il, g);
             float* pb = part_buf_.data() + task * per_task;
             attn_partial part{pb, pb + G, pb + 2 * G};
-            attn_q_view q{q_.data() + t * H * D + g * G * D, H * D, (int)G, 1, pos_.data() + t, scale};
+            attn_q_view q{q_.data() + t * H * D + g * G * D, H * D, D, (int)G, 1, pos_.data() + t, scale};
             // slots beyond this token's position are invisible; stop the range there
             const int64_t s1 = std::min(kv.n_slots, n_past_ + t + 1);
             kernel_attention_range(kv, 0, s1, q, part, score_buf_.data() + ith * score_stride);
-            kernel_attention_merge(&part, 1, 1, (int)G, (int)D, attn_.data() + t * H * D + g * G * D, H * D);
+            kernel_attention_merge(&part, 1, 1, (int)G, kv.r_v, attn_.data() + t * H * D + g * G * D, H * D, D);
         }
     });
 }

@@ -13,11 +13,24 @@
 
 namespace zk {
 
+// Sees the per-layer Q, K, V activations of every forward pass (calibration
+// statistics). Arrays are after RoPE and before any compression:
+// q [n x n_head x head_dim], k and v [n x n_head_kv x head_dim].
+struct session_observer {
+    virtual ~session_observer() = default;
+    virtual void on_qkv(int layer, int64_t n, const int32_t* pos, const float* q, const float* k,
+                        const float* v) = 0;
+};
+
 struct session_params {
     int64_t n_ctx = 4096;     // tokens the cache can hold
     int n_threads = 2;
     int64_t n_batch = 256;    // tokens per forward chunk during prefill
     dtype kv_type = dtype::F16;
+    // Compressed attention (a .zack model): K and V ranks per (layer, KV head),
+    // [n_layer x n_head_kv] row-major. Empty = full head dim (no compression).
+    std::vector<int> ranks_k;
+    std::vector<int> ranks_v;
 };
 
 void session_validate_params(const session_params& p, const model_hparams& hp);
@@ -35,12 +48,15 @@ public:
     int64_t n_past() const { return n_past_; }
     int64_t n_ctx() const { return params_.n_ctx; }
     void reset();
+    // Not owned; nullptr detaches. Called from the thread that runs decode().
+    void set_observer(session_observer* obs) { observer_ = obs; }
     const kv_cache& cache() const { return *cache_; }
     const model& mdl() const { return m_; }
     thread_pool& pool() { return *pool_; }
 
 private:
     void forward_chunk(const int32_t* tokens, int64_t n, bool logits_all, float* logits_out);
+    void compress_qk(int il, int64_t n);
     void attention(int il, int64_t n);
 
     const model& m_;
@@ -49,6 +65,7 @@ private:
     std::unique_ptr<kv_cache> cache_;
     matmul_scratch mm_scratch_;
     int64_t n_past_ = 0;
+    session_observer* observer_ = nullptr;
 
     // Activations for a chunk of up to B = n_batch tokens.
     std::vector<float> x_;        // [B x n_embd] residual stream
@@ -56,6 +73,10 @@ private:
     std::vector<float> q_;        // [B x n_head x head_dim]
     std::vector<float> k_;        // [B x n_head_kv x head_dim]
     std::vector<float> v_;        // [B x n_head_kv x head_dim]
+    // Compressed heads: per (layer, KV head) the projection R[:, :r_k] stored
+    // transposed, [r_k x head_dim], so each output channel is one contiguous dot.
+    bool compressed_ = false;
+    std::vector<std::vector<float>> proj_;  // [n_layer * n_head_kv]
     std::vector<float> attn_;     // [B x n_head x head_dim] attention output
     std::vector<float> tmp_;      // [B x n_embd] projection output
     std::vector<float> gate_;     // [B x n_ff]

@@ -22,8 +22,9 @@ struct attn_kv_view {
 };
 
 struct attn_q_view {
-    const float* q;        // q[t * q_stride + j * r_k + c]: token t, group member j, channel c
+    const float* q;        // q[t * q_stride + j * q_head_stride + c]: token t, group member j, channel c < r_k
     int64_t q_stride;
+    int64_t q_head_stride;
     int n_group;           // query heads sharing this KV head
     int64_t n_tok;
     const int32_t* q_pos;  // [n_tok]: token t sees slots whose pos <= q_pos[t] (causal)
@@ -44,8 +45,8 @@ void kernel_attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, cons
                             const attn_partial& out, float* scratch);
 
 // Combines n_parts partials of the same queries and writes the normalised
-// result to out[t * out_stride + j * r_v + c].
+// result to out[t * out_stride + j * out_head_stride + c] for c < r_v.
 void kernel_attention_merge(const attn_partial* parts, int n_parts, int64_t n_tok, int n_group,
-                            int r_v, float* out, int64_t out_stride);
+                            int r_v, float* out, int64_t out_stride, int64_t out_head_stride);
 
 }  // namespace zk

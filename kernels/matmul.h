@@ -24,6 +24,9 @@ struct weight_view {
 struct matmul_scratch {
     void* buf = nullptr;
     size_t cap = 0;
+    matmul_scratch() = default;
+    matmul_scratch(const matmul_scratch&) = delete;
+    matmul_scratch& operator=(const matmul_scratch&) = delete;
     ~matmul_scratch();
     void* reserve(size_t bytes);
 };

@@ -8,4 +8,19 @@ namespace zk {
 int cmd_run(const model_opts& mo, const sampler_params& sp, const run_opts& ro);
 int cmd_info(const std::string& path, bool json);
 
+// `zack calibrate` (main/cmd_calibrate.cpp registers its own options).
+struct calibrate_opts {
+    std::string model_path, out_path, compare_path, save_corpus;
+    std::vector<std::string> corpus;
+    int64_t n_tokens = 16384;
+    int64_t n_ctx = 1024;
+    int n_threads = 0;  // 0 = all hardware threads
+    int rank_align = 4;
+    uint64_t seed = 20240601;
+    double compare_rate = 0.5;
+    bool quiet = false;
+};
+void options_add_calibrate(CLI::App& app, calibrate_opts& o);
+int cmd_calibrate(const calibrate_opts& o);
+
 }  // namespace zk

@@ -30,6 +30,11 @@ int main(int argc, char** argv) {
     info->add_option("file", info_path, "a .gguf or .zack file")->required();
     info->add_flag("--json", info_json, "print JSON instead of tables");
 
+    zk::calibrate_opts co;
+    CLI::App* calibrate = app.add_subcommand("calibrate", "build a .zack (rotations, spectra, folded weights) from a GGUF model");
+    calibrate->option_defaults()->always_capture_default();
+    zk::options_add_calibrate(*calibrate, co);
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -48,6 +53,7 @@ int main(int argc, char** argv) {
             return zk::cmd_run(mo, sp, ro);
         }
         if (info->parsed()) return zk::cmd_info(info_path, info_json);
+        if (calibrate->parsed()) return zk::cmd_calibrate(co);
     } catch (const zk::error& e) {
         std::fprintf(stderr, "zack: error: %s\n", e.what());
         return 1;

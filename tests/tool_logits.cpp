@@ -15,7 +15,7 @@
 
 int main(int argc, char** argv) {
     if (argc < 4) {
-        std::fprintf(stderr, "usage: tool_logits MODEL IDS_FILE OUT_FILE [--threads N] [--batch N]\n");
+        std::fprintf(stderr, "usage: tool_logits MODEL IDS_FILE OUT_FILE [--threads N] [--batch N] [--kv-type f16|f32]\n");
         return 2;
     }
     try {
@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
         for (int i = 4; i + 1 < argc; i += 2) {
             if (!std::strcmp(argv[i], "--threads")) sp.n_threads = std::stoi(argv[i + 1]);
             if (!std::strcmp(argv[i], "--batch")) sp.n_batch = std::stoi(argv[i + 1]);
+            if (!std::strcmp(argv[i], "--kv-type")) sp.kv_type = zk::dtype_from_name(argv[i + 1]);
         }
         std::ifstream in(argv[2]);
         if (!in) ZK_THROW("%s: cannot open", argv[2]);

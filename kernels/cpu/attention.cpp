@@ -50,7 +50,7 @@ void kernel_attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, cons
         // scores: one K row load shared by the G query heads of the group
         for (int64_t s = 0; s < nv; s++) {
             const float* kr = kv_row(kv.type, kv.k, s0 + s, kv.r_k, krow);
-            for (int j = 0; j < G; j++) sc[j * n + s] = simd::dot_f32(qt + j * kv.r_k, kr, kv.r_k) * q.scale;
+            for (int j = 0; j < G; j++) sc[j * n + s] = simd::dot_f32(qt + j * q.q_head_stride, kr, kv.r_k) * q.scale;
         }
         for (int j = 0; j < G; j++) {
             float mx = neg_inf;
@@ -66,13 +66,13 @@ void kernel_attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, cons
 }
 
 void kernel_attention_merge(const attn_partial* parts, int n_parts, int64_t n_tok, int n_group,
-                            int r_v, float* out, int64_t out_stride) {
+                            int r_v, float* out, int64_t out_stride, int64_t out_head_stride) {
     for (int64_t t = 0; t < n_tok; t++) {
         for (int j = 0; j < n_group; j++) {
             const int64_t ij = t * n_group + j;
             float mx = -std::numeric_limits<float>::infinity();
             for (int p = 0; p < n_parts; p++) mx = parts[p].m[ij] > mx ? parts[p].m[ij] : mx;
-            float* o = out + t * out_stride + j * r_v;
+            float* o = out + t * out_stride + j * out_head_stride;
             std::memset(o, 0, sizeof(float) * r_v);
             if (mx == -std::numeric_limits<float>::infinity()) continue;  // nothing visible
             float l = 0;

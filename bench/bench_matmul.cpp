@@ -1,0 +1,130 @@
+// kernel_matmul at the default model's shapes (SmolLM2-135M: dim 576, FFN 1536,
+// KV dim 192, vocab 49152; Q4_1 layers, Q8_0 output), decode (n_tok 1) and a
+// prefill slice (n_tok 64), 1 and 2 threads. Counters: weight bytes/s (decode
+// is bound by it), rows/s and int8 MAC/s.
+//
+//   bench_matmul --benchmark_filter='Layer'   one decoder layer's 7 matmuls
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ggml-like/quant_ref.h"
+#include "kernels/matmul.h"
+
+using namespace zk;
+
+namespace {
+
+struct shape {
+    const char* name;
+    int64_t rows, cols;
+};
+const shape k_shapes[] = {
+    {"attn_q_576x576", 576, 576},   {"attn_kv_192x576", 192, 576}, {"ffn_up_1536x576", 1536, 576},
+    {"ffn_down_576x1536", 576, 1536}, {"output_49152x576", 49152, 576},
+};
+
+std::vector<uint8_t> make_weights(dtype t, int64_t rows, int64_t cols) {
+    const size_t row = dtype_row_size(t, cols);
+    std::vector<uint8_t> w(row * rows);
+    std::mt19937 rng(1);
+    if (t == dtype::Q4_K || t == dtype::Q6_K) {  // no quantizer: random bytes, sane scales
+        for (auto& b : w) b = (uint8_t)rng();
+        for (size_t off = 0; off < w.size(); off += dtype_get_traits(t).type_size) {
+            if (t == dtype::Q4_K) {
+                ((block_q4_K*)(w.data() + off))->d = fp32_to_fp16(0.01f);
+                ((block_q4_K*)(w.data() + off))->dmin = fp32_to_fp16(0.01f);
+            } else {
+                ((block_q6_K*)(w.data() + off))->d = fp32_to_fp16(0.01f);
+            }
+        }
+        return w;
+    }
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> x((size_t)cols);
+    for (int64_t r = 0; r < rows; r++) {
+        for (auto& v : x) v = u(rng);
+        dtype_quantize_row(t, x.data(), w.data() + r * row, cols);
+    }
+    return w;
+}
+
+std::vector<float> make_acts(int64_t n) {
+    std::mt19937 rng(2);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> x((size_t)n);
+    for (auto& v : x) v = u(rng);
+    return x;
+}
+
+void bm_matmul(benchmark::State& st, dtype t, shape s, int64_t n_tok, int n_threads) {
+    const auto wdata = make_weights(t, s.rows, s.cols);
+    const auto x = make_acts(n_tok * s.cols);
+    std::vector<float> y((size_t)(n_tok * s.rows));
+    thread_pool pool(n_threads);
+    matmul_scratch scratch;
+    const weight_view w{t, s.rows, s.cols, wdata.data()};
+    for (auto _ : st) {
+        kernel_matmul(w, x.data(), n_tok, y.data(), pool, scratch);
+        benchmark::DoNotOptimize(y.data());
+    }
+    st.SetBytesProcessed((int64_t)st.iterations() * (int64_t)wdata.size());
+    st.counters["rows/s"] = benchmark::Counter((double)s.rows * st.iterations(), benchmark::Counter::kIsRate);
+    st.counters["MAC/s"] =
+        benchmark::Counter((double)s.rows * s.cols * n_tok * st.iterations(), benchmark::Counter::kIsRate);
+}
+
+// One decoder layer of the default model at decode: q, k, v, o, gate, up, down.
+void bm_layer(benchmark::State& st, int64_t n_tok, int n_threads) {
+    const shape ls[] = {{"q", 576, 576},    {"k", 192, 576},    {"v", 192, 576},   {"o", 576, 576},
+                        {"gate", 1536, 576}, {"up", 1536, 576}, {"down", 576, 1536}};
+    std::vector<std::vector<uint8_t>> ws;
+    size_t bytes = 0;
+    for (const auto& s : ls) {
+        ws.push_back(make_weights(dtype::Q4_1, s.rows, s.cols));
+        bytes += ws.back().size();
+    }
+    const auto x = make_acts(n_tok * 1536);
+    std::vector<float> y((size_t)(n_tok * 1536));
+    thread_pool pool(n_threads);
+    matmul_scratch scratch;
+    for (auto _ : st) {
+        for (size_t i = 0; i < ws.size(); i++)
+            kernel_matmul({dtype::Q4_1, ls[i].rows, ls[i].cols, ws[i].data()}, x.data(), n_tok, y.data(), pool,
+                          scratch);
+        benchmark::DoNotOptimize(y.data());
+    }
+    st.SetBytesProcessed((int64_t)st.iterations() * (int64_t)bytes);
+    st.counters["tok/s"] = benchmark::Counter((double)n_tok * st.iterations(), benchmark::Counter::kIsRate);
+}
+
+int register_all() {
+    for (int64_t n_tok : {1, 64})
+        for (int th : {1, 2}) {
+            const std::string suffix = "/tok:" + std::to_string(n_tok) + "/threads:" + std::to_string(th);
+            // The model's own combinations.
+            for (const shape& s : k_shapes) {
+                const dtype t = s.rows == 49152 ? dtype::Q8_0 : dtype::Q4_1;
+                benchmark::RegisterBenchmark((std::string("Matmul/") + dtype_name(t) + "/" + s.name + suffix).c_str(),
+                                             bm_matmul, t, s, n_tok, th)
+                    ->UseRealTime()
+                    ->Unit(benchmark::kMicrosecond);
+            }
+            // Every weight type at the FFN down shape (1536 columns: whole K-quant blocks).
+            for (dtype t : {dtype::F32, dtype::F16, dtype::BF16, dtype::Q4_0, dtype::Q8_0, dtype::Q4_K, dtype::Q6_K})
+                benchmark::RegisterBenchmark((std::string("Matmul/") + dtype_name(t) + "/" + k_shapes[3].name + suffix).c_str(),
+                                             bm_matmul, t, k_shapes[3], n_tok, th)
+                    ->UseRealTime()
+                    ->Unit(benchmark::kMicrosecond);
+            benchmark::RegisterBenchmark(("Layer/Q4_1" + suffix).c_str(), bm_layer, n_tok, th)
+                ->UseRealTime()
+                ->Unit(benchmark::kMicrosecond);
+        }
+    return 0;
+}
+
+const int registered = register_all();
+
+}  // namespace

@@ -1,0 +1,111 @@
+// Internal to ggml-like/ and kernels/: the GGML block structs, the scalar
+// reference routines (always compiled, used by the tests to check the SIMD
+// paths) and the multi-row x multi-token dot used by kernel_matmul.
+// Public entry points are in dtype.h.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "ggml-like/dtype.h"
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+namespace zk {
+
+// f16 -> f32 on the hot paths: one instruction with F16C, else the portable one.
+inline float fp16_load(uint16_t h) {
+#if defined(__F16C__)
+    return _cvtsh_ss(h);
+#else
+    return fp16_to_fp32(h);
+#endif
+}
+
+// Byte-exact GGML layouts (see dtype.h for the value formulas). f16 fields are
+// kept as raw uint16_t.
+struct block_q4_0 {
+    uint16_t d;
+    uint8_t qs[16];  // element i in the low nibble of qs[i], element 16+i in the high
+};
+struct block_q4_1 {
+    uint16_t d;
+    uint16_t m;
+    uint8_t qs[16];
+};
+struct block_q8_0 {
+    uint16_t d;
+    int8_t qs[32];
+};
+struct block_q8_1 {
+    uint16_t d;
+    uint16_t s;  // d * sum(qs)
+    int8_t qs[32];
+};
+// 256 elements = 8 sub-blocks of 32, each with a 6-bit scale and a 6-bit min:
+// x = d * sc_j * q - dmin * m_j. qs[32*k + l] holds element 64k+l (low nibble)
+// and 64k+32+l (high nibble).
+struct block_q4_K {
+    uint16_t d;
+    uint16_t dmin;
+    uint8_t scales[12];
+    uint8_t qs[128];
+};
+// 256 elements = 16 groups of 16 with int8 scales: x = d * sc_g * (q - 32),
+// q = 6 bits: low 4 in ql, high 2 in qh (layout in quant.cpp, q6_K_unpack_half).
+struct block_q6_K {
+    uint8_t ql[128];
+    uint8_t qh[64];
+    int8_t scales[16];
+    uint16_t d;
+};
+struct block_q8_K {
+    float d;
+    int8_t qs[256];
+    int16_t bsums[16];  // sum of each group of 16 qs
+};
+
+static_assert(sizeof(block_q4_0) == 18, "block_q4_0 layout");
+static_assert(sizeof(block_q4_1) == 20, "block_q4_1 layout");
+static_assert(sizeof(block_q8_0) == 34, "block_q8_0 layout");
+static_assert(sizeof(block_q8_1) == 36, "block_q8_1 layout");
+static_assert(sizeof(block_q4_K) == 144, "block_q4_K layout");
+static_assert(sizeof(block_q6_K) == 210, "block_q6_K layout");
+static_assert(sizeof(block_q8_K) == 292, "block_q8_K layout");
+
+// Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K block.
+inline void q4_K_scale_min(const uint8_t* s, int j, int& sc, int& m) {
+    if (j < 4) {
+        sc = s[j] & 63;
+        m = s[j + 4] & 63;
+    } else {
+        sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
+        m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+// Scalar reference quantizer (what dtype_quantize_row computes, byte for byte).
+void quant_quantize_ref(dtype t, const float* src, void* dst, int64_t n);
+// SIMD quantizer for the activation types of this build (Q8_0, Q8_1 with
+// AVX2); returns false, writing nothing, where there is none. Same bytes as
+// quant_quantize_ref.
+bool quant_quantize_simd(dtype t, const float* src, void* dst, int64_t n);
+
+// Scalar reference dot product (the definition the SIMD paths are tested
+// against): integer sums per block, scaled in float.
+float quant_dot_ref(dtype weight, const void* w, const void* a, int64_t n);
+// The SIMD dot product of this build (equals quant_dot_ref's result up to
+// float summation order); the reference itself where there is no SIMD version.
+float quant_dot_simd(dtype weight, const void* w, const void* a, int64_t n);
+// True when this build has a SIMD path for the weight type (for test reports).
+bool quant_has_simd(dtype weight);
+
+// Up to 4 rows x 4 tokens of dot products sharing each loaded block:
+//   y[t * y_stride + r] = dot(w + r * w_stride, a + t * a_stride)   (byte strides)
+// for r < nr, t < nt; a holds dtype_vec_dot_type(weight) rows of n elements.
+constexpr int k_tile_rows = 4;
+constexpr int k_tile_toks = 4;
+void quant_dot_tile(dtype weight, int64_t n, const void* w, size_t w_stride, int nr,
+                    const void* a, size_t a_stride, int nt, float* y, size_t y_stride);
+
+}  // namespace zk

@@ -1,0 +1,244 @@
+// kernel_matmul against kernel_matmul_reference (dequantize + double dot on the
+// unquantized activations) for every weight type, and the thread pool.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "ggml-like/error.h"
+#include "ggml-like/quant_ref.h"
+#include "ggml-like/threadpool.h"
+#include "kernels/matmul.h"
+
+using namespace zk;
+
+namespace {
+
+std::vector<float> random_floats(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(lo, hi);
+    std::vector<float> v((size_t)n);
+    for (auto& x : v) x = u(rng);
+    return v;
+}
+
+// Weight matrix [n_rows x n_cols] of type t: quantized random floats, or for the
+// K-quants (no quantizer) random bytes with sane f16 super-block scales.
+std::vector<uint8_t> random_weights(dtype t, int64_t n_rows, int64_t n_cols, uint32_t seed) {
+    const size_t row = dtype_row_size(t, n_cols);
+    std::vector<uint8_t> w(row * n_rows);
+    if (t == dtype::Q4_K || t == dtype::Q6_K) {
+        std::mt19937 rng(seed);
+        std::uniform_real_distribution<float> u(0.001f, 0.01f);
+        for (auto& b : w) b = (uint8_t)rng();
+        const size_t bs = dtype_get_traits(t).type_size;
+        for (size_t off = 0; off < w.size(); off += bs) {
+            if (t == dtype::Q4_K) {
+                ((block_q4_K*)(w.data() + off))->d = fp32_to_fp16(u(rng));
+                ((block_q4_K*)(w.data() + off))->dmin = fp32_to_fp16(u(rng));
+            } else {
+                ((block_q6_K*)(w.data() + off))->d = fp32_to_fp16(u(rng));
+            }
+        }
+        return w;
+    }
+    const auto x = random_floats(n_rows * n_cols, seed);
+    for (int64_t r = 0; r < n_rows; r++) dtype_quantize_row(t, x.data() + r * n_cols, w.data() + r * row, n_cols);
+    return w;
+}
+
+const dtype k_weight_types[] = {dtype::F32, dtype::F16,  dtype::BF16, dtype::Q4_0,
+                                dtype::Q4_1, dtype::Q8_0, dtype::Q4_K, dtype::Q6_K};
+
+}  // namespace
+
+// Tolerance per output, derived from what the kernel is allowed to lose:
+//   sum_i |w_i| |x_i - a_i|     the activation quantization (a = dequantized
+//                               quantized x, computed here from the data),
+//   + (Q4_1) sum_b |m_b| |sum_b a| 2^-10   the f16 block sums s,
+//   + 1e-5 sum_i |w_i x_i|      float accumulation.
+TEST(Matmul, MatchesReferenceEveryType) {
+    struct shape {
+        int64_t rows, cols;
+    };
+    const shape shapes[] = {{5, 256}, {37, 512}, {130, 768}};
+    for (dtype t : k_weight_types) {
+        const dtype at = dtype_vec_dot_type(t);
+        for (const shape& s : shapes) {
+            const auto wdata = random_weights(t, s.rows, s.cols, 1000 + (uint32_t)s.rows);
+            const weight_view w{t, s.rows, s.cols, wdata.data()};
+            std::vector<float> wf((size_t)(s.rows * s.cols));
+            for (int64_t r = 0; r < s.rows; r++)
+                dtype_dequantize_row(t, wdata.data() + r * dtype_row_size(t, s.cols), wf.data() + r * s.cols, s.cols);
+            for (int64_t n_tok : {1, 3, 17}) {
+                const auto x = random_floats(n_tok * s.cols, 77 + (uint32_t)n_tok, -2.0f, 2.0f);
+                // What the activations become after quantization.
+                std::vector<float> xa(x.size());
+                std::vector<uint8_t> qrow(dtype_row_size(at, s.cols));
+                for (int64_t k = 0; k < n_tok; k++) {
+                    dtype_quantize_row(at, x.data() + k * s.cols, qrow.data(), s.cols);
+                    dtype_dequantize_row(at, qrow.data(), xa.data() + k * s.cols, s.cols);
+                }
+                std::vector<float> ref((size_t)(n_tok * s.rows));
+                kernel_matmul_reference(w, x.data(), n_tok, ref.data());
+                for (int n_threads : {1, 3}) {
+                    thread_pool pool(n_threads);
+                    matmul_scratch scratch;
+                    std::vector<float> y((size_t)(n_tok * s.rows), NAN);
+                    kernel_matmul(w, x.data(), n_tok, y.data(), pool, scratch);
+                    for (int64_t k = 0; k < n_tok; k++)
+                        for (int64_t r = 0; r < s.rows; r++) {
+                            const float* wr = wf.data() + r * s.cols;
+                            const float* xk = x.data() + k * s.cols;
+                            const float* ak = xa.data() + k * s.cols;
+                            double tol = 0;
+                            for (int64_t i = 0; i < s.cols; i++)
+                                tol += std::fabs(wr[i]) * std::fabs(xk[i] - ak[i]) + 1e-5 * std::fabs(wr[i] * xk[i]);
+                            if (t == dtype::Q4_1) {
+                                const auto* wb = (const block_q4_1*)(wdata.data() + r * dtype_row_size(t, s.cols));
+                                for (int64_t b = 0; b < s.cols / 32; b++) {
+                                    double sum = 0;
+                                    for (int j = 0; j < 32; j++) sum += ak[32 * b + j];
+                                    tol += std::fabs(fp16_to_fp32(wb[b].m) * sum) * std::ldexp(1.0, -10);
+                                }
+                            }
+                            ASSERT_NEAR(y[k * s.rows + r], ref[k * s.rows + r], tol)
+                                << dtype_name(t) << " W " << s.rows << "x" << s.cols << " n_tok " << n_tok
+                                << " threads " << n_threads << " at token " << k << " row " << r;
+                        }
+                }
+            }
+        }
+    }
+}
+
+// Threads and tiling only change which thread computes an output, never its
+// value: every output equals the single dot product of its row and token.
+TEST(Matmul, EqualsSingleDotsExactly) {
+    for (dtype t : {dtype::Q4_0, dtype::Q4_1, dtype::Q8_0, dtype::Q4_K, dtype::Q6_K, dtype::F16}) {
+        const int64_t rows = 67, cols = 512, n_tok = 9;
+        const dtype at = dtype_vec_dot_type(t);
+        const auto wdata = random_weights(t, rows, cols, 5);
+        const auto x = random_floats(n_tok * cols, 6);
+        const size_t as = dtype_row_size(at, cols), ws = dtype_row_size(t, cols);
+        std::vector<uint8_t> a(as * n_tok);
+        for (int64_t k = 0; k < n_tok; k++) dtype_quantize_row(at, x.data() + k * cols, a.data() + k * as, cols);
+        thread_pool pool(3);
+        matmul_scratch scratch;
+        std::vector<float> y((size_t)(rows * n_tok));
+        kernel_matmul({t, rows, cols, wdata.data()}, x.data(), n_tok, y.data(), pool, scratch);
+        for (int64_t k = 0; k < n_tok; k++)
+            for (int64_t r = 0; r < rows; r++)
+                ASSERT_EQ(y[k * rows + r], dtype_vec_dot(t, wdata.data() + r * ws, a.data() + k * as, cols))
+                    << dtype_name(t) << " token " << k << " row " << r;
+    }
+}
+
+TEST(Matmul, BadShapesThrow) {
+    thread_pool pool(1);
+    matmul_scratch scratch;
+    std::vector<uint8_t> w(4096);
+    std::vector<float> x(1024), y(1024);
+    EXPECT_THROW(kernel_matmul({dtype::Q4_0, 4, 48, w.data()}, x.data(), 1, y.data(), pool, scratch), zk::error);
+    EXPECT_THROW(kernel_matmul({dtype::Q8_1, 4, 64, w.data()}, x.data(), 1, y.data(), pool, scratch), zk::error);
+    EXPECT_NO_THROW(kernel_matmul({dtype::Q4_0, 4, 64, w.data()}, x.data(), 0, y.data(), pool, scratch));
+}
+
+TEST(MatmulScratch, GrowsAlignedNeverShrinks) {
+    matmul_scratch s;
+    void* p = s.reserve(100);
+    EXPECT_EQ((uintptr_t)p % 64, 0u);
+    EXPECT_GE(s.cap, 100u);
+    EXPECT_EQ(s.reserve(50), p);
+    void* q = s.reserve(1 << 20);
+    EXPECT_EQ((uintptr_t)q % 64, 0u);
+    EXPECT_GE(s.cap, (size_t)1 << 20);
+    const size_t cap = s.cap;
+    s.reserve(10);
+    EXPECT_EQ(s.cap, cap);
+}
+
+// ---------------------------------------------------------------- thread pool
+
+TEST(ThreadPool, RejectsZeroThreads) {
+    EXPECT_THROW(thread_pool(0), zk::error);
+    EXPECT_THROW(thread_pool(-2), zk::error);
+}
+
+TEST(ThreadPool, RunCallsEachThreadOnce) {
+    for (int n : {1, 2, 3, 5}) {
+        thread_pool pool(n);
+        EXPECT_EQ(pool.size(), n);
+        for (int rep = 0; rep < 200; rep++) {
+            std::vector<std::atomic<int>> hits(n);
+            for (auto& h : hits) h = 0;
+            std::atomic<int> bad{0};
+            pool.run([&](int ith, int nth) {
+                if (nth != n || ith < 0 || ith >= n) bad++;
+                else hits[ith]++;
+            });
+            ASSERT_EQ(bad.load(), 0);
+            for (int i = 0; i < n; i++) ASSERT_EQ(hits[i].load(), 1) << "thread " << i << " of " << n;
+        }
+    }
+}
+
+TEST(ThreadPool, ParallelForCoversEveryIndexOnce) {
+    for (int n_threads : {1, 2, 3, 5})
+        for (int64_t n : {0, 1, 7, 64, 1000, 12345})
+            for (int64_t grain : {1, 3, 64, 5000}) {
+                thread_pool pool(n_threads);
+                std::vector<std::atomic<int>> hits((size_t)n);
+                for (auto& h : hits) h = 0;
+                std::atomic<int> bad{0};
+                pool.parallel_for(n, grain, [&](int64_t b, int64_t e, int ith) {
+                    // Chunks are at least `grain` long except the last one.
+                    if (b < 0 || e > n || b >= e || ith < 0 || ith >= n_threads || (e - b < grain && e != n)) bad++;
+                    for (int64_t i = b; i < e; i++) hits[(size_t)i]++;
+                });
+                ASSERT_EQ(bad.load(), 0) << n_threads << " " << n << " " << grain;
+                for (int64_t i = 0; i < n; i++)
+                    ASSERT_EQ(hits[(size_t)i].load(), 1) << "index " << i << " n " << n << " threads " << n_threads;
+            }
+}
+
+TEST(ThreadPool, ExceptionsPropagateAndPoolSurvives) {
+    thread_pool pool(3);
+    for (int thrower : {0, 1, 2}) {
+        EXPECT_THROW(pool.run([&](int ith, int) {
+            if (ith == thrower) throw std::runtime_error("boom");
+        }),
+                     std::runtime_error);
+    }
+    EXPECT_THROW(pool.parallel_for(1000, 1, [&](int64_t b, int64_t, int) {
+        if (b > 500) ZK_THROW("index %lld", (long long)b);
+    }),
+                 zk::error);
+    std::atomic<int> count{0};
+    pool.run([&](int, int) { count++; });
+    EXPECT_EQ(count.load(), 3);
+}
+
+// Workers that have gone to sleep (idle longer than the spin window) must wake.
+TEST(ThreadPool, WakesSleepingWorkers) {
+    thread_pool pool(3);
+    for (int rep = 0; rep < 5; rep++) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        std::atomic<int> count{0};
+        pool.run([&](int, int) { count++; });
+        ASSERT_EQ(count.load(), 3);
+    }
+}
+
+TEST(ThreadPool, ManyShortRuns) {
+    thread_pool pool(2);
+    std::atomic<int64_t> total{0};
+    for (int rep = 0; rep < 2000; rep++)
+        pool.parallel_for(8, 1, [&](int64_t b, int64_t e, int) { total += e - b; });
+    EXPECT_EQ(total.load(), 8 * 2000);
+}
