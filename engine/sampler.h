@@ -10,8 +10,9 @@
 // Reproducibility: the PRNG is std::mt19937_64 seeded with `seed` (fully specified
 // by the C++ standard), and a draw is u = (next() >> 11) * 2^-53, in [0, 1); one
 // draw per non-greedy sample() call. Candidates with equal logits are ordered by
-// ascending id, so the same seed, logits and history give the same token on every
-// platform and standard library.
+// ascending id, so the same seed, logits and history give the same tokens with any
+// standard library (only a different libm exp() could move a draw that sits on a
+// boundary).
 //
 // Cost per token: O(n_vocab). top-k keeps a heap of the k best (O(n log k) worst
 // case, ~O(n) in practice); top-p without top-k buckets the candidates by logit
