@@ -8,6 +8,22 @@ namespace zk {
 int cmd_run(const model_opts& mo, const sampler_params& sp, const run_opts& ro);
 int cmd_info(const std::string& path, bool json);
 
+// `zack bench` (main/cmd_bench.cpp). List flags are comma-separated.
+struct bench_opts {
+    std::string model_path;
+    std::string prompt = "512";
+    std::string gen = "128";
+    std::string depth = "0";
+    std::string batch = "1";
+    std::string threads = "2";
+    int reps = 3;
+    int64_t n_ctx = 0;
+    std::string kv_type = "f16";
+    std::string format = "md";
+};
+void options_add_bench(CLI::App& app, bench_opts& o);
+int cmd_bench(const bench_opts& o);
+
 // `zack calibrate` (main/cmd_calibrate.cpp registers its own options).
 struct calibrate_opts {
     std::string model_path, out_path, compare_path, save_corpus;
@@ -22,5 +38,9 @@ struct calibrate_opts {
 };
 void options_add_calibrate(CLI::App& app, calibrate_opts& o);
 int cmd_calibrate(const calibrate_opts& o);
+
+// `zack eval` (main/cmd_eval.cpp registers and keeps its own options).
+CLI::App* eval_add_subcommand(CLI::App& app);
+int cmd_eval(CLI::App& eval);
 
 }  // namespace zk

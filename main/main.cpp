@@ -24,6 +24,11 @@ int main(int argc, char** argv) {
     zk::options_add_run(*run, ro);
     zk::options_add_sampling(*run, sp);
 
+    zk::bench_opts bo;
+    CLI::App* bench = app.add_subcommand("bench", "measure prefill and decode speed (llama-bench style)");
+    bench->option_defaults()->always_capture_default();
+    zk::options_add_bench(*bench, bo);
+
     std::string info_path;
     bool info_json = false;
     CLI::App* info = app.add_subcommand("info", "show a model file's metadata and tensors");
@@ -35,6 +40,16 @@ int main(int argc, char** argv) {
     calibrate->option_defaults()->always_capture_default();
     zk::options_add_calibrate(*calibrate, co);
 
+    CLI::App* eval = zk::eval_add_subcommand(app);
+
+    // CLI11 would only say "a subcommand is required"; name the word it did not know.
+    bool known = false;
+    for (const CLI::App* sc : app.get_subcommands([](const CLI::App*) { return true; }))
+        known = known || (argc > 1 && sc->get_name() == argv[1]);
+    if (argc > 1 && argv[1][0] != '-' && !known) {
+        std::fprintf(stderr, "zack: error: unknown subcommand '%s' (see zack --help)\n", argv[1]);
+        return 2;
+    }
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -53,7 +68,9 @@ int main(int argc, char** argv) {
             return zk::cmd_run(mo, sp, ro);
         }
         if (info->parsed()) return zk::cmd_info(info_path, info_json);
+        if (bench->parsed()) return zk::cmd_bench(bo);
         if (calibrate->parsed()) return zk::cmd_calibrate(co);
+        if (eval->parsed()) return zk::cmd_eval(*eval);
     } catch (const zk::error& e) {
         std::fprintf(stderr, "zack: error: %s\n", e.what());
         return 1;

@@ -1,0 +1,227 @@
+// `zack bench`: llama-bench-style throughput and latency. Every combination of
+// the comma lists given becomes one row: prefill ("pp", time to first token for
+// a prompt of P tokens on top of a context of depth D) and decode ("tg", time
+// between tokens for N tokens generated at depth D), each as the mean and
+// standard deviation over -r repetitions, with KV bytes and peak memory.
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "engine/model.h"
+#include "engine/session.h"
+#include "ggml-like/error.h"
+#include "main/commands.h"
+
+namespace zk {
+
+namespace {
+
+std::vector<int64_t> parse_list(const std::string& s, const char* flag, int64_t min_value) {
+    std::vector<int64_t> out;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        size_t used = 0;
+        long long v = 0;
+        try {
+            v = std::stoll(item, &used);
+        } catch (...) {
+            used = 0;
+        }
+        if (item.empty() || used != item.size())
+            ZK_THROW("%s: '%s' is not a comma-separated list of integers", flag, s.c_str());
+        if (v < min_value) ZK_THROW("%s: %lld is below the minimum %lld", flag, v, (long long)min_value);
+        out.push_back(v);
+    }
+    if (out.empty()) ZK_THROW("%s: empty list", flag);
+    return out;
+}
+
+struct bench_row {
+    std::string test;     // "pp512" or "tg64"
+    int64_t n_tokens = 0;
+    int64_t depth = 0;
+    int64_t batch = 1;
+    int threads = 0;
+    std::string kv;       // cache description
+    double mean_tps = 0, std_tps = 0;   // tokens per second
+    double mean_ms = 0, std_ms = 0;     // TTFT (pp) or time per token (tg), milliseconds
+    size_t kv_bytes_per_token = 0;
+    size_t kv_bytes = 0;    // bytes allocated for the cache
+    size_t kv_bytes_used = 0;  // bytes per token x tokens held at the end of the test
+    size_t peak_rss = 0;
+};
+
+size_t peak_rss_bytes() {
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    return (size_t)ru.ru_maxrss * 1024;
+}
+
+// Deterministic "random" ordinary tokens, as llama-bench feeds random ids.
+std::vector<int32_t> bench_tokens(const model& m, int64_t n, uint64_t seed) {
+    std::vector<int32_t> t(n);
+    uint64_t x = seed * 6364136223846793005ull + 1442695040888963407ull;
+    for (int64_t i = 0; i < n; i++) {
+        int32_t id;
+        do {
+            x ^= x >> 33;
+            x *= 0xff51afd7ed558ccdull;
+            x ^= x >> 29;
+            id = (int32_t)(x % (uint64_t)m.voc->n_tokens());
+        } while (m.voc->is_control(id));
+        t[i] = id;
+    }
+    return t;
+}
+
+void mean_std(const std::vector<double>& v, double& mean, double& sd) {
+    mean = 0;
+    for (double x : v) mean += x;
+    mean /= (double)v.size();
+    sd = 0;
+    for (double x : v) sd += (x - mean) * (x - mean);
+    sd = v.size() > 1 ? std::sqrt(sd / (double)(v.size() - 1)) : 0.0;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string fmt_bytes(size_t b) {
+    if (b >= (size_t)1 << 20) return strfmt("%.2f MiB", b / 1048576.0);
+    if (b >= 1024) return strfmt("%.1f KiB", b / 1024.0);
+    return strfmt("%zu B", b);
+}
+
+}  // namespace
+
+void options_add_bench(CLI::App& app, bench_opts& o) {
+    app.add_option("-m,--model", o.model_path, "model file (.gguf or .zack)")->required();
+    app.add_option("-p,--n-prompt", o.prompt, "prompt lengths to prefill, comma list (0 = skip)");
+    app.add_option("-n,--n-gen", o.gen, "tokens to generate, comma list (0 = skip)");
+    app.add_option("-d,--depth", o.depth, "context depths (tokens already in the cache), comma list");
+    app.add_option("-b,--batch", o.batch, "sequences decoded together, comma list");
+    app.add_option("-t,--threads", o.threads, "thread counts, comma list");
+    app.add_option("-r,--repetitions", o.reps, "repetitions per test")->check(CLI::Range(1, 1000));
+    app.add_option("-c,--ctx-size", o.n_ctx, "context size (0 = just enough for the largest test)")
+        ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
+    app.add_option("--kv-type", o.kv_type, "KV cache element type")->check(CLI::IsMember({"f32", "f16"}));
+    app.add_option("-o,--output", o.format, "output format")->check(CLI::IsMember({"md", "csv", "json"}));
+}
+
+int cmd_bench(const bench_opts& o) {
+    const auto prompts = parse_list(o.prompt, "--n-prompt", 0);
+    const auto gens = parse_list(o.gen, "--n-gen", 0);
+    const auto depths = parse_list(o.depth, "--depth", 0);
+    const auto batches = parse_list(o.batch, "--batch", 1);
+    const auto threads = parse_list(o.threads, "--threads", 1);
+    for (int64_t b : batches)
+        if (b != 1) ZK_THROW("--batch: batched decoding of %lld sequences is not available in this build", (long long)b);
+
+    auto m = model_load(o.model_path);
+    int64_t need = 1;
+    for (int64_t d : depths) {
+        for (int64_t p : prompts) need = std::max(need, d + p);
+        for (int64_t g : gens) need = std::max(need, d + g);
+    }
+    const int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : need;
+    if (need > n_ctx)
+        ZK_THROW("a test needs %lld tokens of context (depth + length) but the context is %lld; raise -c",
+                 (long long)need, (long long)n_ctx);
+    if (need > (int64_t)m->hp.n_ctx_train)
+        std::fprintf(stderr, "bench: note: tests reach %lld tokens, beyond the model's trained context %d\n",
+                     (long long)need, m->hp.n_ctx_train);
+
+    std::vector<bench_row> rows;
+    for (int64_t nt : threads) {
+        session_params sp;
+        sp.n_ctx = n_ctx;
+        sp.n_threads = (int)nt;
+        sp.kv_type = dtype_from_name(o.kv_type);
+        sp.n_batch = 512;
+        session s(*m, sp);
+        const std::string kv_desc = dtype_name(sp.kv_type);
+        for (int64_t d : depths) {
+            const std::vector<int32_t> ctx_tokens = bench_tokens(*m, d, 1 + d);
+            auto run_test = [&](bool prefill, int64_t len) {
+                bench_row row;
+                row.test = strfmt("%s%lld", prefill ? "pp" : "tg", (long long)len);
+                row.n_tokens = len;
+                row.depth = d;
+                row.threads = (int)nt;
+                row.kv = kv_desc;
+                std::vector<double> tps, ms;
+                const std::vector<int32_t> toks = bench_tokens(*m, len, 7 + len);
+                // one warm-up run, then the timed repetitions
+                for (int rep = -1; rep < o.reps; rep++) {
+                    s.reset();
+                    if (d > 0) s.decode(ctx_tokens.data(), d);
+                    std::fprintf(stderr, "\rbench: %s depth %lld threads %lld rep %d/%d   ", row.test.c_str(),
+                                 (long long)d, (long long)nt, rep + 1, o.reps);
+                    const auto t0 = std::chrono::steady_clock::now();
+                    if (prefill) {
+                        s.decode(toks.data(), len);
+                    } else {
+                        for (int64_t i = 0; i < len; i++) s.decode(&toks[i], 1);
+                    }
+                    const double sec = seconds_since(t0);
+                    if (rep < 0) continue;
+                    tps.push_back(len / sec);
+                    ms.push_back(prefill ? sec * 1e3 : sec * 1e3 / len);
+                }
+                mean_std(tps, row.mean_tps, row.std_tps);
+                mean_std(ms, row.mean_ms, row.std_ms);
+                row.kv_bytes_per_token = s.cache().bytes_per_token();
+                row.kv_bytes = s.cache().bytes_allocated();
+                row.kv_bytes_used = s.cache().bytes_per_token() * (size_t)s.n_past();
+                row.peak_rss = peak_rss_bytes();
+                rows.push_back(row);
+            };
+            for (int64_t p : prompts)
+                if (p > 0) run_test(true, p);
+            for (int64_t g : gens)
+                if (g > 0) run_test(false, g);
+        }
+    }
+    std::fprintf(stderr, "\r%80s\r", "");
+
+    if (o.format == "json") {
+        nlohmann::json j;
+        j["model"] = o.model_path;
+        j["model_desc"] = model_describe(*m);
+        j["n_ctx"] = n_ctx;
+        for (const auto& r : rows)
+            j["results"].push_back({{"test", r.test}, {"n_tokens", r.n_tokens}, {"depth", r.depth},
+                                    {"batch", r.batch}, {"threads", r.threads}, {"kv", r.kv},
+                                    {"tokens_per_s", r.mean_tps}, {"tokens_per_s_std", r.std_tps},
+                                    {"ms", r.mean_ms}, {"ms_std", r.std_ms},
+                                    {"ms_meaning", r.test.rfind("pp", 0) == 0 ? "time to first token" : "time per token"},
+                                    {"kv_bytes_per_token", r.kv_bytes_per_token}, {"kv_bytes_allocated", r.kv_bytes},
+                                    {"kv_bytes_used", r.kv_bytes_used}, {"peak_rss_bytes", r.peak_rss}});
+        std::printf("%s\n", j.dump(2).c_str());
+    } else if (o.format == "csv") {
+        std::printf("test,n_tokens,depth,batch,threads,kv,tokens_per_s,tokens_per_s_std,ms,ms_std,kv_bytes_per_token,kv_bytes_allocated,kv_bytes_used,peak_rss_bytes\n");
+        for (const auto& r : rows)
+            std::printf("%s,%lld,%lld,%lld,%d,%s,%.3f,%.3f,%.4f,%.4f,%zu,%zu,%zu,%zu\n", r.test.c_str(),
+                        (long long)r.n_tokens, (long long)r.depth, (long long)r.batch, r.threads, r.kv.c_str(),
+                        r.mean_tps, r.std_tps, r.mean_ms, r.std_ms, r.kv_bytes_per_token, r.kv_bytes,
+                        r.kv_bytes_used, r.peak_rss);
+    } else {
+        std::printf("model: %s\n\n", model_describe(*m).c_str());
+        std::printf("| test | depth | batch | threads | kv | tokens/s | ms (TTFT or per token) | KV bytes/token | KV bytes used | peak RSS |\n");
+        std::printf("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|\n");
+        for (const auto& r : rows)
+            std::printf("| %s | %lld | %lld | %d | %s | %.2f ± %.2f | %.3f ± %.3f | %zu | %s | %s |\n", r.test.c_str(),
+                        (long long)r.depth, (long long)r.batch, r.threads, r.kv.c_str(), r.mean_tps, r.std_tps,
+                        r.mean_ms, r.std_ms, r.kv_bytes_per_token, fmt_bytes(r.kv_bytes_used).c_str(),
+                        fmt_bytes(r.peak_rss).c_str());
+    }
+    return 0;
+}
+
+}  // namespace zk

@@ -1,0 +1,73 @@
+"""`zack bench` end to end on the real model: JSON and CSV outputs parse, every
+requested combination is a row, KV bytes match the engine's accounting (the
+cache's bytes per token, cross-checked against the model's shape), and nonsense
+lists are rejected with a one-line error."""
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+
+ZACK = os.environ.get("ZACK_BIN", "")
+MODEL = os.environ.get("ZACK_MODEL", "")
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def zack(*args):
+    return subprocess.run([ZACK, *args], capture_output=True, text=True, timeout=600)
+
+
+def main():
+    if not os.path.exists(ZACK):
+        sys.exit(f"FAIL: zack binary not found at {ZACK!r}")
+    if not os.path.exists(MODEL):
+        sys.exit(f"FAIL: default model missing at {MODEL!r}; run scripts/fetch_model.sh")
+
+    r = zack("bench", "-m", MODEL, "-p", "16,32", "-n", "4", "-d", "0,64", "-r", "1", "-t", "1,2", "-o", "json")
+    check(r.returncode == 0, f"json run exits 0 ({r.stderr.strip()[-200:]})")
+    j = json.loads(r.stdout)
+    res = j["results"]
+    check(len(res) == 2 * 2 * 3, f"one row per combination (2 threads x 2 depths x 3 tests): {len(res)}")
+    # Independent accounting from the GGUF shape: f16 K and V per layer and KV head, plus a 4-byte position.
+    import gguf
+    rd = gguf.GGUFReader(MODEL)
+    f = lambda k: int(rd.fields[k].contents())
+    n_layer, n_kv = f("llama.block_count"), f("llama.attention.head_count_kv")
+    d = f("llama.embedding_length") // f("llama.attention.head_count")
+    expect_per_tok = n_layer * n_kv * (2 * d * 2 + 4)
+    for row in res:
+        check(row["kv_bytes_per_token"] == expect_per_tok,
+              f"{row['test']} depth {row['depth']}: KV bytes/token {row['kv_bytes_per_token']} == {expect_per_tok}")
+        held = row["depth"] + row["n_tokens"]
+        check(row["kv_bytes_used"] == expect_per_tok * held, f"{row['test']} depth {row['depth']}: KV bytes used")
+        check(row["tokens_per_s"] > 0 and row["peak_rss_bytes"] > 0, f"{row['test']}: positive speed and memory")
+    check(all(row["kv_bytes_allocated"] == expect_per_tok * j["n_ctx"] for row in res), "allocated = per token x n_ctx")
+
+    r = zack("bench", "-m", MODEL, "-p", "8", "-n", "2", "-r", "2", "-o", "csv")
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    check(r.returncode == 0 and len(rows) == 2 and rows[0]["test"] == "pp8", f"csv parses ({len(rows)} rows)")
+
+    r = zack("bench", "-m", MODEL, "-p", "8", "-n", "2", "-r", "1")
+    check(r.returncode == 0 and "| pp8 |" in r.stdout and "| tg2 |" in r.stdout, "markdown table")
+
+    for args, needle in [(["-p", "-5"], "minimum"), (["-p", "1,x"], "integers"), (["-d", "4096", "-c", "1024"], "context"),
+                         (["-n", ""], "empty"), (["-t", "0"], "minimum"), (["-r", "0"], "repetitions")]:
+        r = zack("bench", "-m", MODEL, *args)
+        lines = [l for l in r.stderr.splitlines() if l.strip()]
+        check(r.returncode != 0 and len(lines) == 1 and needle in lines[0], f"rejects {args}: {lines}")
+
+    if failures:
+        print(f"FAILED: {len(failures)} check(s)")
+        sys.exit(1)
+    print("all bench checks passed")
+
+
+if __name__ == "__main__":
+    main()
