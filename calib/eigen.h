@@ -1,0 +1,17 @@
+// Symmetric eigen-decomposition through LAPACK dsyevd (divide and conquer), the
+// step that turns a calibration Gram matrix into a rotation and singular values.
+#pragma once
+#include <vector>
+
+namespace zk {
+
+// C: [n x n] symmetric, row-major (only the upper triangle C[i][j], j >= i, is
+// read). Returns eigenvalues in `vals` [n] in DESCENDING order and the matching
+// unit eigenvectors as the columns of `vecs` [n x n] row-major: vecs[i*n + j] is
+// component i of direction j, so C = vecs diag(vals) vecs^T.
+// Sign convention (so that two runs and two corpora are comparable): each
+// eigenvector's largest-magnitude component is positive.
+// Throws zk::error if LAPACK reports failure (e.g. NaN input).
+void eigen_sym_desc(int n, const double* C, std::vector<double>& vals, std::vector<double>& vecs);
+
+}  // namespace zk

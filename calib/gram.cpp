@@ -1,0 +1,101 @@
+#include "calib/gram.h"
+
+#include <cblas.h>
+
+#include "ggml-like/error.h"
+#include "ggml-like/threadpool.h"
+
+namespace zk {
+
+gram_accumulator::gram_accumulator(const model_hparams& hp, thread_pool* pool)
+    : n_layer_(hp.n_layer), n_head_(hp.n_head), n_kv_(hp.n_head_kv), d_(hp.head_dim), pool_(pool) {
+    const size_t per = (size_t)n_layer_ * n_kv_ * d_ * d_;
+    c_qk_.assign(per, 0.0);
+    c_v_.assign(per, 0.0);
+    set_pool(pool);
+}
+
+void gram_accumulator::set_pool(thread_pool* pool) {
+    pool_ = pool;
+    scratch_.resize(pool_ ? pool_->size() : 1);
+}
+
+void gram_accumulator::on_qkv(int layer, int64_t n, const int32_t* pos, const float* q, const float* k,
+                              const float* v) {
+    ZK_ASSERT(layer >= 0 && layer < n_layer_ && n > 0);
+    if (layer == 0) n_tokens_ += n;
+    const int D = d_, H = n_head_, KV = n_kv_, G = n_head_ / n_kv_;
+    // Task 2g: C_qk of head g from n*(G+1) rows; task 2g+1: C_v of head g from n rows.
+    auto task = [&](int64_t t, int ith) {
+        const int g = (int)(t / 2);
+        const bool is_v = t % 2;
+        std::vector<double>& a = scratch_[ith];
+        const int64_t rows = is_v ? n : n * (G + 1);
+        if ((int64_t)a.size() < rows * D) a.resize(rows * D);
+        double* dst = a.data();
+        for (int64_t tok = 0; tok < n; tok++) {
+            if (is_v) {
+                const float* src = v + (tok * KV + g) * D;
+                for (int c = 0; c < D; c++) *dst++ = src[c];
+                continue;
+            }
+            const float* ks = k + (tok * KV + g) * D;
+            for (int c = 0; c < D; c++) *dst++ = ks[c];
+            for (int i = 0; i < G; i++) {
+                const float* qs = q + (tok * H + g * G + i) * D;
+                for (int c = 0; c < D; c++) *dst++ = qs[c];
+            }
+        }
+        double* C = (is_v ? c_v_ : c_qk_).data() + ((size_t)layer * KV + g) * D * D;
+        // C += A^T A with A [rows x D] row-major: only C's upper triangle is updated.
+        cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, D, (int)rows, 1.0, a.data(), D, 1.0, C, D);
+    };
+    if (pool_ && pool_->size() > 1) {
+        pool_->parallel_for(2 * KV, 1, [&](int64_t b, int64_t e, int ith) {
+            for (int64_t t = b; t < e; t++) task(t, ith);
+        });
+    } else {
+        for (int64_t t = 0; t < 2 * KV; t++) task(t, 0);
+    }
+}
+
+std::vector<double> gram_accumulator::full(const std::vector<double>& upper, int layer, int g) const {
+    ZK_ASSERT(layer >= 0 && layer < n_layer_ && g >= 0 && g < n_kv_);
+    const int D = d_;
+    const double* C = upper.data() + ((size_t)layer * n_kv_ + g) * D * D;
+    std::vector<double> out((size_t)D * D);
+    for (int i = 0; i < D; i++)
+        for (int j = i; j < D; j++) out[(size_t)i * D + j] = out[(size_t)j * D + i] = C[(size_t)i * D + j];
+    return out;
+}
+
+std::vector<double> gram_accumulator::qk(int layer, int g) const { return full(c_qk_, layer, g); }
+std::vector<double> gram_accumulator::v(int layer, int g) const { return full(c_v_, layer, g); }
+
+std::vector<double> gram_wo(const weight_view& wo, int n_head, int n_kv, int d) {
+    if (wo.n_cols != (int64_t)n_head * d)
+        ZK_THROW("attn_output has %lld columns, expected n_head x head_dim = %d", (long long)wo.n_cols, n_head * d);
+    const int64_t E = wo.n_rows, HD = wo.n_cols;
+    const int G = n_head / n_kv;
+    // Dequantize W_o once into doubles [E x HD]; for head group g the rows of the
+    // concatenated matrix are W_o[e, i*d : (i+1)*d] for every e and every i in G(g).
+    std::vector<float> row(HD);
+    std::vector<double> w((size_t)E * HD);
+    const size_t rb = dtype_row_size(wo.type, HD);
+    for (int64_t e = 0; e < E; e++) {
+        dtype_dequantize_row(wo.type, (const uint8_t*)wo.data + rb * e, row.data(), HD);
+        for (int64_t c = 0; c < HD; c++) w[(size_t)e * HD + c] = row[c];
+    }
+    std::vector<double> out((size_t)n_kv * d * d, 0.0);
+    for (int g = 0; g < n_kv; g++) {
+        double* C = out.data() + (size_t)g * d * d;
+        for (int i = g * G; i < (g + 1) * G; i++)
+            cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, d, (int)E, 1.0, w.data() + (size_t)i * d, (int)HD,
+                        1.0, C, d);
+        for (int a = 0; a < d; a++)
+            for (int b = a + 1; b < d; b++) C[(size_t)b * d + a] = C[(size_t)a * d + b];
+    }
+    return out;
+}
+
+}  // namespace zk

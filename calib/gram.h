@@ -1,0 +1,56 @@
+// Calibration statistics: streaming Gram matrices per (layer, KV head), in
+// double precision, fed by the engine's session_observer during forward passes.
+//
+// For KV head g of layer l (query heads G(g) = g*group .. g*group + group - 1):
+//   C_qk[l][g] = sum_t ( k_g(t) k_g(t)^T + sum_{i in G(g)} q_i(t) q_i(t)^T )   [d x d]
+//   C_v [l][g] = sum_t v_g(t) v_g(t)^T                                      [d x d]
+// q and k are taken after RoPE (the rotation is applied online, see DESIGN.md 3).
+// The W_o half of the V-O pairing does not depend on the corpus and is added
+// by gram_wo() when the decomposition is taken. Memory is fixed
+// (2 x n_layer x n_kv x d x d doubles), whatever the corpus length.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "engine/model.h"
+#include "engine/session.h"
+
+namespace zk {
+
+class thread_pool;
+
+class gram_accumulator : public session_observer {
+public:
+    // pool (optional, not owned) spreads each layer's (head, K|V) updates over threads.
+    explicit gram_accumulator(const model_hparams& hp, thread_pool* pool = nullptr);
+
+    void on_qkv(int layer, int64_t n, const int32_t* pos, const float* q, const float* k,
+                const float* v) override;
+
+    // Use `pool` (not owned; nullptr = the calling thread only) for later updates.
+    void set_pool(thread_pool* pool);
+    int64_t n_tokens() const { return n_tokens_; }  // tokens seen (counted at layer 0)
+    int n_layer() const { return n_layer_; }
+    int n_kv() const { return n_kv_; }
+    int head_dim() const { return d_; }
+    // Full symmetric [d x d] row-major copies of the sums so far.
+    std::vector<double> qk(int layer, int g) const;
+    std::vector<double> v(int layer, int g) const;
+
+private:
+    std::vector<double> full(const std::vector<double>& upper, int layer, int g) const;
+    int n_layer_, n_head_, n_kv_, d_;
+    thread_pool* pool_;
+    int64_t n_tokens_ = 0;
+    std::vector<double> c_qk_;  // [n_layer x n_kv x d x d], upper triangle maintained by dsyrk
+    std::vector<double> c_v_;   // [n_layer x n_kv x d x d]
+    std::vector<std::vector<double>> scratch_;  // per thread: [n x (group+1) x d] doubles
+};
+
+// The W_o half of C_v (paper, section 4.3: V's token dimension concatenated
+// with W_o,i's output dimension). W_o is [n_embd x n_head*d]; the block query
+// head i reads is B_i = W_o[:, i*d : (i+1)*d] ([n_embd x d]); for each KV head g
+// returns sum_{i in G(g)} B_i^T B_i as [n_kv x d x d] row-major.
+std::vector<double> gram_wo(const weight_view& wo, int n_head, int n_kv, int d);
+
+}  // namespace zk

@@ -1,0 +1,178 @@
+#include "calib/zack_file.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+
+#include "calib/fold.h"
+#include "calib/ranks.h"
+#include "calib/sha256.h"
+#include "engine/model.h"
+#include "ggml-like/error.h"
+
+namespace zk {
+
+namespace {
+
+std::string base_name(const std::string& path) {
+    const size_t s = path.find_last_of('/');
+    return s == std::string::npos ? path : path.substr(s + 1);
+}
+
+std::vector<float> to_f32(const double* x, size_t n) { return std::vector<float>(x, x + n); }
+
+// A folded tensor kept alive until the writer is done.
+struct folded {
+    dtype type;
+    std::vector<int64_t> shape;
+    std::vector<uint8_t> bytes;
+};
+
+}  // namespace
+
+bool zack_file_is_zack(const gguf_file& f) { return f.find("zack.version") != nullptr; }
+
+void zack_file_check_writable(const std::string& path) {
+    if (path.empty()) ZK_THROW("no output path given (-o OUT.zack)");
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+        ZK_THROW("%s: the output path is a directory", path.c_str());
+    const size_t s = path.find_last_of('/');
+    const std::string dir = s == std::string::npos ? "." : (s == 0 ? "/" : path.substr(0, s));
+    if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+        ZK_THROW("%s: output directory '%s' does not exist", path.c_str(), dir.c_str());
+    if (access(dir.c_str(), W_OK) != 0)
+        ZK_THROW("%s: output directory '%s' is not writable: %s", path.c_str(), dir.c_str(), std::strerror(errno));
+}
+
+void zack_file_write(const model& src, const zack_calibration& c, const zack_write_params& p,
+                     const std::string& out_path) {
+    const gguf_file& f = *src.file;
+    const model_hparams& hp = src.hp;
+    const int L = hp.n_layer, KV = hp.n_head_kv, H = hp.n_head, D = hp.head_dim;
+    const int64_t E = hp.n_embd;
+    if (zack_file_is_zack(f))
+        ZK_THROW("%s is already a .zack file: calibrate its source GGUF instead", f.path().c_str());
+    if (c.n_layer != L || c.n_kv != KV || c.d != D)
+        ZK_THROW("calibration is for %d layers x %d KV heads x dim %d, the model has %d x %d x %d", c.n_layer,
+                 c.n_kv, c.d, L, KV, D);
+    const size_t per_rot = (size_t)KV * D * D, per_sig = (size_t)KV * D;
+    ZK_ASSERT(c.rqk.size() == L * per_rot && c.rv.size() == L * per_rot);
+    ZK_ASSERT(c.sigma_k.size() == L * per_sig && c.sigma_v.size() == L * per_sig);
+
+    gguf_writer w;
+    for (const auto& kv : f.kv()) w.set(kv.first, kv.second);
+    w.set("zack.version", gguf_value::make_u32(1));
+    w.set("zack.source.name", gguf_value::make_str(base_name(f.path())));
+    w.set("zack.source.sha256", gguf_value::make_str(sha256_file_hex(f.path())));
+    w.set("zack.calib.tokens", gguf_value::make_u64((uint64_t)c.n_tokens));
+    w.set("zack.calib.ctx", gguf_value::make_u32((uint32_t)c.n_ctx));
+    w.set("zack.calib.corpus", gguf_value::make_str(c.corpus));
+    w.set("zack.rank_align", gguf_value::make_u32((uint32_t)p.rank_align));
+
+    // Rank table: one row of ranks per reachable rate of the grid.
+    zack_spectra spec;
+    spec.n_layer = L;
+    spec.n_kv = KV;
+    spec.d = D;
+    spec.sigma_k = c.sigma_k;
+    spec.sigma_v = c.sigma_v;
+    spec.validate();
+    std::vector<float> rates;
+    std::vector<int32_t> tk, tv;
+    for (float r : p.table_rates) {
+        if (r > ranks_max_rate(D, p.rank_align)) continue;
+        const zack_ranks zr = ranks_for_rate(spec, r, p.rank_align);
+        rates.push_back(r);
+        tk.insert(tk.end(), zr.k.begin(), zr.k.end());
+        tv.insert(tv.end(), zr.v.begin(), zr.v.end());
+    }
+    w.set("zack.rank_table.rates", gguf_value::make_arr_f32(rates));
+    w.set("zack.rank_table.k", gguf_value::make_arr_i32(tk));
+    w.set("zack.rank_table.v", gguf_value::make_arr_i32(tv));
+
+    // Folded W_v, b_v, W_o per layer, keyed by tensor name.
+    std::map<std::string, folded> repl;
+    for (int il = 0; il < L; il++) {
+        const std::string pre = "blk." + std::to_string(il) + ".";
+        const double* rv = c.rv.data() + il * per_rot;
+        const gguf_tensor& tv_ = f.get_tensor(pre + "attn_v.weight");
+        const gguf_tensor& to_ = f.get_tensor(pre + "attn_output.weight");
+        const gguf_tensor* tb = f.find_tensor(pre + "attn_v.bias");
+        std::vector<float> wv = fold_dequantize(tv_);
+        std::vector<float> wo = fold_dequantize(to_);
+        std::vector<float> bv;
+        if (tb) bv = fold_dequantize(*tb);
+        ZK_ASSERT((int64_t)wv.size() == (int64_t)KV * D * E && (int64_t)wo.size() == E * H * D);
+        fold_wv(wv.data(), tb ? bv.data() : nullptr, rv, KV, D, E);
+        fold_wo(wo.data(), rv, H, KV, D, E);
+        const dtype tv_type = p.folded_f32 ? dtype::F32 : fold_output_type(tv_.type, E);
+        const dtype to_type = p.folded_f32 ? dtype::F32 : fold_output_type(to_.type, (int64_t)H * D);
+        repl[tv_.name] = folded{tv_type, tv_.shape, fold_quantize(wv.data(), (int64_t)KV * D, E, tv_type)};
+        repl[to_.name] = folded{to_type, to_.shape, fold_quantize(wo.data(), E, (int64_t)H * D, to_type)};
+        if (tb) {
+            const size_t nb = bv.size() * sizeof(float);
+            std::vector<uint8_t> bytes(nb);
+            std::memcpy(bytes.data(), bv.data(), nb);
+            repl[tb->name] = folded{dtype::F32, tb->shape, std::move(bytes)};
+        }
+    }
+    for (const gguf_tensor& t : f.tensors()) {
+        auto it = repl.find(t.name);
+        if (it == repl.end()) {
+            w.add_tensor_ref(t.name, t.type, t.shape, t.data, t.n_bytes);
+        } else {
+            const folded& fd = it->second;
+            w.add_tensor_ref(t.name, fd.type, fd.shape, fd.bytes.data(), fd.bytes.size());
+        }
+    }
+    for (int il = 0; il < L; il++) {
+        const std::string pre = "blk." + std::to_string(il) + ".zack.";
+        const std::vector<float> rqk = to_f32(c.rqk.data() + il * per_rot, per_rot);
+        const std::vector<float> rv = to_f32(c.rv.data() + il * per_rot, per_rot);
+        const std::vector<float> sk = to_f32(c.sigma_k.data() + il * per_sig, per_sig);
+        const std::vector<float> sv = to_f32(c.sigma_v.data() + il * per_sig, per_sig);
+        w.add_tensor(pre + "rqk", dtype::F32, {D, D, KV}, rqk.data(), rqk.size() * sizeof(float));
+        w.add_tensor(pre + "rv", dtype::F32, {D, D, KV}, rv.data(), rv.size() * sizeof(float));
+        w.add_tensor(pre + "sigma_k", dtype::F32, {D, KV}, sk.data(), sk.size() * sizeof(float));
+        w.add_tensor(pre + "sigma_v", dtype::F32, {D, KV}, sv.data(), sv.size() * sizeof(float));
+    }
+    w.write(out_path);
+}
+
+zack_calibration zack_file_read_calibration(const gguf_file& f) {
+    if (!zack_file_is_zack(f)) ZK_THROW("%s is not a .zack file (no zack.version key)", f.path().c_str());
+    zack_calibration c;
+    const std::string arch = f.get_str("general.architecture");
+    c.n_layer = (int)f.get_int(arch + ".block_count");
+    c.n_tokens = f.get_int("zack.calib.tokens", 0);
+    c.n_ctx = f.get_int("zack.calib.ctx", 0);
+    c.corpus = f.get_str("zack.calib.corpus", "");
+    const gguf_tensor& t0 = f.get_tensor("blk.0.zack.rqk");
+    if (t0.shape.size() != 3 || t0.shape[0] != t0.shape[1])
+        ZK_THROW("%s: blk.0.zack.rqk must have shape [d, d, n_kv]", f.path().c_str());
+    c.d = (int)t0.shape[0];
+    c.n_kv = (int)t0.shape[2];
+    const bool has_rv = f.find_tensor("blk.0.zack.rv") != nullptr;
+    auto read = [&](const std::string& name, std::vector<int64_t> shape, std::vector<double>& out) {
+        const gguf_tensor& t = f.get_tensor(name);
+        if (t.type != dtype::F32 || t.shape != shape)
+            ZK_THROW("%s: tensor %s must be F32 with %zu dims [%lld, ...]", f.path().c_str(), name.c_str(),
+                     shape.size(), (long long)shape[0]);
+        const float* x = (const float*)t.data;
+        out.insert(out.end(), x, x + t.n_elements());
+    };
+    for (int il = 0; il < c.n_layer; il++) {
+        const std::string pre = "blk." + std::to_string(il) + ".zack.";
+        read(pre + "rqk", {c.d, c.d, c.n_kv}, c.rqk);
+        if (has_rv) read(pre + "rv", {c.d, c.d, c.n_kv}, c.rv);
+        read(pre + "sigma_k", {c.d, c.n_kv}, c.sigma_k);
+        read(pre + "sigma_v", {c.d, c.n_kv}, c.sigma_v);
+    }
+    return c;
+}
+
+}  // namespace zk

@@ -1,0 +1,269 @@
+"""End to end: `zack calibrate` on the real default model and a small real corpus,
+checked with the gguf Python package and numpy (independent of zack's reader):
+every key and tensor, orthonormal rotations, descending spectra, the source's
+SHA-256 (hashlib), the rank table against an independent implementation of the
+removal-rate rule, the folded W_v / W_o against R_v and the source weights, the
+untouched tensors byte for byte, --compare of a file with itself, the default
+(generated) corpus, and clear one-line errors without a half-written file for bad
+input."""
+import hashlib
+import shutil
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+try:
+    import gguf
+    from gguf.quants import dequantize
+except ImportError:
+    print("FAIL: the gguf python package is required (pip install gguf)")
+    sys.exit(1)
+
+MODEL = os.environ.get("ZACK_MODEL", "")
+ZACK = os.environ.get("ZACK_BIN", "")
+SRC = os.environ.get("ZACK_SOURCE", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CORPUS = os.path.join(SRC, "tests", "data", "calib", "apache-2.0.txt")
+CORPUS2 = os.path.join(SRC, "tests", "data", "calib", "cc0-1.0.txt")
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def field(r, key):
+    f = r.fields.get(key)
+    if f is None:
+        return None
+    if f.types[0] == gguf.GGUFValueType.STRING:
+        return bytes(f.parts[f.data[0]]).decode()
+    if f.types[0] == gguf.GGUFValueType.ARRAY:
+        if f.types[-1] == gguf.GGUFValueType.STRING:
+            return [bytes(f.parts[i]).decode() for i in f.data]
+        return np.array([f.parts[i][0] for i in f.data])
+    return f.parts[f.data[0]][0]
+
+
+def tensor(r, name):
+    for t in r.tensors:
+        if t.name == name:
+            return t
+    return None
+
+
+def deq(t):
+    return dequantize(t.data, t.tensor_type).reshape(int(t.shape[-1]) if len(t.shape) == 2 else -1, -1)
+
+
+def run(args, expect_ok=True):
+    p = subprocess.run([ZACK, "calibrate", "-t", "2", "-q"] + args, capture_output=True, text=True)
+    if expect_ok and p.returncode != 0:
+        print(p.stdout, p.stderr)
+    return p
+
+
+def rank_for_eps(s, eps):
+    total = s.sum()
+    r, tail = len(s), 0.0
+    while r > 0 and tail + s[r - 1] <= eps * total:
+        tail += s[r - 1]
+        r -= 1
+    return r
+
+
+def main():
+    for what, v in (("ZACK_MODEL", MODEL), ("ZACK_BIN", ZACK)):
+        if not v or not os.path.exists(v):
+            print(f"FAIL: {what} is not set or missing ({v!r}); run scripts/fetch_model.sh and build zack")
+            return 1
+    tmp = tempfile.mkdtemp(prefix="zack_calib_e2e_")
+    out = os.path.join(tmp, "a.zack")
+    p = run(["-m", MODEL, "-o", out, "--corpus", CORPUS, "--tokens", "512", "--ctx", "256"])
+    check(p.returncode == 0, f"calibrate exits 0 (got {p.returncode}: {p.stderr.strip()[-300:]})")
+    if p.returncode != 0:
+        return 1
+    check("90%" in p.stdout and "eps" in p.stdout, "summary printed on stdout")
+
+    src = gguf.GGUFReader(MODEL)
+    z = gguf.GGUFReader(out)
+    L = int(field(src, "llama.block_count"))
+    H = int(field(src, "llama.attention.head_count"))
+    KV = int(field(src, "llama.attention.head_count_kv"))
+    E = int(field(src, "llama.embedding_length"))
+    D = E // H
+    G = H // KV
+
+    # keys
+    for k in src.fields:
+        if k.startswith("GGUF."):
+            continue
+        check(k in z.fields, f"source key {k} kept")
+    for k in ("general.architecture", "general.name", "llama.rope.freq_base", "tokenizer.ggml.model"):
+        check(field(z, k) == field(src, k), f"key {k} unchanged")
+    check(int(field(z, "zack.version")) == 1, "zack.version = 1")
+    check(field(z, "zack.source.name") == os.path.basename(MODEL), "zack.source.name")
+    with open(MODEL, "rb") as f:
+        want_sha = hashlib.sha256(f.read()).hexdigest()
+    check(field(z, "zack.source.sha256") == want_sha, "zack.source.sha256 matches hashlib")
+    check(int(field(z, "zack.calib.tokens")) == 512, "zack.calib.tokens = 512")
+    check("apache-2.0.txt" in field(z, "zack.calib.corpus"), "zack.calib.corpus names the file")
+    align = int(field(z, "zack.rank_align"))
+    check(align == 4, "zack.rank_align = 4")
+
+    # rotations and spectra
+    sig_k = np.zeros((L, KV, D))
+    sig_v = np.zeros((L, KV, D))
+    rv = np.zeros((L, KV, D, D))
+    for il in range(L):
+        for name, shape in (("rqk", [D, D, KV]), ("rv", [D, D, KV]), ("sigma_k", [D, KV]), ("sigma_v", [D, KV])):
+            t = tensor(z, f"blk.{il}.zack.{name}")
+            check(t is not None and list(t.shape) == shape and t.tensor_type == gguf.GGMLQuantizationType.F32,
+                  f"blk.{il}.zack.{name} F32 {shape}")
+        for name in ("rqk", "rv"):
+            R = np.asarray(tensor(z, f"blk.{il}.zack.{name}").data, dtype=np.float64).reshape(KV, D, D)
+            for g in range(KV):
+                err = np.abs(R[g].T @ R[g] - np.eye(D)).max()
+                check(err < 1e-5, f"layer {il} head {g} {name} orthonormal (err {err:.1e})")
+            if name == "rv":
+                rv[il] = R
+        sig_k[il] = np.asarray(tensor(z, f"blk.{il}.zack.sigma_k").data).reshape(KV, D)
+        sig_v[il] = np.asarray(tensor(z, f"blk.{il}.zack.sigma_v").data).reshape(KV, D)
+    for name, s in (("sigma_k", sig_k), ("sigma_v", sig_v)):
+        check((s >= 0).all() and (np.diff(s, axis=-1) <= 0).all(), f"{name} non-negative and descending")
+        check(s[..., 0].min() > 0, f"{name} largest value positive")
+
+    # rank table vs an independent implementation of the eps rule
+    rates = field(z, "zack.rank_table.rates")
+    tk = field(z, "zack.rank_table.k").reshape(len(rates), L, KV)
+    tv = field(z, "zack.rank_table.v").reshape(len(rates), L, KV)
+    check(len(rates) >= 5 and abs(rates[0]) < 1e-9, f"rank table rates {list(rates)}")
+    step = align / (2 * D * L * KV)
+    for i, rate in enumerate(rates):
+        k, v = tk[i], tv[i]
+        got = 1 - (k.sum() + v.sum()) / (2 * D * L * KV)
+        check(((k % align) == 0).all() and ((v % align) == 0).all() and k.min() >= align and k.max() <= D,
+              f"rate {rate:.1f}: ranks aligned and in range")
+        check(rate - 1e-6 <= got <= rate + 4 * step, f"rate {rate:.1f}: achieved {got:.4f}")
+
+        # smallest eps reaching the rate, found by our own bisection in numpy
+        def ranks(eps):
+            a = lambda s: min(D, max(align, -(-rank_for_eps(s, eps) // align) * align))
+            return (np.array([[a(sig_k[l, g]) for g in range(KV)] for l in range(L)]),
+                    np.array([[a(sig_v[l, g]) for g in range(KV)] for l in range(L)]))
+        lo, hi = 0.0, np.nextafter(1.0, 0)
+        if 1 - sum(x.sum() for x in ranks(0.0)) / (2 * D * L * KV) >= rate:
+            hi = 0.0
+        else:
+            for _ in range(40):
+                mid = (lo + hi) / 2
+                if 1 - sum(x.sum() for x in ranks(mid)) / (2 * D * L * KV) >= rate:
+                    hi = mid
+                else:
+                    lo = mid
+        rk, rv_ = ranks(hi)
+        check((rk == k).all() and (rv_ == v).all(), f"rate {rate:.1f}: ranks equal the numpy reference")
+        if i > 0:
+            check((k <= tk[i - 1]).all() and (v <= tv[i - 1]).all(), f"rate {rate:.1f}: ranks shrink with rate")
+
+    # folded weights: W_v,g <- R^T W_v,g ; W_o[:, head i] <- W_o[:, head i] R_g
+    for il in (0, L // 2, L - 1):
+        wv_s = deq(tensor(src, f"blk.{il}.attn_v.weight"))   # [KV*D, E]
+        wo_s = deq(tensor(src, f"blk.{il}.attn_output.weight"))  # [E, H*D]
+        tv_z = tensor(z, f"blk.{il}.attn_v.weight")
+        check(tv_z.tensor_type == gguf.GGMLQuantizationType.Q8_0, "folded Q4_1 W_v stored as Q8_0")
+        wv_z = deq(tv_z)
+        wo_z = deq(tensor(z, f"blk.{il}.attn_output.weight"))
+        want_v = np.concatenate([rv[il, g].T @ wv_s[g * D:(g + 1) * D] for g in range(KV)])
+        want_o = np.concatenate([wo_s[:, i * D:(i + 1) * D] @ rv[il, i // G] for i in range(H)], axis=1)
+        ev = np.abs(wv_z - want_v).max() / np.abs(want_v).max()
+        eo = np.abs(wo_z - want_o).max() / np.abs(want_o).max()
+        check(ev < 1e-2 and eo < 1e-2, f"layer {il}: folded W_v / W_o match R (rel err {ev:.1e}, {eo:.1e})")
+        # attention output invariance at full rank, random inputs and attention weights
+        rng = np.random.default_rng(il)
+        X = rng.standard_normal((7, E))
+        A = rng.random((H, 7, 7))
+        A /= A.sum(-1, keepdims=True)
+
+        def attn(wv, wo):
+            v = X @ wv.T  # [T, KV*D]
+            o = np.concatenate([A[i] @ v[:, (i // G) * D:(i // G + 1) * D] for i in range(H)], axis=1)
+            return o @ wo.T
+        ref, got = attn(wv_s, wo_s), attn(wv_z, wo_z)
+        rel = np.abs(got - ref).max() / np.abs(ref).max()
+        check(rel < 3e-2, f"layer {il}: attention output unchanged at full rank (rel err {rel:.1e})")
+    # every other tensor is copied byte for byte
+    folded = {f"blk.{il}.{n}.weight" for il in range(L) for n in ("attn_v", "attn_output")}
+    for t in src.tensors:
+        if t.name in folded:
+            continue
+        u = tensor(z, t.name)
+        check(u is not None and u.tensor_type == t.tensor_type and np.array_equal(np.asarray(u.data), np.asarray(t.data)),
+              f"tensor {t.name} unchanged")
+
+    # --compare: a file against itself is 0; against another corpus small but not 0
+    p = subprocess.run([ZACK, "calibrate", "-m", out, "--compare", out], capture_output=True, text=True)
+    check(p.returncode == 0 and "K distance mean 0.00000 max 0.00000; V distance mean 0.00000 max 0.00000" in p.stdout,
+          f"--compare self is 0: {p.stdout.strip().splitlines()[-1:] if p.stdout else p.stderr}")
+    out2 = os.path.join(tmp, "b.zack")
+    p = run(["-m", MODEL, "-o", out2, "--corpus", CORPUS2, "--tokens", "256", "--ctx", "256", "--compare", out])
+    check(p.returncode == 0 and "Rotation stability" in p.stdout, "calibrate + --compare in one run")
+    if p.returncode == 0:
+        print("compare apache vs cc0 (512 / 256 tokens):", p.stdout.strip().splitlines()[-1])
+
+    # default corpus: generated text, reproducible with the same seed
+    outs = []
+    for i in range(2):
+        o = os.path.join(tmp, f"gen{i}.zack")
+        txt = os.path.join(tmp, f"gen{i}.txt")
+        p = run(["-m", MODEL, "-o", o, "--tokens", "96", "--ctx", "64", "--save-corpus", txt])
+        check(p.returncode == 0, f"default-corpus calibration exits 0 ({p.stderr.strip()[-200:]})")
+        outs.append((o, txt))
+    if all(os.path.exists(t) for _, t in outs):
+        a, b = (open(t, encoding="utf-8", errors="replace").read() for _, t in outs)
+        check(a == b and len(a) > 100, "generated corpus is reproducible")
+        g = gguf.GGUFReader(outs[0][0])
+        check("generated" in field(g, "zack.calib.corpus"), "zack.calib.corpus describes the generated corpus")
+
+    # bad input: one clear line, non-zero exit, no output file
+    empty = os.path.join(tmp, "empty.txt")
+    open(empty, "w").close()
+    bad = os.path.join(tmp, "bad.zack")
+    cases = [
+        (["-m", MODEL, "-o", bad, "--corpus", os.path.join(tmp, "missing.txt")], "cannot open corpus"),
+        (["-m", MODEL, "-o", bad, "--corpus", empty], "empty"),
+        (["-m", out, "-o", bad, "--corpus", CORPUS], ".zack"),
+        (["-m", MODEL, "-o", "/nonexistent-dir/x.zack", "--corpus", CORPUS], "does not exist"),
+        (["-m", MODEL, "-o", bad, "--corpus", CORPUS, "--compare", out, "--compare-rate", "1.5"], "out of range"),
+        (["-m", out, "--compare", out, "--compare-rate", "-0.1"], "out of range"),
+        (["-m", MODEL], "-o"),
+    ]
+    for args, needle in cases:
+        p = run(args, expect_ok=False)
+        err = p.stderr.strip()
+        check(p.returncode != 0 and needle in err and len(err.splitlines()) == 1,
+              f"bad input {args[-2:]}: exit {p.returncode}, one line containing {needle!r}: {err!r}")
+        check(not os.path.exists(bad) and not any(n.startswith("bad.zack") for n in os.listdir(tmp)),
+              f"no output left for {args[-2:]}")
+
+    if failures:
+        print(f"test_calib_e2e: {len(failures)} check(s) FAILED")
+        return 1
+    print("test_calib_e2e: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    _tmp_before = set(os.listdir(tempfile.gettempdir()))
+    try:
+        rc = main()
+    finally:
+        for n in set(os.listdir(tempfile.gettempdir())) - _tmp_before:
+            if n.startswith("zack_calib_e2e_"):
+                shutil.rmtree(os.path.join(tempfile.gettempdir(), n), ignore_errors=True)
+    sys.exit(rc)
