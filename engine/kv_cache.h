@@ -1,14 +1,28 @@
 // The KV cache of one sequence, stored per (layer, KV head) so that heads can
 // have their own ranks (compressed .zack models), precisions and token sets
-// (eviction). Each block holds, for up to `capacity` slots:
-//   k   [capacity x r_k]   keys after RoPE (and after the R_qk projection when compressed)
-//   v   [capacity x r_v]   values (in the rotated basis when compressed)
-//   pos [capacity]         the token position held by each slot, ascending
-// Slots are filled in token order; RoPE is applied before caching, so removing
-// slots later needs no re-rotation.
+// (eviction). Each block holds, for up to `capacity` slots in ascending
+// position order, keys [slots x r_k] after RoPE (and after the R_qk projection
+// when compressed), values [slots x r_v], the position of each slot and, when an
+// eviction policy needs one, a score per slot. RoPE is applied before caching,
+// so removing slots later needs no re-rotation.
+//
+// Precisions (kv_cache_params::bits; layouts in kernels/attention.h):
+//   16  rows of `type` (F16 or F32).
+//   8   per token int8, blocks of 32 channels, f16 scale per block.
+//   4   KIVI: keys per channel over groups of `group` tokens (f16 scale + min per
+//       (group, channel)), values per token (blocks of 32 channels, f16 scale +
+//       min). The newest tokens stay in a residual window of `type` rows; when
+//       it holds `residual` tokens its oldest `group` tokens are quantized.
+//       Optional GEAR: per quantized group a rank-k f16 correction of both K and
+//       V plus ~2% f16 sparse outliers.
+// Eviction removes slots with compact(); a 4-bit group that loses tokens keeps
+// its codes and scales (exact), and two neighbouring groups that fit in one are
+// merged by re-quantizing their tokens, so groups never exceed 2 x capacity /
+// group + 1 and memory stays bounded.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "ggml-like/dtype.h"
@@ -16,45 +30,96 @@
 
 namespace zk {
 
+struct kv_cache_params {
+    dtype type = dtype::F16;      // full-precision rows (16-bit cache, residual window)
+    int bits = 16;                // 16, 8 or 4
+    int group = 32;               // 4-bit: tokens per key quantization group
+    int residual = 0;             // 4-bit: full-precision window in tokens (0 = group); a multiple of group
+    bool gear = false;            // 4-bit: GEAR low-rank + sparse error correction
+    int gear_rank = 2;
+    float gear_outliers = 0.02f;  // fraction of a group's elements kept exactly
+    bool scores = false;          // keep a per-slot eviction score
+    bool evicting = false;        // slots will be removed (4-bit: room for partial groups)
+};
+
+// Throws zk::error for unsupported combinations (bits 3, group <= 0, ...).
+void kv_cache_validate_params(const kv_cache_params& p);
+
 struct kv_block {
     int r_k = 0;
     int r_v = 0;
-    int64_t n_used = 0;
-    std::vector<uint8_t> k;   // capacity * r_k elements of the cache type
-    std::vector<uint8_t> v;   // capacity * r_v elements
-    std::vector<int32_t> pos; // capacity
+    int64_t n_used = 0;   // slots in use
+    int64_t n_quant = 0;  // slots [0, n_quant) are quantized (8/4-bit)
+    int64_t n_groups = 0; // 4-bit key groups in use
+    std::vector<uint8_t> k, v;             // full-precision rows: [capacity x r] (16-bit) or [residual x r] (4-bit)
+    std::vector<uint8_t> kq, vq;           // codes: [capacity x r] int8 or [capacity x row_bytes(r)] 4-bit
+    std::vector<uint16_t> ks, km;          // 8-bit: [capacity x blocks(r_k)]; 4-bit: [max_groups x r_k]
+    std::vector<uint16_t> vs, vm;          // [capacity x blocks(r_v)]
+    std::vector<int32_t> group_start;      // 4-bit: [max_groups + 1]
+    std::vector<uint16_t> ka, kb, koi, kov;  // GEAR keys: [max_groups x (group x rank | r_k x rank | n_out)]
+    std::vector<uint16_t> va, vb, voi, vov;  // GEAR values
+    std::vector<int32_t> pos;              // [capacity]
+    std::vector<float> score;              // [capacity] when params.scores
 };
 
 class kv_cache {
 public:
-    // ranks_k/ranks_v: [n_layer x n_head_kv] (row-major); type F32 or F16.
-    kv_cache(int n_layer, int n_head_kv, int64_t capacity, dtype type,
+    // ranks_k/ranks_v: [n_layer x n_head_kv] (row-major). 4-bit rounds the
+    // capacity up to a multiple of the group.
+    kv_cache(int n_layer, int n_head_kv, int64_t capacity, const kv_cache_params& p,
              const std::vector<int>& ranks_k, const std::vector<int>& ranks_v);
+    // A plain 16-bit cache of `type`.
+    kv_cache(int n_layer, int n_head_kv, int64_t capacity, dtype type, const std::vector<int>& ranks_k,
+             const std::vector<int>& ranks_v);
 
     int n_layer() const { return n_layer_; }
     int n_head_kv() const { return n_head_kv_; }
     int64_t capacity() const { return capacity_; }
-    dtype type() const { return type_; }
+    dtype type() const { return p_.type; }
+    const kv_cache_params& params() const { return p_; }
     kv_block& block(int layer, int head) { return blocks_[(size_t)layer * n_head_kv_ + head]; }
     const kv_block& block(int layer, int head) const { return blocks_[(size_t)layer * n_head_kv_ + head]; }
+    // Slots in use in the fullest block.
+    int64_t n_used_max() const;
 
-    // Appends n_tok rows: k_rows[t * k_stride + c] for c < r_k, likewise v; pos[t].
+    // Appends n_tok rows: k_rows[t * k_stride + c] for c < r_k, likewise v; pos[t]
+    // (ascending, above the block's last position). New slots get score 0.
     void append(int layer, int head, int64_t n_tok, const float* k_rows, int64_t k_stride,
                 const float* v_rows, int64_t v_stride, const int32_t* pos);
     attn_kv_view view(int layer, int head) const;
+    // Keeps the slots s < n_used with keep[s] != 0, in order; the rest are freed.
+    void compact(int layer, int head, const uint8_t* keep);
+    // Keys and values of slot s as the attention kernel sees them (tests, re-packing).
+    void read_slot(int layer, int head, int64_t s, float* k, float* v) const;
 
     void clear();
-    // Bytes held for keys, values and positions at full capacity.
+    // Bytes held by every block's arrays (what is allocated).
     size_t bytes_allocated() const;
-    // Bytes one cached token costs summed over every (layer, head), positions included.
+    // The same total computed from the layout for a given capacity (accounting).
+    size_t bytes_for_capacity(int64_t capacity) const;
+    // Bytes one more token of capacity costs, summed over every (layer, head),
+    // scales, positions and scores included (rounded up; exact: the double).
     size_t bytes_per_token() const;
+    double bytes_per_token_exact() const;
+    // An f16 cache of K and V at full head dim, per token over all heads.
+    size_t bytes_per_token_f16(int head_dim) const { return (size_t)n_layer_ * n_head_kv_ * 4 * head_dim; }
+    // One line: precision, layout, bytes per token and vs f16 full rank.
+    std::string describe(int head_dim) const;
 
 private:
+    void flush_group(kv_block& b);
+    void quantize_group(kv_block& b, int64_t g, const float* K, const float* V, int n);
+    void merge_groups(kv_block& b, int64_t g);
+    size_t block_bytes(int r_k, int r_v, int64_t capacity) const;
+    int64_t max_groups(int64_t capacity) const;
+
     int n_layer_;
     int n_head_kv_;
     int64_t capacity_;
-    dtype type_;
+    kv_cache_params p_;
+    int residual_ = 0;
     std::vector<kv_block> blocks_;
+    std::vector<float> scratch_;  // re-packing: [2 x group x r] floats + GEAR work
 };
 
 }  // namespace zk

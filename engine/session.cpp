@@ -28,6 +28,18 @@ void add_bias(float* y, const float* b, int64_t n_tok, int64_t n) {
 
 }  // namespace
 
+kv_cache_params session_kv_params(const session_params& p) {
+    kv_cache_params k;
+    k.type = p.kv_type;
+    k.bits = p.kv_bits;
+    k.group = p.kv_group;
+    k.residual = p.kv_residual;
+    k.gear = p.kv_gear;
+    k.gear_rank = p.kv_gear_rank;
+    k.gear_outliers = p.kv_gear_outliers;
+    return k;
+}
+
 void session_validate_params(const session_params& p, const model_hparams& hp) {
     if (p.n_ctx <= 0) ZK_THROW("context size must be positive, got %lld", (long long)p.n_ctx);
     if (p.n_ctx > (1 << 20)) ZK_THROW("context size %lld is too large (max 1048576)", (long long)p.n_ctx);
@@ -36,6 +48,8 @@ void session_validate_params(const session_params& p, const model_hparams& hp) {
     if (p.n_batch <= 0) ZK_THROW("batch size must be positive, got %lld", (long long)p.n_batch);
     if (p.kv_type != dtype::F32 && p.kv_type != dtype::F16)
         ZK_THROW("KV cache type %s is not supported (f32, f16)", dtype_name(p.kv_type));
+    kv_cache_validate_params(session_kv_params(p));
+    evict_validate_params(p.evict, p.n_ctx);
 }
 
 session::session(const model& m, const session_params& p) : m_(m), params_(p) {
@@ -71,7 +85,19 @@ session::session(const model& m, const session_params& p) : m_(m), params_(p) {
                     for (int i = 0; i < D; i++) P[(size_t)j * D + i] = R[(size_t)i * D + j];
             }
     }
-    cache_ = std::make_unique<kv_cache>(hp.n_layer, hp.n_head_kv, p.n_ctx, p.kv_type, rk, rv);
+    // KV cache: with eviction it only needs room for the budget plus one chunk
+    // of new tokens (decode chunk or prefill batch), while positions still run
+    // up to n_ctx.
+    policy_ = evict_policy_create(p.evict, p.n_ctx);
+    kv_cache_params kp = session_kv_params(p);
+    int64_t capacity = p.n_ctx;
+    if (p.evict.policy != "none") {
+        evicting_ = p.evict.budget < p.n_ctx;
+        kp.evicting = evicting_;
+        kp.scores = policy_->needs_attention();
+        if (evicting_) capacity = std::min(p.n_ctx, p.evict.budget + std::max(p.evict.chunk, params_.n_batch));
+    }
+    cache_ = std::make_unique<kv_cache>(hp.n_layer, hp.n_head_kv, capacity, kp, rk, rv);
     const int64_t B = params_.n_batch, E = hp.n_embd, D = hp.head_dim;
     x_.resize(B * E);
     xn_.resize(B * E);
@@ -91,7 +117,13 @@ session::session(const model& m, const session_params& p) : m_(m), params_(p) {
     const int64_t per_task_prefill = G * (2 + D);
     part_buf_.resize(std::max(hp.n_head_kv * max_chunks_ * per_task_decode,
                               hp.n_head_kv * B * per_task_prefill));
-    score_buf_.resize((size_t)p.n_threads * (G * p.n_ctx + 2 * D + 16));
+    const int64_t cap = cache_->capacity();
+    score_buf_.resize((size_t)p.n_threads * kernel_attention_scratch((int)G, cap, (int)D, (int)D, kp.gear ? kp.gear_rank : 0));
+    if (policy_->needs_attention()) {
+        logits_buf_.resize((size_t)hp.n_head_kv * k_decode_max_tok * G * cap);
+        thread_logits_.resize((size_t)p.n_threads * G * cap);
+        thread_scores_.assign((size_t)p.n_threads * hp.n_head_kv * cap, 0.0f);
+    }
 }
 
 session::~session() = default;
@@ -115,9 +147,25 @@ const float* session::decode(const int32_t* tokens, int64_t n, bool logits_all) 
         const int64_t c = std::min(params_.n_batch, n - done);
         const bool last = done + c == n;
         float* out = logits_all ? logits_.data() + done * hp.n_vocab : (last ? logits_.data() : nullptr);
+        evict_before(c);
         forward_chunk(tokens + done, c, logits_all, out);
     }
+    evict_after(n);
     return logits_.data();
+}
+
+void session::evict_before(int64_t incoming) {
+    if (evicting_ && cache_->n_used_max() + incoming > cache_->capacity())
+        evict_run(*cache_, *policy_, params_.evict.budget);
+}
+
+// After a prompt (more than a few tokens) the cache goes down to the budget at
+// once (SnapKV's "after prefill"); decode steps evict in chunks so the cost is
+// amortized.
+void session::evict_after(int64_t n_call) {
+    if (!evicting_) return;
+    const int64_t slack = n_call > k_decode_max_tok ? 0 : params_.evict.chunk;
+    if (cache_->n_used_max() > params_.evict.budget + slack) evict_run(*cache_, *policy_, params_.evict.budget);
 }
 
 void session::forward_chunk(const int32_t* tokens, int64_t n, bool logits_all, float* logits_out) {
@@ -199,20 +247,45 @@ void session::attention(int il, int64_t n) {
     // the rest must see zeros.
     if (compressed_) std::memset(attn_.data(), 0, sizeof(float) * n * H * D);
     const int64_t score_stride = (int64_t)score_buf_.size() / params_.n_threads;
+    const int64_t cap = cache_->capacity();
+    const bool observe = policy_->needs_attention();
+    auto cost = [&](int g, int64_t slots) {
+        const kv_block& b = cache_->block(il, g);
+        return slots * (b.r_k + b.r_v);
+    };
+    // Heads differ in rank (and, evicted, in slots): hand the tasks out longest first.
+    auto order_tasks = [&]() {
+        std::sort(tasks_.begin(), tasks_.end(), [](const std::pair<int64_t, int64_t>& a,
+                                                   const std::pair<int64_t, int64_t>& b) {
+            return a.first != b.first ? a.first > b.first : a.second < b.second;
+        });
+    };
 
     if (n <= k_decode_max_tok) {
         // flash-decoding: (head, slot range) tasks, then a merge per head
-        const int64_t n_slots = cache_->block(il, 0).n_used;
+        const int64_t n_slots = cache_->n_used_max();
         int64_t nc = std::min<int64_t>((n_slots + k_min_range - 1) / k_min_range,
                                        (2 * params_.n_threads + KV - 1) / KV);
         nc = std::max<int64_t>(1, std::min(nc, max_chunks_));
         const int64_t per_task = n * G * (2 + D);
         auto part_of = [&](int64_t task) {
             float* b = part_buf_.data() + task * per_task;
-            return attn_partial{b, b + n * G, b + 2 * n * G};
+            attn_partial p{b, b + n * G, b + 2 * n * G};
+            if (observe) {
+                p.logits = logits_buf_.data() + (task / nc) * n * G * cap;
+                p.logits_stride = cap;
+            }
+            return p;
         };
+        tasks_.clear();
+        for (int64_t task = 0; task < KV * nc; task++) {
+            const int g = (int)(task / nc);
+            tasks_.push_back({cost(g, cache_->block(il, g).n_used / nc), task});
+        }
+        order_tasks();
         pool_->parallel_for(KV * nc, 1, [&](int64_t b, int64_t e, int ith) {
-            for (int64_t task = b; task < e; task++) {
+            for (int64_t i = b; i < e; i++) {
+                const int64_t task = tasks_[i].second;
                 const int g = (int)(task / nc);
                 const int64_t c = task % nc;
                 const attn_kv_view kv = cache_->view(il, g);
@@ -227,25 +300,66 @@ void session::attention(int il, int64_t n) {
             const int r_v = cache_->block(il, g).r_v;
             kernel_attention_merge(parts, (int)nc, n, (int)G, r_v, attn_.data() + g * G * D, H * D, D);
         }
+        if (observe) {
+            pool_->parallel_for(KV, 1, [&](int64_t b, int64_t e, int) {
+                for (int64_t g = b; g < e; g++) {
+                    kv_block& blk = cache_->block(il, (int)g);
+                    for (int64_t t = 0; t < n; t++) {
+                        const evict_observation o{il, (int)g, pos_[t], t, n, params_.n_ctx, blk.pos.data()};
+                        for (int64_t j = 0; j < G; j++)
+                            policy_->observe(o, logits_buf_.data() + ((g * n + t) * G + j) * cap, blk.n_used,
+                                             blk.score.data());
+                    }
+                }
+            });
+        }
         return;
     }
 
     // prefill: one task per (head, token); each sees the slots up to its position
     const int64_t per_task = G * (2 + D);
+    tasks_.clear();
+    for (int64_t task = 0; task < KV * n; task++) {
+        const int g = (int)(task / n);
+        tasks_.push_back({cost(g, std::min(cache_->block(il, g).n_used, n_past_ + task % n + 1)), task});
+    }
+    order_tasks();
     pool_->parallel_for(KV * n, 1, [&](int64_t b, int64_t e, int ith) {
-        for (int64_t task = b; task < e; task++) {
+        for (int64_t i = b; i < e; i++) {
+            const int64_t task = tasks_[i].second;
             const int g = (int)(task / n);
             const int64_t t = task % n;
             const attn_kv_view kv = cache_->view(il, g);
             float* pb = part_buf_.data() + task * per_task;
             attn_partial part{pb, pb + G, pb + 2 * G};
+            float* lg = observe ? thread_logits_.data() + (size_t)ith * G * cap : nullptr;
+            part.logits = lg;
+            part.logits_stride = cap;
             attn_q_view q{q_.data() + t * H * D + g * G * D, H * D, D, (int)G, 1, pos_.data() + t, scale};
             // slots beyond this token's position are invisible; stop the range there
+            // (slot index <= position, also after eviction)
             const int64_t s1 = std::min(kv.n_slots, n_past_ + t + 1);
             kernel_attention_range(kv, 0, s1, q, part, score_buf_.data() + ith * score_stride);
             kernel_attention_merge(&part, 1, 1, (int)G, kv.r_v, attn_.data() + t * H * D + g * G * D, H * D, D);
+            if (observe) {
+                const evict_observation o{il, g, pos_[t], t, n, params_.n_ctx, kv.pos};
+                float* acc = thread_scores_.data() + ((size_t)ith * KV + g) * cap;
+                for (int64_t j = 0; j < G; j++) policy_->observe(o, lg + j * cap, s1, acc);
+            }
         }
     });
+    if (observe) {
+        // per-thread sums into the blocks' scores, in thread order
+        pool_->parallel_for(KV, 1, [&](int64_t b, int64_t e, int) {
+            for (int64_t g = b; g < e; g++) {
+                kv_block& blk = cache_->block(il, (int)g);
+                for (int i = 0; i < params_.n_threads; i++) {
+                    float* acc = thread_scores_.data() + ((size_t)i * KV + g) * cap;
+                    for (int64_t s = 0; s < blk.n_used; s++) blk.score[s] += acc[s], acc[s] = 0;
+                }
+            }
+        });
+    }
 }
 
 }  // namespace zk

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/evict/evict.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "ggml-like/threadpool.h"
@@ -31,9 +32,20 @@ struct session_params {
     // [n_layer x n_head_kv] row-major. Empty = full head dim (no compression).
     std::vector<int> ranks_k;
     std::vector<int> ranks_v;
+    // KV cache precision (engine/kv_cache.h): 16 = kv_type rows, 8 or 4-bit.
+    int kv_bits = 16;
+    int kv_group = 32;            // 4-bit: tokens per key group
+    int kv_residual = 0;          // 4-bit: full-precision window (0 = kv_group)
+    bool kv_gear = false;         // 4-bit: GEAR error correction
+    int kv_gear_rank = 2;
+    float kv_gear_outliers = 0.02f;
+    // Token eviction (engine/evict/evict.h); policy "none" keeps every token.
+    evict_params evict;
 };
 
 void session_validate_params(const session_params& p, const model_hparams& hp);
+// The KV cache parameters session_params describe.
+kv_cache_params session_kv_params(const session_params& p);
 
 class session {
 public:
@@ -58,6 +70,10 @@ private:
     void forward_chunk(const int32_t* tokens, int64_t n, bool logits_all, float* logits_out);
     void compress_qk(int il, int64_t n);
     void attention(int il, int64_t n);
+    // Evicts down to the budget when the policy says so: before a chunk of
+    // `incoming` tokens that would not fit, or after a decode() call.
+    void evict_before(int64_t incoming);
+    void evict_after(int64_t n_call);
 
     const model& m_;
     session_params params_;
@@ -88,6 +104,16 @@ private:
     std::vector<float> part_buf_;
     std::vector<float> score_buf_;
     int64_t max_chunks_ = 0;
+    // Eviction: the policy; attention logits shown to it, decode [n_head_kv x
+    // k_decode_max_tok x group x capacity] and prefill per thread [group x
+    // capacity]; per-thread prefill score sums [n_threads x n_head_kv x capacity].
+    std::unique_ptr<evict_policy> policy_;
+    bool evicting_ = false;
+    std::vector<float> logits_buf_;
+    std::vector<float> thread_logits_;
+    std::vector<float> thread_scores_;
+    // Attention tasks ordered longest first (cost ~ slots x (r_k + r_v)).
+    std::vector<std::pair<int64_t, int64_t>> tasks_;
 };
 
 }  // namespace zk

@@ -4,6 +4,24 @@
 // the original head dim. Work is split over slot ranges (flash-decoding): each
 // range gives a partial (max, sum, unnormalised accumulator) and a merge combines
 // them, so one long head can be shared by several threads.
+//
+// Storage of a block (see engine/kv_cache.h for how it is filled). Slots are in
+// ascending position order; slots [0, n_quant) are quantized, slots
+// [n_quant, n_slots) are full-precision rows of `type` (the whole cache when it
+// is not quantized, the residual window of the newest tokens for 4-bit).
+//   KV_QUANT_Q8: per token, blocks of KV_Q8_BLOCK channels, symmetric int8 codes
+//       and one f16 scale per block: x = d * code.
+//   KV_QUANT_Q4: keys per channel over groups of `group` tokens (KIVI): codes
+//       (4-bit, two per byte, low nibble first) per token row, f16 scale s_c and
+//       min m_c per (group, channel): k_c = s_c code_c + m_c, so
+//       q.k = sum_c (q_c s_c) code_c + sum_c q_c m_c and the folded query is
+//       computed once per group. Values per token, blocks of KV_Q4_VBLOCK
+//       channels with an f16 scale and min each.
+//   GEAR (optional, Q4 only): per group of `group` quantized tokens, a rank-k
+//       correction A B^T (A [group x k], B [r x k], f16) and n_out sparse
+//       corrections (index t * r + c within the group, f16 value) of the
+//       quantization residual. Used without materializing anything:
+//       q.(A B^T)_t = sum_i A[t,i] (q.B[:,i]);  sum_t p_t (A B^T)_t = (p^T A) B^T.
 #pragma once
 #include <cstdint>
 
@@ -11,14 +29,49 @@
 
 namespace zk {
 
+enum kv_quant_kind : int { KV_QUANT_NONE = 0, KV_QUANT_Q8 = 1, KV_QUANT_Q4 = 2 };
+
+constexpr int KV_Q8_BLOCK = 32;   // channels per int8 scale
+constexpr int KV_Q4_VBLOCK = 32;  // value channels per 4-bit scale/min pair
+
+constexpr uint16_t KV_GEAR_NONE = 0xFFFF;  // unused sparse-correction slot
+
+inline int kv_n_blocks(int r, int block) { return (r + block - 1) / block; }
+inline int kv_q4_row_bytes(int r) { return (r + 1) / 2; }
+
+struct attn_gear_view {
+    int rank = 0;                      // 0 = no GEAR correction
+    int n_out = 0;                     // sparse correction slots per group
+    const uint16_t* a = nullptr;       // [n_groups x group x rank] f16, row t = t-th slot of the group
+    const uint16_t* b = nullptr;       // [n_groups x r x rank] f16
+    const uint16_t* out_idx = nullptr; // [n_groups x n_out] t * r + c ascending, KV_GEAR_NONE pads the end
+    const uint16_t* out_val = nullptr; // [n_groups x n_out] f16
+};
+
 struct attn_kv_view {
-    dtype type;          // F32 or F16
-    const void* k;       // [n_slots x r_k]
-    const void* v;       // [n_slots x r_v]
-    const int32_t* pos;  // [n_slots] token position held by each slot
+    dtype type;          // F32 or F16: the full-precision rows
+    const void* k;       // [(n_slots - n_quant) x r_k] rows for slots >= n_quant
+    const void* v;       // [(n_slots - n_quant) x r_v]
+    const int32_t* pos;  // [n_slots] token position held by each slot, ascending
     int64_t n_slots;
     int r_k;
     int r_v;
+    // quantized part (quant != KV_QUANT_NONE)
+    int quant = KV_QUANT_NONE;
+    int64_t n_quant = 0;
+    // Q4: quantized slots form n_groups groups of at most `group` tokens; group
+    // g holds slots [group_start[g], group_start[g + 1]) (all full unless
+    // eviction removed tokens from a group).
+    int group = 0;
+    int64_t n_groups = 0;
+    const int32_t* group_start = nullptr;  // [n_groups + 1], group_start[n_groups] = n_quant
+    const void* kq = nullptr;      // Q8: int8 [n_quant x r_k]; Q4: [n_quant x row_bytes(r_k)]
+    const uint16_t* ks = nullptr;  // Q8: [n_quant x blocks(r_k)]; Q4: [n_groups x r_k] scales
+    const uint16_t* km = nullptr;  // Q4: [n_groups x r_k] mins
+    const void* vq = nullptr;      // Q8: int8 [n_quant x r_v]; Q4: [n_quant x row_bytes(r_v)]
+    const uint16_t* vs = nullptr;  // Q8: [n_quant x blocks(r_v)]; Q4: [n_quant x vblocks(r_v)] scales
+    const uint16_t* vm = nullptr;  // Q4: [n_quant x vblocks(r_v)] mins
+    attn_gear_view gear_k, gear_v;
 };
 
 struct attn_q_view {
@@ -34,13 +87,20 @@ struct attn_q_view {
 // Partial results over a slot range: m, l [n_tok x n_group] (max score, sum of
 // e^(s - m)); acc [n_tok x n_group x r_v] = sum of e^(s - m) v. A range with no
 // visible slot gives m = -inf, l = 0, acc = 0.
+// logits (optional, for eviction policies): the scaled scores are written to
+// logits[(t * n_group + j) * logits_stride + s] for every slot s of the range,
+// -inf for slots the token cannot see.
 struct attn_partial {
     float* m;
     float* l;
     float* acc;
+    float* logits = nullptr;
+    int64_t logits_stride = 0;
 };
 
-// scratch: at least n_group * (s1 - s0) + r_k + r_v floats.
+// Floats of scratch kernel_attention_range needs for a range of n slots.
+int64_t kernel_attention_scratch(int n_group, int64_t n, int r_k, int r_v, int gear_rank);
+
 void kernel_attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, const attn_q_view& q,
                             const attn_partial& out, float* scratch);
 

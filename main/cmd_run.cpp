@@ -127,15 +127,22 @@ int run_chat(const model& m, session& s, sampler& smp, const model_opts& mo, con
 int cmd_run(const model_opts& mo, const sampler_params& sp, const run_opts& ro) {
     if (ro.raw && !ro.has_prompt) ZK_THROW("--raw needs a prompt (-p TEXT)");
     sampler_validate_params(sp);
-    const session_params sparams = options_session_params(mo);
+    session_params sparams = options_session_params(mo);
     auto m = model_load(mo.model_path);
+    options_resolve_ranks(mo, *m, sparams);
     session s(*m, sparams);
     sampler smp(sp, m->hp.n_vocab);
     if (mo.verbose) {
         std::fprintf(stderr, "model: %s\n", model_describe(*m).c_str());
-        std::fprintf(stderr, "kv cache: %s, %zu bytes per token, %zu bytes for %lld tokens; threads %d; seed %llu\n",
-                     dtype_name(sparams.kv_type), s.cache().bytes_per_token(), s.cache().bytes_allocated(),
-                     (long long)sparams.n_ctx, sparams.n_threads, (unsigned long long)smp.seed());
+        std::fprintf(stderr, "kv cache: %s; threads %d; seed %llu\n", s.cache().describe(m->hp.head_dim).c_str(),
+                     sparams.n_threads, (unsigned long long)smp.seed());
+        if (!sparams.ranks_k.empty()) {
+            long sk = 0, sv = 0;
+            for (size_t i = 0; i < sparams.ranks_k.size(); i++) sk += sparams.ranks_k[i], sv += sparams.ranks_v[i];
+            std::fprintf(stderr, "zack: mean rank K %.1f, V %.1f of %d (%.1f%% of K/V dims removed)\n",
+                         (double)sk / sparams.ranks_k.size(), (double)sv / sparams.ranks_v.size(), m->hp.head_dim,
+                         100.0 * (1.0 - (double)(sk + sv) / (2.0 * m->hp.head_dim * sparams.ranks_k.size())));
+        }
     }
 
     struct sigaction sa = {};

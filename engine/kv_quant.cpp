@@ -1,0 +1,259 @@
+#include "engine/kv_quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "ggml-like/dtype.h"
+#include "ggml-like/error.h"
+#include "kernels/attention.h"
+
+namespace zk {
+
+namespace {
+
+// The next f16 above / below h (finite inputs; KV activations are far below 65504).
+uint16_t f16_next_up(uint16_t h) {
+    if (h == 0x8000) return 0x0001;
+    return (h & 0x8000) ? (uint16_t)(h - 1) : (uint16_t)(h + 1);
+}
+uint16_t f16_next_down(uint16_t h) {
+    if (h == 0x0000) return 0x8001;
+    return (h & 0x8000) ? (uint16_t)(h + 1) : (uint16_t)(h - 1);
+}
+// f16 values >= x and <= x: scales round up and mins down, so the grid covers the data.
+uint16_t f16_ceil(float x) {
+    uint16_t h = fp32_to_fp16(x);
+    while (fp16_to_fp32(h) < x) h = f16_next_up(h);
+    return h;
+}
+uint16_t f16_floor(float x) {
+    uint16_t h = fp32_to_fp16(x);
+    while (fp16_to_fp32(h) > x) h = f16_next_down(h);
+    return h;
+}
+
+inline void put_nibble(uint8_t* row, int c, int code) {
+    if (c & 1)
+        row[c / 2] = (uint8_t)((row[c / 2] & 0x0F) | (code << 4));
+    else
+        row[c / 2] = (uint8_t)((row[c / 2] & 0xF0) | code);
+}
+inline int get_nibble(const uint8_t* row, int c) { return (row[c / 2] >> ((c & 1) * 4)) & 0x0F; }
+
+inline int q4_code(float x, float m, float inv) {
+    const int c = (int)std::lround((x - m) * inv);
+    return c < 0 ? 0 : (c > 15 ? 15 : c);
+}
+
+// Asymmetric 4-bit grid over the values x[i * stride], i < n, not skipped.
+void q4_grid(const float* x, int n, int64_t stride, const uint8_t* skip, int64_t skip_stride, uint16_t* s16,
+             uint16_t* m16) {
+    float mn = INFINITY, mx = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        if (skip && skip[i * skip_stride]) continue;
+        mn = std::min(mn, x[i * stride]);
+        mx = std::max(mx, x[i * stride]);
+    }
+    if (mn > mx) mn = mx = 0;  // everything skipped
+    *m16 = f16_floor(mn);
+    const float m = fp16_to_fp32(*m16);
+    *s16 = f16_ceil((mx - m) / 15.0f);
+}
+
+}  // namespace
+
+// ---- 8-bit ----
+
+void kvq_quantize_q8_row(const float* x, int r, int8_t* codes, uint16_t* d) {
+    for (int b0 = 0, bi = 0; b0 < r; b0 += KV_Q8_BLOCK, bi++) {
+        const int n = std::min(KV_Q8_BLOCK, r - b0);
+        float amax = 0;
+        for (int i = 0; i < n; i++) amax = std::max(amax, std::fabs(x[b0 + i]));
+        d[bi] = f16_ceil(amax / 127.0f);
+        const float dv = fp16_to_fp32(d[bi]);
+        const float inv = dv > 0 ? 1.0f / dv : 0.0f;
+        for (int i = 0; i < n; i++) {
+            const int c = (int)std::lround(x[b0 + i] * inv);
+            codes[b0 + i] = (int8_t)(c < -127 ? -127 : (c > 127 ? 127 : c));
+        }
+    }
+}
+
+void kvq_dequantize_q8_row(const int8_t* codes, const uint16_t* d, int r, float* x) {
+    for (int c = 0; c < r; c++) x[c] = fp16_to_fp32(d[c / KV_Q8_BLOCK]) * (float)codes[c];
+}
+
+// ---- 4-bit values (per token) ----
+
+static void q4_vrow_skip(const float* x, int r, uint8_t* codes, uint16_t* s, uint16_t* m, const uint8_t* skip) {
+    for (int b0 = 0, bi = 0; b0 < r; b0 += KV_Q4_VBLOCK, bi++) {
+        const int n = std::min(KV_Q4_VBLOCK, r - b0);
+        q4_grid(x + b0, n, 1, skip ? skip + b0 : nullptr, 1, &s[bi], &m[bi]);
+        const float sv = fp16_to_fp32(s[bi]), mv = fp16_to_fp32(m[bi]);
+        const float inv = sv > 0 ? 1.0f / sv : 0.0f;
+        for (int i = 0; i < n; i++) put_nibble(codes, b0 + i, q4_code(x[b0 + i], mv, inv));
+    }
+}
+
+void kvq_quantize_q4_vrow(const float* x, int r, uint8_t* codes, uint16_t* s, uint16_t* m) {
+    q4_vrow_skip(x, r, codes, s, m, nullptr);
+}
+
+void kvq_dequantize_q4_vrow(const uint8_t* codes, const uint16_t* s, const uint16_t* m, int r, float* x) {
+    for (int c = 0; c < r; c++)
+        x[c] = fp16_to_fp32(s[c / KV_Q4_VBLOCK]) * (float)get_nibble(codes, c) + fp16_to_fp32(m[c / KV_Q4_VBLOCK]);
+}
+
+// ---- 4-bit keys (per channel over a group) ----
+
+void kvq_quantize_q4_keys(const float* X, int n, int r, uint8_t* codes, uint16_t* s, uint16_t* m,
+                          const uint8_t* skip) {
+    const int rb = kv_q4_row_bytes(r);
+    for (int c = 0; c < r; c++) {
+        q4_grid(X + c, n, r, skip ? skip + c : nullptr, r, &s[c], &m[c]);
+        const float sv = fp16_to_fp32(s[c]), mv = fp16_to_fp32(m[c]);
+        const float inv = sv > 0 ? 1.0f / sv : 0.0f;
+        for (int t = 0; t < n; t++) put_nibble(codes + (size_t)t * rb, c, q4_code(X[(size_t)t * r + c], mv, inv));
+    }
+}
+
+void kvq_dequantize_q4_keys(const uint8_t* codes, const uint16_t* s, const uint16_t* m, int n, int r, float* X) {
+    const int rb = kv_q4_row_bytes(r);
+    for (int t = 0; t < n; t++)
+        for (int c = 0; c < r; c++)
+            X[(size_t)t * r + c] = fp16_to_fp32(s[c]) * (float)get_nibble(codes + (size_t)t * rb, c) + fp16_to_fp32(m[c]);
+}
+
+// ---- GEAR ----
+
+int kvq_gear_n_outliers(int n, int r, float frac) {
+    if (frac <= 0) return 0;
+    return std::min(n * r, (int)std::ceil(frac * n * r));
+}
+
+int64_t kvq_gear_work(int n, int r) { return 3 * (int64_t)n * r + n + r + ((int64_t)n * r + 3) / 4 + 8; }
+
+static void dequantize_group(const uint8_t* codes, const uint16_t* s, const uint16_t* m, int n, int r,
+                             bool per_channel, float* X) {
+    if (per_channel) {
+        kvq_dequantize_q4_keys(codes, s, m, n, r, X);
+        return;
+    }
+    const int rb = kv_q4_row_bytes(r), nb = kv_n_blocks(r, KV_Q4_VBLOCK);
+    for (int t = 0; t < n; t++)
+        kvq_dequantize_q4_vrow(codes + (size_t)t * rb, s + (size_t)t * nb, m + (size_t)t * nb, r, X + (size_t)t * r);
+}
+
+void kvq_quantize_gear(const float* X, int n, int r, bool per_channel, int rank, int n_out, uint8_t* codes,
+                       uint16_t* s, uint16_t* m, const kvq_gear_out& g, float* work) {
+    ZK_ASSERT(n * r <= 65536 && n_out <= n * r && rank >= 0);
+    const int64_t N = (int64_t)n * r;
+    float* R = work;          // [n x r] residual
+    float* dev = R + N;       // [n x r] distance from the quantization group's mean
+    float* sel = dev + N;     // [n x r] copy for the selection
+    float* u = sel + N;       // [n]
+    float* v = u + n;         // [r]
+    uint8_t* skip = (uint8_t*)(v + r);  // [n x r]
+
+    // 1. outliers: the n_out elements farthest from their group's mean
+    const int nb = kv_n_blocks(r, KV_Q4_VBLOCK);
+    if (per_channel) {
+        for (int c = 0; c < r; c++) {
+            double mean = 0;
+            for (int t = 0; t < n; t++) mean += X[(int64_t)t * r + c];
+            mean /= n;
+            for (int t = 0; t < n; t++) dev[(int64_t)t * r + c] = std::fabs(X[(int64_t)t * r + c] - (float)mean);
+        }
+    } else {
+        for (int t = 0; t < n; t++)
+            for (int b = 0; b < nb; b++) {
+                const int c0 = b * KV_Q4_VBLOCK, c1 = std::min(r, c0 + KV_Q4_VBLOCK);
+                double mean = 0;
+                for (int c = c0; c < c1; c++) mean += X[(int64_t)t * r + c];
+                mean /= (c1 - c0);
+                for (int c = c0; c < c1; c++) dev[(int64_t)t * r + c] = std::fabs(X[(int64_t)t * r + c] - (float)mean);
+            }
+    }
+    std::memset(skip, 0, (size_t)N);
+    if (n_out > 0) {
+        std::memcpy(sel, dev, sizeof(float) * N);
+        std::nth_element(sel, sel + (n_out - 1), sel + N, [](float a, float b) { return a > b; });
+        const float thr = sel[n_out - 1];
+        int k = 0;
+        for (int64_t i = 0; i < N && k < n_out; i++)
+            if (dev[i] > thr) skip[i] = 1, g.out_idx[k++] = (uint16_t)i;
+        for (int64_t i = 0; i < N && k < n_out; i++)
+            if (dev[i] == thr && !skip[i]) skip[i] = 1, g.out_idx[k++] = (uint16_t)i;
+        std::sort(g.out_idx, g.out_idx + n_out);
+    }
+
+    // 2. quantize without the outliers
+    if (per_channel) {
+        kvq_quantize_q4_keys(X, n, r, codes, s, m, skip);
+    } else {
+        const int rb = kv_q4_row_bytes(r);
+        for (int t = 0; t < n; t++)
+            q4_vrow_skip(X + (int64_t)t * r, r, codes + (size_t)t * rb, s + (size_t)t * nb, m + (size_t)t * nb,
+                         skip + (int64_t)t * r);
+    }
+
+    // 3. low-rank approximation of the residual (outliers excluded), deflating
+    // with the f16-rounded factors so later components see the rounding
+    dequantize_group(codes, s, m, n, r, per_channel, R);
+    for (int64_t i = 0; i < N; i++) R[i] = skip[i] ? 0.0f : X[i] - R[i];
+    for (int i = 0; i < rank; i++) {
+        for (int c = 0; c < r; c++) v[c] = 1.0f + 0.37f * (float)((c * 7 + i * 3) % 11);  // fixed, non-degenerate start
+        for (int it = 0; it < 12; it++) {
+            for (int t = 0; t < n; t++) u[t] = 0;
+            for (int t = 0; t < n; t++)
+                for (int c = 0; c < r; c++) u[t] += R[(int64_t)t * r + c] * v[c];
+            double nrm = 0;
+            for (int c = 0; c < r; c++) {
+                float acc = 0;
+                for (int t = 0; t < n; t++) acc += R[(int64_t)t * r + c] * u[t];
+                v[c] = acc;
+                nrm += (double)acc * acc;
+            }
+            nrm = std::sqrt(nrm);
+            if (nrm == 0) break;
+            for (int c = 0; c < r; c++) v[c] = (float)(v[c] / nrm);
+        }
+        for (int t = 0; t < n; t++) {
+            float acc = 0;
+            for (int c = 0; c < r; c++) acc += R[(int64_t)t * r + c] * v[c];
+            g.a[t * rank + i] = fp32_to_fp16(acc);
+        }
+        for (int c = 0; c < r; c++) g.b[c * rank + i] = fp32_to_fp16(v[c]);
+        for (int t = 0; t < n; t++) {
+            const float at = fp16_to_fp32(g.a[t * rank + i]);
+            for (int c = 0; c < r; c++) R[(int64_t)t * r + c] -= at * fp16_to_fp32(g.b[c * rank + i]);
+        }
+    }
+
+    // 4. outliers: exact up to f16, after the quantized and low-rank parts
+    if (n_out > 0) {
+        dequantize_group(codes, s, m, n, r, per_channel, R);
+        for (int k = 0; k < n_out; k++) {
+            const int idx = g.out_idx[k], t = idx / r, c = idx % r;
+            float lr = 0;
+            for (int i = 0; i < rank; i++) lr += fp16_to_fp32(g.a[t * rank + i]) * fp16_to_fp32(g.b[c * rank + i]);
+            g.out_val[k] = fp32_to_fp16(X[idx] - R[idx] - lr);
+        }
+    }
+}
+
+void kvq_dequantize_gear(const uint8_t* codes, const uint16_t* s, const uint16_t* m, int n, int r,
+                         bool per_channel, int rank, int n_out, const uint16_t* a, const uint16_t* b,
+                         const uint16_t* out_idx, const uint16_t* out_val, float* X) {
+    dequantize_group(codes, s, m, n, r, per_channel, X);
+    for (int t = 0; t < n; t++)
+        for (int c = 0; c < r; c++) {
+            float lr = 0;
+            for (int i = 0; i < rank; i++) lr += fp16_to_fp32(a[t * rank + i]) * fp16_to_fp32(b[c * rank + i]);
+            X[(int64_t)t * r + c] += lr;
+        }
+    for (int k = 0; k < n_out; k++) X[out_idx[k]] += fp16_to_fp32(out_val[k]);
+}
+
+}  // namespace zk

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Reference tokenizer built with the HF `tokenizers` library from GGUF metadata.
+
+Covers byte-level BPE models (tokenizer.ggml.model == "gpt2") whose pre-tokenizer
+is SmolLM2's (tokenizer.ggml.pre == "smollm"), set up as SmolLM2's tokenizer.json:
+  pre_tokenizer = Sequence([Digits(individual_digits=True),
+                            ByteLevel(add_prefix_space=False, use_regex=True)])
+  decoder       = ByteLevel
+Tokens with token_type 3 (control, e.g. <|im_start|>) are registered as special
+AddedTokens, so their texts inside a prompt map to their single ids.
+
+The GGUF vocabulary strings are already in byte-level alphabet form (e.g. "Ġthe"),
+and merges are "left right" strings, exactly what models.BPE takes.
+
+API:
+    tok = load(model_path)                  # tokenizers.Tokenizer, cached
+    info(model_path) -> dict(bos=, eos=, add_bos=, add_eos=, n_vocab=, control=)
+    control_ids(model_path) -> list[int]    # token_type 3
+    token_bytes(model_path, id) -> bytes    # raw bytes of one token
+    decode(model_path, ids) -> str          # special tokens kept
+    encode(model_path, text, add_bos=None) -> list[int]   (None: follow GGUF flag)
+CLI:
+    python3 ref_tokenizer.py MODEL "text"   -> prints ids
+"""
+from __future__ import annotations
+
+import sys
+
+import gguf
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+TOKEN_TYPE_CONTROL = 3
+SUPPORTED_PRE = ("smollm",)
+
+_CACHE: dict[str, tuple[Tokenizer, dict]] = {}
+
+
+def _field(reader, key, default=None):
+    f = reader.fields.get(key)
+    return default if f is None else f.contents()
+
+
+def _build(path: str) -> tuple[Tokenizer, dict]:
+    reader = gguf.GGUFReader(path)
+    model = _field(reader, "tokenizer.ggml.model")
+    pre = _field(reader, "tokenizer.ggml.pre", "default")
+    if model != "gpt2":
+        raise ValueError(f"{path}: tokenizer.ggml.model '{model}' not supported by the "
+                         f"reference tokenizer (only byte-level BPE 'gpt2')")
+    if pre not in SUPPORTED_PRE:
+        raise ValueError(f"{path}: tokenizer.ggml.pre '{pre}' not supported by the reference "
+                         f"tokenizer (supported: {', '.join(SUPPORTED_PRE)})")
+    tokens = _field(reader, "tokenizer.ggml.tokens")
+    types = _field(reader, "tokenizer.ggml.token_type")
+    merges = _field(reader, "tokenizer.ggml.merges")
+    if len(tokens) != len(types):
+        raise ValueError(f"{path}: {len(tokens)} tokens but {len(types)} token types")
+    vocab = {t: i for i, t in enumerate(tokens)}
+    merge_pairs = []
+    for m in merges:
+        a, sep, b = m.partition(" ")
+        if not sep:
+            raise ValueError(f"{path}: malformed merge '{m}'")
+        merge_pairs.append((a, b))
+
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merge_pairs))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    special = [AddedToken(t, special=True, normalized=False)
+               for t, ty in zip(tokens, types) if ty == TOKEN_TYPE_CONTROL]
+    tok.add_special_tokens(special)
+
+    meta = dict(
+        bos=_field(reader, "tokenizer.ggml.bos_token_id"),
+        eos=_field(reader, "tokenizer.ggml.eos_token_id"),
+        add_bos=bool(_field(reader, "tokenizer.ggml.add_bos_token", False)),
+        add_eos=bool(_field(reader, "tokenizer.ggml.add_eos_token", False)),
+        n_vocab=len(tokens),
+        control=[i for i, ty in enumerate(types) if ty == TOKEN_TYPE_CONTROL],
+    )
+    meta["control_set"] = frozenset(meta["control"])
+    return tok, meta
+
+
+def _get(path: str) -> tuple[Tokenizer, dict]:
+    if path not in _CACHE:
+        _CACHE[path] = _build(path)
+    return _CACHE[path]
+
+
+def load(path: str) -> Tokenizer:
+    """tokenizers.Tokenizer for the GGUF at `path` (no BOS/EOS post-processing)."""
+    return _get(path)[0]
+
+
+def info(path: str) -> dict:
+    """bos, eos ids and the add_bos/add_eos flags from the GGUF."""
+    return dict(_get(path)[1])
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """Inverse of the GPT-2 byte-level alphabet: printable bytes ('!'..'~',
+    0xA1..0xAC, 0xAE..0xFF) stand for themselves, the other 68 bytes are mapped
+    to U+0100 onwards in byte order."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    table, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[chr(b)] = b
+        else:
+            table[chr(256 + extra)] = b
+            extra += 1
+    return table
+
+
+_ALPHABET = _byte_level_alphabet()
+
+
+def token_bytes(path: str, token_id: int) -> bytes:
+    """The bytes one token stands for (may be part of a UTF-8 sequence); a
+    control token gives its text."""
+    tok, meta = _get(path)
+    text = tok.id_to_token(int(token_id))
+    if int(token_id) in meta["control_set"]:
+        return text.encode("utf-8")
+    return bytes(_ALPHABET[c] for c in text)
+
+
+def control_ids(path: str) -> list[int]:
+    """Ids of the control tokens (token_type 3)."""
+    return list(_get(path)[1]["control"])
+
+
+def encode(path: str, text: str, add_bos: bool | None = None) -> list[int]:
+    """Token ids for `text`; special-token texts map to their ids. A BOS is
+    prepended when add_bos (None: the GGUF flag tokenizer.ggml.add_bos_token)."""
+    tok, meta = _get(path)
+    ids = tok.encode(text, add_special_tokens=False).ids
+    if add_bos is None:
+        add_bos = meta["add_bos"]
+    if add_bos and meta["bos"] is not None:
+        ids = [int(meta["bos"])] + ids
+    return ids
+
+
+def decode(path: str, ids) -> str:
+    """Text for `ids`, special tokens included verbatim."""
+    return load(path).decode(list(ids), skip_special_tokens=False)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        print("usage: ref_tokenizer.py MODEL TEXT", file=sys.stderr)
+        sys.exit(2)
+    print(" ".join(str(i) for i in encode(sys.argv[1], sys.argv[2], add_bos=False)))

@@ -1,0 +1,131 @@
+// tool_kv_kl MODEL TEXT_FILE [--prompt P] [--decode D] [--threads N] CONFIG...
+// KL divergence of next-token distributions between the baseline KV cache (f16,
+// no eviction) and each CONFIG over a real text: the first P tokens are a prompt
+// (prefill, then eviction to the budget), the next D tokens are fed one at a
+// time (decode, eviction in chunks) and the distributions after each of them
+// are compared: mean KL(base || config) in nats and top-1 agreement. CONFIG is
+// key=value pairs separated by commas: bits, group, residual, gear, gear_rank,
+// evict, budget, crush, anchor, e.g. "bits=4,gear=1" or "evict=h2o,budget=128".
+// One line per config: config=... bytes_per_token=... kl=... top1=...
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/model.h"
+#include "engine/session.h"
+#include "engine/vocab.h"
+#include "ggml-like/error.h"
+
+namespace {
+
+zk::session_params parse_config(const std::string& cfg, zk::session_params sp) {
+    std::stringstream ss(cfg);
+    std::string kv;
+    while (std::getline(ss, kv, ',')) {
+        if (kv.empty()) continue;
+        const size_t eq = kv.find('=');
+        if (eq == std::string::npos) ZK_THROW("config '%s': '%s' is not key=value", cfg.c_str(), kv.c_str());
+        const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
+        if (k == "bits") sp.kv_bits = std::stoi(v);
+        else if (k == "group") sp.kv_group = std::stoi(v);
+        else if (k == "residual") sp.kv_residual = std::stoi(v);
+        else if (k == "gear") sp.kv_gear = v != "0";
+        else if (k == "gear_rank") sp.kv_gear_rank = std::stoi(v);
+        else if (k == "evict") sp.evict.policy = v;
+        else if (k == "budget") sp.evict.budget = std::stoll(v);
+        else if (k == "crush") sp.evict.crush = std::stof(v);
+        else if (k == "anchor") sp.evict.crush_anchor = v;
+        else ZK_THROW("config '%s': unknown key '%s'", cfg.c_str(), k.c_str());
+    }
+    return sp;
+}
+
+// Log-softmax of logits into out (double for a stable KL).
+void log_softmax(const float* x, int n, std::vector<double>& out) {
+    out.resize(n);
+    double mx = -1e300;
+    for (int i = 0; i < n; i++) mx = std::max(mx, (double)x[i]);
+    double s = 0;
+    for (int i = 0; i < n; i++) s += std::exp(x[i] - mx);
+    const double ls = std::log(s) + mx;
+    for (int i = 0; i < n; i++) out[i] = x[i] - ls;
+}
+
+// Logits after each of the D decode tokens [D x n_vocab].
+std::vector<float> run(const zk::model& m, const zk::session_params& sp, const std::vector<int32_t>& ids, int64_t P,
+                       int64_t D, double* bytes_per_token) {
+    zk::session s(m, sp);
+    *bytes_per_token = s.cache().bytes_per_token_exact();
+    const int V = m.hp.n_vocab;
+    std::vector<float> out((size_t)D * V);
+    s.decode(ids.data(), P);
+    for (int64_t i = 0; i < D; i++) {
+        const float* lg = s.decode(&ids[P + i], 1);
+        std::memcpy(out.data() + (size_t)i * V, lg, sizeof(float) * V);
+    }
+    return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 4) {
+        std::fprintf(stderr, "usage: tool_kv_kl MODEL TEXT_FILE [--prompt P] [--decode D] [--threads N] CONFIG...\n");
+        return 2;
+    }
+    try {
+        int64_t P = 256, D = 64;
+        zk::session_params base;
+        base.n_threads = 2;
+        std::vector<std::string> configs;
+        for (int i = 3; i < argc; i++) {
+            if (!std::strcmp(argv[i], "--prompt") && i + 1 < argc) P = std::stoll(argv[++i]);
+            else if (!std::strcmp(argv[i], "--decode") && i + 1 < argc) D = std::stoll(argv[++i]);
+            else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) base.n_threads = std::stoi(argv[++i]);
+            else configs.push_back(argv[i]);
+        }
+        std::ifstream in(argv[2]);
+        if (!in) ZK_THROW("%s: cannot open", argv[2]);
+        std::stringstream text;
+        text << in.rdbuf();
+        auto m = zk::model_load(argv[1]);
+        std::vector<int32_t> ids = m->voc->encode(text.str(), true, false);
+        if ((int64_t)ids.size() < P + D)
+            ZK_THROW("%s: %zu tokens, need %lld (prompt + decode)", argv[2], ids.size(), (long long)(P + D));
+        base.n_ctx = P + D;
+        const int V = m->hp.n_vocab;
+        double base_bytes = 0;
+        const std::vector<float> ref = run(*m, base, ids, P, D, &base_bytes);
+        std::printf("config=baseline bytes_per_token=%.1f kl=0 top1=1\n", base_bytes);
+        std::vector<double> lp, lq;
+        for (const std::string& cfg : configs) {
+            const zk::session_params sp = parse_config(cfg, base);
+            double bytes = 0;
+            const std::vector<float> got = run(*m, sp, ids, P, D, &bytes);
+            double kl = 0;
+            int64_t agree = 0;
+            for (int64_t i = 0; i < D; i++) {
+                const float* a = ref.data() + (size_t)i * V;
+                const float* b = got.data() + (size_t)i * V;
+                log_softmax(a, V, lp);
+                log_softmax(b, V, lq);
+                double k = 0;
+                for (int v = 0; v < V; v++) k += std::exp(lp[v]) * (lp[v] - lq[v]);
+                kl += k;
+                agree += (std::max_element(a, a + V) - a) == (std::max_element(b, b + V) - b);
+            }
+            std::printf("config=%s bytes_per_token=%.1f kl=%.6f top1=%.4f\n", cfg.c_str(), bytes, kl / D,
+                        (double)agree / D);
+            std::fflush(stdout);
+        }
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "tool_kv_kl: error: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
