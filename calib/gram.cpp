@@ -7,8 +7,17 @@
 
 namespace zk {
 
-gram_accumulator::gram_accumulator(const model_hparams& hp, thread_pool* pool)
-    : n_layer_(hp.n_layer), n_head_(hp.n_head), n_kv_(hp.n_head_kv), d_(hp.head_dim), pool_(pool) {
+const char* gram_v_stat_name(gram_v_stat s) { return s == gram_v_stat::V ? "v" : "attn"; }
+
+gram_v_stat gram_v_stat_from_name(const std::string& name) {
+    if (name == "v") return gram_v_stat::V;
+    if (name == "attn") return gram_v_stat::ATTN;
+    ZK_THROW("unknown V statistic '%s' (valid: attn, v)", name.c_str());
+}
+
+gram_accumulator::gram_accumulator(const model_hparams& hp, thread_pool* pool, gram_v_stat v_stat)
+    : n_layer_(hp.n_layer), n_head_(hp.n_head), n_kv_(hp.n_head_kv), d_(hp.head_dim), pool_(pool),
+      v_stat_(v_stat) {
     const size_t per = (size_t)n_layer_ * n_kv_ * d_ * d_;
     c_qk_.assign(per, 0.0);
     c_v_.assign(per, 0.0);
@@ -25,10 +34,12 @@ void gram_accumulator::on_qkv(int layer, int64_t n, const int32_t* pos, const fl
     ZK_ASSERT(layer >= 0 && layer < n_layer_ && n > 0);
     if (layer == 0) n_tokens_ += n;
     const int D = d_, H = n_head_, KV = n_kv_, G = n_head_ / n_kv_;
-    // Task 2g: C_qk of head g from n*(G+1) rows; task 2g+1: C_v of head g from n rows.
+    // Task 2g: C_qk of head g from n*(G+1) rows; task 2g+1: C_v of head g from n
+    // rows (only when C_v is taken from v; with ATTN it comes from on_attn).
     auto task = [&](int64_t t, int ith) {
         const int g = (int)(t / 2);
         const bool is_v = t % 2;
+        if (is_v && v_stat_ != gram_v_stat::V) return;
         std::vector<double>& a = scratch_[ith];
         const int64_t rows = is_v ? n : n * (G + 1);
         if ((int64_t)a.size() < rows * D) a.resize(rows * D);
@@ -56,6 +67,33 @@ void gram_accumulator::on_qkv(int layer, int64_t n, const int32_t* pos, const fl
         });
     } else {
         for (int64_t t = 0; t < 2 * KV; t++) task(t, 0);
+    }
+}
+
+void gram_accumulator::on_attn(int layer, int64_t n, const float* attn) {
+    if (v_stat_ != gram_v_stat::ATTN) return;
+    ZK_ASSERT(layer >= 0 && layer < n_layer_ && n > 0);
+    const int D = d_, H = n_head_, KV = n_kv_, G = n_head_ / n_kv_;
+    // C_v of head g += sum over tokens and the group's query heads of o o^T:
+    // the rows of attn for heads g*G .. g*G+G-1 are contiguous per token.
+    auto task = [&](int64_t g, int ith) {
+        std::vector<double>& a = scratch_[ith];
+        const int64_t rows = n * G;
+        if ((int64_t)a.size() < rows * D) a.resize(rows * D);
+        double* dst = a.data();
+        for (int64_t tok = 0; tok < n; tok++) {
+            const float* src = attn + (tok * H + g * G) * D;
+            for (int c = 0; c < G * D; c++) *dst++ = src[c];
+        }
+        double* C = c_v_.data() + ((size_t)layer * KV + g) * D * D;
+        cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, D, (int)rows, 1.0, a.data(), D, 1.0, C, D);
+    };
+    if (pool_ && pool_->size() > 1) {
+        pool_->parallel_for(KV, 1, [&](int64_t b, int64_t e, int ith) {
+            for (int64_t t = b; t < e; t++) task(t, ith);
+        });
+    } else {
+        for (int64_t t = 0; t < KV; t++) task(t, 0);
     }
 }
 

@@ -3,13 +3,19 @@
 //
 // For KV head g of layer l (query heads G(g) = g*group .. g*group + group - 1):
 //   C_qk[l][g] = sum_t ( k_g(t) k_g(t)^T + sum_{i in G(g)} q_i(t) q_i(t)^T )   [d x d]
-//   C_v [l][g] = sum_t v_g(t) v_g(t)^T                                      [d x d]
+//   C_v [l][g] = sum_t v_g(t) v_g(t)^T                 (v_stat V, the paper's)
+//            or  sum_t sum_{i in G(g)} o_i(t) o_i(t)^T  (v_stat ATTN, the default)
+// where o_i = sum_s p_is v_g(s) is what W_o actually multiplies: attention
+// outputs weight each value by the attention it receives, so values that
+// attention concentrates on (sink tokens) count as much as they matter. On
+// SmolLM2-135M this halves the KL divergence of V compression against v v^T.
 // q and k are taken after RoPE (the rotation is applied online, see DESIGN.md 3).
 // The W_o half of the V-O pairing does not depend on the corpus and is added
 // by gram_wo() when the decomposition is taken. Memory is fixed
 // (2 x n_layer x n_kv x d x d doubles), whatever the corpus length.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "engine/model.h"
@@ -19,13 +25,20 @@ namespace zk {
 
 class thread_pool;
 
+enum class gram_v_stat { V, ATTN };
+const char* gram_v_stat_name(gram_v_stat s);
+gram_v_stat gram_v_stat_from_name(const std::string& name);  // "v" | "attn"; throws otherwise
+
 class gram_accumulator : public session_observer {
 public:
     // pool (optional, not owned) spreads each layer's (head, K|V) updates over threads.
-    explicit gram_accumulator(const model_hparams& hp, thread_pool* pool = nullptr);
+    explicit gram_accumulator(const model_hparams& hp, thread_pool* pool = nullptr,
+                              gram_v_stat v_stat = gram_v_stat::ATTN);
 
     void on_qkv(int layer, int64_t n, const int32_t* pos, const float* q, const float* k,
                 const float* v) override;
+    void on_attn(int layer, int64_t n, const float* attn) override;
+    gram_v_stat v_stat() const { return v_stat_; }
 
     // Use `pool` (not owned; nullptr = the calling thread only) for later updates.
     void set_pool(thread_pool* pool);
@@ -41,6 +54,7 @@ private:
     std::vector<double> full(const std::vector<double>& upper, int layer, int g) const;
     int n_layer_, n_head_, n_kv_, d_;
     thread_pool* pool_;
+    gram_v_stat v_stat_;
     int64_t n_tokens_ = 0;
     std::vector<double> c_qk_;  // [n_layer x n_kv x d x d], upper triangle maintained by dsyrk
     std::vector<double> c_v_;   // [n_layer x n_kv x d x d]

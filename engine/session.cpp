@@ -200,6 +200,7 @@ void session::forward_chunk(const int32_t* tokens, int64_t n, bool logits_all, f
         for (int g = 0; g < KV; g++)
             cache_->append(il, g, n, k_.data() + g * D, KV * D, v_.data() + g * D, KV * D, pos_.data());
         attention(il, n);
+        if (observer_) observer_->on_attn(il, n, attn_.data());
         kernel_matmul(L.wo, attn_.data(), n, tmp_.data(), pool, mm_scratch_);
         for (int64_t i = 0; i < n * E; i++) x_[i] += tmp_[i];
 

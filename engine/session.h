@@ -21,6 +21,8 @@ struct session_observer {
     virtual ~session_observer() = default;
     virtual void on_qkv(int layer, int64_t n, const int32_t* pos, const float* q, const float* k,
                         const float* v) = 0;
+    // The attention output that feeds W_o, [n x n_head x head_dim].
+    virtual void on_attn(int layer, int64_t n, const float* attn) {}
 };
 
 struct session_params {

@@ -38,6 +38,9 @@ void options_add_calibrate(CLI::App& app, calibrate_opts& o) {
     app.add_option("--save-corpus", o.save_corpus, "write the generated default corpus to this text file");
     app.add_option("--compare", o.compare_path, "report how far this .zack's rotations are from the new (or -m) one");
     app.add_option("--compare-rate", o.compare_rate, "overall rate whose ranks the comparison uses");
+    app.add_option("--v-stat", o.v_stat,
+                   "V statistic: attn (attention outputs, what W_o multiplies) or v (value vectors, as the paper)")
+        ->check(CLI::IsMember({"attn", "v"}));
     app.add_flag("-q,--quiet", o.quiet, "no progress lines");
 }
 
@@ -116,7 +119,7 @@ int cmd_calibrate(const calibrate_opts& o) {
     cp.n_ctx = o.n_ctx;
     cp.n_threads = n_threads;
     cp.progress = !o.quiet;
-    gram_accumulator acc(m->hp);
+    gram_accumulator acc(m->hp, nullptr, gram_v_stat_from_name(o.v_stat));
     const int64_t fed = calib_collect(*m, docs, cp, acc);
     if (fed < o.n_tokens)
         std::fprintf(stderr, "zack calibrate: note: the corpus gave %lld tokens, fewer than --tokens %lld\n",
@@ -127,7 +130,7 @@ int cmd_calibrate(const calibrate_opts& o) {
 
     zack_calibration c = calib_decompose(*m, acc);
     c.n_ctx = o.n_ctx;
-    c.corpus = corpus_desc;
+    c.corpus = corpus_desc + "; V statistic: " + o.v_stat;
     zack_write_params wp;
     wp.rank_align = o.rank_align;
     zack_file_write(*m, c, wp, o.out_path);

@@ -34,6 +34,7 @@ struct calibrate_opts {
     int rank_align = 4;
     uint64_t seed = 20240601;
     double compare_rate = 0.5;
+    std::string v_stat = "attn";
     bool quiet = false;
 };
 void options_add_calibrate(CLI::App& app, calibrate_opts& o);

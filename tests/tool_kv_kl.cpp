@@ -5,8 +5,9 @@
 // time (decode, eviction in chunks) and the distributions after each of them
 // are compared: mean KL(base || config) in nats and top-1 agreement. CONFIG is
 // key=value pairs separated by commas: bits, group, residual, gear, gear_rank,
-// evict, budget, crush, anchor, e.g. "bits=4,gear=1" or "evict=h2o,budget=128".
+// evict, budget, crush, anchor, rate (ZACK adaptive), urate (ZACK uniform), eps, e.g. "bits=4,gear=1" or "evict=h2o,budget=128".
 // One line per config: config=... bytes_per_token=... kl=... top1=...
+#include "calib/ranks.h"
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -23,7 +24,7 @@
 
 namespace {
 
-zk::session_params parse_config(const std::string& cfg, zk::session_params sp) {
+zk::session_params parse_config(const std::string& cfg, zk::session_params sp, const zk::model& m) {
     std::stringstream ss(cfg);
     std::string kv;
     while (std::getline(ss, kv, ',')) {
@@ -40,6 +41,19 @@ zk::session_params parse_config(const std::string& cfg, zk::session_params sp) {
         else if (k == "budget") sp.evict.budget = std::stoll(v);
         else if (k == "crush") sp.evict.crush = std::stof(v);
         else if (k == "anchor") sp.evict.crush_anchor = v;
+        else if (k == "rate" || k == "urate" || k == "eps") {  // ZACK ranks (a .zack model)
+            const zk::zack_spectra spec = zk::zack_spectra::from_model(m);
+            const zk::zack_ranks r = k == "eps" ? zk::ranks_from_eps(spec, std::stod(v), m.zack.rank_align)
+                                                : zk::ranks_for_rate(spec, std::stod(v), m.zack.rank_align, k == "urate");
+            sp.ranks_k = r.k;
+            sp.ranks_v = r.v;
+        } else if (k == "keps" || k == "veps") {  // one side only, the other at full rank (diagnostics)
+            const zk::zack_spectra spec = zk::zack_spectra::from_model(m);
+            const zk::zack_ranks r = zk::ranks_from_eps(spec, std::stod(v), m.zack.rank_align);
+            const std::vector<int> full(r.k.size(), m.hp.head_dim);
+            sp.ranks_k = k == "keps" ? r.k : full;
+            sp.ranks_v = k == "veps" ? r.v : full;
+        }
         else ZK_THROW("config '%s': unknown key '%s'", cfg.c_str(), k.c_str());
     }
     return sp;
@@ -104,7 +118,7 @@ int main(int argc, char** argv) {
         std::printf("config=baseline bytes_per_token=%.1f kl=0 top1=1\n", base_bytes);
         std::vector<double> lp, lq;
         for (const std::string& cfg : configs) {
-            const zk::session_params sp = parse_config(cfg, base);
+            const zk::session_params sp = parse_config(cfg, base, *m);
             double bytes = 0;
             const std::vector<float> got = run(*m, sp, ids, P, D, &bytes);
             double kl = 0;
