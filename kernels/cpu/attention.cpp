@@ -86,6 +86,154 @@ scratch_layout scratch_split(float* p, int G, int64_t n, int r_k, int r_v, int r
     return s;
 }
 
+// ---- fast paths for full-precision slots (AVX2) ----
+// Scores and value sums with the accumulators in registers: 4 slots x G query
+// heads share each converted K chunk, and the value sum keeps G x 32 channels of
+// accumulators live across slots, so a slot costs about (G + 1) r / 8 vector
+// operations and no loads/stores of partial sums. Ranks are multiples of 4.
+#ifdef ZK_SIMD_AVX2
+template <typename T>
+inline __m256 load8(const T* p);
+template <>
+inline __m256 load8<float>(const float* p) { return _mm256_loadu_ps(p); }
+template <>
+inline __m256 load8<uint16_t>(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
+template <typename T>
+inline __m128 load4(const T* p);
+template <>
+inline __m128 load4<float>(const float* p) { return _mm_loadu_ps(p); }
+template <>
+inline __m128 load4<uint16_t>(const uint16_t* p) { return _mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)p)); }
+
+// Sums of 4 vectors' lanes: {sum a, sum b, sum c, sum d}.
+inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    const __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);
+    const __m256 abcd = _mm256_hadd_ps(ab, cd);
+    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+// sc[j * n + s - s0] = q_j . k_s for s in [a, b); r % 4 == 0. G is a template
+// parameter so the 4 x G accumulators stay in registers.
+template <typename T, int G>
+void scores_fp_fast_g(const T* K, int64_t off, int64_t a, int64_t b, int64_t s0, int64_t n, int r,
+                      const float* qt, int64_t qhs, float* sc) {
+    // slot s is row s - off of K
+    int64_t s = a;
+    for (; s + 4 <= b; s += 4) {
+        __m256 acc[G][4];
+        for (int j = 0; j < G; j++)
+            for (int u = 0; u < 4; u++) acc[j][u] = _mm256_setzero_ps();
+        const T* k0 = K + (s - off) * r;
+        int c = 0;
+        for (; c + 8 <= r; c += 8) {
+            const __m256 kv0 = load8(k0 + c), kv1 = load8(k0 + r + c), kv2 = load8(k0 + 2 * r + c),
+                         kv3 = load8(k0 + 3 * r + c);
+            for (int j = 0; j < G; j++) {
+                const __m256 qv = _mm256_loadu_ps(qt + j * qhs + c);
+                acc[j][0] = _mm256_fmadd_ps(qv, kv0, acc[j][0]);
+                acc[j][1] = _mm256_fmadd_ps(qv, kv1, acc[j][1]);
+                acc[j][2] = _mm256_fmadd_ps(qv, kv2, acc[j][2]);
+                acc[j][3] = _mm256_fmadd_ps(qv, kv3, acc[j][3]);
+            }
+        }
+        for (int j = 0; j < G; j++) {
+            __m128 sum = hsum4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
+            if (c < r) {  // a 4-channel tail
+                const __m128 qv = _mm_loadu_ps(qt + j * qhs + c);
+                const __m128 t0 = _mm_mul_ps(qv, load4(k0 + c)), t1 = _mm_mul_ps(qv, load4(k0 + r + c)),
+                             t2 = _mm_mul_ps(qv, load4(k0 + 2 * r + c)), t3 = _mm_mul_ps(qv, load4(k0 + 3 * r + c));
+                sum = _mm_add_ps(sum, _mm_hadd_ps(_mm_hadd_ps(t0, t1), _mm_hadd_ps(t2, t3)));
+            }
+            _mm_storeu_ps(sc + j * n + s - s0, sum);
+        }
+    }
+    for (; s < b; s++) {
+        float row[256];
+        for (int c = 0; c + 4 <= r; c += 4) _mm_storeu_ps(row + c, load4(K + (s - off) * r + c));
+        for (int j = 0; j < G; j++) sc[j * n + s - s0] = simd::dot_f32(qt + j * qhs, row, r);
+    }
+}
+
+template <typename T>
+void scores_fp_fast(const T* K, int64_t off, int64_t a, int64_t b, int64_t s0, int64_t n, int r, const float* qt,
+                    int64_t qhs, int G, float* sc) {
+    switch (G) {
+        case 1: return scores_fp_fast_g<T, 1>(K, off, a, b, s0, n, r, qt, qhs, sc);
+        case 2: return scores_fp_fast_g<T, 2>(K, off, a, b, s0, n, r, qt, qhs, sc);
+        case 3: return scores_fp_fast_g<T, 3>(K, off, a, b, s0, n, r, qt, qhs, sc);
+        default: return scores_fp_fast_g<T, 4>(K, off, a, b, s0, n, r, qt, qhs, sc);
+    }
+}
+
+// One stripe of channels [c0, c0 + 8 NV (+ 4 if TAIL)) of the value sum, with
+// G x NV accumulators held in registers over all slots of [a, b).
+template <typename T, int G, int NV, bool TAIL>
+void values_stripe(const T* V, int64_t off, int64_t a, int64_t b, int64_t s0, int64_t n, int r, int c0,
+                   const float* sc, float* acc) {
+    __m256 ac[G][NV > 0 ? NV : 1];
+    __m128 at[G];
+    for (int j = 0; j < G; j++) {
+        for (int u = 0; u < NV; u++) ac[j][u] = _mm256_loadu_ps(acc + j * r + c0 + 8 * u);
+        if (TAIL) at[j] = _mm_loadu_ps(acc + j * r + c0 + 8 * NV);
+    }
+    for (int64_t s = a; s < b; s++) {
+        const T* v = V + (s - off) * r + c0;
+        __m256 vv[NV > 0 ? NV : 1];
+        for (int u = 0; u < NV; u++) vv[u] = load8(v + 8 * u);
+        const __m128 vt = TAIL ? load4(v + 8 * NV) : _mm_setzero_ps();
+        for (int j = 0; j < G; j++) {
+            const float* pj = sc + j * n + s - s0;
+            const __m256 p = _mm256_broadcast_ss(pj);
+            for (int u = 0; u < NV; u++) ac[j][u] = _mm256_fmadd_ps(p, vv[u], ac[j][u]);
+            if (TAIL) at[j] = _mm_fmadd_ps(_mm_broadcast_ss(pj), vt, at[j]);
+        }
+    }
+    for (int j = 0; j < G; j++) {
+        for (int u = 0; u < NV; u++) _mm256_storeu_ps(acc + j * r + c0 + 8 * u, ac[j][u]);
+        if (TAIL) _mm_storeu_ps(acc + j * r + c0 + 8 * NV, at[j]);
+    }
+}
+
+// acc_j[c] += sum_{s in [a, b)} p_j(s) v_s[c]; r % 4 == 0: stripes of 32
+// channels, then one stripe for the remaining 4..28.
+template <typename T, int G>
+void values_fp_fast_g(const T* V, int64_t off, int64_t a, int64_t b, int64_t s0, int64_t n, int r,
+                      const float* sc, float* acc) {
+    int c0 = 0;
+    for (; c0 + 32 <= r; c0 += 32) values_stripe<T, G, 4, false>(V, off, a, b, s0, n, r, c0, sc, acc);
+    switch (r - c0) {
+        case 0: break;
+        case 4: values_stripe<T, G, 0, true>(V, off, a, b, s0, n, r, c0, sc, acc); break;
+        case 8: values_stripe<T, G, 1, false>(V, off, a, b, s0, n, r, c0, sc, acc); break;
+        case 12: values_stripe<T, G, 1, true>(V, off, a, b, s0, n, r, c0, sc, acc); break;
+        case 16: values_stripe<T, G, 2, false>(V, off, a, b, s0, n, r, c0, sc, acc); break;
+        case 20: values_stripe<T, G, 2, true>(V, off, a, b, s0, n, r, c0, sc, acc); break;
+        case 24: values_stripe<T, G, 3, false>(V, off, a, b, s0, n, r, c0, sc, acc); break;
+        default: values_stripe<T, G, 3, true>(V, off, a, b, s0, n, r, c0, sc, acc); break;  // 28
+    }
+}
+
+template <typename T>
+void values_fp_fast(const T* V, int64_t off, int64_t a, int64_t b, int64_t s0, int64_t n, int r, int G,
+                    const float* sc, float* acc) {
+    switch (G) {
+        case 1: return values_fp_fast_g<T, 1>(V, off, a, b, s0, n, r, sc, acc);
+        case 2: return values_fp_fast_g<T, 2>(V, off, a, b, s0, n, r, sc, acc);
+        case 3: return values_fp_fast_g<T, 3>(V, off, a, b, s0, n, r, sc, acc);
+        default: return values_fp_fast_g<T, 4>(V, off, a, b, s0, n, r, sc, acc);
+    }
+}
+#endif
+
+// True when the fast paths apply to a block of this shape.
+inline bool fp_fast_ok(int G, int r) {
+#ifdef ZK_SIMD_AVX2
+    return G <= 4 && r % 4 == 0 && r <= 256;
+#else
+    return false;
+#endif
+}
+
 // ---- scores ----
 
 // The group holding quantized slot s.
@@ -166,7 +314,17 @@ void scores_all(const attn_kv_view& kv, int64_t s0, int64_t e, int64_t n, const 
     } else if (kv.quant == KV_QUANT_Q4 && s0 < qe) {
         scores_q4(kv, s0, qe, s0, n, qt, q, w);
     }
-    for (int64_t s = std::max(s0, kv.n_quant); s < e; s++) {
+    const int64_t f0 = std::max(s0, kv.n_quant);
+#ifdef ZK_SIMD_AVX2
+    if (f0 < e && fp_fast_ok(G, r)) {
+        if (kv.type == dtype::F16)
+            scores_fp_fast((const uint16_t*)kv.k, kv.n_quant, f0, e, s0, n, r, qt, q.q_head_stride, G, w.sc);
+        else
+            scores_fp_fast((const float*)kv.k, kv.n_quant, f0, e, s0, n, r, qt, q.q_head_stride, G, w.sc);
+        return;
+    }
+#endif
+    for (int64_t s = f0; s < e; s++) {
         const float* kr = kv_row(kv.type, kv.k, s - kv.n_quant, r, w.krow);
         for (int j = 0; j < G; j++) w.sc[j * n + s - s0] = simd::dot_f32(qt + j * q.q_head_stride, kr, r);
     }
@@ -243,7 +401,17 @@ void values_all(const attn_kv_view& kv, int64_t s0, int64_t e, int64_t n, int G,
                                std::min<int64_t>(qe, kv.group_start[g + 1]), s0, n, G, acc, w);
         }
     }
-    for (int64_t s = std::max(s0, kv.n_quant); s < e; s++) {
+    const int64_t f0 = std::max(s0, kv.n_quant);
+#ifdef ZK_SIMD_AVX2
+    if (f0 < e && fp_fast_ok(G, r)) {
+        if (kv.type == dtype::F16)
+            values_fp_fast((const uint16_t*)kv.v, kv.n_quant, f0, e, s0, n, r, G, w.sc, acc);
+        else
+            values_fp_fast((const float*)kv.v, kv.n_quant, f0, e, s0, n, r, G, w.sc, acc);
+        return;
+    }
+#endif
+    for (int64_t s = f0; s < e; s++) {
         const float* vr = kv_row(kv.type, kv.v, s - kv.n_quant, r, w.vrow);
         for (int j = 0; j < G; j++) simd::axpy_f32(w.sc[j * n + s - s0], vr, acc + j * r, r);
     }
@@ -277,8 +445,7 @@ void kernel_attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, cons
         float* acc = out.acc + t * G * kv.r_v;
         std::memset(acc, 0, sizeof(float) * G * kv.r_v);
         if (nv > 0) scores_all(kv, s0, e, n, qt, q, w);
-        for (int j = 0; j < G; j++)
-            for (int64_t s = 0; s < nv; s++) w.sc[j * n + s] *= q.scale;
+        for (int j = 0; j < G; j++) simd::scale_f32(w.sc + j * n, (int)nv, q.scale);
         if (out.logits) {
             for (int j = 0; j < G; j++) {
                 float* lg = out.logits + (t * G + j) * out.logits_stride;
@@ -291,8 +458,7 @@ void kernel_attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, cons
             continue;
         }
         for (int j = 0; j < G; j++) {
-            float mx = neg_inf;
-            for (int64_t s = 0; s < nv; s++) mx = w.sc[j * n + s] > mx ? w.sc[j * n + s] : mx;
+            const float mx = simd::max_f32(w.sc + j * n, (int)nv);
             m[j] = mx;
             l[j] = simd::exp_shift_sum(w.sc + j * n, (int)nv, mx);
         }

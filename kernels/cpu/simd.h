@@ -96,6 +96,33 @@ inline void f32_to_f16_row(const float* src, uint16_t* dst, int n) {
     for (; i < n; i++) dst[i] = fp32_to_fp16(src[i]);
 }
 
+inline float max_f32(const float* x, int n) {
+    float m = -INFINITY;
+    int i = 0;
+#ifdef ZK_SIMD_AVX2
+    if (n >= 8) {
+        __m256 v = _mm256_loadu_ps(x);
+        for (i = 8; i + 8 <= n; i += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(x + i));
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        m = _mm_cvtss_f32(h);
+    }
+#endif
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+// x[i] *= a over n floats.
+inline void scale_f32(float* x, int n, float a) {
+    int i = 0;
+#ifdef ZK_SIMD_AVX2
+    const __m256 va = _mm256_set1_ps(a);
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(va, _mm256_loadu_ps(x + i)));
+#endif
+    for (; i < n; i++) x[i] *= a;
+}
+
 // x[i] = e^(x[i] - m) in place; returns the sum.
 inline float exp_shift_sum(float* x, int n, float m) {
     int i = 0;
