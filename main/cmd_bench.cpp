@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "calib/ranks.h"
 #include "engine/model.h"
 #include "engine/session.h"
 #include "ggml-like/error.h"
@@ -79,6 +80,18 @@ std::vector<int32_t> bench_tokens(const model& m, int64_t n, uint64_t seed) {
     return t;
 }
 
+std::vector<std::string> split_list(const std::string& s, const char* flag) {
+    std::vector<std::string> out;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        if (item.empty()) ZK_THROW("%s: empty item in '%s'", flag, s.c_str());
+        out.push_back(item);
+    }
+    if (out.empty()) ZK_THROW("%s: empty list", flag);
+    return out;
+}
+
 void mean_std(const std::vector<double>& v, double& mean, double& sd) {
     mean = 0;
     for (double x : v) mean += x;
@@ -112,6 +125,11 @@ void options_add_bench(CLI::App& app, bench_opts& o) {
         ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
     app.add_option("--kv-type", o.kv_type, "KV cache element type")->check(CLI::IsMember({"f32", "f16"}));
     app.add_option("-o,--output", o.format, "output format")->check(CLI::IsMember({"md", "csv", "json"}));
+    app.add_option("--kv-rate", o.kv_rate, "ZACK compression rates, comma list (-1 = uncompressed; needs a .zack)");
+    app.add_option("--kv-bits", o.kv_bits, "KV precisions, comma list of 16, 8, 4");
+    app.add_option("--kv-evict", o.kv_evict, "eviction policies, comma list");
+    app.add_option("--kv-budget", o.kv_budget, "eviction budgets in tokens, comma list (0 = none)");
+    app.add_flag("--kv-gear", o.kv_gear, "GEAR error correction for 4-bit caches");
 }
 
 int cmd_bench(const bench_opts& o) {
@@ -137,15 +155,52 @@ int cmd_bench(const bench_opts& o) {
         std::fprintf(stderr, "bench: note: tests reach %lld tokens, beyond the model's trained context %d\n",
                      (long long)need, m->hp.n_ctx_train);
 
-    std::vector<bench_row> rows;
-    for (int64_t nt : threads) {
+    // KV configurations: the product of the --kv-* lists
+    struct kv_config {
         session_params sp;
-        sp.n_ctx = n_ctx;
+        std::string desc;
+    };
+    std::vector<kv_config> kv_configs;
+    for (const std::string& rate_s : split_list(o.kv_rate, "--kv-rate"))
+        for (int64_t bits : parse_list(o.kv_bits, "--kv-bits", 4))
+            for (const std::string& policy : split_list(o.kv_evict, "--kv-evict"))
+                for (int64_t budget : parse_list(o.kv_budget, "--kv-budget", 0)) {
+                    kv_config c;
+                    c.sp.n_ctx = n_ctx;
+                    c.sp.kv_type = dtype_from_name(o.kv_type);
+                    c.sp.n_batch = 512;
+                    c.sp.kv_bits = (int)bits;
+                    c.sp.kv_gear = o.kv_gear && bits == 4;
+                    c.sp.evict.policy = policy;
+                    c.sp.evict.budget = budget;
+                    c.desc = bits == 16 ? o.kv_type : strfmt("q%lld%s", (long long)bits, c.sp.kv_gear ? "+gear" : "");
+                    double rate = -1;
+                    try {
+                        rate = std::stod(rate_s);
+                    } catch (...) {
+                        ZK_THROW("--kv-rate: '%s' is not a number", rate_s.c_str());
+                    }
+                    if (rate >= 0) {
+                        if (!m->zack.present) ZK_THROW("--kv-rate needs a .zack model (zack calibrate makes one)");
+                        ranks_validate_rate(rate);
+                        const zack_ranks r = ranks_for_rate(zack_spectra::from_model(*m), rate, m->zack.rank_align);
+                        c.sp.ranks_k = r.k;
+                        c.sp.ranks_v = r.v;
+                        c.desc += strfmt(" zack%.2f", rate);
+                    }
+                    if (policy != "none") c.desc += strfmt(" %s%lld", policy.c_str(), (long long)budget);
+                    kv_cache_validate_params(session_kv_params(c.sp));
+                    evict_validate_params(c.sp.evict, n_ctx);
+                    kv_configs.push_back(c);
+                }
+
+    std::vector<bench_row> rows;
+    for (int64_t nt : threads)
+    for (const kv_config& kc : kv_configs) {
+        session_params sp = kc.sp;
         sp.n_threads = (int)nt;
-        sp.kv_type = dtype_from_name(o.kv_type);
-        sp.n_batch = 512;
         session s(*m, sp);
-        const std::string kv_desc = dtype_name(sp.kv_type);
+        const std::string kv_desc = kc.desc;
         for (int64_t d : depths) {
             const std::vector<int32_t> ctx_tokens = bench_tokens(*m, d, 1 + d);
             auto run_test = [&](bool prefill, int64_t len) {

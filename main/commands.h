@@ -20,6 +20,12 @@ struct bench_opts {
     int64_t n_ctx = 0;
     std::string kv_type = "f16";
     std::string format = "md";
+    // KV cache configurations: every combination of these lists is benchmarked
+    std::string kv_rate = "-1";     // ZACK overall rate (a .zack model); -1 = uncompressed
+    std::string kv_bits = "16";
+    std::string kv_evict = "none";
+    std::string kv_budget = "0";
+    bool kv_gear = false;
 };
 void options_add_bench(CLI::App& app, bench_opts& o);
 int cmd_bench(const bench_opts& o);

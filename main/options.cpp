@@ -90,6 +90,8 @@ session_params options_session_params(const model_opts& o) {
 namespace zk {
 
 void options_resolve_ranks(const model_opts& o, const model& m, session_params& p) {
+    if (o.kv_rate < 0 && o.kv_rate != -1) ZK_THROW("--kv-rate %g is out of range [0, 1) (-1 = off)", o.kv_rate);
+    if (o.kv_eps < 0 && o.kv_eps != -1) ZK_THROW("--kv-eps %g is out of range [0, 1) (-1 = off)", o.kv_eps);
     const bool want = o.kv_rate >= 0 || o.kv_eps >= 0;
     if (!want) {
         if (o.kv_uniform) ZK_THROW("--kv-uniform needs --kv-rate");

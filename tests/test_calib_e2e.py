@@ -8,6 +8,7 @@ untouched tensors byte for byte, --compare of a file with itself, the default
 input."""
 import hashlib
 import shutil
+import json
 import os
 import subprocess
 import sys
@@ -215,6 +216,32 @@ def main():
     check(p.returncode == 0 and "Rotation stability" in p.stdout, "calibrate + --compare in one run")
     if p.returncode == 0:
         print("compare apache vs cc0 (512 / 256 tokens):", p.stdout.strip().splitlines()[-1])
+
+    # zack run on the .zack: compressed attention through the CLI, with accounting
+    for rate in ("0.3", "0.5"):
+        p = subprocess.run([ZACK, "run", "-m", out, "--kv-rate", rate, "-p", "The capital of France is", "--raw",
+                            "-n", "8", "--temp", "0", "-v"], capture_output=True, text=True)
+        check(p.returncode == 0 and p.stdout.strip() and "% of an f16 full-rank cache" in p.stderr,
+              f"run --kv-rate {rate}: output {p.stdout.strip()!r}")
+        removed = [l for l in p.stderr.splitlines() if "of K/V dims removed" in l]
+        if removed:
+            pct = float(removed[0].split("(")[1].split("%")[0])
+            check(abs(pct / 100 - float(rate)) < 0.07, f"run --kv-rate {rate}: {pct}% of K/V dims removed")
+    p = subprocess.run([ZACK, "bench", "-m", out, "-p", "8", "-n", "4", "-r", "1", "--kv-rate", "-1,0.5", "-o", "json"],
+                       capture_output=True, text=True)
+    if p.returncode == 0:
+        res = json.loads(p.stdout)["results"]
+        full, half = [r for r in res if r["test"] == "tg4"]
+        check(half["kv_bytes_per_token"] < 0.6 * full["kv_bytes_per_token"],
+              f"bench --kv-rate 0.5 holds fewer KV bytes ({half['kv_bytes_per_token']} vs {full['kv_bytes_per_token']})")
+    else:
+        check(False, f"bench --kv-rate: {p.stderr.strip()}")
+    for args, needle in [(["--kv-rate", "1.2"], "rate"), (["--kv-eps", "0.1", "--kv-rate", "0.2"], "not both"), (["--kv-rate", "-0.5"], "rate")]:
+        p = subprocess.run([ZACK, "run", "-m", out, "-p", "hi", *args], capture_output=True, text=True)
+        check(p.returncode != 0 and needle in p.stderr and len(p.stderr.strip().splitlines()) == 1,
+              f"run {args}: {p.stderr.strip()!r}")
+    p = subprocess.run([ZACK, "run", "-m", MODEL, "-p", "hi", "--kv-rate", "0.5"], capture_output=True, text=True)
+    check(p.returncode != 0 and ".zack" in p.stderr, f"--kv-rate on a plain GGUF is refused: {p.stderr.strip()!r}")
 
     # default corpus: generated text, reproducible with the same seed
     outs = []

@@ -1,0 +1,334 @@
+// `zack eval`: accuracy of compressed KV caches against the uncompressed model on
+// the same items (ppl, lastword, mc, passkey), sweeps over compression flags and
+// the bisection for the largest KV reduction that keeps a target share of the
+// baseline.
+//
+// How a configuration becomes session_params: its flags ("--kv-rate 0.5
+// --kv-bits 4 ...") are parsed by a fresh CLI11 app holding the same model option
+// table as `zack run` (options_add_model), and options_session_params() turns
+// the result into session_params. Every --kv-* flag the option table knows thus
+// works in eval configs, sweeps and bisection without a change here; a flag it
+// does not know makes that configuration "not available in this build". ZACK
+// ranks need the loaded model (its spectra): options_resolve_ranks() turns
+// --kv-rate / --kv-eps / --kv-uniform into per-head ranks, as `zack run` does.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "calib/ranks.h"  // ranks_rate for the JSON
+#include "engine/eval/eval_report.h"
+#include "engine/eval/eval_sweep.h"
+#include "engine/eval/eval_task.h"
+#include "engine/model.h"
+#include "engine/session.h"
+#include "ggml-like/error.h"
+#include "main/commands.h"
+
+namespace zk {
+
+namespace {
+
+struct eval_opts {
+    model_opts mo;
+    std::string task;
+    std::vector<std::string> data;
+    std::string json_path, plot_path, on_error = "stop", baseline_model;
+    int64_t limit = 0;
+    int64_t ppl_stride = 0;
+    int64_t ppl_piece = 32;
+    bool sweep = false;
+    double target = 0;
+    int steps = 5;
+    int points = 4;
+    std::vector<std::string> methods = {"all"};
+    std::vector<std::string> grid;  // "--kv-bits=8,4"
+    eval_method_limits lim;
+    std::vector<int64_t> pk_lengths = {1024, 2048, 4096, 8192};
+    std::vector<double> pk_depths = {0.0, 0.25, 0.5, 0.75, 1.0};
+    int pk_trials = 2;
+    uint64_t seed = 1234;
+    int lw_min_words = 20, lw_max_words = 120;
+    bool quiet = false;
+};
+
+eval_opts g_eo;
+
+// A configuration that cannot run in this build or on this model.
+struct config_unavailable : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+// The compression flags the user typed on `zack eval` (every --kv-* option given).
+eval_config user_config(const CLI::App& app) {
+    eval_config c;
+    c.method = "user";
+    for (const CLI::Option* o : app.get_options()) {
+        if (o->count() == 0) continue;
+        const auto& ln = o->get_lnames();
+        auto it = std::find_if(ln.begin(), ln.end(), [](const std::string& n) { return n.rfind("kv-", 0) == 0; });
+        if (it == ln.end()) continue;
+        const std::string flag = "--" + *it;
+        if (o->get_items_expected_max() == 0) {  // a flag: no value
+            c.flags.push_back({flag, ""});
+        } else {
+            for (const std::string& v : o->results()) c.flags.push_back({flag, v});
+        }
+    }
+    c.name = c.flags.empty() ? "baseline" : c.cli();
+    return c;
+}
+
+class config_builder {
+public:
+    config_builder(const model& m, const eval_opts& eo, int64_t n_ctx) : m_(m), eo_(eo), n_ctx_(n_ctx) {}
+
+    session_params params(const eval_config& c) const {
+        CLI::App app{"eval configuration"};
+        app.allow_windows_style_options(false);
+        model_opts mo;
+        options_add_model(app, mo);
+        std::vector<std::string> args = {"-m", eo_.mo.model_path, "-t", std::to_string(eo_.mo.n_threads),
+                                         "-c", std::to_string(n_ctx_), "-b", std::to_string(eo_.mo.n_batch)};
+        for (const auto& [f, v] : c.flags) {
+            args.push_back(f);
+            if (!v.empty()) args.push_back(v);
+        }
+        std::reverse(args.begin(), args.end());  // CLI11 takes the vector last argument first
+        try {
+            app.parse(args);
+        } catch (const CLI::ParseError& e) {
+            throw config_unavailable(std::string("not available in this build: ") + e.what());
+        }
+        session_params p = options_session_params(mo);
+        if ((mo.kv_rate >= 0 || mo.kv_eps >= 0) && !m_.zack.present)
+            throw config_unavailable("ZACK ranks need a .zack model (zack calibrate); " + m_.file->path() +
+                                     " is a plain GGUF");
+        options_resolve_ranks(mo, m_, p);
+        return p;
+    }
+
+private:
+    const model& m_;
+    const eval_opts& eo_;
+    int64_t n_ctx_;
+};
+
+// The parts of session_params that say what ran (for --json).
+nlohmann::json session_json(const session_params& p, const model& m) {
+    nlohmann::json j = {{"n_ctx", p.n_ctx}, {"threads", p.n_threads}, {"batch", p.n_batch},
+                        {"kv_type", dtype_name(p.kv_type)}};
+    if (!p.ranks_k.empty()) {
+        j["ranks_k"] = p.ranks_k;
+        j["ranks_v"] = p.ranks_v;
+        j["zack_rate"] = ranks_rate(p.ranks_k, p.ranks_v, m.hp.head_dim);
+    }
+    return j;
+}
+
+std::vector<std::pair<std::string, std::vector<std::string>>> parse_grid(const std::vector<std::string>& specs) {
+    std::vector<std::pair<std::string, std::vector<std::string>>> axes;
+    for (const std::string& s : specs) {
+        const size_t eq = s.find('=');
+        if (eq == std::string::npos || eq == 0 || s.rfind("--kv-", 0) != 0)
+            ZK_THROW("--grid wants --kv-FLAG=V1,V2,..., got '%s'", s.c_str());
+        std::vector<std::string> vals;
+        std::stringstream ss(s.substr(eq + 1));
+        std::string v;
+        while (std::getline(ss, v, ',')) vals.push_back(v);
+        axes.push_back({s.substr(0, eq), vals});
+    }
+    return axes;
+}
+
+std::unique_ptr<eval_task> make_task(const model& m, const eval_opts& eo, int64_t ppl_ctx) {
+    const eval_on_error pol = eval_on_error_from_name(eo.on_error);
+    if (eo.task == "ppl") return eval_task_ppl(m, eo.data, {ppl_ctx, eo.ppl_stride, eo.limit, eo.ppl_piece}, pol);
+    if (eo.task == "lastword") return eval_task_lastword(m, eo.data, {eo.lw_min_words, eo.lw_max_words, eo.limit}, pol);
+    if (eo.task == "mc") return eval_task_mc(m, eo.data, {eo.limit}, pol);
+    if (eo.task == "passkey") {
+        if (!eo.data.empty()) ZK_THROW("passkey builds its own items; it takes no --data");
+        return eval_task_passkey(m, {eo.pk_lengths, eo.pk_depths, eo.pk_trials, eo.seed, eo.limit}, pol);
+    }
+    ZK_THROW("unknown task '%s' (ppl, lastword, mc, passkey)", eo.task.c_str());
+}
+
+void write_file(const std::string& path, const std::string& text) {
+    const std::string tmp = path + ".tmp";
+    {
+        std::ofstream out(tmp, std::ios::binary);
+        if (!out) ZK_THROW("%s: cannot write", tmp.c_str());
+        out << text;
+        if (!out) ZK_THROW("%s: write failed", tmp.c_str());
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) ZK_THROW("%s: cannot rename to %s", tmp.c_str(), path.c_str());
+}
+
+}  // namespace
+
+CLI::App* eval_add_subcommand(CLI::App& parent) {
+    eval_opts& o = g_eo;
+    CLI::App* app = parent.add_subcommand(
+        "eval", "accuracy against the uncompressed model (ppl, lastword, mc, passkey), sweeps and --target bisection");
+    app->option_defaults()->always_capture_default();
+    options_add_model(*app, o.mo);
+    app->add_option("--task", o.task, "ppl | lastword | mc | passkey")->required()
+        ->check(CLI::IsMember({"ppl", "lastword", "mc", "passkey"}));
+    app->add_option("--data", o.data, "data files: text (ppl, lastword) or JSONL (mc)");
+    app->add_option("--limit", o.limit, "at most this many items (ppl: chunks; 0 = all)")->check(CLI::NonNegativeNumber);
+    app->add_option("--on-error", o.on_error, "malformed data: stop at the first problem, or skip the item")
+        ->check(CLI::IsMember({"stop", "skip"}));
+    app->add_option("--json", o.json_path, "write every number and the exact configurations to this JSON file");
+    app->add_option("--plot", o.plot_path, "write an SVG chart of accuracy vs KV size (one curve per method)");
+    app->add_option("--baseline-model", o.baseline_model,
+                    "model for the uncompressed baseline (default: -m with no compression flags)");
+    app->add_option("--ppl-stride", o.ppl_stride, "ppl: llama.cpp's strided mode (0 = chunks of -c, second half scored)")
+        ->check(CLI::NonNegativeNumber);
+    app->add_option("--ppl-piece", o.ppl_piece, "ppl: the scored half of a chunk is fed this many tokens at a time "
+                    "(so eviction acts while it is scored)")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+    app->add_flag("--sweep", o.sweep, "evaluate a grid over every method's strength (see --methods, --points)");
+    app->add_option("--target", o.target, "find by bisection, per method, the largest KV reduction keeping this share "
+                    "of the baseline (e.g. 0.99)")->check(CLI::Range(0.0, 1.0));
+    app->add_option("--methods", o.methods, "families for --sweep/--target: zack evict q4 zack+evict zack+q4 "
+                    "zack+evict+q4 all");
+    app->add_option("--points", o.points, "--sweep: strengths per family (k/points, k = 1..points)")
+        ->check(CLI::Range(1, 64));
+    app->add_option("--steps", o.steps, "--target: bisection steps (resolution 1/2^steps of the strength)")
+        ->check(CLI::Range(0, 20));
+    app->add_option("--grid", o.grid, "--sweep: extra grid axis --kv-FLAG=V1,V2,... (repeatable; cartesian product)");
+    app->add_option("--zack-max-rate", o.lim.zack_max_rate, "strongest --kv-rate of the zack families")
+        ->check(CLI::Range(0.0, 0.999));
+    app->add_option("--evict-policy", o.lim.evict_policy, "--kv-evict policy of the eviction families");
+    app->add_option("--evict-min-keep", o.lim.evict_min_keep,
+                    "strongest eviction: budget = this share of the typical item's tokens")->check(CLI::Range(0.0, 1.0));
+    app->add_option("--quant-bits", o.lim.quant_bits, "--kv-bits of the quantized families");
+    app->add_option("--passkey-lengths", o.pk_lengths, "passkey: prompt lengths in tokens")->delimiter(',');
+    app->add_option("--passkey-depths", o.pk_depths, "passkey: depths of the key, 0 (start) .. 1 (end)")->delimiter(',');
+    app->add_option("--passkey-trials", o.pk_trials, "passkey: keys per (length, depth)")->check(CLI::Range(1, 1000));
+    app->add_option("--seed", o.seed, "passkey: seed of the keys");
+    app->add_option("--min-words", o.lw_min_words, "lastword: shortest passage in words");
+    app->add_option("--max-words", o.lw_max_words, "lastword: longer paragraphs are cut to this many words");
+    app->add_flag("-q,--quiet", o.quiet, "no progress lines");
+    return app;
+}
+
+int cmd_eval(CLI::App& app) {
+    eval_opts& eo = g_eo;
+    if (eo.task != "passkey" && eo.data.empty()) ZK_THROW("--task %s needs --data FILE ...", eo.task.c_str());
+    // ppl chunks default to llama.cpp's 512 tokens; -c sets them.
+    const int64_t ppl_ctx = app.get_option("--ctx-size")->count() ? eo.mo.n_ctx : 512;
+    const session_params defaults = options_session_params(eo.mo);
+    eo.mo.n_threads = defaults.n_threads;
+
+    auto m = model_load(eo.mo.model_path);
+    std::unique_ptr<model> mb;
+    if (!eo.baseline_model.empty()) {
+        mb = model_load(eo.baseline_model);
+        if (mb->hp.n_vocab != m->hp.n_vocab)
+            ZK_THROW("--baseline-model has %d tokens in its vocabulary, -m has %d", mb->hp.n_vocab, m->hp.n_vocab);
+    }
+    std::unique_ptr<eval_task> task = make_task(*m, eo, ppl_ctx);
+    const int64_t n_ctx = task->n_ctx_needed();
+    eo.lim.n_tokens = task->n_tokens_typical();
+    if (!eo.quiet)
+        std::fprintf(stderr, "eval %s: %lld items, context %lld tokens, model %s\n", task->name(),
+                     (long long)task->n_items(), (long long)n_ctx, model_describe(*m).c_str());
+
+    const config_builder builder(*m, eo, n_ctx);
+    const model& base_model = mb ? *mb : *m;
+    // The reference of every KV size: an f16 cache at full head dim, by the cache's own accounting.
+    const int nh = m->hp.n_layer * m->hp.n_head_kv;
+    const double ref_bpt =
+        (double)kv_cache(m->hp.n_layer, m->hp.n_head_kv, 1, dtype::F16, std::vector<int>(nh, m->hp.head_dim),
+                         std::vector<int>(nh, m->hp.head_dim))
+            .bytes_per_token();
+
+    eval_report rep;
+    rep.model_path = eo.mo.model_path;
+    rep.task = task->name();
+    rep.target = eo.target;
+
+    // Baseline: no compression flags.
+    {
+        eval_point& b = rep.baseline;
+        b.cfg.name = "baseline";
+        b.cfg.method = "baseline";
+        session_params bp = config_builder(base_model, eo, n_ctx).params(b.cfg);
+        b.session = session_json(bp, base_model);
+        session s(base_model, bp);
+        eval_progress prog("baseline", task->n_items(), !eo.quiet);
+        b.score = task->run(s, true, prog);
+        b.retention = 1;
+        b.bytes_per_token = (double)s.cache().bytes_per_token();
+        b.kv_fraction = b.bytes_per_token * b.score.tokens_kept / ref_bpt;
+    }
+
+    const bool strict = !eo.sweep && eo.target <= 0;
+    eval_run_cache runs([&](const eval_config& c) {
+        eval_point p;
+        p.cfg = c;
+        try {
+            const session_params sp = builder.params(c);
+            p.session = session_json(sp, *m);
+            session s(*m, sp);
+            eval_progress prog(c.name, task->n_items(), !eo.quiet);
+            p.score = task->run(s, false, prog);
+            p.retention = eval_retention(p.score, rep.baseline.score);
+            p.bytes_per_token = (double)s.cache().bytes_per_token();
+            p.kv_fraction = p.bytes_per_token * p.score.tokens_kept / ref_bpt;
+        } catch (const config_unavailable& e) {
+            if (strict) ZK_THROW("%s: %s", c.cli().c_str(), e.what());
+            p.error = e.what();
+            p.available = false;
+        } catch (const error& e) {
+            if (strict) throw;
+            p.error = e.what();
+            std::fprintf(stderr, "warning: %s: %s\n", c.cli().c_str(), e.what());
+        }
+        return p;
+    });
+
+    const eval_config user = user_config(app);
+    if (!user.flags.empty()) runs.get(user);
+    const std::vector<eval_method> methods = eval_methods(eo.methods, eo.lim);
+    if (eo.sweep) {
+        eval_sweep_grid(methods, eo.points, runs);
+        if (!eo.grid.empty())
+            for (const eval_config& c : eval_grid_configs(parse_grid(eo.grid))) runs.get(c);
+    }
+    if (eo.target > 0)
+        for (const eval_method& mt : methods) rep.targets.push_back(eval_find_target(mt, eo.target, eo.steps, runs));
+    rep.runs = runs.all();
+    rep.issues = task->issues();
+
+    nlohmann::json& st = rep.settings;
+    st["task"] = eo.task;
+    st["data"] = eo.data;
+    st["n_ctx"] = n_ctx;
+    st["threads"] = eo.mo.n_threads;
+    st["batch"] = eo.mo.n_batch;
+    st["limit"] = eo.limit;
+    st["on_error"] = eo.on_error;
+    st["baseline_model"] = eo.baseline_model.empty() ? eo.mo.model_path : eo.baseline_model;
+    st["user_config"] = user.to_json();
+    st["reference_f16_bytes_per_token"] = ref_bpt;
+    if (eo.task == "ppl") st["ppl"] = {{"chunk", ppl_ctx}, {"stride", eo.ppl_stride}, {"piece", eo.ppl_piece}};
+    if (eo.task == "passkey")
+        st["passkey"] = {{"lengths", eo.pk_lengths}, {"depths", eo.pk_depths}, {"trials", eo.pk_trials}, {"seed", eo.seed}};
+    if (eo.task == "lastword") st["lastword"] = {{"min_words", eo.lw_min_words}, {"max_words", eo.lw_max_words}};
+    if (eo.sweep || eo.target > 0)
+        st["methods"] = {{"names", eo.methods}, {"points", eo.points}, {"steps", eo.steps}, {"grid", eo.grid},
+                         {"zack_max_rate", eo.lim.zack_max_rate}, {"evict_policy", eo.lim.evict_policy},
+                         {"evict_min_keep", eo.lim.evict_min_keep}, {"evict_tokens_typical", eo.lim.n_tokens},
+                         {"quant_bits", eo.lim.quant_bits}};
+
+    std::fputs(eval_report_table(rep).c_str(), stdout);
+    std::fflush(stdout);
+    if (!eo.json_path.empty()) write_file(eo.json_path, eval_report_json(rep).dump(2) + "\n");
+    if (!eo.plot_path.empty()) write_file(eo.plot_path, eval_report_svg(rep));
+    return 0;
+}
+
+}  // namespace zk
