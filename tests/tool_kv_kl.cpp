@@ -1,4 +1,4 @@
-// tool_kv_kl MODEL TEXT_FILE [--prompt P] [--decode D] [--threads N] CONFIG...
+// tool_kv_kl MODEL TEXT_FILE [--prompt P] [--decode D] [--threads N] [--kv-type f16|f32] CONFIG...
 // KL divergence of next-token distributions between the baseline KV cache (f16,
 // no eviction) and each CONFIG over a real text: the first P tokens are a prompt
 // (prefill, then eviction to the budget), the next D tokens are fed one at a
@@ -33,6 +33,7 @@ zk::session_params parse_config(const std::string& cfg, zk::session_params sp, c
         if (eq == std::string::npos) ZK_THROW("config '%s': '%s' is not key=value", cfg.c_str(), kv.c_str());
         const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
         if (k == "bits") sp.kv_bits = std::stoi(v);
+        else if (k == "type") sp.kv_type = zk::dtype_from_name(v);
         else if (k == "group") sp.kv_group = std::stoi(v);
         else if (k == "residual") sp.kv_residual = std::stoi(v);
         else if (k == "gear") sp.kv_gear = v != "0";
@@ -89,7 +90,7 @@ std::vector<float> run(const zk::model& m, const zk::session_params& sp, const s
 
 int main(int argc, char** argv) {
     if (argc < 4) {
-        std::fprintf(stderr, "usage: tool_kv_kl MODEL TEXT_FILE [--prompt P] [--decode D] [--threads N] CONFIG...\n");
+        std::fprintf(stderr, "usage: tool_kv_kl MODEL TEXT_FILE [--prompt P] [--decode D] [--threads N] [--kv-type f16|f32] CONFIG...\n");
         return 2;
     }
     try {
@@ -101,6 +102,7 @@ int main(int argc, char** argv) {
             if (!std::strcmp(argv[i], "--prompt") && i + 1 < argc) P = std::stoll(argv[++i]);
             else if (!std::strcmp(argv[i], "--decode") && i + 1 < argc) D = std::stoll(argv[++i]);
             else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) base.n_threads = std::stoi(argv[++i]);
+            else if (!std::strcmp(argv[i], "--kv-type") && i + 1 < argc) base.kv_type = zk::dtype_from_name(argv[++i]);
             else configs.push_back(argv[i]);
         }
         std::ifstream in(argv[2]);

@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""zack against llama.cpp on one machine, in one run.
+
+llama.cpp is measured through llama-cpp-python (PyPI; it builds llama.cpp from
+source) on the same GGUF, with f16 and q4_0 KV caches; zack through `zack
+bench`, uncompressed and with the given .zack at --kv-rate 0.5 (alone and with
+a 4-bit cache). Both see the same kind of input (random ordinary tokens), the
+same thread count, and the same depths. Prints a Markdown table with the
+machine, date and the ratios; append it to bench/RESULTS.md by hand.
+
+  python3 bench/compare_llamacpp.py --zack build/zack --model models/SmolLM2-135M-Instruct.Q4_1.gguf \
+      [--zack-model m.zack] [--threads 2] [--depths 0,2048,8192] [--prompt 512] [--gen 32] [--reps 2]
+"""
+import argparse
+import datetime
+import json
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import time
+
+
+def llama_bench(model, threads, depths, prompt, gen, reps, cache):
+    import llama_cpp
+    kw = {}
+    if cache == "q4_0":
+        kw = dict(type_k=llama_cpp.GGML_TYPE_Q4_0, type_v=llama_cpp.GGML_TYPE_Q4_0, flash_attn=True)
+    n_ctx = max(depths) + max(prompt, gen) + 16
+    llm = llama_cpp.Llama(model_path=model, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
+                          n_batch=512, n_ubatch=512, verbose=False, logits_all=False, **kw)
+    rng = random.Random(1)
+    n_vocab = llm.n_vocab()
+    toks = lambda n: [rng.randrange(100, n_vocab - 100) for _ in range(n)]
+    rows = []
+    for d in depths:
+        ctx = toks(d)
+        llm.reset()
+        if d:
+            llm.eval(ctx)  # the depth is prefilled once; each repetition rewinds to it
+        for kind, n in (("pp", prompt), ("tg", gen)):
+            if kind == "pp" and d > 0:
+                continue  # prefill speed at depth 0 only
+            tps = []
+            for rep in range(reps + 1):
+                llm.n_tokens = d  # later evals overwrite the cache from here
+                t = toks(n)
+                t0 = time.perf_counter()
+                if kind == "pp":
+                    llm.eval(t)
+                else:
+                    for x in t:
+                        llm.eval([x])
+                dt = time.perf_counter() - t0
+                if rep:
+                    tps.append(n / dt)
+            rows.append(dict(engine=f"llama.cpp {cache}", test=f"{kind}{n}", depth=d, tps=statistics.mean(tps),
+                             sd=statistics.stdev(tps) if len(tps) > 1 else 0.0))
+            print(f"  llama.cpp {cache} {kind}{n} @ {d}: {rows[-1]['tps']:.1f} tok/s", file=sys.stderr)
+    return rows
+
+
+def zack_bench(zack, model, threads, depths, prompt, gen, reps, label, extra):
+    rows = []
+    for d in depths:
+        args = [zack, "bench", "-m", model, "-t", str(threads), "-d", str(d), "-r", str(reps), "-o", "json",
+                "-p", str(prompt if d == 0 else 0), "-n", str(gen), *extra]
+        r = subprocess.run(args, capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"zack bench failed: {r.stderr.strip()}")
+        for x in json.loads(r.stdout)["results"]:
+            rows.append(dict(engine=label, test=x["test"], depth=x["depth"], tps=x["tokens_per_s"],
+                             sd=x["tokens_per_s_std"], kv=x["kv_bytes_per_token"]))
+            print(f"  {label} {x['test']} @ {d}: {x['tokens_per_s']:.1f} tok/s", file=sys.stderr)
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--zack", default="build/zack")
+    ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    ap.add_argument("--zack-model", default="", help="a .zack of the same model for the compressed rows")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--depths", default="0,2048,8192")
+    ap.add_argument("--prompt", type=int, default=512)
+    ap.add_argument("--gen", type=int, default=32)
+    ap.add_argument("--reps", type=int, default=2)
+    a = ap.parse_args()
+    depths = [int(x) for x in a.depths.split(",")]
+
+    rows = []
+    print("measuring llama.cpp ...", file=sys.stderr)
+    for cache in ("f16", "q4_0"):
+        rows += llama_bench(a.model, a.threads, depths, a.prompt, a.gen, a.reps, cache)
+    print("measuring zack ...", file=sys.stderr)
+    rows += zack_bench(a.zack, a.model, a.threads, depths, a.prompt, a.gen, a.reps, "zack f16", [])
+    if a.zack_model:
+        rows += zack_bench(a.zack, a.zack_model, a.threads, depths, a.prompt, a.gen, a.reps, "zack ZACK0.5",
+                           ["--kv-rate", "0.5"])
+        rows += zack_bench(a.zack, a.zack_model, a.threads, depths, a.prompt, a.gen, a.reps, "zack ZACK0.5+4bit",
+                           ["--kv-rate", "0.5", "--kv-bits", "4"])
+
+    def find(engine, test, depth):
+        for r in rows:
+            if r["engine"] == engine and r["test"] == test and r["depth"] == depth:
+                return r
+        return None
+
+    cpu = "unknown"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    print(f"### {datetime.date.today().isoformat()} — {cpu}, {a.threads} threads, {platform.system()}\n")
+    print(f"model `{a.model}`" + (f", zack model `{a.zack_model}`" if a.zack_model else "") + "\n")
+    print("| engine | test | depth | tokens/s | vs llama.cpp f16 | vs llama.cpp q4_0 | KV bytes/token |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        f16 = find("llama.cpp f16", r["test"], r["depth"])
+        q4 = find("llama.cpp q4_0", r["test"], r["depth"])
+        rf = f"{r['tps'] / f16['tps']:.2f}x" if f16 else "-"
+        rq = f"{r['tps'] / q4['tps']:.2f}x" if q4 else "-"
+        kv = str(r.get("kv", "-"))
+        print(f"| {r['engine']} | {r['test']} | {r['depth']} | {r['tps']:.1f} ± {r['sd']:.1f} | {rf} | {rq} | {kv} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+// Compression configurations, the sweep grid and the bisection for "the largest
+// KV reduction that keeps >= target of the baseline".
+//
+// A configuration is a named list of command-line flags exactly as a user would
+// type them ({"--kv-rate", "0.5"}, {"--kv-bits", "4"}, ...). The eval driver
+// (main/cmd_eval.cpp) turns one into session_params through the same option
+// table `zack run` uses, so every --kv-* flag registered there plugs in here
+// without a change to this file. A method is a family of configurations with one
+// knob, strength t in [0, 1] (0 = weakest, 1 = strongest), e.g. zack(t) =
+// --kv-rate t * max_rate. Accuracy is assumed to fall as t grows, which is what
+// makes bisection valid.
+#pragma once
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/eval/eval_task.h"
+
+namespace zk {
+
+struct eval_config {
+    std::string name;      // for tables: "zack 0.50", "h2o 128", "4-bit", "baseline"
+    std::string method;    // the curve it belongs to
+    double strength = 0;   // the method's knob
+    std::vector<std::pair<std::string, std::string>> flags;  // in order, as typed
+    std::string cli() const;  // "--kv-rate 0.5 --kv-bits 4" ("" for none)
+    nlohmann::json to_json() const;
+};
+
+// Knob ranges of the standard methods.
+struct eval_method_limits {
+    double zack_max_rate = 0.875;     // t = 1 -> --kv-rate 0.875
+    std::string evict_policy = "h2o"; // --kv-evict
+    double evict_min_keep = 0.0625;   // t = 1 -> budget of 1/16 of the typical item
+    int64_t n_tokens = 512;           // typical item length in tokens
+    int quant_bits = 4;               // --kv-bits of the quantized methods
+};
+
+// One family: which of ZACK, eviction and quantization it combines. Quantization
+// has no knob (a fixed --kv-bits); the family is continuous when it has ZACK or
+// eviction, and then both move with t together.
+struct eval_method {
+    std::string name;  // zack, evict, q4, zack+evict, zack+q4, zack+evict+q4
+    bool zack = false, evict = false, quant = false;
+    eval_method_limits lim;
+    bool continuous() const { return zack || evict; }
+    eval_config at(double t) const;
+};
+
+// The standard families by name; "all" in names = every standard family, in the
+// order zack, evict, q4, zack+evict, zack+q4, zack+evict+q4.
+std::vector<eval_method> eval_methods(const std::vector<std::string>& names, const eval_method_limits& lim);
+
+// One evaluated configuration.
+struct eval_point {
+    eval_config cfg;
+    eval_score score;
+    double retention = 1;        // share of the baseline kept (eval_retention)
+    double bytes_per_token = 0;  // the cache's own accounting, all layers and heads
+    double kv_fraction = 1;      // bytes_per_token * tokens_kept / f16 full-rank bytes_per_token
+    std::string error;           // non-empty: the configuration could not run
+    bool available = true;       // false: its flags are not in this build / need a .zack model
+    nlohmann::json session = nlohmann::json::object();  // the resolved session parameters (ranks, ...)
+    bool ok() const { return error.empty(); }
+};
+
+// Runs one configuration (the caller builds the session and measures the cache).
+using eval_runner = std::function<eval_point(const eval_config&)>;
+
+// Memoizes a runner by configuration (cli()), so bisection and grid share runs.
+class eval_run_cache {
+public:
+    explicit eval_run_cache(eval_runner run) : run_(std::move(run)) {}
+    const eval_point& get(const eval_config& c);
+    std::vector<eval_point> all() const;  // in the order first run
+
+private:
+    eval_runner run_;
+    std::map<std::string, size_t> index_;
+    std::vector<eval_point> points_;
+};
+
+// Grid: every continuous family at t = k / points (k = 1..points), the fixed ones once.
+std::vector<eval_point> eval_sweep_grid(const std::vector<eval_method>& methods, int points, eval_run_cache& runs);
+
+// Cartesian product of flag values ("--kv-bits" -> {"8", "4"}, ...), method "grid".
+std::vector<eval_config> eval_grid_configs(const std::vector<std::pair<std::string, std::vector<std::string>>>& axes);
+
+// Bisection over t for a non-increasing pass(t): the largest t = k / 2^steps with
+// pass(t), or found = false when pass(0) fails. Evaluates pass(1) first (done if it
+// passes) and pass(0) only when check_zero (t = 0 is the baseline for pure ZACK or
+// eviction families, but not for those that quantize).
+struct eval_bisect_result {
+    bool found = false;
+    double t = 0;
+    std::vector<std::pair<double, bool>> tried;  // (t, passed) in order
+};
+eval_bisect_result eval_bisect(const std::function<bool(double)>& pass, int steps, bool check_zero);
+// Reference for tests: scans every t = k / 2^steps.
+eval_bisect_result eval_dense_scan(const std::function<bool(double)>& pass, int steps);
+
+struct eval_target_result {
+    std::string method;
+    bool found = false;
+    eval_point best;  // the configuration found (valid when found)
+    std::vector<eval_point> tried;
+    std::string note; // why nothing was found / the family was skipped
+};
+// For one family: the strongest configuration with retention >= target.
+eval_target_result eval_find_target(const eval_method& m, double target, int steps, eval_run_cache& runs);
+
+}  // namespace zk
