@@ -1,6 +1,8 @@
 // Chat templates; the families and conventions are described in chat.h.
 #include "engine/chat.h"
 
+#include "engine/unicode.h"
+
 #include <cctype>
 #include <cstdint>
 
@@ -138,23 +140,6 @@ std::string jinja_keyword(const std::string& body) {
     return body.substr(b, e - b);
 }
 
-void chat_append_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-        out += (char)cp;
-    } else if (cp < 0x800) {
-        out += (char)(0xC0 | (cp >> 6));
-        out += (char)(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += (char)(0xE0 | (cp >> 12));
-        out += (char)(0x80 | ((cp >> 6) & 0x3F));
-        out += (char)(0x80 | (cp & 0x3F));
-    } else {
-        out += (char)(0xF0 | (cp >> 18));
-        out += (char)(0x80 | ((cp >> 12) & 0x3F));
-        out += (char)(0x80 | ((cp >> 6) & 0x3F));
-        out += (char)(0x80 | (cp & 0x3F));
-    }
-}
 
 // Decodes the string literal at body[*i] (a quote) as Jinja does (Python
 // unicode-escape); advances *i past it. False if unterminated.
@@ -194,7 +179,7 @@ bool jinja_read_literal(const std::string& body, size_t* i, std::string* out) {
                     cp = cp * 16 + (uint32_t)(isdigit((unsigned char)h) ? h - '0' : (tolower(h) - 'a' + 10));
                 }
                 k += n;
-                chat_append_utf8(*out, cp);
+                unicode_append_utf8(*out, cp);
                 break;
             }
             default:  // Python keeps unknown escapes as written

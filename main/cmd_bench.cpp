@@ -195,8 +195,13 @@ int cmd_bench(const bench_opts& o) {
                 }
 
     std::vector<bench_row> rows;
+    // one row group per (threads, KV configuration)
+    std::vector<std::pair<int64_t, const kv_config*>> runs;
     for (int64_t nt : threads)
-    for (const kv_config& kc : kv_configs) {
+        for (const kv_config& kc : kv_configs) runs.push_back({nt, &kc});
+    for (const auto& run : runs) {
+        const int64_t nt = run.first;
+        const kv_config& kc = *run.second;
         session_params sp = kc.sp;
         sp.n_threads = (int)nt;
         session s(*m, sp);
