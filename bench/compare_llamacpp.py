@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """zack against llama.cpp on one machine, in one run.
 
-llama.cpp is measured through llama-cpp-python (PyPI; it builds llama.cpp from
+llama.cpp is measured through llama-cpp-python (`pip install llama-cpp-python`: it builds llama.cpp from
 source) on the same GGUF, with f16 and q4_0 KV caches; zack through `zack
 bench`, uncompressed and with the given .zack at --kv-rate 0.5 (alone and with
 a 4-bit cache). Both see the same kind of input (random ordinary tokens), the
