@@ -217,8 +217,8 @@ int cmd_bench(const bench_opts& o) {
                 row.kv = kv_desc;
                 std::vector<double> tps, ms;
                 const std::vector<int32_t> toks = bench_tokens(*m, len, 7 + len);
-                // one warm-up run, then the timed repetitions
-                for (int rep = -1; rep < o.reps; rep++) {
+                // a warm-up run at depth 0; at a depth, prefilling it warms everything up
+                for (int rep = d > 0 ? 0 : -1; rep < o.reps; rep++) {
                     s.reset();
                     if (d > 0) s.decode(ctx_tokens.data(), d);
                     std::fprintf(stderr, "\rbench: %s depth %lld threads %lld rep %d/%d   ", row.test.c_str(),
