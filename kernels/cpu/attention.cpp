@@ -234,6 +234,91 @@ inline bool fp_fast_ok(int G, int r) {
 #endif
 }
 
+#ifdef ZK_SIMD_AVX2
+// 8 4-bit codes (4 bytes, low nibble first) as 8 floats 0..15.
+inline __m256 q4_load8(const uint8_t* p) {
+    int32_t word;
+    std::memcpy(&word, p, 4);
+    const __m128i b = _mm_cvtsi32_si128(word);
+    const __m128i m = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
+}
+
+// Q4 key scores of slots [a, b) of one group: sc = qs_j . code_s + bias_j, with
+// the folded query qs [G x r] (q_c s_c) and bias (q . m) of that group; 4 slots x
+// G accumulators in registers. r % 8 == 0.
+template <int G>
+void scores_q4_fast_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t s0, int64_t n, int r,
+                      const float* qs, const float* bias, float* sc) {
+    int64_t s = a;
+    for (; s + 4 <= b; s += 4) {
+        __m256 acc[G][4];
+        for (int j = 0; j < G; j++)
+            for (int u = 0; u < 4; u++) acc[j][u] = _mm256_setzero_ps();
+        const uint8_t* c0 = codes + s * rb;
+        for (int c = 0; c < r; c += 8) {
+            const __m256 k0 = q4_load8(c0 + c / 2), k1 = q4_load8(c0 + rb + c / 2),
+                         k2 = q4_load8(c0 + 2 * rb + c / 2), k3 = q4_load8(c0 + 3 * rb + c / 2);
+            for (int j = 0; j < G; j++) {
+                const __m256 qv = _mm256_loadu_ps(qs + j * r + c);
+                acc[j][0] = _mm256_fmadd_ps(qv, k0, acc[j][0]);
+                acc[j][1] = _mm256_fmadd_ps(qv, k1, acc[j][1]);
+                acc[j][2] = _mm256_fmadd_ps(qv, k2, acc[j][2]);
+                acc[j][3] = _mm256_fmadd_ps(qv, k3, acc[j][3]);
+            }
+        }
+        for (int j = 0; j < G; j++)
+            _mm_storeu_ps(sc + j * n + s - s0,
+                          _mm_add_ps(hsum4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]), _mm_set1_ps(bias[j])));
+    }
+    for (; s < b; s++) {
+        __m256 acc[G];
+        for (int j = 0; j < G; j++) acc[j] = _mm256_setzero_ps();
+        for (int c = 0; c < r; c += 8) {
+            const __m256 k = q4_load8(codes + s * rb + c / 2);
+            for (int j = 0; j < G; j++) acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(qs + j * r + c), k, acc[j]);
+        }
+        for (int j = 0; j < G; j++) sc[j * n + s - s0] = simd::hsum(acc[j]) + bias[j];
+    }
+}
+
+// Q4 value sums of slots [a, b), every block a full 32 channels (r % 32 == 0):
+// acc_j += sum_s (p_j s_b) code_s over each block, msum_j,b += sum_s p_j m_b;
+// per block G x 4 accumulators stay in registers over all slots.
+template <int G>
+void values_q4_fast_g(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, int nb, int64_t a,
+                      int64_t b, int64_t s0, int64_t n, int r, const float* sc, float* acc, float* msum) {
+    for (int blk = 0; blk < nb; blk++) {
+        const int c0 = blk * KV_Q4_VBLOCK;
+        __m256 ac[G][4];
+        float ms[G];
+        for (int j = 0; j < G; j++) {
+            for (int u = 0; u < 4; u++) ac[j][u] = _mm256_loadu_ps(acc + j * r + c0 + 8 * u);
+            ms[j] = 0;
+        }
+        for (int64_t s = a; s < b; s++) {
+            const uint8_t* cp = codes + s * rb + c0 / 2;
+            const __m256 v0 = q4_load8(cp), v1 = q4_load8(cp + 4), v2 = q4_load8(cp + 8), v3 = q4_load8(cp + 12);
+            const float scl = h2f(vs[s * nb + blk]), mn = h2f(vm[s * nb + blk]);
+            for (int j = 0; j < G; j++) {
+                const float p = sc[j * n + s - s0];
+                const __m256 ps = _mm256_set1_ps(p * scl);
+                ac[j][0] = _mm256_fmadd_ps(ps, v0, ac[j][0]);
+                ac[j][1] = _mm256_fmadd_ps(ps, v1, ac[j][1]);
+                ac[j][2] = _mm256_fmadd_ps(ps, v2, ac[j][2]);
+                ac[j][3] = _mm256_fmadd_ps(ps, v3, ac[j][3]);
+                ms[j] += p * mn;
+            }
+        }
+        for (int j = 0; j < G; j++) {
+            for (int u = 0; u < 4; u++) _mm256_storeu_ps(acc + j * r + c0 + 8 * u, ac[j][u]);
+            msum[j * nb + blk] += ms[j];
+        }
+    }
+}
+#endif
+
 // ---- scores ----
 
 // The group holding quantized slot s.
@@ -264,6 +349,16 @@ void scores_q4(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t
             }
             w.bias[j] = bias;
         }
+#ifdef ZK_SIMD_AVX2
+        if (r % 8 == 0 && G <= 4) {
+            switch (G) {
+                case 1: scores_q4_fast_g<1>(codes, rb, ga, gb, s0, n, r, w.qs, w.bias, w.sc); break;
+                case 2: scores_q4_fast_g<2>(codes, rb, ga, gb, s0, n, r, w.qs, w.bias, w.sc); break;
+                case 3: scores_q4_fast_g<3>(codes, rb, ga, gb, s0, n, r, w.qs, w.bias, w.sc); break;
+                default: scores_q4_fast_g<4>(codes, rb, ga, gb, s0, n, r, w.qs, w.bias, w.sc); break;
+            }
+        } else
+#endif
         for (int64_t s = ga; s < gb; s++) {
             q4_codes_to_f32(codes + s * rb, r, w.krow);
             for (int j = 0; j < G; j++) w.sc[j * n + s - s0] = simd::dot_f32(w.qs + j * r, w.krow, r) + w.bias[j];
@@ -379,7 +474,21 @@ void values_all(const attn_kv_view& kv, int64_t s0, int64_t e, int64_t n, int G,
         // per slot and the min terms summed per block, added once at the end.
         const int nb = kv_n_blocks(r, KV_Q4_VBLOCK), rb = kv_q4_row_bytes(r);
         for (int i = 0; i < G * nb; i++) w.msum[i] = 0;
-        for (int64_t s = s0; s < qe; s++) {
+#ifdef ZK_SIMD_AVX2
+        const bool fast = r % KV_Q4_VBLOCK == 0 && G <= 4;
+        if (fast) {
+            const uint8_t* codes = (const uint8_t*)kv.vq;
+            switch (G) {
+                case 1: values_q4_fast_g<1>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, w.sc, acc, w.msum); break;
+                case 2: values_q4_fast_g<2>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, w.sc, acc, w.msum); break;
+                case 3: values_q4_fast_g<3>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, w.sc, acc, w.msum); break;
+                default: values_q4_fast_g<4>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, w.sc, acc, w.msum); break;
+            }
+        }
+#else
+        const bool fast = false;
+#endif
+        for (int64_t s = fast ? qe : s0; s < qe; s++) {
             q4_codes_to_f32((const uint8_t*)kv.vq + s * rb, r, w.vrow);
             const uint16_t* vs = kv.vs + s * nb;
             const uint16_t* vm = kv.vm + s * nb;
