@@ -40,8 +40,12 @@ std::vector<int32_t> corpus_tokens(int64_t n) {
 
 // Keeps a copy of every q/k/v the session shows.
 struct recorder : session_observer {
-    std::vector<std::vector<float>> q, k, v;  // per layer, appended over chunks
-    explicit recorder(int L) : q(L), k(L), v(L) {}
+    std::vector<std::vector<float>> q, k, v, o;  // per layer, appended over chunks
+    explicit recorder(int L) : q(L), k(L), v(L), o(L) {}
+    void on_attn(int layer, int64_t n, const float* attn) override {
+        const model_hparams& hp = source_model().hp;
+        o[layer].insert(o[layer].end(), attn, attn + n * hp.n_head * hp.head_dim);
+    }
     void on_qkv(int layer, int64_t n, const int32_t*, const float* qq, const float* kk, const float* vv) override {
         const model_hparams& hp = source_model().hp;
         q[layer].insert(q[layer].end(), qq, qq + n * hp.n_head * hp.head_dim);
@@ -56,6 +60,9 @@ struct fanout : session_observer {
     void on_qkv(int layer, int64_t n, const int32_t* pos, const float* q, const float* k, const float* v) override {
         for (auto* o : obs) o->on_qkv(layer, n, pos, q, k, v);
     }
+    void on_attn(int layer, int64_t n, const float* attn) override {
+        for (auto* o : obs) o->on_attn(layer, n, attn);
+    }
 };
 
 TEST(CalibModel, GramMatchesPlainSums) {
@@ -68,10 +75,11 @@ TEST(CalibModel, GramMatchesPlainSums) {
     sp.n_batch = 16;  // several chunks per decode
     sp.n_threads = 2;
     session s(m, sp);
-    gram_accumulator acc(hp, &s.pool());
+    gram_accumulator acc(hp, &s.pool(), gram_v_stat::V);          // C_v from values (the paper's)
+    gram_accumulator acc_o(hp, &s.pool(), gram_v_stat::ATTN);     // C_v from attention outputs
     recorder rec(hp.n_layer);
     fanout fan;
-    fan.obs = {&acc, &rec};
+    fan.obs = {&acc, &acc_o, &rec};
     s.set_observer(&fan);
     s.decode(ids.data(), (int64_t)ids.size());
     s.set_observer(nullptr);
@@ -98,6 +106,14 @@ TEST(CalibModel, GramMatchesPlainSums) {
                     }
                     max_rel = std::max(max_rel, std::fabs(cqk[a * D + b] - sq) / (mag + 1e-30));
                     EXPECT_NEAR(cv[a * D + b], sv, 1e-9 * (std::fabs(sv) + 1));
+                    double so = 0;  // sum over tokens and the group's query heads of o o^T
+                    for (int64_t t = 0; t < T; t++)
+                        for (int i = 0; i < G; i++) {
+                            const float* ot = rec.o[il].data() + (t * H + g * G + i) * D;
+                            so += (double)ot[a] * ot[b];
+                        }
+                    EXPECT_NEAR(acc_o.v(il, g)[a * D + b], so, 1e-9 * (std::fabs(so) + 1));
+                    EXPECT_DOUBLE_EQ(acc_o.qk(il, g)[a * D + b], cqk[a * D + b]);
                 }
             EXPECT_LT(max_rel, 1e-12) << "layer " << il << " head " << g;
         }
@@ -231,7 +247,10 @@ TEST(CalibModel, FullRankZackKeepsAttentionAndLogits) {
     std::printf("attention block, all layers, full rank: max |diff| / max |out| = %.2e (folded F32), %.2e (Q8_0)\n",
                 rel_f32, rel_q8);
     EXPECT_LT(rel_f32, 1e-5);
-    EXPECT_LT(rel_q8, 3e-2);
+    // Q8_0 re-quantization of the folded W_v/W_o: measured 2.2e-2 with the
+    // v-based V statistic and 3.9e-2 with the attention-output one (the default);
+    // the bound leaves 1.5x over the larger.
+    EXPECT_LT(rel_q8, 6e-2);
 
     // End to end. The engine quantizes a weight's input activations to match its
     // type (Q8_1 for the source's Q4_1, Q8_0 for the folded Q8_0), and on this
