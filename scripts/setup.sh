@@ -21,7 +21,11 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >&2
 fi
 
-python3 -m pip install -q --disable-pip-version-check -r "$here/scripts/requirements-test.txt" >&2
+# Debian's own python3 refuses pip installs into the system (PEP 668); these
+# test-only packages then go in with --break-system-packages.
+req="$here/scripts/requirements-test.txt"
+python3 -m pip install -q --disable-pip-version-check -r "$req" >&2 ||
+    python3 -m pip install -q --disable-pip-version-check --break-system-packages -r "$req" >&2
 
 build="${ZACK_BUILD_DIR:-$here/build}"
 cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release >&2
