@@ -125,12 +125,7 @@ void calib_print_summary(FILE* out, const zack_calibration& c, int rank_align) {
         }
         std::fprintf(out, "%5d  %-24s %-24s\n", il, cols[0].c_str(), cols[1].c_str());
     }
-    zack_spectra spec;
-    spec.n_layer = L;
-    spec.n_kv = KV;
-    spec.d = D;
-    spec.sigma_k = c.sigma_k;
-    spec.sigma_v = c.sigma_v;
+    const zack_spectra spec = zack_calibration_spectra(c);
     std::fprintf(out, "\nRanks by removal rate eps (aligned to %d):\n", rank_align);
     std::fprintf(out, "%8s %8s %10s %10s %8s %8s\n", "eps", "rate", "mean r_k", "mean r_v", "min r", "max r");
     for (double eps : {0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3}) {

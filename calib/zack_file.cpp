@@ -15,6 +15,17 @@
 
 namespace zk {
 
+zack_spectra zack_calibration_spectra(const zack_calibration& c) {
+    zack_spectra spec;
+    spec.n_layer = c.n_layer;
+    spec.n_kv = c.n_kv;
+    spec.d = c.d;
+    spec.sigma_k = c.sigma_k;
+    spec.sigma_v = c.sigma_v;
+    spec.validate();
+    return spec;
+}
+
 namespace {
 
 std::string base_name(const std::string& path) {
@@ -74,13 +85,7 @@ void zack_file_write(const model& src, const zack_calibration& c, const zack_wri
     w.set("zack.rank_align", gguf_value::make_u32((uint32_t)p.rank_align));
 
     // Rank table: one row of ranks per reachable rate of the grid.
-    zack_spectra spec;
-    spec.n_layer = L;
-    spec.n_kv = KV;
-    spec.d = D;
-    spec.sigma_k = c.sigma_k;
-    spec.sigma_v = c.sigma_v;
-    spec.validate();
+    const zack_spectra spec = zack_calibration_spectra(c);
     std::vector<float> rates;
     std::vector<int32_t> tk, tv;
     for (float r : p.table_rates) {

@@ -31,6 +31,10 @@ struct zack_calibration {
     std::string corpus;                    // description of the corpus
 };
 
+struct zack_spectra;
+// The singular values of a calibration as rank selection sees them.
+zack_spectra zack_calibration_spectra(const zack_calibration& c);
+
 struct zack_write_params {
     int rank_align = 4;
     // Store folded W_v / W_o as F32 instead of fold_output_type (exact; for tests
