@@ -62,7 +62,9 @@ void expect_protected(const kv_cache& c, const evict_params& p, int64_t budget, 
             for (int64_t s = 1; s < b.n_used; s++) ASSERT_LT(b.pos[s - 1], b.pos[s]);
             auto has = [&](int32_t pos) { return std::binary_search(b.pos.begin(), b.pos.begin() + b.n_used, pos); };
             for (int32_t sp : all) {
-                if (sp < p.n_sink) EXPECT_TRUE(has(sp)) << "sink " << sp << " evicted";
+                if (sp < p.n_sink) {
+                    EXPECT_TRUE(has(sp)) << "sink " << sp << " evicted";
+                }
             }
             for (int64_t i = 0; i < recent; i++)
                 EXPECT_TRUE(has(all[all.size() - 1 - i])) << "recent position " << all[all.size() - 1 - i] << " evicted";
