@@ -89,13 +89,7 @@ public:
             std::snprintf(run, sizeof run, "acc %.2f%%", 100.0 * correct / (double)(i + 1));
             prog.update((int64_t)i + 1, run);
         }
-        eval_score r;
-        r.metric = "acc";
-        r.higher_is_better = true;
-        r.n_items = (int64_t)items_.size();
-        r.value = (double)correct / (double)items_.size();
-        r.tokens_kept = meter.mean();
-        r.detail["acc"] = r.value;
+        eval_score r = eval_accuracy_score(correct, (int64_t)items_.size(), meter.mean());
         r.detail["n_correct"] = correct;
         r.detail["n_items"] = r.n_items;
         if (!is_baseline) r.detail["same_answer_as_baseline"] = (double)agree / (double)items_.size();

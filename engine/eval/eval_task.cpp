@@ -122,4 +122,15 @@ std::string eval_greedy(session& s, const float* logits, int max_tokens, bool (*
     return text;
 }
 
+eval_score eval_accuracy_score(int64_t correct, int64_t n_items, double tokens_kept) {
+    eval_score r;
+    r.metric = "acc";
+    r.higher_is_better = true;
+    r.n_items = n_items;
+    r.value = n_items > 0 ? (double)correct / (double)n_items : 0.0;
+    r.tokens_kept = tokens_kept;
+    r.detail["acc"] = r.value;
+    return r;
+}
+
 }  // namespace zk

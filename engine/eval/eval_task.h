@@ -71,6 +71,9 @@ struct eval_score {
     nlohmann::json detail = nlohmann::json::object();  // every other figure
 };
 
+// An accuracy score: `correct` of n_items right, with the cache's mean share kept.
+eval_score eval_accuracy_score(int64_t correct, int64_t n_items, double tokens_kept);
+
 // Share of the baseline kept: value/base for higher-is-better figures, base/value
 // otherwise; 1 = no loss. A higher-is-better baseline of 0 has nothing to lose: 1.
 double eval_retention(const eval_score& s, const eval_score& base);
