@@ -54,7 +54,7 @@ void BM_decode_attention(benchmark::State& st) {
 
 void args(benchmark::internal::Benchmark* b) {
     for (int64_t ctx : {2048, 8192})
-        for (int r : {64, 32, 16})
+        for (int r : {64, 44, 32, 20, 16})  // 44, 20: ZACK ranks with a partial value block
             for (int bits : {16, 8, 4, 5}) b->Args({r, bits, ctx});
 }
 

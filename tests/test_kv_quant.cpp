@@ -241,7 +241,13 @@ INSTANTIATE_TEST_SUITE_P(Ranks, KvAttention,
                                            attn_case{4, false, 16, 16}, attn_case{4, false, 32, 32},
                                            attn_case{4, false, 64, 64}, attn_case{4, false, 20, 12},
                                            attn_case{4, true, 16, 16}, attn_case{4, true, 32, 32},
-                                           attn_case{4, true, 64, 64}, attn_case{4, true, 13, 7}));
+                                           attn_case{4, true, 64, 64}, attn_case{4, true, 13, 7},
+                                           // ZACK ranks are multiples of 4: every key tail (r % 8 == 4)
+                                           // and every partial last value block (4..28 channels)
+                                           attn_case{4, false, 4, 4}, attn_case{4, false, 12, 44},
+                                           attn_case{4, false, 36, 60}, attn_case{4, false, 52, 24},
+                                           attn_case{4, false, 44, 56}, attn_case{4, false, 28, 40},
+                                           attn_case{4, true, 36, 52}, attn_case{16, false, 36, 44}));
 
 // GEAR lowers the attention output error against plain 4-bit on the same data.
 TEST(KvAttentionGear, LowerErrorThanPlain4Bit) {

@@ -245,19 +245,32 @@ inline __m256 q4_load8(const uint8_t* p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
 }
 
+// 4 4-bit codes (2 bytes) as 4 floats 0..15; reads nothing past p[1], so it is
+// safe on the last channels of the last row.
+inline __m128 q4_load4(const uint8_t* p) {
+    uint16_t half;
+    std::memcpy(&half, p, 2);
+    const __m128i b = _mm_cvtsi32_si128(half);
+    const __m128i m = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+    return _mm_cvtepi32_ps(_mm_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
+}
+
 // Q4 key scores of slots [a, b) of one group: sc = qs_j . code_s + bias_j, with
 // the folded query qs [G x r] (q_c s_c) and bias (q . m) of that group; 4 slots x
-// G accumulators in registers. r % 8 == 0.
+// G accumulators in registers. r % 4 == 0: 8-channel chunks, then a 4-channel
+// tail when r % 8 == 4 (ZACK ranks are multiples of 4).
 template <int G>
 void scores_q4_fast_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t s0, int64_t n, int r,
                       const float* qs, const float* bias, float* sc) {
+    const int r8 = r & ~7;
     int64_t s = a;
     for (; s + 4 <= b; s += 4) {
         __m256 acc[G][4];
         for (int j = 0; j < G; j++)
             for (int u = 0; u < 4; u++) acc[j][u] = _mm256_setzero_ps();
         const uint8_t* c0 = codes + s * rb;
-        for (int c = 0; c < r; c += 8) {
+        for (int c = 0; c < r8; c += 8) {
             const __m256 k0 = q4_load8(c0 + c / 2), k1 = q4_load8(c0 + rb + c / 2),
                          k2 = q4_load8(c0 + 2 * rb + c / 2), k3 = q4_load8(c0 + 3 * rb + c / 2);
             for (int j = 0; j < G; j++) {
@@ -268,54 +281,99 @@ void scores_q4_fast_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_
                 acc[j][3] = _mm256_fmadd_ps(qv, k3, acc[j][3]);
             }
         }
-        for (int j = 0; j < G; j++)
-            _mm_storeu_ps(sc + j * n + s - s0,
-                          _mm_add_ps(hsum4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]), _mm_set1_ps(bias[j])));
+        if (r8 < r) {
+            const __m128 k0 = q4_load4(c0 + r8 / 2), k1 = q4_load4(c0 + rb + r8 / 2),
+                         k2 = q4_load4(c0 + 2 * rb + r8 / 2), k3 = q4_load4(c0 + 3 * rb + r8 / 2);
+            for (int j = 0; j < G; j++) {
+                const __m128 qv = _mm_loadu_ps(qs + j * r + r8);
+                const __m128 t0 = _mm_mul_ps(qv, k0), t1 = _mm_mul_ps(qv, k1), t2 = _mm_mul_ps(qv, k2),
+                             t3 = _mm_mul_ps(qv, k3);
+                const __m128 tail = _mm_hadd_ps(_mm_hadd_ps(t0, t1), _mm_hadd_ps(t2, t3));
+                _mm_storeu_ps(sc + j * n + s - s0,
+                              _mm_add_ps(_mm_add_ps(hsum4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]), tail),
+                                         _mm_set1_ps(bias[j])));
+            }
+        } else {
+            for (int j = 0; j < G; j++)
+                _mm_storeu_ps(sc + j * n + s - s0,
+                              _mm_add_ps(hsum4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]), _mm_set1_ps(bias[j])));
+        }
     }
     for (; s < b; s++) {
         __m256 acc[G];
         for (int j = 0; j < G; j++) acc[j] = _mm256_setzero_ps();
-        for (int c = 0; c < r; c += 8) {
+        for (int c = 0; c < r8; c += 8) {
             const __m256 k = q4_load8(codes + s * rb + c / 2);
             for (int j = 0; j < G; j++) acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(qs + j * r + c), k, acc[j]);
         }
-        for (int j = 0; j < G; j++) sc[j * n + s - s0] = simd::hsum(acc[j]) + bias[j];
+        for (int j = 0; j < G; j++) {
+            float d = simd::hsum(acc[j]) + bias[j];
+            if (r8 < r) {
+                const __m128 t = _mm_mul_ps(_mm_loadu_ps(qs + j * r + r8), q4_load4(codes + s * rb + r8 / 2));
+                const __m128 h = _mm_hadd_ps(t, t);
+                d += _mm_cvtss_f32(_mm_hadd_ps(h, h));
+            }
+            sc[j * n + s - s0] = d;
+        }
     }
 }
 
-// Q4 value sums of slots [a, b), every block a full 32 channels (r % 32 == 0):
-// acc_j += sum_s (p_j s_b) code_s over each block, msum_j,b += sum_s p_j m_b;
-// per block G x 4 accumulators stay in registers over all slots.
+// Q4 value sums of slots [a, b) over one block of channels [c0, c0 + 8 NV (+ 4
+// if TAIL)): acc_j += sum_s (p_j s_b) code_s, msum_j,b += sum_s p_j m_b, with
+// G x NV accumulators in registers over all slots.
+template <int G, int NV, bool TAIL>
+void values_q4_block(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, int nb, int blk,
+                     int64_t a, int64_t b, int64_t s0, int64_t n, int r, const float* sc, float* acc, float* msum) {
+    const int c0 = blk * KV_Q4_VBLOCK;
+    __m256 ac[G][NV > 0 ? NV : 1];
+    __m128 at[G];
+    float ms[G];
+    for (int j = 0; j < G; j++) {
+        for (int u = 0; u < NV; u++) ac[j][u] = _mm256_loadu_ps(acc + j * r + c0 + 8 * u);
+        if (TAIL) at[j] = _mm_loadu_ps(acc + j * r + c0 + 8 * NV);
+        ms[j] = 0;
+    }
+    for (int64_t s = a; s < b; s++) {
+        const uint8_t* cp = codes + s * rb + c0 / 2;
+        __m256 v[NV > 0 ? NV : 1];
+        for (int u = 0; u < NV; u++) v[u] = q4_load8(cp + 4 * u);
+        const __m128 vt = TAIL ? q4_load4(cp + 4 * NV) : _mm_setzero_ps();
+        const float scl = h2f(vs[s * nb + blk]), mn = h2f(vm[s * nb + blk]);
+        for (int j = 0; j < G; j++) {
+            const float p = sc[j * n + s - s0];
+            const __m256 ps = _mm256_set1_ps(p * scl);
+            for (int u = 0; u < NV; u++) ac[j][u] = _mm256_fmadd_ps(ps, v[u], ac[j][u]);
+            if (TAIL) at[j] = _mm_fmadd_ps(_mm256_castps256_ps128(ps), vt, at[j]);
+            ms[j] += p * mn;
+        }
+    }
+    for (int j = 0; j < G; j++) {
+        for (int u = 0; u < NV; u++) _mm256_storeu_ps(acc + j * r + c0 + 8 * u, ac[j][u]);
+        if (TAIL) _mm_storeu_ps(acc + j * r + c0 + 8 * NV, at[j]);
+        msum[j * nb + blk] += ms[j];
+    }
+}
+
+// All value blocks of slots [a, b); r % 4 == 0: full 32-channel blocks, then
+// the last block of 4..28 channels.
 template <int G>
 void values_q4_fast_g(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, int nb, int64_t a,
                       int64_t b, int64_t s0, int64_t n, int r, const float* sc, float* acc, float* msum) {
-    for (int blk = 0; blk < nb; blk++) {
-        const int c0 = blk * KV_Q4_VBLOCK;
-        __m256 ac[G][4];
-        float ms[G];
-        for (int j = 0; j < G; j++) {
-            for (int u = 0; u < 4; u++) ac[j][u] = _mm256_loadu_ps(acc + j * r + c0 + 8 * u);
-            ms[j] = 0;
-        }
-        for (int64_t s = a; s < b; s++) {
-            const uint8_t* cp = codes + s * rb + c0 / 2;
-            const __m256 v0 = q4_load8(cp), v1 = q4_load8(cp + 4), v2 = q4_load8(cp + 8), v3 = q4_load8(cp + 12);
-            const float scl = h2f(vs[s * nb + blk]), mn = h2f(vm[s * nb + blk]);
-            for (int j = 0; j < G; j++) {
-                const float p = sc[j * n + s - s0];
-                const __m256 ps = _mm256_set1_ps(p * scl);
-                ac[j][0] = _mm256_fmadd_ps(ps, v0, ac[j][0]);
-                ac[j][1] = _mm256_fmadd_ps(ps, v1, ac[j][1]);
-                ac[j][2] = _mm256_fmadd_ps(ps, v2, ac[j][2]);
-                ac[j][3] = _mm256_fmadd_ps(ps, v3, ac[j][3]);
-                ms[j] += p * mn;
-            }
-        }
-        for (int j = 0; j < G; j++) {
-            for (int u = 0; u < 4; u++) _mm256_storeu_ps(acc + j * r + c0 + 8 * u, ac[j][u]);
-            msum[j * nb + blk] += ms[j];
-        }
+    const int full = r / KV_Q4_VBLOCK;
+    for (int blk = 0; blk < full; blk++)
+        values_q4_block<G, 4, false>(codes, rb, vs, vm, nb, blk, a, b, s0, n, r, sc, acc, msum);
+#define ZK_Q4_TAIL(NV, T) values_q4_block<G, NV, T>(codes, rb, vs, vm, nb, full, a, b, s0, n, r, sc, acc, msum)
+    switch (r - full * KV_Q4_VBLOCK) {
+        case 0: break;
+        case 4: ZK_Q4_TAIL(0, true); break;
+        case 8: ZK_Q4_TAIL(1, false); break;
+        case 12: ZK_Q4_TAIL(1, true); break;
+        case 16: ZK_Q4_TAIL(2, false); break;
+        case 20: ZK_Q4_TAIL(2, true); break;
+        case 24: ZK_Q4_TAIL(3, false); break;
+        default: ZK_Q4_TAIL(3, true); break;  // 28
     }
+#undef ZK_Q4_TAIL
 }
 #endif
 
@@ -350,7 +408,7 @@ void scores_q4(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t
             w.bias[j] = bias;
         }
 #ifdef ZK_SIMD_AVX2
-        if (r % 8 == 0 && G <= 4) {
+        if (r % 4 == 0 && G <= 4) {
             switch (G) {
                 case 1: scores_q4_fast_g<1>(codes, rb, ga, gb, s0, n, r, w.qs, w.bias, w.sc); break;
                 case 2: scores_q4_fast_g<2>(codes, rb, ga, gb, s0, n, r, w.qs, w.bias, w.sc); break;
@@ -475,7 +533,7 @@ void values_all(const attn_kv_view& kv, int64_t s0, int64_t e, int64_t n, int G,
         const int nb = kv_n_blocks(r, KV_Q4_VBLOCK), rb = kv_q4_row_bytes(r);
         for (int i = 0; i < G * nb; i++) w.msum[i] = 0;
 #ifdef ZK_SIMD_AVX2
-        const bool fast = r % KV_Q4_VBLOCK == 0 && G <= 4;
+        const bool fast = r % 4 == 0 && G <= 4;
         if (fast) {
             const uint8_t* codes = (const uint8_t*)kv.vq;
             switch (G) {
