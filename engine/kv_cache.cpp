@@ -78,7 +78,7 @@ size_t kv_cache::block_bytes(int r_k, int r_v, int64_t C) const {
     const int64_t MG = max_groups(C);
     const int G = p_.group, k = p_.gear ? p_.gear_rank : 0;
     s += (size_t)residual_ * (r_k + r_v) * es;                           // residual window
-    s += (size_t)C * (kv_q4_row_bytes(r_k) + kv_q4_row_bytes(r_v));      // codes
+    s += (size_t)C * (kv_q4_row_bytes(r_k) + kv_q4_row_bytes(r_v)) + 2 * KV_Q4_PAD;  // codes
     s += (size_t)C * 2 * 2 * kv_n_blocks(r_v, KV_Q4_VBLOCK);             // value scales + mins
     s += (size_t)MG * 2 * 2 * r_k + (size_t)(MG + 1) * sizeof(int32_t);  // key scales + mins, group starts
     if (p_.gear)
@@ -134,8 +134,8 @@ kv_cache::kv_cache(int n_layer, int n_head_kv, int64_t capacity, const kv_cache_
                          std::max(b.r_k, b.r_v));
             b.k.resize((size_t)residual_ * b.r_k * es);
             b.v.resize((size_t)residual_ * b.r_v * es);
-            b.kq.resize(C * kv_q4_row_bytes(b.r_k));
-            b.vq.resize(C * kv_q4_row_bytes(b.r_v));
+            b.kq.resize(C * kv_q4_row_bytes(b.r_k) + KV_Q4_PAD);
+            b.vq.resize(C * kv_q4_row_bytes(b.r_v) + KV_Q4_PAD);
             b.vs.resize(C * kv_n_blocks(b.r_v, KV_Q4_VBLOCK));
             b.vm.resize(C * kv_n_blocks(b.r_v, KV_Q4_VBLOCK));
             b.ks.resize((size_t)MG * b.r_k);

@@ -34,6 +34,11 @@ enum kv_quant_kind : int { KV_QUANT_NONE = 0, KV_QUANT_Q8 = 1, KV_QUANT_Q4 = 2 }
 constexpr int KV_Q8_BLOCK = 32;   // channels per int8 scale
 constexpr int KV_Q4_VBLOCK = 32;  // value channels per 4-bit scale/min pair
 
+// 4-bit code buffers are readable this many bytes past their last row: the
+// kernel loads 16 bytes (32 codes) at a time and a rank that is not a multiple
+// of 32 ends a row with a partial chunk (the extra codes meet zero weights).
+constexpr int KV_Q4_PAD = 16;
+
 constexpr uint16_t KV_GEAR_NONE = 0xFFFF;  // unused sparse-correction slot
 
 inline int kv_n_blocks(int r, int block) { return (r + block - 1) / block; }
@@ -65,10 +70,10 @@ struct attn_kv_view {
     int group = 0;
     int64_t n_groups = 0;
     const int32_t* group_start = nullptr;  // [n_groups + 1], group_start[n_groups] = n_quant
-    const void* kq = nullptr;      // Q8: int8 [n_quant x r_k]; Q4: [n_quant x row_bytes(r_k)]
+    const void* kq = nullptr;      // Q8: int8 [n_quant x r_k]; Q4: [n_quant x row_bytes(r_k)] + KV_Q4_PAD
     const uint16_t* ks = nullptr;  // Q8: [n_quant x blocks(r_k)]; Q4: [n_groups x r_k] scales
     const uint16_t* km = nullptr;  // Q4: [n_groups x r_k] mins
-    const void* vq = nullptr;      // Q8: int8 [n_quant x r_v]; Q4: [n_quant x row_bytes(r_v)]
+    const void* vq = nullptr;      // Q8: int8 [n_quant x r_v]; Q4: [n_quant x row_bytes(r_v)] + KV_Q4_PAD
     const uint16_t* vs = nullptr;  // Q8: [n_quant x blocks(r_v)]; Q4: [n_quant x vblocks(r_v)] scales
     const uint16_t* vm = nullptr;  // Q4: [n_quant x vblocks(r_v)] mins
     attn_gear_view gear_k, gear_v;

@@ -1,7 +1,7 @@
 // KV cache precision: 8/4-bit quantization error against the bound the step
 // size implies, the fused attention kernel against an f32 reference at several
-// ranks (exactly against the dequantized cache, within a stated tolerance against
-// the original data), GEAR against plain 4-bit, compaction, exact memory
+// ranks (against the dequantized cache to float rounding, or to the int8 query
+// rounding for 4-bit keys; within a stated tolerance against the original data), GEAR against plain 4-bit, compaction, exact memory
 // accounting, and rejected parameters.
 #include <gtest/gtest.h>
 
@@ -94,6 +94,26 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
     double m = 0;
     for (size_t i = 0; i < a.size(); i++) m = std::max(m, (double)std::fabs(a[i] - b[i]));
     return m;
+}
+
+// The fused kernel against attention over the dequantized cache. 16/8-bit:
+// float rounding only, max |diff| < 1e-4. 4-bit: the key scores use the folded
+// query rounded to int8 (one scale per query head, relative step 1/254, as
+// llama.cpp rounds Q for a quantized cache), so the bound is on the relative L2
+// error of the output: < 1%, below the 4-bit quantization error itself (1-1.7%
+// against f32, measured below; 0.04-0.25% from the query rounding). Returns the
+// measured figure.
+double expect_kernel_matches_dequant(int bits, const std::vector<float>& out, const std::vector<float>& ref) {
+    if (bits != 4) {
+        const double d = max_abs_diff(out, ref);
+        EXPECT_LT(d, 1e-4);
+        return d;
+    }
+    double num = 0, den = 0;
+    for (size_t i = 0; i < out.size(); i++) num += (out[i] - ref[i]) * (out[i] - ref[i]), den += ref[i] * ref[i];
+    const double e = std::sqrt(num / std::max(den, 1e-30));
+    EXPECT_LT(e, 1e-2);
+    return e;
 }
 
 }  // namespace
@@ -223,13 +243,14 @@ TEST_P(KvAttention, MatchesReference) {
         norm = std::sqrt(norm);
         for (int parts : {1, 3}) {
             const std::vector<float> out = kernel_attention(c, q.data(), G, qpos, scale, parts);
-            EXPECT_LT(max_abs_diff(out, ref_deq), 1e-4) << "parts " << parts << " qpos " << qpos;
+            const double ed = expect_kernel_matches_dequant(pc.bits, out, ref_deq);
             double d = 0;
             for (size_t i = 0; i < out.size(); i++) d += (out[i] - ref_orig[i]) * (out[i] - ref_orig[i]);
             const double e = std::sqrt(d) / norm;
             if (parts == 1 && qpos == 3 * (n - 1))
-                std::printf("[ measured ] bits %d%s r_k %d r_v %d: relative L2 error vs f32 = %.5f\n", pc.bits,
-                            pc.gear ? "+gear" : "", pc.r_k, pc.r_v, e);
+                std::printf("[ measured ] bits %d%s r_k %d r_v %d: relative L2 error vs f32 = %.5f, vs dequantized %s %.2g\n",
+                            pc.bits, pc.gear ? "+gear" : "", pc.r_k, pc.r_v, e,
+                            pc.bits == 4 ? "(relative L2)" : "(max abs)", ed);
             EXPECT_LT(e, pc.bits == 16 ? 1e-3 : pc.bits == 8 ? 5e-3 : 0.05);
         }
     }
@@ -330,7 +351,7 @@ TEST(KvCompact, QuantizedBlocksStayConsistent) {
                 for (int i = 0; i < G * r_k; i++) q[i] = std::sin(0.7f * i);
                 ref_attention(q.data(), G, Kd.data(), Vd.data(), b.pos.data(), (int)b.n_used, r_k, r_v, 1 << 30,
                               0.2f, ref.data());
-                EXPECT_LT(max_abs_diff(kernel_attention(c, q.data(), G, 1 << 30, 0.2f, 3), ref), 1e-4);
+                expect_kernel_matches_dequant(bits, kernel_attention(c, q.data(), G, 1 << 30, 0.2f, 3), ref);
             }
         }
     }

@@ -72,6 +72,10 @@ struct scratch_layout {
     float* bias;  // [G]
     float* qb;    // [G x rank] q . B[:, i] (GEAR keys), then p^T A (GEAR values)
     float* msum;  // [G x value blocks] sum of p m_b (Q4 values)
+    int8_t* qi;   // [G x 32 chunks(r_k)] int8 folded query, zero-padded (Q4 keys)
+    float* qd;    // [G] its scales
+    float* tmp;   // [4 x 32] accumulators of a partial value block
+    float* kmin;  // [r_k] a key group's mins
 };
 
 scratch_layout scratch_split(float* p, int G, int64_t n, int r_k, int r_v, int rank) {
@@ -83,6 +87,10 @@ scratch_layout scratch_split(float* p, int G, int64_t n, int r_k, int r_v, int r
     s.bias = s.qs + (int64_t)G * r_k;
     s.qb = s.bias + G;
     s.msum = s.qb + (int64_t)G * rank;
+    s.qd = s.msum + (int64_t)G * kv_n_blocks(r_v, KV_Q4_VBLOCK);
+    s.tmp = s.qd + G;
+    s.kmin = s.tmp + 4 * 32;
+    s.qi = (int8_t*)(s.kmin + r_k);
     return s;
 }
 
@@ -235,145 +243,163 @@ inline bool fp_fast_ok(int G, int r) {
 }
 
 #ifdef ZK_SIMD_AVX2
-// 8 4-bit codes (4 bytes, low nibble first) as 8 floats 0..15.
-inline __m256 q4_load8(const uint8_t* p) {
-    int32_t word;
-    std::memcpy(&word, p, 4);
-    const __m128i b = _mm_cvtsi32_si128(word);
-    const __m128i m = _mm_set1_epi8(0x0F);
-    const __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
-    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
+inline float hmax8(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
 }
 
-// 4 4-bit codes (2 bytes) as 4 floats 0..15; reads nothing past p[1], so it is
-// safe on the last channels of the last row.
-inline __m128 q4_load4(const uint8_t* p) {
-    uint16_t half;
-    std::memcpy(&half, p, 2);
-    const __m128i b = _mm_cvtsi32_si128(half);
+// 32 4-bit codes (16 bytes, low nibble first) as 32 bytes in channel order.
+// Code buffers are readable KV_Q4_PAD bytes past their last row, so a partial
+// last chunk may load the whole 16 bytes; what lies past the row is never used.
+inline __m256i q4_load32(const uint8_t* p) {
+    const __m128i b = _mm_loadu_si128((const __m128i*)p);
     const __m128i m = _mm_set1_epi8(0x0F);
     const __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
-    return _mm_cvtepi32_ps(_mm_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
+    return _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
 }
 
-// Q4 key scores of slots [a, b) of one group: sc = qs_j . code_s + bias_j, with
-// the folded query qs [G x r] (q_c s_c) and bias (q . m) of that group; 4 slots x
-// G accumulators in registers. r % 4 == 0: 8-channel chunks, then a 4-channel
-// tail when r % 8 == 4 (ZACK ranks are multiples of 4).
+// The folded query qs [r] of one head rounded to int8 with one scale per head
+// (d = max|qs| / 127; llama.cpp likewise rounds Q to 8 bits for a quantized
+// cache), written as [nchunk x 32] with zeros past r, so a chunk that reads
+// codes beyond the row adds nothing. Returns d.
+inline float q4_quantize_query(const float* qs, int r, int nchunk, int8_t* qi) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 mx = _mm256_setzero_ps();
+    int c = 0;
+    for (; c + 8 <= r; c += 8) mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, _mm256_loadu_ps(qs + c)));
+    float amax = hmax8(mx);
+    for (; c < r; c++) amax = std::max(amax, std::fabs(qs[c]));
+    const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+    const __m256 vid = _mm256_set1_ps(id);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // undo the lane-wise packs
+    float pad[32];
+    for (int k = 0; k < nchunk; k++) {
+        const float* src = qs + 32 * k;
+        if (32 * k + 32 > r) {  // the partial last chunk, zero-padded
+            const int len = r - 32 * k;
+            std::memcpy(pad, src, sizeof(float) * len);
+            std::memset(pad + len, 0, sizeof(float) * (32 - len));
+            src = pad;
+        }
+        const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(src), vid));
+        const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(src + 8), vid));
+        const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(src + 16), vid));
+        const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(src + 24), vid));
+        const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+        _mm256_storeu_si256((__m256i*)(qi + 32 * k), _mm256_permutevar8x32_epi32(b, order));
+    }
+    return d;
+}
+
+// Q4 key scores of slots [a, b) of one group with integer dot products:
+// sc = qd_j (qi_j . code_s) + bias_j. One maddubs multiplies 32 codes by 32
+// query bytes and sums pairs into int16 (at most 2 * 15 * 127 = 3810), and the
+// int16 sums of up to 8 chunks (r <= 256) stay below 32767; 4 slots x G
+// accumulators live in registers.
 template <int G>
-void scores_q4_fast_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t s0, int64_t n, int r,
-                      const float* qs, const float* bias, float* sc) {
-    const int r8 = r & ~7;
+void scores_q4_int_g(const uint8_t* codes, int rb, int nchunk, int64_t a, int64_t b, int64_t s0, int64_t n,
+                     const int8_t* qi, const float* qd, const float* bias, float* sc) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int qstride = nchunk * 32;
     int64_t s = a;
     for (; s + 4 <= b; s += 4) {
-        __m256 acc[G][4];
+        __m256i acc[G][4];
         for (int j = 0; j < G; j++)
-            for (int u = 0; u < 4; u++) acc[j][u] = _mm256_setzero_ps();
+            for (int u = 0; u < 4; u++) acc[j][u] = _mm256_setzero_si256();
         const uint8_t* c0 = codes + s * rb;
-        for (int c = 0; c < r8; c += 8) {
-            const __m256 k0 = q4_load8(c0 + c / 2), k1 = q4_load8(c0 + rb + c / 2),
-                         k2 = q4_load8(c0 + 2 * rb + c / 2), k3 = q4_load8(c0 + 3 * rb + c / 2);
+        for (int k = 0; k < nchunk; k++) {
+            const __m256i k0 = q4_load32(c0 + 16 * k), k1 = q4_load32(c0 + rb + 16 * k),
+                          k2 = q4_load32(c0 + 2 * rb + 16 * k), k3 = q4_load32(c0 + 3 * rb + 16 * k);
             for (int j = 0; j < G; j++) {
-                const __m256 qv = _mm256_loadu_ps(qs + j * r + c);
-                acc[j][0] = _mm256_fmadd_ps(qv, k0, acc[j][0]);
-                acc[j][1] = _mm256_fmadd_ps(qv, k1, acc[j][1]);
-                acc[j][2] = _mm256_fmadd_ps(qv, k2, acc[j][2]);
-                acc[j][3] = _mm256_fmadd_ps(qv, k3, acc[j][3]);
+                const __m256i qv = _mm256_loadu_si256((const __m256i*)(qi + j * qstride + 32 * k));
+                acc[j][0] = _mm256_add_epi16(acc[j][0], _mm256_maddubs_epi16(k0, qv));
+                acc[j][1] = _mm256_add_epi16(acc[j][1], _mm256_maddubs_epi16(k1, qv));
+                acc[j][2] = _mm256_add_epi16(acc[j][2], _mm256_maddubs_epi16(k2, qv));
+                acc[j][3] = _mm256_add_epi16(acc[j][3], _mm256_maddubs_epi16(k3, qv));
             }
         }
-        if (r8 < r) {
-            const __m128 k0 = q4_load4(c0 + r8 / 2), k1 = q4_load4(c0 + rb + r8 / 2),
-                         k2 = q4_load4(c0 + 2 * rb + r8 / 2), k3 = q4_load4(c0 + 3 * rb + r8 / 2);
-            for (int j = 0; j < G; j++) {
-                const __m128 qv = _mm_loadu_ps(qs + j * r + r8);
-                const __m128 t0 = _mm_mul_ps(qv, k0), t1 = _mm_mul_ps(qv, k1), t2 = _mm_mul_ps(qv, k2),
-                             t3 = _mm_mul_ps(qv, k3);
-                const __m128 tail = _mm_hadd_ps(_mm_hadd_ps(t0, t1), _mm_hadd_ps(t2, t3));
-                _mm_storeu_ps(sc + j * n + s - s0,
-                              _mm_add_ps(_mm_add_ps(hsum4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]), tail),
-                                         _mm_set1_ps(bias[j])));
-            }
-        } else {
-            for (int j = 0; j < G; j++)
-                _mm_storeu_ps(sc + j * n + s - s0,
-                              _mm_add_ps(hsum4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]), _mm_set1_ps(bias[j])));
+        for (int j = 0; j < G; j++) {
+            const __m128 sum = hsum4(_mm256_cvtepi32_ps(_mm256_madd_epi16(acc[j][0], ones)),
+                                     _mm256_cvtepi32_ps(_mm256_madd_epi16(acc[j][1], ones)),
+                                     _mm256_cvtepi32_ps(_mm256_madd_epi16(acc[j][2], ones)),
+                                     _mm256_cvtepi32_ps(_mm256_madd_epi16(acc[j][3], ones)));
+            _mm_storeu_ps(sc + j * n + s - s0, _mm_fmadd_ps(sum, _mm_set1_ps(qd[j]), _mm_set1_ps(bias[j])));
         }
     }
     for (; s < b; s++) {
-        __m256 acc[G];
-        for (int j = 0; j < G; j++) acc[j] = _mm256_setzero_ps();
-        for (int c = 0; c < r8; c += 8) {
-            const __m256 k = q4_load8(codes + s * rb + c / 2);
-            for (int j = 0; j < G; j++) acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(qs + j * r + c), k, acc[j]);
+        __m256i acc[G];
+        for (int j = 0; j < G; j++) acc[j] = _mm256_setzero_si256();
+        for (int k = 0; k < nchunk; k++) {
+            const __m256i kc = q4_load32(codes + s * rb + 16 * k);
+            for (int j = 0; j < G; j++)
+                acc[j] = _mm256_add_epi16(
+                    acc[j], _mm256_maddubs_epi16(kc, _mm256_loadu_si256((const __m256i*)(qi + j * qstride + 32 * k))));
         }
-        for (int j = 0; j < G; j++) {
-            float d = simd::hsum(acc[j]) + bias[j];
-            if (r8 < r) {
-                const __m128 t = _mm_mul_ps(_mm_loadu_ps(qs + j * r + r8), q4_load4(codes + s * rb + r8 / 2));
-                const __m128 h = _mm_hadd_ps(t, t);
-                d += _mm_cvtss_f32(_mm_hadd_ps(h, h));
-            }
-            sc[j * n + s - s0] = d;
-        }
+        for (int j = 0; j < G; j++)
+            sc[j * n + s - s0] = simd::hsum(_mm256_cvtepi32_ps(_mm256_madd_epi16(acc[j], ones))) * qd[j] + bias[j];
     }
 }
 
-// Q4 value sums of slots [a, b) over one block of channels [c0, c0 + 8 NV (+ 4
-// if TAIL)): acc_j += sum_s (p_j s_b) code_s, msum_j,b += sum_s p_j m_b, with
-// G x NV accumulators in registers over all slots.
-template <int G, int NV, bool TAIL>
+// Q4 value sums of slots [a, b) over the first 8 NV channels of block blk:
+// acc_j += sum_s (p_j s_b) code_s, msum_j,b += sum_s p_j m_b, with G x NV
+// accumulators in registers over all slots. dst: row j of the block's
+// accumulators at dst + j * stride.
+template <int G, int NV>
 void values_q4_block(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, int nb, int blk,
-                     int64_t a, int64_t b, int64_t s0, int64_t n, int r, const float* sc, float* acc, float* msum) {
+                     int64_t a, int64_t b, int64_t s0, int64_t n, const float* sc, float* dst, int64_t stride,
+                     float* msum) {
     const int c0 = blk * KV_Q4_VBLOCK;
-    __m256 ac[G][NV > 0 ? NV : 1];
-    __m128 at[G];
+    __m256 ac[G][NV];
     float ms[G];
     for (int j = 0; j < G; j++) {
-        for (int u = 0; u < NV; u++) ac[j][u] = _mm256_loadu_ps(acc + j * r + c0 + 8 * u);
-        if (TAIL) at[j] = _mm_loadu_ps(acc + j * r + c0 + 8 * NV);
+        for (int u = 0; u < NV; u++) ac[j][u] = _mm256_loadu_ps(dst + j * stride + 8 * u);
         ms[j] = 0;
     }
     for (int64_t s = a; s < b; s++) {
-        const uint8_t* cp = codes + s * rb + c0 / 2;
-        __m256 v[NV > 0 ? NV : 1];
-        for (int u = 0; u < NV; u++) v[u] = q4_load8(cp + 4 * u);
-        const __m128 vt = TAIL ? q4_load4(cp + 4 * NV) : _mm_setzero_ps();
+        const __m256i x = q4_load32(codes + s * rb + c0 / 2);
+        const __m128i lo = _mm256_castsi256_si128(x), hi = _mm256_extracti128_si256(x, 1);
+        __m256 v[NV];
+        v[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
+        if (NV > 1) v[NV > 1 ? 1 : 0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
+        if (NV > 2) v[NV > 2 ? 2 : 0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
+        if (NV > 3) v[NV > 3 ? 3 : 0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
         const float scl = h2f(vs[s * nb + blk]), mn = h2f(vm[s * nb + blk]);
         for (int j = 0; j < G; j++) {
             const float p = sc[j * n + s - s0];
             const __m256 ps = _mm256_set1_ps(p * scl);
             for (int u = 0; u < NV; u++) ac[j][u] = _mm256_fmadd_ps(ps, v[u], ac[j][u]);
-            if (TAIL) at[j] = _mm_fmadd_ps(_mm256_castps256_ps128(ps), vt, at[j]);
             ms[j] += p * mn;
         }
     }
     for (int j = 0; j < G; j++) {
-        for (int u = 0; u < NV; u++) _mm256_storeu_ps(acc + j * r + c0 + 8 * u, ac[j][u]);
-        if (TAIL) _mm_storeu_ps(acc + j * r + c0 + 8 * NV, at[j]);
+        for (int u = 0; u < NV; u++) _mm256_storeu_ps(dst + j * stride + 8 * u, ac[j][u]);
         msum[j * nb + blk] += ms[j];
     }
 }
 
-// All value blocks of slots [a, b); r % 4 == 0: full 32-channel blocks, then
-// the last block of 4..28 channels.
+// All value blocks of slots [a, b). Full blocks work in place on acc [G x r]; a
+// partial last block (r % 32 != 0) goes through `tmp` [G x 32] with only the
+// 8-channel vectors it needs, so channels past r are never stored.
 template <int G>
 void values_q4_fast_g(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, int nb, int64_t a,
-                      int64_t b, int64_t s0, int64_t n, int r, const float* sc, float* acc, float* msum) {
+                      int64_t b, int64_t s0, int64_t n, int r, const float* sc, float* acc, float* msum,
+                      float* tmp) {
     const int full = r / KV_Q4_VBLOCK;
     for (int blk = 0; blk < full; blk++)
-        values_q4_block<G, 4, false>(codes, rb, vs, vm, nb, blk, a, b, s0, n, r, sc, acc, msum);
-#define ZK_Q4_TAIL(NV, T) values_q4_block<G, NV, T>(codes, rb, vs, vm, nb, full, a, b, s0, n, r, sc, acc, msum)
-    switch (r - full * KV_Q4_VBLOCK) {
-        case 0: break;
-        case 4: ZK_Q4_TAIL(0, true); break;
-        case 8: ZK_Q4_TAIL(1, false); break;
-        case 12: ZK_Q4_TAIL(1, true); break;
-        case 16: ZK_Q4_TAIL(2, false); break;
-        case 20: ZK_Q4_TAIL(2, true); break;
-        case 24: ZK_Q4_TAIL(3, false); break;
-        default: ZK_Q4_TAIL(3, true); break;  // 28
+        values_q4_block<G, 4>(codes, rb, vs, vm, nb, blk, a, b, s0, n, sc, acc + blk * KV_Q4_VBLOCK, r, msum);
+    const int c0 = full * KV_Q4_VBLOCK, len = r - c0;
+    if (len == 0) return;
+    for (int j = 0; j < G; j++)
+        for (int c = 0; c < 32; c++) tmp[j * 32 + c] = c < len ? acc[j * r + c0 + c] : 0.0f;
+    switch ((len + 7) / 8) {
+        case 1: values_q4_block<G, 1>(codes, rb, vs, vm, nb, full, a, b, s0, n, sc, tmp, 32, msum); break;
+        case 2: values_q4_block<G, 2>(codes, rb, vs, vm, nb, full, a, b, s0, n, sc, tmp, 32, msum); break;
+        case 3: values_q4_block<G, 3>(codes, rb, vs, vm, nb, full, a, b, s0, n, sc, tmp, 32, msum); break;
+        default: values_q4_block<G, 4>(codes, rb, vs, vm, nb, full, a, b, s0, n, sc, tmp, 32, msum); break;
     }
-#undef ZK_Q4_TAIL
+    for (int j = 0; j < G; j++)
+        for (int c = 0; c < len; c++) acc[j * r + c0 + c] = tmp[j * 32 + c];
 }
 #endif
 
@@ -397,23 +423,27 @@ void scores_q4(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t
         const int64_t ga = std::max<int64_t>(a, g0), gb = std::min<int64_t>(b, kv.group_start[g + 1]);
         const uint16_t* scl = kv.ks + g * r;
         const uint16_t* mn = kv.km + g * r;
-        for (int c = 0; c < r; c++) w.krow[c] = h2f(scl[c]);
+        simd::f16_to_f32_row(scl, w.krow, r);
+        simd::f16_to_f32_row(mn, w.kmin, r);
         for (int j = 0; j < G; j++) {
             const float* qj = qt + j * q.q_head_stride;
-            float bias = 0;
-            for (int c = 0; c < r; c++) {
-                w.qs[j * r + c] = qj[c] * w.krow[c];
-                bias += qj[c] * h2f(mn[c]);
-            }
-            w.bias[j] = bias;
+            simd::mul_f32(qj, w.krow, w.qs + j * r, r);
+            w.bias[j] = simd::dot_f32(qj, w.kmin, r);
         }
 #ifdef ZK_SIMD_AVX2
-        if (r % 4 == 0 && G <= 4) {
-            switch (G) {
-                case 1: scores_q4_fast_g<1>(codes, rb, ga, gb, s0, n, r, w.qs, w.bias, w.sc); break;
-                case 2: scores_q4_fast_g<2>(codes, rb, ga, gb, s0, n, r, w.qs, w.bias, w.sc); break;
-                case 3: scores_q4_fast_g<3>(codes, rb, ga, gb, s0, n, r, w.qs, w.bias, w.sc); break;
-                default: scores_q4_fast_g<4>(codes, rb, ga, gb, s0, n, r, w.qs, w.bias, w.sc); break;
+        const int nchunk = (r + 31) / 32;
+        if (nchunk <= 8) {  // int16 sums stay exact up to r = 256
+            const int qstride = nchunk * 32;
+            for (int j = 0; j < G; j++) w.qd[j] = q4_quantize_query(w.qs + j * r, r, nchunk, w.qi + j * qstride);
+            for (int j0 = 0; j0 < G; j0 += 4) {  // query heads in register-sized groups
+                const int8_t* qi = w.qi + j0 * qstride;
+                float* sc = w.sc + j0 * n;
+                switch (std::min(4, G - j0)) {
+                    case 1: scores_q4_int_g<1>(codes, rb, nchunk, ga, gb, s0, n, qi, w.qd + j0, w.bias + j0, sc); break;
+                    case 2: scores_q4_int_g<2>(codes, rb, nchunk, ga, gb, s0, n, qi, w.qd + j0, w.bias + j0, sc); break;
+                    case 3: scores_q4_int_g<3>(codes, rb, nchunk, ga, gb, s0, n, qi, w.qd + j0, w.bias + j0, sc); break;
+                    default: scores_q4_int_g<4>(codes, rb, nchunk, ga, gb, s0, n, qi, w.qd + j0, w.bias + j0, sc); break;
+                }
             }
         } else
 #endif
@@ -533,14 +563,17 @@ void values_all(const attn_kv_view& kv, int64_t s0, int64_t e, int64_t n, int G,
         const int nb = kv_n_blocks(r, KV_Q4_VBLOCK), rb = kv_q4_row_bytes(r);
         for (int i = 0; i < G * nb; i++) w.msum[i] = 0;
 #ifdef ZK_SIMD_AVX2
-        const bool fast = r % 4 == 0 && G <= 4;
-        if (fast) {
-            const uint8_t* codes = (const uint8_t*)kv.vq;
-            switch (G) {
-                case 1: values_q4_fast_g<1>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, w.sc, acc, w.msum); break;
-                case 2: values_q4_fast_g<2>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, w.sc, acc, w.msum); break;
-                case 3: values_q4_fast_g<3>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, w.sc, acc, w.msum); break;
-                default: values_q4_fast_g<4>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, w.sc, acc, w.msum); break;
+        const bool fast = true;
+        const uint8_t* codes = (const uint8_t*)kv.vq;
+        for (int j0 = 0; j0 < G; j0 += 4) {  // query heads in register-sized groups
+            const float* sc = w.sc + j0 * n;
+            float* ac = acc + j0 * r;
+            float* ms = w.msum + j0 * nb;
+            switch (std::min(4, G - j0)) {
+                case 1: values_q4_fast_g<1>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, sc, ac, ms, w.tmp); break;
+                case 2: values_q4_fast_g<2>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, sc, ac, ms, w.tmp); break;
+                case 3: values_q4_fast_g<3>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, sc, ac, ms, w.tmp); break;
+                default: values_q4_fast_g<4>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, sc, ac, ms, w.tmp); break;
             }
         }
 #else
@@ -587,7 +620,8 @@ void values_all(const attn_kv_view& kv, int64_t s0, int64_t e, int64_t n, int G,
 }  // namespace
 
 int64_t kernel_attention_scratch(int n_group, int64_t n, int r_k, int r_v, int gear_rank) {
-    return n_group * n + r_k + r_v + (int64_t)n_group * (r_k + 1 + gear_rank + kv_n_blocks(r_v, KV_Q4_VBLOCK)) + 16;
+    return n_group * n + r_k + r_v + (int64_t)n_group * (r_k + 1 + gear_rank + kv_n_blocks(r_v, KV_Q4_VBLOCK)) +
+           n_group + 4 * 32 + r_k + (int64_t)n_group * kv_n_blocks(r_k, 32) * 32 / 4 + 16;
 }
 
 void kernel_attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, const attn_q_view& q,

@@ -78,11 +78,21 @@ inline void axpy_f32(float a, const float* x, float* y, int n) {
     for (; i < n; i++) y[i] += a * x[i];
 }
 
+// z[i] = x[i] * y[i] over n floats.
+inline void mul_f32(const float* x, const float* y, float* z, int n) {
+    int i = 0;
+#ifdef ZK_SIMD_AVX2
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(z + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+#endif
+    for (; i < n; i++) z[i] = x[i] * y[i];
+}
+
 inline void f16_to_f32_row(const uint16_t* src, float* dst, int n) {
     int i = 0;
 #ifdef ZK_SIMD_AVX2
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(src + i))));
+    for (; i < n; i++) dst[i] = _cvtsh_ss(src[i]);
 #endif
     for (; i < n; i++) dst[i] = fp16_to_fp32(src[i]);
 }
