@@ -25,8 +25,10 @@ import time
 def llama_bench(model, threads, depths, prompt, gen, reps, cache):
     import llama_cpp
     kw = {}
-    if cache == "q4_0":
+    if cache == "q4_0":  # llama.cpp needs flash attention for a quantized V cache
         kw = dict(type_k=llama_cpp.GGML_TYPE_Q4_0, type_v=llama_cpp.GGML_TYPE_Q4_0, flash_attn=True)
+    elif cache == "f16-fa":
+        kw = dict(flash_attn=True)
     n_ctx = max(depths) + max(prompt, gen) + 16
     llm = llama_cpp.Llama(model_path=model, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
                           n_batch=512, n_ubatch=512, verbose=False, logits_all=False, **kw)
@@ -56,9 +58,23 @@ def llama_bench(model, threads, depths, prompt, gen, reps, cache):
                 if rep:
                     tps.append(n / dt)
             rows.append(dict(engine=f"llama.cpp {cache}", test=f"{kind}{n}", depth=d, tps=statistics.mean(tps),
-                             sd=statistics.stdev(tps) if len(tps) > 1 else 0.0))
+                             sd=statistics.stdev(tps) if len(tps) > 1 else 0.0, kv=llama_kv_bytes(llm, cache)))
             print(f"  llama.cpp {cache} {kind}{n} @ {d}: {rows[-1]['tps']:.1f} tok/s", file=sys.stderr)
     return rows
+
+
+def llama_kv_bytes(llm, cache):
+    """KV bytes per token of llama.cpp's cache: K and V rows of n_embd_k_gqa
+    elements per layer, f16 (2 bytes) or q4_0 (18 bytes per 32)."""
+    import llama_cpp
+    m = llm.model
+    n_layer = llama_cpp.llama_model_n_layer(m)
+    n_head = llama_cpp.llama_model_n_head(m)
+    n_head_kv = llama_cpp.llama_model_n_head_kv(m)
+    n_embd = llama_cpp.llama_model_n_embd(m)
+    row = n_embd // n_head * n_head_kv
+    per_row = row * 18 // 32 if cache == "q4_0" else row * 2
+    return 2 * n_layer * per_row
 
 
 def zack_bench(zack, model, threads, depths, prompt, gen, reps, label, extra):
@@ -86,12 +102,17 @@ def main():
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--gen", type=int, default=32)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--llama-caches", default="f16,f16-fa,q4_0",
+                    help="llama.cpp caches: f16 (no flash attention), f16-fa, q4_0 (flash attention)")
+    ap.add_argument("--extra", action="append", default=[], metavar="LABEL=FLAGS",
+                    help="another zack row on --zack-model (or --model), e.g. 'h2o 1024=--kv-evict h2o --kv-budget 1024'")
+    ap.add_argument("--json", default="", help="also write every row to this JSON file")
     a = ap.parse_args()
     depths = [int(x) for x in a.depths.split(",")]
 
     rows = []
     print("measuring llama.cpp ...", file=sys.stderr)
-    for cache in ("f16", "q4_0"):
+    for cache in a.llama_caches.split(","):
         rows += llama_bench(a.model, a.threads, depths, a.prompt, a.gen, a.reps, cache)
     print("measuring zack ...", file=sys.stderr)
     rows += zack_bench(a.zack, a.model, a.threads, depths, a.prompt, a.gen, a.reps, "zack f16", [])
@@ -100,6 +121,10 @@ def main():
                            ["--kv-rate", "0.5"])
         rows += zack_bench(a.zack, a.zack_model, a.threads, depths, a.prompt, a.gen, a.reps, "zack ZACK0.5+4bit",
                            ["--kv-rate", "0.5", "--kv-bits", "4"])
+    for e in a.extra:
+        label, _, flags = e.partition("=")
+        rows += zack_bench(a.zack, a.zack_model or a.model, a.threads, depths, a.prompt, a.gen, a.reps,
+                           "zack " + label, flags.split())
 
     def find(engine, test, depth):
         for r in rows:
@@ -126,6 +151,10 @@ def main():
         rq = f"{r['tps'] / q4['tps']:.2f}x" if q4 else "-"
         kv = str(r.get("kv", "-"))
         print(f"| {r['engine']} | {r['test']} | {r['depth']} | {r['tps']:.1f} ± {r['sd']:.1f} | {rf} | {rq} | {kv} |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(dict(date=datetime.date.today().isoformat(), cpu=cpu, threads=a.threads, model=a.model,
+                           zack_model=a.zack_model, rows=rows), f, indent=1)
 
 
 if __name__ == "__main__":
