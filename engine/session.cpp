@@ -15,9 +15,7 @@ namespace zk {
 
 namespace {
 
-// Decode steps (few new tokens) split each head's slots into ranges so that
-// every thread has work even with 3 KV heads; prefill has a task per token.
-constexpr int64_t k_decode_max_tok = 4;
+// A decode segment's slot ranges hold at least this many slots.
 constexpr int64_t k_min_range = 128;
 
 void add_bias(float* y, const float* b, int64_t n_tok, int64_t n) {
@@ -27,6 +25,38 @@ void add_bias(float* y, const float* b, int64_t n_tok, int64_t n) {
 }
 
 }  // namespace
+
+forward_buffers::forward_buffers(const model_hparams& hp, int64_t n_rows_, int max_seqs_, int n_threads_,
+                                 int64_t cap_, int gear_rank, bool observe)
+    : n_rows(n_rows_), max_seqs(max_seqs_), n_threads(n_threads_), cap(cap_) {
+    ZK_ASSERT(n_rows >= 1 && max_seqs >= 1 && n_threads >= 1 && cap >= 1);
+    const int64_t R = n_rows, E = hp.n_embd, D = hp.head_dim, KV = hp.n_head_kv, G = hp.n_group();
+    x.resize(R * E);
+    xn.resize(R * E);
+    q.resize(R * hp.n_head * D);
+    k.resize(R * KV * D);
+    v.resize(R * KV * D);
+    attn.resize(R * hp.n_head * D);
+    tmp.resize(R * E);
+    gate.resize(R * hp.n_ff);
+    up.resize(R * hp.n_ff);
+    rope_cs.resize(R * hp.rope.n_dims);
+    pos.resize(R);
+    row_seq.resize(R);
+    max_chunks = std::min<int64_t>(64, std::max<int64_t>(1, 4 * n_threads));
+    // A decode segment of n tokens needs KV x nc x n x G x (2 + D) floats of
+    // partials (nc <= max_chunks), a prefill segment (alone in its pass) KV x n x G x (2 + D).
+    const int64_t decode_rows = std::min<int64_t>(R, (int64_t)max_seqs * k_session_decode_max_tok);
+    part.resize(KV * G * (2 + D) * std::max(decode_rows * max_chunks, R));
+    tasks.reserve(KV * std::max(std::min<int64_t>(max_seqs, R) * max_chunks, R));
+    seg_nc.resize(max_seqs);
+    seg_part.resize(max_seqs);
+    score.resize((size_t)n_threads * kernel_attention_scratch((int)G, cap, (int)D, (int)D, gear_rank));
+    if (observe) {
+        thread_logits.resize((size_t)n_threads * G * cap);
+        thread_scores.assign((size_t)n_threads * KV * cap, 0.0f);
+    }
+}
 
 kv_cache_params session_kv_params(const session_params& p) {
     kv_cache_params k;
@@ -98,32 +128,12 @@ session::session(const model& m, const session_params& p) : m_(m), params_(p) {
         if (evicting_) capacity = std::min(p.n_ctx, p.evict.budget + std::max(p.evict.chunk, params_.n_batch));
     }
     cache_ = std::make_unique<kv_cache>(hp.n_layer, hp.n_head_kv, capacity, kp, rk, rv);
-    const int64_t B = params_.n_batch, E = hp.n_embd, D = hp.head_dim;
-    x_.resize(B * E);
-    xn_.resize(B * E);
-    q_.resize(B * hp.n_head * D);
-    k_.resize(B * hp.n_head_kv * D);
-    v_.resize(B * hp.n_head_kv * D);
-    attn_.resize(B * hp.n_head * D);
-    tmp_.resize(B * E);
-    gate_.resize(B * hp.n_ff);
-    up_.resize(B * hp.n_ff);
-    rope_cs_.resize(B * hp.rope.n_dims);
-    pos_.resize(B);
-    logits_.resize(hp.n_vocab);
-    const int64_t G = hp.n_group();
-    max_chunks_ = std::min<int64_t>(64, std::max<int64_t>(1, 4 * p.n_threads));
-    const int64_t per_task_decode = k_decode_max_tok * G * (2 + D);
-    const int64_t per_task_prefill = G * (2 + D);
-    part_buf_.resize(std::max(hp.n_head_kv * max_chunks_ * per_task_decode,
-                              hp.n_head_kv * B * per_task_prefill));
     const int64_t cap = cache_->capacity();
-    score_buf_.resize((size_t)p.n_threads * kernel_attention_scratch((int)G, cap, (int)D, (int)D, kp.gear ? kp.gear_rank : 0));
-    if (policy_->needs_attention()) {
-        logits_buf_.resize((size_t)hp.n_head_kv * k_decode_max_tok * G * cap);
-        thread_logits_.resize((size_t)p.n_threads * G * cap);
-        thread_scores_.assign((size_t)p.n_threads * hp.n_head_kv * cap, 0.0f);
-    }
+    fb_ = std::make_unique<forward_buffers>(hp, params_.n_batch, 1, p.n_threads, cap, kp.gear ? kp.gear_rank : 0,
+                                            policy_->needs_attention());
+    logits_.resize(hp.n_vocab);
+    if (policy_->needs_attention())
+        logits_buf_.resize((size_t)hp.n_head_kv * k_session_decode_max_tok * hp.n_group() * cap);
 }
 
 session::~session() = default;
@@ -133,7 +143,7 @@ void session::reset() {
     n_past_ = 0;
 }
 
-const float* session::decode(const int32_t* tokens, int64_t n, bool logits_all) {
+void session::check_tokens(const int32_t* tokens, int64_t n) const {
     const model_hparams& hp = m_.hp;
     if (n <= 0) ZK_THROW("decode needs at least one token");
     if (n_past_ + n > params_.n_ctx)
@@ -142,13 +152,19 @@ const float* session::decode(const int32_t* tokens, int64_t n, bool logits_all) 
     for (int64_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= hp.n_vocab)
             ZK_THROW("token id %d is outside the vocabulary (0..%d)", tokens[i], hp.n_vocab - 1);
+}
+
+const float* session::decode(const int32_t* tokens, int64_t n, bool logits_all) {
+    const model_hparams& hp = m_.hp;
+    check_tokens(tokens, n);
     if (logits_all && (int64_t)logits_.size() < n * hp.n_vocab) logits_.resize(n * hp.n_vocab);
     for (int64_t done = 0; done < n; done += params_.n_batch) {
         const int64_t c = std::min(params_.n_batch, n - done);
         const bool last = done + c == n;
         float* out = logits_all ? logits_.data() + done * hp.n_vocab : (last ? logits_.data() : nullptr);
         evict_before(c);
-        forward_chunk(tokens + done, c, logits_all, out);
+        const forward_seq seq{this, 0, c};
+        forward(&seq, 1, tokens + done, logits_all, out, *fb_, *pool_);
     }
     evict_after(n);
     return logits_.data();
@@ -164,202 +180,283 @@ void session::evict_before(int64_t incoming) {
 // amortized.
 void session::evict_after(int64_t n_call) {
     if (!evicting_) return;
-    const int64_t slack = n_call > k_decode_max_tok ? 0 : params_.evict.chunk;
+    const int64_t slack = n_call > k_session_decode_max_tok ? 0 : params_.evict.chunk;
     if (cache_->n_used_max() > params_.evict.budget + slack) evict_run(*cache_, *policy_, params_.evict.budget);
 }
 
-void session::forward_chunk(const int32_t* tokens, int64_t n, bool logits_all, float* logits_out) {
-    const model_hparams& hp = m_.hp;
+// ---------------------------------------------------------------- forward pass
+
+void session::forward(const forward_seq* seqs, int n_seqs, const int32_t* tokens, bool logits_all,
+                      float* logits_out, forward_buffers& fb, thread_pool& pool) {
+    ZK_ASSERT(n_seqs >= 1 && n_seqs <= fb.max_seqs && pool.size() <= fb.n_threads);
+    const model& m = seqs[0].s->m_;
+    const model_hparams& hp = m.hp;
     const int64_t E = hp.n_embd, D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv;
-    thread_pool& pool = *pool_;
 
-    for (int64_t t = 0; t < n; t++) {
-        pos_[t] = (int32_t)(n_past_ + t);
-        const size_t row = dtype_row_size(m_.tok_embd.type, E);
-        dtype_dequantize_row(m_.tok_embd.type, (const uint8_t*)m_.tok_embd.data + row * tokens[t],
-                             x_.data() + t * E, E);
+    // rows: each sequence's tokens in turn, each at its own next position
+    int64_t n = 0;
+    bool compressed = false;
+    for (int i = 0; i < n_seqs; i++) {
+        const forward_seq& sq = seqs[i];
+        ZK_ASSERT(&sq.s->m_ == &m && sq.row0 == n && sq.n >= 1 && n + sq.n <= fb.n_rows);
+        ZK_ASSERT(sq.s->cache_->capacity() <= fb.cap);
+        for (int64_t t = 0; t < sq.n; t++) {
+            fb.pos[n + t] = (int32_t)(sq.s->n_past_ + t);
+            fb.row_seq[n + t] = i;
+        }
+        n += sq.n;
+        compressed |= sq.s->compressed_;
     }
-    kernel_rope_table(hp.rope, pos_.data(), n, rope_cs_.data());
+    const size_t emb_row = dtype_row_size(m.tok_embd.type, E);
+    for (int64_t t = 0; t < n; t++)
+        dtype_dequantize_row(m.tok_embd.type, (const uint8_t*)m.tok_embd.data + emb_row * tokens[t],
+                             fb.x.data() + t * E, E);
+    kernel_rope_table(hp.rope, fb.pos.data(), n, fb.rope_cs.data());
 
+    float* x = fb.x.data();
+    float* xn = fb.xn.data();
+    float* tmp = fb.tmp.data();
     for (int il = 0; il < hp.n_layer; il++) {
-        const layer_weights& L = m_.layers[il];
+        const layer_weights& L = m.layers[il];
         // attention sub-layer
-        kernel_rmsnorm(x_.data(), L.attn_norm, xn_.data(), n, E, hp.rms_eps);
-        kernel_matmul(L.wq, xn_.data(), n, q_.data(), pool, mm_scratch_);
-        kernel_matmul(L.wk, xn_.data(), n, k_.data(), pool, mm_scratch_);
-        kernel_matmul(L.wv, xn_.data(), n, v_.data(), pool, mm_scratch_);
-        add_bias(q_.data(), L.bq, n, H * D);
-        add_bias(k_.data(), L.bk, n, KV * D);
-        add_bias(v_.data(), L.bv, n, KV * D);
-        kernel_rope_apply(q_.data(), n, H, D, hp.rope, rope_cs_.data());
-        kernel_rope_apply(k_.data(), n, KV, D, hp.rope, rope_cs_.data());
-        if (observer_) observer_->on_qkv(il, n, pos_.data(), q_.data(), k_.data(), v_.data());
-        if (compressed_) compress_qk(il, n);
+        kernel_rmsnorm(x, L.attn_norm, xn, n, E, hp.rms_eps);
+        kernel_matmul(L.wq, xn, n, fb.q.data(), pool, fb.mm);
+        kernel_matmul(L.wk, xn, n, fb.k.data(), pool, fb.mm);
+        kernel_matmul(L.wv, xn, n, fb.v.data(), pool, fb.mm);
+        add_bias(fb.q.data(), L.bq, n, H * D);
+        add_bias(fb.k.data(), L.bk, n, KV * D);
+        add_bias(fb.v.data(), L.bv, n, KV * D);
+        kernel_rope_apply(fb.q.data(), n, H, D, hp.rope, fb.rope_cs.data());
+        kernel_rope_apply(fb.k.data(), n, KV, D, hp.rope, fb.rope_cs.data());
+        for (int i = 0; i < n_seqs; i++) {
+            const forward_seq& sq = seqs[i];
+            if (sq.s->observer_)
+                sq.s->observer_->on_qkv(il, sq.n, fb.pos.data() + sq.row0, fb.q.data() + sq.row0 * H * D,
+                                        fb.k.data() + sq.row0 * KV * D, fb.v.data() + sq.row0 * KV * D);
+        }
+        if (compressed) compress_qk(seqs, il, n, fb, pool);
         // V needs no work here: W_v is folded, so a rank-r_v head keeps the first
         // r_v channels of v.
-        for (int g = 0; g < KV; g++)
-            cache_->append(il, g, n, k_.data() + g * D, KV * D, v_.data() + g * D, KV * D, pos_.data());
-        attention(il, n);
-        if (observer_) observer_->on_attn(il, n, attn_.data());
-        kernel_matmul(L.wo, attn_.data(), n, tmp_.data(), pool, mm_scratch_);
-        for (int64_t i = 0; i < n * E; i++) x_[i] += tmp_[i];
+        for (int i = 0; i < n_seqs; i++) {
+            const forward_seq& sq = seqs[i];
+            for (int g = 0; g < KV; g++)
+                sq.s->cache_->append(il, g, sq.n, fb.k.data() + (sq.row0 * KV + g) * D, KV * D,
+                                     fb.v.data() + (sq.row0 * KV + g) * D, KV * D, fb.pos.data() + sq.row0);
+        }
+        attention(seqs, n_seqs, il, fb, pool);
+        for (int i = 0; i < n_seqs; i++) {
+            const forward_seq& sq = seqs[i];
+            if (sq.s->observer_) sq.s->observer_->on_attn(il, sq.n, fb.attn.data() + sq.row0 * H * D);
+        }
+        kernel_matmul(L.wo, fb.attn.data(), n, tmp, pool, fb.mm);
+        for (int64_t i = 0; i < n * E; i++) x[i] += tmp[i];
 
         // feed-forward sub-layer
-        kernel_rmsnorm(x_.data(), L.ffn_norm, xn_.data(), n, E, hp.rms_eps);
-        kernel_matmul(L.w_gate, xn_.data(), n, gate_.data(), pool, mm_scratch_);
-        kernel_matmul(L.w_up, xn_.data(), n, up_.data(), pool, mm_scratch_);
-        kernel_swiglu(gate_.data(), up_.data(), gate_.data(), n * hp.n_ff);
-        kernel_matmul(L.w_down, gate_.data(), n, tmp_.data(), pool, mm_scratch_);
-        for (int64_t i = 0; i < n * E; i++) x_[i] += tmp_[i];
+        kernel_rmsnorm(x, L.ffn_norm, xn, n, E, hp.rms_eps);
+        kernel_matmul(L.w_gate, xn, n, fb.gate.data(), pool, fb.mm);
+        kernel_matmul(L.w_up, xn, n, fb.up.data(), pool, fb.mm);
+        kernel_swiglu(fb.gate.data(), fb.up.data(), fb.gate.data(), n * hp.n_ff);
+        kernel_matmul(L.w_down, fb.gate.data(), n, tmp, pool, fb.mm);
+        for (int64_t i = 0; i < n * E; i++) x[i] += tmp[i];
     }
-    n_past_ += n;
+    for (int i = 0; i < n_seqs; i++) seqs[i].s->n_past_ += seqs[i].n;
 
     if (!logits_out) return;
-    // Only the rows whose logits are wanted go through the output matrix.
-    const int64_t first = logits_all ? 0 : n - 1;
-    const int64_t rows = n - first;
-    kernel_rmsnorm(x_.data() + first * E, m_.output_norm, xn_.data(), rows, E, hp.rms_eps);
-    kernel_matmul(m_.output, xn_.data(), rows, logits_out, pool, mm_scratch_);
+    // Only the rows whose logits are wanted go through the output matrix:
+    // gathered, normalised, into xn [rows x n_embd].
+    int64_t rows = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        const forward_seq& sq = seqs[i];
+        const int64_t first = logits_all ? 0 : sq.n - 1;
+        kernel_rmsnorm(x + (sq.row0 + first) * E, m.output_norm, xn + rows * E, sq.n - first, E, hp.rms_eps);
+        rows += sq.n - first;
+    }
+    kernel_matmul(m.output, xn, rows, logits_out, pool, fb.mm);
 }
 
 // q~ = q R[:, :r_k] for every query head and k~ = k R[:, :r_k] for every KV
-// head, in place: head h's first r_k channels of q_/k_ become the projection
-// (the rest is left unused). Layout stays [n x heads x head_dim].
-void session::compress_qk(int il, int64_t n) {
-    const model_hparams& hp = m_.hp;
+// head, in place, with the projection of the row's own sequence: head h's first
+// r_k channels of q/k become the projection (the rest is left unused). Layout
+// stays [n x heads x head_dim]. Rows of uncompressed sequences are left as they are.
+void session::compress_qk(const forward_seq* seqs, int il, int64_t n, forward_buffers& fb, thread_pool& pool) {
+    const model_hparams& hp = seqs[0].s->m_.hp;
     const int D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv, G = hp.n_group();
-    pool_->parallel_for(n * KV, 1, [&](int64_t b, int64_t e, int) {
+    auto body = [&](int64_t b, int64_t e, int) {
         for (int64_t task = b; task < e; task++) {
             const int64_t t = task / KV;
             const int g = (int)(task % KV);
-            const std::vector<float>& P = proj_[(size_t)il * KV + g];
+            const session& s = *seqs[fb.row_seq[t]].s;
+            if (!s.compressed_) continue;
+            const std::vector<float>& P = s.proj_[(size_t)il * KV + g];
             const int r = (int)(P.size() / D);
-            kernel_project_head(P.data(), r, D, k_.data() + (t * KV + g) * D);
-            for (int j = 0; j < G; j++) kernel_project_head(P.data(), r, D, q_.data() + (t * H + g * G + j) * D);
+            kernel_project_head(P.data(), r, D, fb.k.data() + (t * KV + g) * D);
+            for (int j = 0; j < G; j++) kernel_project_head(P.data(), r, D, fb.q.data() + (t * H + g * G + j) * D);
         }
-    });
+    };
+    // the closure holds one reference, so std::function stores it without allocating
+    pool.parallel_for(n * KV, 1, [&body](int64_t b, int64_t e, int ith) { body(b, e, ith); });
 }
 
-void session::attention(int il, int64_t n) {
-    const model_hparams& hp = m_.hp;
+// Attention of every row against its own sequence's cache. A decode segment
+// (<= k_session_decode_max_tok tokens) gets (head, slot range) tasks, merged
+// per head afterwards (flash-decoding); a prefill segment gets a task per
+// (head, token). All tasks of the pass share one longest-first schedule.
+void session::attention(const forward_seq* seqs, int n_seqs, int il, forward_buffers& fb, thread_pool& pool) {
+    const model_hparams& hp = seqs[0].s->m_.hp;
     const int64_t D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv, G = hp.n_group();
     const float scale = 1.0f / std::sqrt((float)D);  // the original head dim, also when compressed
-    // Compressed heads write only their first r_v channels; W_o's folded rows for
-    // the rest must see zeros.
-    if (compressed_) std::memset(attn_.data(), 0, sizeof(float) * n * H * D);
-    const int64_t score_stride = (int64_t)score_buf_.size() / params_.n_threads;
-    const int64_t cap = cache_->capacity();
-    const bool observe = policy_->needs_attention();
-    auto cost = [&](int g, int64_t slots) {
-        const kv_block& b = cache_->block(il, g);
-        return slots * (b.r_k + b.r_v);
-    };
-    // Heads differ in rank (and, evicted, in slots): hand the tasks out longest first.
-    auto order_tasks = [&]() {
-        std::sort(tasks_.begin(), tasks_.end(), [](const std::pair<int64_t, int64_t>& a,
-                                                   const std::pair<int64_t, int64_t>& b) {
-            return a.first != b.first ? a.first > b.first : a.second < b.second;
-        });
-    };
+    const int nth = pool.size();
+    const int64_t score_stride = (int64_t)fb.score.size() / fb.n_threads;
 
-    if (n <= k_decode_max_tok) {
-        // flash-decoding: (head, slot range) tasks, then a merge per head
-        const int64_t n_slots = cache_->n_used_max();
-        int64_t nc = std::min<int64_t>((n_slots + k_min_range - 1) / k_min_range,
-                                       (2 * params_.n_threads + KV - 1) / KV);
-        nc = std::max<int64_t>(1, std::min(nc, max_chunks_));
-        const int64_t per_task = n * G * (2 + D);
-        auto part_of = [&](int64_t task) {
-            float* b = part_buf_.data() + task * per_task;
-            attn_partial p{b, b + n * G, b + 2 * n * G};
+    int n_decode = 0;
+    for (int i = 0; i < n_seqs; i++) n_decode += seqs[i].n <= k_session_decode_max_tok;
+    // The per-thread observation sums of a prefill segment serve one sequence.
+    ZK_ASSERT(n_decode == n_seqs || n_seqs == 1);
+
+    // tasks, and where their partials go
+    fb.tasks.clear();
+    int64_t part = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        const forward_seq& sq = seqs[i];
+        const session& s = *sq.s;
+        const kv_cache& cache = *s.cache_;
+        auto cost = [&](int g, int64_t slots) {
+            const kv_block& b = cache.block(il, g);
+            return slots * (b.r_k + b.r_v);
+        };
+        fb.seg_part[i] = part;
+        // Compressed heads write only their first r_v channels; W_o's folded rows
+        // for the rest must see zeros.
+        if (s.compressed_) std::memset(fb.attn.data() + sq.row0 * H * D, 0, sizeof(float) * sq.n * H * D);
+        if (sq.n <= k_session_decode_max_tok) {
+            // Slot ranges per head as for this sequence decoded alone on its own
+            // threads (enough that each has work on the KV heads). Not fewer in a
+            // batch, though the batch has more heads to share out: the split
+            // decides the merge's rounding, and on this engine (8-bit
+            // activations) a 1e-7 change grows into different greedy tokens. So
+            // a batched row is the same arithmetic as its sequence alone
+            // (tests/test_batch.cpp).
+            const int64_t nt = s.params_.n_threads;
+            int64_t nc = std::min<int64_t>((cache.n_used_max() + k_min_range - 1) / k_min_range,
+                                           (2 * nt + KV - 1) / KV);
+            nc = std::max<int64_t>(1, std::min(nc, fb.max_chunks));
+            fb.seg_nc[i] = nc;
+            for (int g = 0; g < KV; g++)
+                for (int64_t c = 0; c < nc; c++) {
+                    fb.tasks.push_back({cost(g, cache.block(il, g).n_used / nc), i, g, c, part});
+                    part += sq.n * G * (2 + D);
+                }
+        } else {
+            fb.seg_nc[i] = 0;
+            for (int g = 0; g < KV; g++)
+                for (int64_t t = 0; t < sq.n; t++) {
+                    fb.tasks.push_back({cost(g, std::min(cache.block(il, g).n_used, s.n_past_ + t + 1)), i, g, t, part});
+                    part += G * (2 + D);
+                }
+        }
+    }
+    ZK_ASSERT(part <= (int64_t)fb.part.size());
+    // Heads differ in rank (and, evicted, in slots): hand the tasks out longest first.
+    std::sort(fb.tasks.begin(), fb.tasks.end(), [](const attn_task& a, const attn_task& b) {
+        if (a.cost != b.cost) return a.cost > b.cost;
+        return a.part < b.part;  // creation order
+    });
+
+    auto run_task = [&](const attn_task& tk, int ith) {
+        const forward_seq& sq = seqs[tk.seq];
+        session& s = *sq.s;
+        const attn_kv_view kv = s.cache_->view(il, tk.g);
+        const bool observe = s.policy_->needs_attention();
+        const float* q_seg = fb.q.data() + sq.row0 * H * D + tk.g * G * D;
+        const int32_t* pos_seg = fb.pos.data() + sq.row0;
+        float* pb = fb.part.data() + tk.part;
+        float* scratch = fb.score.data() + ith * score_stride;
+        const int64_t nc = fb.seg_nc[tk.seq];
+        if (nc > 0) {
+            const int64_t n = sq.n, cap = s.cache_->capacity();
+            attn_partial p{pb, pb + n * G, pb + 2 * n * G};
             if (observe) {
-                p.logits = logits_buf_.data() + (task / nc) * n * G * cap;
+                p.logits = s.logits_buf_.data() + tk.g * n * G * cap;
                 p.logits_stride = cap;
             }
-            return p;
-        };
-        tasks_.clear();
-        for (int64_t task = 0; task < KV * nc; task++) {
-            const int g = (int)(task / nc);
-            tasks_.push_back({cost(g, cache_->block(il, g).n_used / nc), task});
+            const int64_t s0 = kv.n_slots * tk.c / nc, s1 = kv.n_slots * (tk.c + 1) / nc;
+            const attn_q_view q{q_seg, H * D, D, (int)G, n, pos_seg, scale};
+            kernel_attention_range(kv, s0, s1, q, p, scratch);
+            return;
         }
-        order_tasks();
-        pool_->parallel_for(KV * nc, 1, [&](int64_t b, int64_t e, int ith) {
-            for (int64_t i = b; i < e; i++) {
-                const int64_t task = tasks_[i].second;
-                const int g = (int)(task / nc);
-                const int64_t c = task % nc;
-                const attn_kv_view kv = cache_->view(il, g);
-                const int64_t s0 = kv.n_slots * c / nc, s1 = kv.n_slots * (c + 1) / nc;
-                attn_q_view q{q_.data() + g * G * D, H * D, D, (int)G, n, pos_.data(), scale};
-                kernel_attention_range(kv, s0, s1, q, part_of(task), score_buf_.data() + ith * score_stride);
-            }
-        });
+        // prefill token t sees the slots up to its position (slot index <=
+        // position, also after eviction): stop the range there
+        const int64_t t = tk.c;
+        attn_partial p{pb, pb + G, pb + 2 * G};
+        float* lg = observe ? fb.thread_logits.data() + (size_t)ith * G * fb.cap : nullptr;
+        p.logits = lg;
+        p.logits_stride = fb.cap;
+        const attn_q_view q{q_seg + t * H * D, H * D, D, (int)G, 1, pos_seg + t, scale};
+        const int64_t s1 = std::min(kv.n_slots, s.n_past_ + t + 1);
+        kernel_attention_range(kv, 0, s1, q, p, scratch);
+        kernel_attention_merge(&p, 1, 1, (int)G, kv.r_v, fb.attn.data() + (sq.row0 + t) * H * D + tk.g * G * D,
+                               H * D, D);
+        if (observe) {
+            const evict_observation o{il, tk.g, pos_seg[t], t, sq.n, s.params_.n_ctx, kv.pos};
+            float* acc = fb.thread_scores.data() + ((size_t)ith * KV + tk.g) * fb.cap;
+            for (int64_t j = 0; j < G; j++) s.policy_->observe(o, lg + j * fb.cap, s1, acc);
+        }
+    };
+    pool.parallel_for((int64_t)fb.tasks.size(), 1, [&run_task, &fb](int64_t b, int64_t e, int ith) {
+        for (int64_t i = b; i < e; i++) run_task(fb.tasks[i], ith);
+    });
+
+    // decode segments: merge each head's ranges, then show the policy the logits
+    bool observe_decode = false;
+    for (int i = 0; i < n_seqs; i++) {
+        const forward_seq& sq = seqs[i];
+        const int64_t nc = fb.seg_nc[i];
+        if (nc == 0) continue;
+        observe_decode |= sq.s->policy_->needs_attention();
+        const int64_t per_task = sq.n * G * (2 + D);
         for (int g = 0; g < KV; g++) {
             attn_partial parts[64];
-            for (int64_t c = 0; c < nc; c++) parts[c] = part_of(g * nc + c);
-            const int r_v = cache_->block(il, g).r_v;
-            kernel_attention_merge(parts, (int)nc, n, (int)G, r_v, attn_.data() + g * G * D, H * D, D);
-        }
-        if (observe) {
-            pool_->parallel_for(KV, 1, [&](int64_t b, int64_t e, int) {
-                for (int64_t g = b; g < e; g++) {
-                    kv_block& blk = cache_->block(il, (int)g);
-                    for (int64_t t = 0; t < n; t++) {
-                        const evict_observation o{il, (int)g, pos_[t], t, n, params_.n_ctx, blk.pos.data()};
-                        for (int64_t j = 0; j < G; j++)
-                            policy_->observe(o, logits_buf_.data() + ((g * n + t) * G + j) * cap, blk.n_used,
-                                             blk.score.data());
-                    }
-                }
-            });
-        }
-        return;
-    }
-
-    // prefill: one task per (head, token); each sees the slots up to its position
-    const int64_t per_task = G * (2 + D);
-    tasks_.clear();
-    for (int64_t task = 0; task < KV * n; task++) {
-        const int g = (int)(task / n);
-        tasks_.push_back({cost(g, std::min(cache_->block(il, g).n_used, n_past_ + task % n + 1)), task});
-    }
-    order_tasks();
-    pool_->parallel_for(KV * n, 1, [&](int64_t b, int64_t e, int ith) {
-        for (int64_t i = b; i < e; i++) {
-            const int64_t task = tasks_[i].second;
-            const int g = (int)(task / n);
-            const int64_t t = task % n;
-            const attn_kv_view kv = cache_->view(il, g);
-            float* pb = part_buf_.data() + task * per_task;
-            attn_partial part{pb, pb + G, pb + 2 * G};
-            float* lg = observe ? thread_logits_.data() + (size_t)ith * G * cap : nullptr;
-            part.logits = lg;
-            part.logits_stride = cap;
-            attn_q_view q{q_.data() + t * H * D + g * G * D, H * D, D, (int)G, 1, pos_.data() + t, scale};
-            // slots beyond this token's position are invisible; stop the range there
-            // (slot index <= position, also after eviction)
-            const int64_t s1 = std::min(kv.n_slots, n_past_ + t + 1);
-            kernel_attention_range(kv, 0, s1, q, part, score_buf_.data() + ith * score_stride);
-            kernel_attention_merge(&part, 1, 1, (int)G, kv.r_v, attn_.data() + t * H * D + g * G * D, H * D, D);
-            if (observe) {
-                const evict_observation o{il, g, pos_[t], t, n, params_.n_ctx, kv.pos};
-                float* acc = thread_scores_.data() + ((size_t)ith * KV + g) * cap;
-                for (int64_t j = 0; j < G; j++) policy_->observe(o, lg + j * cap, s1, acc);
+            for (int64_t c = 0; c < nc; c++) {
+                float* pb = fb.part.data() + fb.seg_part[i] + (g * nc + c) * per_task;
+                parts[c] = attn_partial{pb, pb + sq.n * G, pb + 2 * sq.n * G};
             }
+            const int r_v = sq.s->cache_->block(il, g).r_v;
+            kernel_attention_merge(parts, (int)nc, sq.n, (int)G, r_v, fb.attn.data() + sq.row0 * H * D + g * G * D,
+                                   H * D, D);
         }
-    });
-    if (observe) {
-        // per-thread sums into the blocks' scores, in thread order
-        pool_->parallel_for(KV, 1, [&](int64_t b, int64_t e, int) {
+    }
+    if (observe_decode) {
+        auto observe_head = [&](int64_t b, int64_t e, int) {
+            for (int64_t task = b; task < e; task++) {
+                const forward_seq& sq = seqs[task / KV];
+                session& s = *sq.s;
+                const int g = (int)(task % KV);
+                if (fb.seg_nc[task / KV] == 0 || !s.policy_->needs_attention()) continue;
+                kv_block& blk = s.cache_->block(il, g);
+                const int64_t n = sq.n, cap = s.cache_->capacity();
+                for (int64_t t = 0; t < n; t++) {
+                    const evict_observation o{il, g, fb.pos[sq.row0 + t], t, n, s.params_.n_ctx, blk.pos.data()};
+                    for (int64_t j = 0; j < G; j++)
+                        s.policy_->observe(o, s.logits_buf_.data() + ((g * n + t) * G + j) * cap, blk.n_used,
+                                           blk.score.data());
+                }
+            }
+        };
+        pool.parallel_for(n_seqs * KV, 1, [&observe_head](int64_t b, int64_t e, int ith) { observe_head(b, e, ith); });
+    }
+    if (n_decode == 0 && seqs[0].s->policy_->needs_attention()) {
+        // prefill: per-thread sums into the blocks' scores, in thread order
+        session& s = *seqs[0].s;
+        auto add_scores = [&](int64_t b, int64_t e, int) {
             for (int64_t g = b; g < e; g++) {
-                kv_block& blk = cache_->block(il, (int)g);
-                for (int i = 0; i < params_.n_threads; i++) {
-                    float* acc = thread_scores_.data() + ((size_t)i * KV + g) * cap;
-                    for (int64_t s = 0; s < blk.n_used; s++) blk.score[s] += acc[s], acc[s] = 0;
+                kv_block& blk = s.cache_->block(il, (int)g);
+                for (int i = 0; i < nth; i++) {
+                    float* acc = fb.thread_scores.data() + ((size_t)i * KV + g) * fb.cap;
+                    for (int64_t sl = 0; sl < blk.n_used; sl++) blk.score[sl] += acc[sl], acc[sl] = 0;
                 }
             }
-        });
+        };
+        pool.parallel_for(KV, 1, [&add_scores](int64_t b, int64_t e, int ith) { add_scores(b, e, ith); });
     }
 }
 

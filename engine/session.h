@@ -1,6 +1,8 @@
 // Mutable run state for one sequence on a model: the KV cache, activation
 // buffers sized once for a batch of tokens, and the thread pool. decode() runs
-// the decoder over new tokens and returns their logits.
+// the decoder over new tokens and returns their logits. The forward pass itself
+// takes rows of several sequences at once; engine/batch.h decodes a batch of
+// sessions through it.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -49,6 +51,77 @@ void session_validate_params(const session_params& p, const model_hparams& hp);
 // The KV cache parameters session_params describe.
 kv_cache_params session_kv_params(const session_params& p);
 
+class session;
+
+// Decode-style passes (a few new tokens per sequence) split each head's slots
+// into ranges so that every thread has work; longer segments (prefill) get one
+// attention task per token.
+constexpr int64_t k_session_decode_max_tok = 4;
+
+// One sequence's part of a forward pass: rows [row0, row0 + n) of the
+// activations are its next n tokens, at positions n_past() .. n_past() + n - 1.
+struct forward_seq {
+    session* s;
+    int64_t row0;
+    int64_t n;
+};
+
+// An attention task of a forward pass: (sequence, KV head, slot range) for a
+// decode segment, (sequence, KV head, token) for a prefill segment.
+struct attn_task {
+    int64_t cost;  // ~ slots x (r_k + r_v); tasks run longest first
+    int32_t seq;   // index into the pass's forward_seq list
+    int32_t g;     // KV head
+    int64_t c;     // decode: slot range index; prefill: token index in the segment
+    int64_t part;  // offset of its partial (m, l, acc) in forward_buffers::part
+};
+
+// Activations and scratch of forward passes over up to n_rows token rows that
+// may belong to up to max_seqs sequences (rows of one sequence are contiguous);
+// R = n_rows below.
+// Owned by whoever runs passes on a pool: a session for its own decode() calls,
+// a batch_decoder (engine/batch.h) for steps over several sessions. Sized once,
+// so a pass allocates nothing.
+struct forward_buffers {
+    // n_threads: at least the pool's size and every sequence's own thread count
+    // (it sets how many slot ranges a sequence's heads are split into);
+    // cap: the largest cache capacity among the sequences; gear_rank: the largest
+    // GEAR rank (0 = none); observe: some sequence's policy needs attention logits.
+    forward_buffers(const model_hparams& hp, int64_t n_rows, int max_seqs, int n_threads, int64_t cap,
+                    int gear_rank, bool observe);
+
+    int64_t n_rows;
+    int max_seqs;
+    int n_threads;
+    int64_t cap;
+    int64_t max_chunks;           // slot ranges per (sequence, head) in a decode segment, 4 x n_threads (<= 64)
+    matmul_scratch mm;
+    std::vector<float> x;         // [R x n_embd] residual stream
+    std::vector<float> xn;        // [R x n_embd] normalised input of a sub-layer
+    std::vector<float> q;         // [R x n_head x head_dim]
+    std::vector<float> k;         // [R x n_head_kv x head_dim]
+    std::vector<float> v;         // [R x n_head_kv x head_dim]
+    std::vector<float> attn;      // [R x n_head x head_dim] attention output
+    std::vector<float> tmp;       // [R x n_embd] projection output
+    std::vector<float> gate;      // [R x n_ff]
+    std::vector<float> up;        // [R x n_ff]
+    std::vector<float> rope_cs;   // [R x rope_dims/2 x 2]
+    std::vector<int32_t> pos;     // [R] each row's own position
+    std::vector<int32_t> row_seq; // [R] index of the row's sequence in the pass
+    // Attention partials, per task [tokens x group x (2 + head_dim)] (m, l, acc),
+    // and per-thread kernel scratch [n_threads x kernel_attention_scratch(cap)].
+    std::vector<float> part;
+    std::vector<float> score;
+    std::vector<attn_task> tasks;
+    std::vector<int64_t> seg_nc;    // [max_seqs] slot ranges of each decode segment
+    std::vector<int64_t> seg_part;  // [max_seqs] first partial of each segment
+    // Prefill with an attention-observing policy (one such segment per pass):
+    // per-thread logits [n_threads x group x cap] and score sums
+    // [n_threads x n_head_kv x cap], added to the blocks in thread order.
+    std::vector<float> thread_logits;
+    std::vector<float> thread_scores;
+};
+
 class session {
 public:
     session(const model& m, const session_params& p);
@@ -61,6 +134,7 @@ public:
 
     int64_t n_past() const { return n_past_; }
     int64_t n_ctx() const { return params_.n_ctx; }
+    const session_params& params() const { return params_; }
     void reset();
     // Not owned; nullptr detaches. Called from the thread that runs decode().
     void set_observer(session_observer* obs) { observer_ = obs; }
@@ -69,9 +143,21 @@ public:
     thread_pool& pool() { return *pool_; }
 
 private:
-    void forward_chunk(const int32_t* tokens, int64_t n, bool logits_all, float* logits_out);
-    void compress_qk(int il, int64_t n);
-    void attention(int il, int64_t n);
+    friend class batch_decoder;
+
+    // The engine's one forward pass, for decode() (one sequence) and
+    // batch_decoder (several): the weight matmuls run once over every row, each
+    // row uses its own position, each sequence's K/V go to its own cache and its
+    // attention tasks share one longest-first schedule. Advances every
+    // sequence's n_past. logits_out (null = none) gets, sequence by sequence,
+    // the logits of its last row, or of all its rows with logits_all:
+    // [rows x n_vocab]. Eviction is the caller's (evict_before / evict_after).
+    static void forward(const forward_seq* seqs, int n_seqs, const int32_t* tokens, bool logits_all,
+                        float* logits_out, forward_buffers& fb, thread_pool& pool);
+    static void compress_qk(const forward_seq* seqs, int il, int64_t n_rows, forward_buffers& fb, thread_pool& pool);
+    static void attention(const forward_seq* seqs, int n_seqs, int il, forward_buffers& fb, thread_pool& pool);
+    // Throws unless n tokens are valid ids and fit in the context.
+    void check_tokens(const int32_t* tokens, int64_t n) const;
     // Evicts down to the budget when the policy says so: before a chunk of
     // `incoming` tokens that would not fit, or after a decode() call.
     void evict_before(int64_t incoming);
@@ -81,41 +167,20 @@ private:
     session_params params_;
     std::unique_ptr<thread_pool> pool_;
     std::unique_ptr<kv_cache> cache_;
-    matmul_scratch mm_scratch_;
+    std::unique_ptr<forward_buffers> fb_;  // for chunks of up to n_batch tokens
     int64_t n_past_ = 0;
     session_observer* observer_ = nullptr;
 
-    // Activations for a chunk of up to B = n_batch tokens.
-    std::vector<float> x_;        // [B x n_embd] residual stream
-    std::vector<float> xn_;       // [B x n_embd] normalised input of a sub-layer
-    std::vector<float> q_;        // [B x n_head x head_dim]
-    std::vector<float> k_;        // [B x n_head_kv x head_dim]
-    std::vector<float> v_;        // [B x n_head_kv x head_dim]
     // Compressed heads: per (layer, KV head) the projection R[:, :r_k] stored
     // transposed, [r_k x head_dim], so each output channel is one contiguous dot.
     bool compressed_ = false;
     std::vector<std::vector<float>> proj_;  // [n_layer * n_head_kv]
-    std::vector<float> attn_;     // [B x n_head x head_dim] attention output
-    std::vector<float> tmp_;      // [B x n_embd] projection output
-    std::vector<float> gate_;     // [B x n_ff]
-    std::vector<float> up_;       // [B x n_ff]
-    std::vector<float> rope_cs_;  // [B x rope_dims/2 x 2]
-    std::vector<int32_t> pos_;    // [B]
     std::vector<float> logits_;   // [n_vocab] or [n x n_vocab]
-    // Attention partials: [n_tasks x (2 + r_v) x B x group], and per-thread score scratch.
-    std::vector<float> part_buf_;
-    std::vector<float> score_buf_;
-    int64_t max_chunks_ = 0;
-    // Eviction: the policy; attention logits shown to it, decode [n_head_kv x
-    // k_decode_max_tok x group x capacity] and prefill per thread [group x
-    // capacity]; per-thread prefill score sums [n_threads x n_head_kv x capacity].
+    // Eviction: the policy, and the attention logits of a decode segment shown
+    // to it, [n_head_kv x k_session_decode_max_tok x group x capacity].
     std::unique_ptr<evict_policy> policy_;
     bool evicting_ = false;
     std::vector<float> logits_buf_;
-    std::vector<float> thread_logits_;
-    std::vector<float> thread_scores_;
-    // Attention tasks ordered longest first (cost ~ slots x (r_k + r_v)).
-    std::vector<std::pair<int64_t, int64_t>> tasks_;
 };
 
 }  // namespace zk

@@ -3,15 +3,23 @@
 // a prompt of P tokens on top of a context of depth D) and decode ("tg", time
 // between tokens for N tokens generated at depth D), each as the mean and
 // standard deviation over -r repetitions, with KV bytes and peak memory.
+// Batch sizes (-b) apply to decode: a tg row at batch B prefills B sequences to
+// depth D one by one, then times N steps that decode the B sequences together
+// (engine/batch.h); tokens/s counts all of them (B x N / time) and ms is the
+// time per step. Prompts are prefilled one sequence at a time, so pp rows are
+// batch 1. KV bytes per token are per sequence; KV bytes allocated and used
+// are totals over the row's B sequences.
 #include <sys/resource.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "calib/ranks.h"
+#include "engine/batch.h"
 #include "engine/model.h"
 #include "engine/session.h"
 #include "ggml-like/error.h"
@@ -51,9 +59,9 @@ struct bench_row {
     std::string kv;       // cache description
     double mean_tps = 0, std_tps = 0;   // tokens per second
     double mean_ms = 0, std_ms = 0;     // TTFT (pp) or time per token (tg), milliseconds
-    size_t kv_bytes_per_token = 0;
-    size_t kv_bytes = 0;    // bytes allocated for the cache
-    size_t kv_bytes_used = 0;  // bytes per token x tokens held at the end of the test
+    size_t kv_bytes_per_token = 0;  // one sequence's cache
+    size_t kv_bytes = 0;       // bytes allocated for the caches of the row's sequences
+    size_t kv_bytes_used = 0;  // bytes per token x tokens held at the end of the test, all sequences
     size_t peak_rss = 0;
 };
 
@@ -118,7 +126,8 @@ void options_add_bench(CLI::App& app, bench_opts& o) {
     app.add_option("-p,--n-prompt", o.prompt, "prompt lengths to prefill, comma list (0 = skip)");
     app.add_option("-n,--n-gen", o.gen, "tokens to generate, comma list (0 = skip)");
     app.add_option("-d,--depth", o.depth, "context depths (tokens already in the cache), comma list");
-    app.add_option("-b,--batch", o.batch, "sequences decoded together, comma list");
+    app.add_option("-b,--batch", o.batch,
+                   "sequences decoded together in tg tests, comma list (each prefilled to the depth alone)");
     app.add_option("-t,--threads", o.threads, "thread counts, comma list");
     app.add_option("-r,--repetitions", o.reps, "repetitions per test")->check(CLI::Range(1, 1000));
     app.add_option("-c,--ctx-size", o.n_ctx, "context size (0 = just enough for the largest test)")
@@ -138,8 +147,6 @@ int cmd_bench(const bench_opts& o) {
     const auto depths = parse_list(o.depth, "--depth", 0);
     const auto batches = parse_list(o.batch, "--batch", 1);
     const auto threads = parse_list(o.threads, "--threads", 1);
-    for (int64_t b : batches)
-        if (b != 1) ZK_THROW("--batch: batched decoding of %lld sequences is not available in this build", (long long)b);
 
     auto m = model_load(o.model_path);
     int64_t need = 1;
@@ -204,48 +211,74 @@ int cmd_bench(const bench_opts& o) {
         const kv_config& kc = *run.second;
         session_params sp = kc.sp;
         sp.n_threads = (int)nt;
-        session s(*m, sp);
+        // Sequence 0 serves every batch-1 row; the others are made when a
+        // batched row first needs them.
+        std::vector<std::unique_ptr<session>> seqs;
+        seqs.push_back(std::make_unique<session>(*m, sp));
+        session& s = *seqs[0];
         const std::string kv_desc = kc.desc;
         for (int64_t d : depths) {
-            const std::vector<int32_t> ctx_tokens = bench_tokens(*m, d, 1 + d);
-            auto run_test = [&](bool prefill, int64_t len) {
+            // each sequence's context, different for each
+            auto ctx_tokens = [&](int64_t i) { return bench_tokens(*m, d, 1 + d + 7919 * i); };
+            auto run_test = [&](bool prefill, int64_t len, int64_t batch) {
                 bench_row row;
                 row.test = strfmt("%s%lld", prefill ? "pp" : "tg", (long long)len);
                 row.n_tokens = len;
                 row.depth = d;
+                row.batch = batch;
                 row.threads = (int)nt;
                 row.kv = kv_desc;
+                while ((int64_t)seqs.size() < batch) seqs.push_back(std::make_unique<session>(*m, sp));
+                std::vector<session*> ptrs;
+                std::vector<std::vector<int32_t>> ctx, toks;
+                for (int64_t i = 0; i < batch; i++) {
+                    ptrs.push_back(seqs[i].get());
+                    if (d > 0) ctx.push_back(ctx_tokens(i));
+                    toks.push_back(bench_tokens(*m, len, 7 + len + 7919 * i));
+                }
+                std::unique_ptr<batch_decoder> bd;
+                if (batch > 1) bd = std::make_unique<batch_decoder>(ptrs, (int)nt);
+                std::vector<int32_t> step_tokens(batch);
                 std::vector<double> tps, ms;
-                const std::vector<int32_t> toks = bench_tokens(*m, len, 7 + len);
                 // a warm-up run at depth 0; at a depth, prefilling it warms everything up
                 for (int rep = d > 0 ? 0 : -1; rep < o.reps; rep++) {
-                    s.reset();
-                    if (d > 0) s.decode(ctx_tokens.data(), d);
-                    std::fprintf(stderr, "\rbench: %s depth %lld threads %lld rep %d/%d   ", row.test.c_str(),
-                                 (long long)d, (long long)nt, rep + 1, o.reps);
+                    for (int64_t i = 0; i < batch; i++) {
+                        ptrs[i]->reset();
+                        if (d > 0) ptrs[i]->decode(ctx[i].data(), d);
+                    }
+                    std::fprintf(stderr, "\rbench: %s depth %lld batch %lld threads %lld rep %d/%d   ",
+                                 row.test.c_str(), (long long)d, (long long)batch, (long long)nt, rep + 1, o.reps);
                     const auto t0 = std::chrono::steady_clock::now();
                     if (prefill) {
-                        s.decode(toks.data(), len);
+                        s.decode(toks[0].data(), len);
+                    } else if (!bd) {
+                        for (int64_t i = 0; i < len; i++) s.decode(&toks[0][i], 1);
                     } else {
-                        for (int64_t i = 0; i < len; i++) s.decode(&toks[i], 1);
+                        for (int64_t t = 0; t < len; t++) {
+                            for (int64_t i = 0; i < batch; i++) step_tokens[i] = toks[i][t];
+                            bd->step(step_tokens.data());
+                        }
                     }
                     const double sec = seconds_since(t0);
                     if (rep < 0) continue;
-                    tps.push_back(len / sec);
+                    tps.push_back(batch * len / sec);
                     ms.push_back(prefill ? sec * 1e3 : sec * 1e3 / len);
                 }
                 mean_std(tps, row.mean_tps, row.std_tps);
                 mean_std(ms, row.mean_ms, row.std_ms);
                 row.kv_bytes_per_token = s.cache().bytes_per_token();
-                row.kv_bytes = s.cache().bytes_allocated();
-                row.kv_bytes_used = s.cache().bytes_per_token() * (size_t)s.n_past();
+                for (session* q : ptrs) {
+                    row.kv_bytes += q->cache().bytes_allocated();
+                    row.kv_bytes_used += q->cache().bytes_per_token() * (size_t)q->n_past();
+                }
                 row.peak_rss = peak_rss_bytes();
                 rows.push_back(row);
             };
             for (int64_t p : prompts)
-                if (p > 0) run_test(true, p);
+                if (p > 0) run_test(true, p, 1);
             for (int64_t g : gens)
-                if (g > 0) run_test(false, g);
+                if (g > 0)
+                    for (int64_t b : batches) run_test(false, g, b);
         }
     }
     std::fprintf(stderr, "\r%80s\r", "");
@@ -260,9 +293,11 @@ int cmd_bench(const bench_opts& o) {
                                     {"batch", r.batch}, {"threads", r.threads}, {"kv", r.kv},
                                     {"tokens_per_s", r.mean_tps}, {"tokens_per_s_std", r.std_tps},
                                     {"ms", r.mean_ms}, {"ms_std", r.std_ms},
-                                    {"ms_meaning", r.test.rfind("pp", 0) == 0 ? "time to first token" : "time per token"},
+                                    {"ms_meaning", r.test.rfind("pp", 0) == 0 ? "time to first token" : "time per decode step (batch tokens)"},
                                     {"kv_bytes_per_token", r.kv_bytes_per_token}, {"kv_bytes_allocated", r.kv_bytes},
-                                    {"kv_bytes_used", r.kv_bytes_used}, {"peak_rss_bytes", r.peak_rss}});
+                                    {"kv_bytes_used", r.kv_bytes_used},
+                                    {"kv_bytes_meaning", "per_token: one sequence; allocated, used: all batch sequences"},
+                                    {"peak_rss_bytes", r.peak_rss}});
         std::printf("%s\n", j.dump(2).c_str());
     } else if (o.format == "csv") {
         std::printf("test,n_tokens,depth,batch,threads,kv,tokens_per_s,tokens_per_s_std,ms,ms_std,kv_bytes_per_token,kv_bytes_allocated,kv_bytes_used,peak_rss_bytes\n");
@@ -273,7 +308,7 @@ int cmd_bench(const bench_opts& o) {
                         r.kv_bytes_used, r.peak_rss);
     } else {
         std::printf("model: %s\n\n", model_describe(*m).c_str());
-        std::printf("| test | depth | batch | threads | kv | tokens/s | ms (TTFT or per token) | KV bytes/token | KV bytes used | peak RSS |\n");
+        std::printf("| test | depth | batch | threads | kv | tokens/s (all seqs) | ms (TTFT or per step) | KV bytes/token (per seq) | KV bytes used (all seqs) | peak RSS |\n");
         std::printf("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|\n");
         for (const auto& r : rows)
             std::printf("| %s | %lld | %lld | %d | %s | %.2f ± %.2f | %.3f ± %.3f | %zu | %s | %s |\n", r.test.c_str(),

@@ -1,7 +1,9 @@
 """`zack bench` end to end on the real model: JSON and CSV outputs parse, every
-requested combination is a row, KV bytes match the engine's accounting (the
-cache's bytes per token, cross-checked against the model's shape), and nonsense
-lists are rejected with a one-line error."""
+requested combination is a row (decode rows once per batch size, prefill rows
+at batch 1), KV bytes match the engine's accounting (the cache's bytes per
+token per sequence, cross-checked against the model's shape; allocated and
+used bytes summed over the row's sequences), and nonsense lists are rejected
+with a one-line error."""
 import csv
 import io
 import json
@@ -30,11 +32,14 @@ def main():
     if not os.path.exists(MODEL):
         sys.exit(f"FAIL: default model missing at {MODEL!r}; run scripts/fetch_model.sh")
 
-    r = zack("bench", "-m", MODEL, "-p", "16,32", "-n", "4", "-d", "0,64", "-r", "1", "-t", "1,2", "-o", "json")
+    r = zack("bench", "-m", MODEL, "-p", "16,32", "-n", "4", "-d", "0,64", "-b", "1,3", "-r", "1", "-t", "1,2",
+             "-o", "json")
     check(r.returncode == 0, f"json run exits 0 ({r.stderr.strip()[-200:]})")
     j = json.loads(r.stdout)
     res = j["results"]
-    check(len(res) == 2 * 2 * 3, f"one row per combination (2 threads x 2 depths x 3 tests): {len(res)}")
+    check(len(res) == 2 * 2 * 4, f"one row per combination (2 threads x 2 depths x (2 pp + tg at 2 batches)): {len(res)}")
+    check(sorted({(row["test"], row["batch"]) for row in res}) == [("pp16", 1), ("pp32", 1), ("tg4", 1), ("tg4", 3)],
+          "pp rows at batch 1, tg rows at each batch size")
     # Independent accounting from the GGUF shape: f16 K and V per layer and KV head, plus a 4-byte position.
     import gguf
     rd = gguf.GGUFReader(MODEL)
@@ -45,10 +50,13 @@ def main():
     for row in res:
         check(row["kv_bytes_per_token"] == expect_per_tok,
               f"{row['test']} depth {row['depth']}: KV bytes/token {row['kv_bytes_per_token']} == {expect_per_tok}")
-        held = row["depth"] + row["n_tokens"]
-        check(row["kv_bytes_used"] == expect_per_tok * held, f"{row['test']} depth {row['depth']}: KV bytes used")
+        # every sequence of the row holds depth + n_tokens tokens at the end
+        held = (row["depth"] + row["n_tokens"]) * row["batch"]
+        check(row["kv_bytes_used"] == expect_per_tok * held,
+              f"{row['test']} depth {row['depth']} batch {row['batch']}: KV bytes used")
         check(row["tokens_per_s"] > 0 and row["peak_rss_bytes"] > 0, f"{row['test']}: positive speed and memory")
-    check(all(row["kv_bytes_allocated"] == expect_per_tok * j["n_ctx"] for row in res), "allocated = per token x n_ctx")
+    check(all(row["kv_bytes_allocated"] == expect_per_tok * j["n_ctx"] * row["batch"] for row in res),
+          "allocated = per token x n_ctx x batch")
 
     r = zack("bench", "-m", MODEL, "-p", "8", "-n", "2", "-r", "2", "-o", "csv")
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
@@ -58,7 +66,8 @@ def main():
     check(r.returncode == 0 and "| pp8 |" in r.stdout and "| tg2 |" in r.stdout, "markdown table")
 
     for args, needle in [(["-p", "-5"], "minimum"), (["-p", "1,x"], "integers"), (["-d", "4096", "-c", "1024"], "context"),
-                         (["-n", ""], "empty"), (["-t", "0"], "minimum"), (["-r", "0"], "repetitions")]:
+                         (["-n", ""], "empty"), (["-t", "0"], "minimum"), (["-r", "0"], "repetitions"),
+                         (["-b", "0"], "minimum"), (["-b", "1,-2"], "minimum")]:
         r = zack("bench", "-m", MODEL, *args)
         lines = [l for l in r.stderr.splitlines() if l.strip()]
         check(r.returncode != 0 and len(lines) == 1 and needle in lines[0], f"rejects {args}: {lines}")

@@ -1,0 +1,52 @@
+#include "engine/batch.h"
+
+#include <algorithm>
+
+#include "ggml-like/error.h"
+
+namespace zk {
+
+batch_decoder::batch_decoder(const std::vector<session*>& seqs, int n_threads) : seqs_(seqs) {
+    if (seqs_.empty()) ZK_THROW("batch_decoder needs at least one session");
+    const model& m = seqs_[0]->mdl();
+    int64_t cap = 1;
+    int gear_rank = 0;
+    bool observe = false;
+    for (size_t i = 0; i < seqs_.size(); i++) {
+        session* s = seqs_[i];
+        if (!s) ZK_THROW("batch_decoder: session %zu is null", i);
+        if (&s->mdl() != &m)
+            ZK_THROW("batch_decoder: session %zu runs %s, session 0 runs %s (one model per batch)", i,
+                     s->mdl().file->path().c_str(), m.file->path().c_str());
+        for (size_t j = 0; j < i; j++)
+            if (seqs_[j] == s) ZK_THROW("batch_decoder: session %zu is also session %zu", i, j);
+        const kv_cache_params& kp = s->cache().params();
+        cap = std::max(cap, s->cache().capacity());
+        if (kp.gear) gear_rank = std::max(gear_rank, kp.gear_rank);
+        observe |= s->policy_->needs_attention();
+        rows_.push_back(forward_seq{s, (int64_t)i, 1});
+    }
+    if (n_threads == 0) n_threads = seqs_[0]->params().n_threads;
+    if (n_threads < 1 || n_threads > 512) ZK_THROW("thread count must be between 1 and 512, got %d", n_threads);
+    // Each sequence splits its heads into as many slot ranges as it would on
+    // its own threads: the buffers must hold that many for every one.
+    int split_threads = n_threads;
+    for (session* s : seqs_) split_threads = std::max(split_threads, s->params().n_threads);
+    const int B = size();
+    pool_ = std::make_unique<thread_pool>(n_threads);
+    fb_ = std::make_unique<forward_buffers>(m.hp, B, B, split_threads, cap, gear_rank, observe);
+    logits_.resize((size_t)B * m.hp.n_vocab);
+}
+
+batch_decoder::~batch_decoder() = default;
+
+const float* batch_decoder::step(const int32_t* tokens) {
+    const int B = size();
+    for (int i = 0; i < B; i++) seqs_[i]->check_tokens(tokens + i, 1);
+    for (int i = 0; i < B; i++) seqs_[i]->evict_before(1);
+    session::forward(rows_.data(), B, tokens, false, logits_.data(), *fb_, *pool_);
+    for (int i = 0; i < B; i++) seqs_[i]->evict_after(1);
+    return logits_.data();
+}
+
+}  // namespace zk
