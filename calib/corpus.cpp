@@ -37,9 +37,9 @@ const std::vector<std::string>& corpus_seed_prompts() {
     // from prompt i % 64, so the two groups are interleaved: a short corpus
     // still gets both. Replacing 32 narrower prompts by these (with 256 instead
     // of 512 tokens per sample, so that 16K tokens visit every prompt once)
-    // lowered the KL at rate 0.1 / 0.3 on neutral text from 0.131 / 0.581 to
-    // 0.090 / 0.428 (8K-token calibrations, packed, temperature 1; see
-    // corpus_default_sampling for the protocol).
+    // lowered the mean KL at rate 0.1 / 0.3 from 0.131 / 0.581 to 0.090 / 0.428
+    // (8K-token calibrations, joined samples, temperature 1; protocol and texts
+    // in corpus_default_sampling).
     static const std::vector<std::string> prompts = {
         "The old lighthouse keeper had not seen a ship in eleven years, until one stormy night",
         "Section 1. Definitions.\n\nFor the purposes of this Agreement, the following terms shall have the meanings",
@@ -116,9 +116,11 @@ sampler_params corpus_default_sampling() {
     // previous default) writes blander text whose statistics miss what real text
     // makes attention do. No repetition penalty: at temperature 1 loops are rare.
     // Measured (SmolLM2-135M, 8K calibration tokens, mean KL to the uncompressed
-    // model at ZACK rate 0.1 / 0.3 over four non-licence texts, 256-token prompt
-    // + 48 decode steps): 0.133 / 0.722 with the old sampler, 0.122 / 0.552 with
-    // this one (0.154 / 0.762 -> 0.131 / 0.581 with the samples packed).
+    // model at ZACK rate 0.1 / 0.3, tests/tool_kv_kl with a 256-token prompt and
+    // 48 decode steps, over four texts that are neither licences nor generated:
+    // Austen + Gettysburg + textwrap.py, perldiag.pod, argparse.py, IDLE's NEWS):
+    // 0.133 / 0.722 with the old sampler, 0.122 / 0.552 with this one
+    // (0.154 / 0.762 -> 0.131 / 0.581 with the samples joined).
     sampler_params s;
     s.temp = 1.0f;
     s.top_k = 0;
