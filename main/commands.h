@@ -1,6 +1,7 @@
 // Subcommand entry points; each returns the process exit code and throws zk::error
 // for failures (printed once by main).
 #pragma once
+#include "calib/corpus.h"
 #include "main/options.h"
 
 namespace zk {
@@ -39,6 +40,10 @@ struct calibrate_opts {
     int n_threads = 0;  // 0 = all hardware threads
     int rank_align = 4;
     uint64_t seed = 20240601;
+    // Sampler and sample length of the generated default corpus (calib/corpus.cpp
+    // says why these defaults); gen.seed is unused (seed above).
+    sampler_params gen = corpus_default_sampling();
+    int64_t gen_len = corpus_gen_params{}.max_per_sample;
     double compare_rate = 0.5;
     std::string v_stat = "attn";
     bool quiet = false;

@@ -255,7 +255,25 @@ def main():
         a, b = (open(t, encoding="utf-8", errors="replace").read() for _, t in outs)
         check(a == b and len(a) > 100, "generated corpus is reproducible")
         g = gguf.GGUFReader(outs[0][0])
-        check("generated" in field(g, "zack.calib.corpus"), "zack.calib.corpus describes the generated corpus")
+        desc = field(g, "zack.calib.corpus")
+        check("generated" in desc and "temp 1 " in desc and "up to 256 tokens" in desc,
+              f"zack.calib.corpus describes the generated corpus and its sampler: {desc!r}")
+        # the samples are calibrated as one joined text, exactly what --save-corpus wrote:
+        # that file as --corpus gives the same statistics, so the same rotations
+        o3 = os.path.join(tmp, "gen_again.zack")
+        p = run(["-m", MODEL, "-o", o3, "--corpus", outs[0][1], "--tokens", "96", "--ctx", "64",
+                 "--compare", outs[0][0]])
+        check(p.returncode == 0 and "K distance mean 0.00000 max 0.00000; V distance mean 0.00000 max 0.00000"
+              in p.stdout, f"the saved corpus reproduces the calibration: {p.stdout.strip().splitlines()[-1:]}")
+        # --gen-* reach the sampler: a greedy corpus differs and says so
+        o4, t4 = os.path.join(tmp, "gen_greedy.zack"), os.path.join(tmp, "gen_greedy.txt")
+        p = run(["-m", MODEL, "-o", o4, "--tokens", "96", "--ctx", "64", "--gen-temp", "0", "--gen-len", "40",
+                 "--save-corpus", t4])
+        check(p.returncode == 0, "calibration with --gen-temp 0 --gen-len 40 exits 0")
+        if p.returncode == 0:
+            d4 = field(gguf.GGUFReader(o4), "zack.calib.corpus")
+            check("temp 0 " in d4 and "up to 40 tokens" in d4 and open(t4, encoding="utf-8", errors="replace").read() != a,
+                  f"--gen-temp / --gen-len change the generated corpus: {d4!r}")
 
     # bad input: one clear line, non-zero exit, no output file
     empty = os.path.join(tmp, "empty.txt")
@@ -269,6 +287,7 @@ def main():
         (["-m", MODEL, "-o", bad, "--corpus", CORPUS, "--compare", out, "--compare-rate", "1.5"], "out of range"),
         (["-m", out, "--compare", out, "--compare-rate", "-0.1"], "out of range"),
         (["-m", MODEL], "-o"),
+        (["-m", MODEL, "-o", bad, "--gen-top-p", "0"], "--gen-top-p"),
     ]
     for args, needle in cases:
         p = run(args, expect_ok=False)
