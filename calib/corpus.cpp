@@ -3,9 +3,11 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "calib/progress.h"
+#include "engine/batch.h"
 #include "engine/generate.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
@@ -141,40 +143,121 @@ std::string corpus_describe_generation(const corpus_gen_params& p, size_t n_samp
                   (long long)p.max_per_sample);
 }
 
+namespace {
+
+// One sequence of the batched generator: a seed prompt being continued.
+struct gen_slot {
+    std::unique_ptr<session> s;
+    std::unique_ptr<sampler> smp;
+    utf8_stream out;
+    size_t doc = 0;        // index of its sample in the returned documents
+    int64_t n_prompt = 0;
+    int64_t want = 0;      // tokens to generate at most
+    int64_t n_gen = 0;
+    int32_t pending = -1;  // sampled, not yet fed
+    bool active = false;
+};
+
+}  // namespace
+
 std::vector<std::string> corpus_generate(const model& m, const corpus_gen_params& p) {
     if (p.n_tokens <= 0) ZK_THROW("--tokens must be positive, got %lld", (long long)p.n_tokens);
     if (p.max_per_sample <= 0) ZK_THROW("tokens per sample must be positive");
-    sampler_validate_params(p.sampling);
+    if (p.n_parallel < 1 || p.n_parallel > 256)
+        ZK_THROW("--gen-parallel must be between 1 and 256, got %d", p.n_parallel);
+    sampler_params smp_p = p.sampling;
+    sampler_validate_params(smp_p);
     const vocab& voc = *m.voc;
     const auto& prompts = corpus_seed_prompts();
     session_params sp;
     sp.n_threads = p.n_threads;
     sp.n_ctx = p.max_per_sample + 128;  // longest seed prompt is far below 128 tokens
-    session s(m, sp);
-    sampler_params smp_p = p.sampling;
 
+    // Samples are decoded n_parallel at a time (engine/batch.h): each weight block
+    // is read once per step for all of them. A batched step gives each sequence
+    // the logits it would get alone (tests/test_batch.cpp), so sample i is the
+    // same text as when generated alone; only the length of the last samples
+    // depends on n_parallel, because a sample is sized when it starts from the
+    // tokens not yet promised to running samples.
+    std::vector<gen_slot> slots(p.n_parallel);
     std::vector<std::string> docs;
-    int64_t total = 0;
+    int64_t committed = 0;  // tokens of finished samples
+    int64_t promised = 0;   // prompt + want of running samples
+    uint64_t next_sample = 0;
     calib_progress prog("generation", p.n_tokens, p.progress);
-    for (uint64_t i = 0; total < p.n_tokens; i++) {
-        const std::string& prompt = prompts[i % prompts.size()];
-        std::vector<int32_t> ids = voc.encode(prompt, /*add_special=*/true, /*parse_special=*/false);
-        smp_p.seed = p.seed + i;
-        sampler smp(smp_p, m.hp.n_vocab);
-        s.reset();
-        const int64_t want = std::min(p.max_per_sample, std::max<int64_t>(1, p.n_tokens - total - (int64_t)ids.size()));
-        const int64_t base = total;
-        std::string text = prompt;
-        const generate_stats st = generate_run(
-            s, smp, ids, want,
-            [&](const std::string&) { prog.update(std::min(p.n_tokens, base + s.n_past())); },
-            nullptr);
-        text += st.text;
-        total += st.n_prompt + st.n_gen;
-        prog.update(std::min(total, p.n_tokens));
-        docs.push_back(std::move(text));
+
+    auto produced = [&]() {
+        int64_t t = committed;
+        for (const gen_slot& g : slots)
+            if (g.active) t += g.n_prompt + g.n_gen;
+        return std::min(t, p.n_tokens);
+    };
+    auto finish = [&](gen_slot& g) {
+        docs[g.doc] += g.out.flush();
+        committed += g.n_prompt + g.n_gen;
+        promised -= g.n_prompt + g.want;
+        g.active = false;
+    };
+    // Takes a sampled token: ends the sample at end of generation or at its
+    // length, otherwise leaves the token pending to be fed.
+    auto take = [&](gen_slot& g, int32_t tok) {
+        if (voc.is_eog(tok)) return finish(g);
+        g.smp->accept(tok);
+        g.n_gen++;
+        docs[g.doc] += g.out.push(voc.token_to_piece(tok));
+        if (g.n_gen >= g.want) return finish(g);
+        g.pending = tok;
+    };
+    // Starts samples in an idle slot until one is running or the corpus is promised.
+    auto start = [&](gen_slot& g) {
+        while (!g.active && committed + promised < p.n_tokens) {
+            const uint64_t i = next_sample++;
+            const std::string& prompt = prompts[i % prompts.size()];
+            const std::vector<int32_t> ids = voc.encode(prompt, /*add_special=*/true, /*parse_special=*/false);
+            if (!g.s) g.s = std::make_unique<session>(m, sp);
+            g.s->reset();
+            smp_p.seed = p.seed + i;
+            g.smp = std::make_unique<sampler>(smp_p, m.hp.n_vocab);
+            g.out = utf8_stream();
+            g.doc = docs.size();
+            docs.push_back(prompt);
+            g.n_prompt = (int64_t)ids.size();
+            g.want = std::min(p.max_per_sample, std::max<int64_t>(1, p.n_tokens - committed - promised - g.n_prompt));
+            g.n_gen = 0;
+            g.active = true;
+            promised += g.n_prompt + g.want;
+            const float* logits = g.s->decode(ids.data(), g.n_prompt);
+            for (int32_t t : ids) g.smp->accept(t);
+            take(g, g.smp->sample(logits));
+        }
+    };
+
+    for (gen_slot& g : slots) start(g);
+    std::unique_ptr<batch_decoder> bd;
+    std::vector<gen_slot*> running;
+    std::vector<int32_t> tokens;
+    for (;;) {
+        std::vector<gen_slot*> now;
+        for (gen_slot& g : slots)
+            if (g.active) now.push_back(&g);
+        if (now.empty()) break;
+        if (now != running) {  // only at the end, when slots stop being refilled
+            running = now;
+            std::vector<session*> seqs;
+            for (gen_slot* g : running) seqs.push_back(g->s.get());
+            bd = std::make_unique<batch_decoder>(seqs, p.n_threads);
+            tokens.resize(running.size());
+        }
+        for (size_t r = 0; r < running.size(); r++) tokens[r] = running[r]->pending;
+        const float* logits = bd->step(tokens.data());
+        for (size_t r = 0; r < running.size(); r++) {
+            gen_slot& g = *running[r];
+            take(g, g.smp->sample(logits + r * (size_t)m.hp.n_vocab));
+            if (!g.active) start(g);
+        }
+        prog.update(produced());
     }
-    prog.finish(total);
+    prog.finish(committed);
     return docs;
 }
 

@@ -35,6 +35,7 @@ struct corpus_gen_params {
     int64_t max_per_sample = 256;   // generated tokens per seed prompt at most (64 x 256 = 16K)
     uint64_t seed = 20240601;       // sampler seed of sample i is seed + i
     sampler_params sampling = corpus_default_sampling();  // .seed is ignored (see seed)
+    int n_parallel = 8;             // samples decoded together (engine/batch.h)
     int n_threads = 2;
     bool progress = true;
 };

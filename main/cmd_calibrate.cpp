@@ -5,7 +5,7 @@
 //   zack calibrate -m SOURCE.gguf -o OUT.zack [--corpus FILE ...] [--tokens N] [--ctx N]
 //                  [-t N] [--rank-align A] [--compare OTHER.zack]
 //                  [--seed S] [--gen-temp T] [--gen-top-k K] [--gen-top-p P] [--gen-min-p P]
-//                  [--gen-repeat-penalty R] [--gen-len N] [--save-corpus FILE]
+//                  [--gen-repeat-penalty R] [--gen-len N] [--gen-parallel N] [--save-corpus FILE]
 //   zack calibrate -m A.zack --compare B.zack       (compare only; no -o)
 #include <algorithm>
 #include <cstdio>
@@ -46,6 +46,9 @@ void options_add_calibrate(CLI::App& app, calibrate_opts& o) {
         ->check(CLI::Range(0.01f, 10.0f));
     app.add_option("--gen-len", o.gen_len, "generated corpus: tokens generated per seed prompt at most")
         ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+    app.add_option("--gen-parallel", o.gen_parallel,
+                   "generated corpus: samples decoded together in one batch (same text, faster)")
+        ->check(CLI::Range(1, 256));
     app.add_option("--save-corpus", o.save_corpus, "write the generated default corpus to this text file");
     app.add_option("--compare", o.compare_path, "report how far this .zack's rotations are from the new (or -m) one");
     app.add_option("--compare-rate", o.compare_rate, "overall rate whose ranks the comparison uses");
@@ -111,16 +114,13 @@ int cmd_calibrate(const calibrate_opts& o) {
         gp.seed = o.seed;
         gp.sampling = o.gen;
         gp.max_per_sample = o.gen_len;
+        gp.n_parallel = o.gen_parallel;
         gp.n_threads = n_threads;
         gp.progress = !o.quiet;
         const std::vector<std::string> samples = corpus_generate(*m, gp);
         corpus_desc = corpus_describe_generation(gp, samples.size());
         texts = {corpus_join(samples)};
-        if (!o.save_corpus.empty()) {
-            std::ofstream out(o.save_corpus, std::ios::binary);
-            out << texts[0];
-            if (!out) ZK_THROW("%s: cannot write the corpus", o.save_corpus.c_str());
-        }
+        if (!o.save_corpus.empty()) options_write_file(o.save_corpus, texts[0]);
     } else {
         corpus_desc = "files: " + join_names(o.corpus);
     }

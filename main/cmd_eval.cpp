@@ -155,17 +155,6 @@ std::unique_ptr<eval_task> make_task(const model& m, const eval_opts& eo, int64_
     ZK_THROW("unknown task '%s' (ppl, lastword, mc, passkey)", eo.task.c_str());
 }
 
-void write_file(const std::string& path, const std::string& text) {
-    const std::string tmp = path + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::binary);
-        if (!out) ZK_THROW("%s: cannot write", tmp.c_str());
-        out << text;
-        if (!out) ZK_THROW("%s: write failed", tmp.c_str());
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) ZK_THROW("%s: cannot rename to %s", tmp.c_str(), path.c_str());
-}
-
 }  // namespace
 
 CLI::App* eval_add_subcommand(CLI::App& parent) {
@@ -326,8 +315,8 @@ int cmd_eval(CLI::App& app) {
 
     std::fputs(eval_report_table(rep).c_str(), stdout);
     std::fflush(stdout);
-    if (!eo.json_path.empty()) write_file(eo.json_path, eval_report_json(rep).dump(2) + "\n");
-    if (!eo.plot_path.empty()) write_file(eo.plot_path, eval_report_svg(rep));
+    if (!eo.json_path.empty()) options_write_file(eo.json_path, eval_report_json(rep).dump(2) + "\n");
+    if (!eo.plot_path.empty()) options_write_file(eo.plot_path, eval_report_svg(rep));
     return 0;
 }
 

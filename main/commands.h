@@ -44,6 +44,7 @@ struct calibrate_opts {
     // says why these defaults); gen.seed is unused (seed above).
     sampler_params gen = corpus_default_sampling();
     int64_t gen_len = corpus_gen_params{}.max_per_sample;
+    int gen_parallel = corpus_gen_params{}.n_parallel;
     double compare_rate = 0.5;
     std::string v_stat = "attn";
     bool quiet = false;

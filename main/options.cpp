@@ -1,5 +1,7 @@
 #include "main/options.h"
 
+#include <cstdio>
+#include <fstream>
 #include <thread>
 
 #include "calib/ranks.h"
@@ -113,6 +115,24 @@ void options_resolve_ranks(const model_opts& o, const model& m, session_params& 
     }
     p.ranks_k = r.k;
     p.ranks_v = r.v;
+}
+
+void options_write_file(const std::string& path, const std::string& text) {
+    const std::string tmp = path + ".tmp";
+    {
+        std::ofstream out(tmp, std::ios::binary);
+        if (!out) ZK_THROW("%s: cannot write", tmp.c_str());
+        out << text;
+        out.flush();
+        if (!out) {
+            std::remove(tmp.c_str());
+            ZK_THROW("%s: write failed", tmp.c_str());
+        }
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+        std::remove(tmp.c_str());
+        ZK_THROW("%s: cannot rename to %s", tmp.c_str(), path.c_str());
+    }
 }
 
 }  // namespace zk

@@ -57,4 +57,8 @@ void options_resolve_ranks(const model_opts& o, const model& m, session_params& 
 // Turns model options into session parameters (validates thread count etc.).
 session_params options_session_params(const model_opts& o);
 
+// Writes text to PATH.tmp and renames it over PATH, so an interrupted or failed
+// write never leaves a half-written PATH. Throws with the path on failure.
+void options_write_file(const std::string& path, const std::string& text);
+
 }  // namespace zk

@@ -32,6 +32,7 @@
 #include "engine/model.h"
 #include "engine/session.h"
 #include "ggml-like/error.h"
+#include "tests/model_fixture.h"
 
 using namespace zk;
 
@@ -39,21 +40,8 @@ namespace {
 
 constexpr int k_steps = 16;
 
-std::string model_path() {
-    const char* e = std::getenv("ZACK_MODEL");
-    return e ? e : ZACK_DEFAULT_MODEL;
-}
-
-const model& source_model() {
-    static std::unique_ptr<model> m = model_load(model_path());
-    return *m;
-}
-
-std::vector<int32_t> corpus_tokens() {
-    static std::vector<int32_t> ids = corpus_tokenize(
-        source_model(), corpus_read_files({std::string(ZACK_SOURCE_DIR) + "/tests/data/calib/apache-2.0.txt"}))[0];
-    return ids;
-}
+using zk_test::corpus_tokens;
+using zk_test::source_model;
 
 // Four prompts cut from different places of a real text; with 7 and 60 tokens
 // a head is one slot range for all 16 steps, with 150 and 260 it is split in

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -16,26 +17,19 @@
 #include "engine/model.h"
 #include "engine/session.h"
 #include "kernels/matmul.h"
+#include "tests/model_fixture.h"
 
 using namespace zk;
 
 namespace {
 
-std::string model_path() {
-    const char* e = std::getenv("ZACK_MODEL");
-    return e ? e : ZACK_DEFAULT_MODEL;
-}
+using zk_test::source_model;
 
-const model& source_model() {
-    static std::unique_ptr<model> m = model_load(model_path());
-    return *m;
-}
-
+// The first n tokens of the shared real text.
 std::vector<int32_t> corpus_tokens(int64_t n) {
-    const auto texts = corpus_read_files({std::string(ZACK_SOURCE_DIR) + "/tests/data/calib/apache-2.0.txt"});
-    auto ids = corpus_tokenize(source_model(), texts)[0];
-    ids.resize(n);
-    return ids;
+    const std::vector<int32_t>& all = zk_test::corpus_tokens();
+    EXPECT_LE(n, (int64_t)all.size());
+    return std::vector<int32_t>(all.begin(), all.begin() + std::min<int64_t>(n, (int64_t)all.size()));
 }
 
 // Keeps a copy of every q/k/v the session shows.

@@ -13,6 +13,7 @@
 #include "engine/eval/eval_task.h"
 #include "engine/model.h"
 #include "ggml-like/error.h"
+#include "tests/model_fixture.h"
 
 namespace zk {
 namespace {
@@ -202,18 +203,9 @@ TEST(EvalStats, BaselineAgainstItselfIsZero) {
 
 class EvalData : public ::testing::Test {
 protected:
-    static void SetUpTestSuite() {
-        std::ifstream f(ZACK_DEFAULT_MODEL);
-        if (f) m_ = model_load(ZACK_DEFAULT_MODEL).release();
-    }
-    static void TearDownTestSuite() {
-        delete m_;
-        m_ = nullptr;
-    }
-    void SetUp() override { ASSERT_NE(m_, nullptr) << "default model missing: " << ZACK_DEFAULT_MODEL; }
-    static model* m_;
+    void SetUp() override { m_ = &zk_test::source_model(); }
+    const model* m_ = nullptr;
 };
-model* EvalData::m_ = nullptr;
 
 TEST_F(EvalData, MalformedJsonlStopsWithFileAndLine) {
     const std::string f = k_data + "mc_malformed.jsonl";

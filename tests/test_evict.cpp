@@ -17,6 +17,7 @@
 #include "engine/model.h"
 #include "engine/session.h"
 #include "engine/vocab.h"
+#include "tests/model_fixture.h"
 
 using namespace zk;
 
@@ -38,17 +39,6 @@ evict_params make_params(const policy_case& c, int64_t budget) {
     p.budget = budget;
     p.crush = c.crush;
     return p;
-}
-
-const char* model_path() {
-    const char* m = std::getenv("ZACK_MODEL");
-    return m ? m : ZACK_DEFAULT_MODEL;
-}
-
-std::unique_ptr<model>& shared_model() {
-    static std::unique_ptr<model> m;
-    if (!m) m = model_load(model_path());
-    return m;
 }
 
 // Every block: at most budget slots, ascending positions, sinks and the newest
@@ -120,7 +110,7 @@ TEST_P(Evict, SyntheticBudgetSinksRecent) {
 // the attention.
 TEST_P(Evict, RealModelLargeBudgetIsIdentity) {
     const policy_case pc = GetParam();
-    const model& m = *shared_model();
+    const model& m = zk_test::source_model();
     const std::vector<int32_t> prompt =
         m.voc->encode("The quick brown fox jumps over the lazy dog. Then it runs home to", true, false);
     auto run = [&](const evict_params& ep, std::vector<std::vector<int32_t>>* kept) {
@@ -157,7 +147,7 @@ TEST_P(Evict, RealModelLargeBudgetIsIdentity) {
 // tokens, and decoding keeps producing finite logits.
 TEST_P(Evict, RealModelSmallBudgetBounded) {
     const policy_case pc = GetParam();
-    const model& m = *shared_model();
+    const model& m = zk_test::source_model();
     std::string text;
     for (int i = 0; i < 5; i++) text += "Paris is the capital of France, and Berlin is the capital of Germany. ";
     const std::vector<int32_t> prompt = m.voc->encode(text, true, false);
