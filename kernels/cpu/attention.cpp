@@ -64,6 +64,9 @@ inline void q8_row_to_f32(const int8_t* src, const uint16_t* d, int r, float* ds
     }
 }
 
+// Slots per chunk whose Q4 value weights are computed ahead of the slot loop.
+constexpr int KV_Q4_WCHUNK = 64;
+
 struct scratch_layout {
     float* sc;    // [G x n] scores, then probabilities
     float* krow;  // [r_k]
@@ -75,6 +78,7 @@ struct scratch_layout {
     int8_t* qi;   // [G x 32 chunks(r_k)] int8 folded query, zero-padded (Q4 keys)
     float* qd;    // [G] its scales
     float* tmp;   // [4 x 32] accumulators of a partial value block
+    float* pw;    // [6 x KV_Q4_WCHUNK] value weights p_j s_b of a chunk of slots (rows j < 4), its scales and mins
     float* kmin;  // [r_k] a key group's mins
 };
 
@@ -89,7 +93,8 @@ scratch_layout scratch_split(float* p, int G, int64_t n, int r_k, int r_v, int r
     s.msum = s.qb + (int64_t)G * rank;
     s.qd = s.msum + (int64_t)G * kv_n_blocks(r_v, KV_Q4_VBLOCK);
     s.tmp = s.qd + G;
-    s.kmin = s.tmp + 4 * 32;
+    s.pw = s.tmp + 4 * 32;
+    s.kmin = s.pw + 6 * KV_Q4_WCHUNK;
     s.qi = (int8_t*)(s.kmin + r_k);
     return s;
 }
@@ -180,23 +185,30 @@ void values_stripe(const T* V, int64_t off, int64_t a, int64_t b, int64_t s0, in
                    const float* sc, float* acc) {
     __m256 ac[G][NV > 0 ? NV : 1];
     __m128 at[G];
+#pragma GCC unroll 8
     for (int j = 0; j < G; j++) {
+#pragma GCC unroll 8
         for (int u = 0; u < NV; u++) ac[j][u] = _mm256_loadu_ps(acc + j * r + c0 + 8 * u);
         if (TAIL) at[j] = _mm_loadu_ps(acc + j * r + c0 + 8 * NV);
     }
     for (int64_t s = a; s < b; s++) {
         const T* v = V + (s - off) * r + c0;
         __m256 vv[NV > 0 ? NV : 1];
+#pragma GCC unroll 8
         for (int u = 0; u < NV; u++) vv[u] = load8(v + 8 * u);
         const __m128 vt = TAIL ? load4(v + 8 * NV) : _mm_setzero_ps();
+#pragma GCC unroll 8
         for (int j = 0; j < G; j++) {
             const float* pj = sc + j * n + s - s0;
             const __m256 p = _mm256_broadcast_ss(pj);
+#pragma GCC unroll 8
             for (int u = 0; u < NV; u++) ac[j][u] = _mm256_fmadd_ps(p, vv[u], ac[j][u]);
             if (TAIL) at[j] = _mm_fmadd_ps(_mm_broadcast_ss(pj), vt, at[j]);
         }
     }
+#pragma GCC unroll 8
     for (int j = 0; j < G; j++) {
+#pragma GCC unroll 8
         for (int u = 0; u < NV; u++) _mm256_storeu_ps(acc + j * r + c0 + 8 * u, ac[j][u]);
         if (TAIL) _mm_storeu_ps(acc + j * r + c0 + 8 * NV, at[j]);
     }
@@ -305,20 +317,26 @@ void scores_q4_int_g(const uint8_t* codes, int rb, int nchunk, int64_t a, int64_
     int64_t s = a;
     for (; s + 4 <= b; s += 4) {
         __m256i acc[G][4];
+#pragma GCC unroll 8
         for (int j = 0; j < G; j++)
+#pragma GCC unroll 8
             for (int u = 0; u < 4; u++) acc[j][u] = _mm256_setzero_si256();
         const uint8_t* c0 = codes + s * rb;
         for (int k = 0; k < nchunk; k++) {
-            const __m256i k0 = q4_load32(c0 + 16 * k), k1 = q4_load32(c0 + rb + 16 * k),
-                          k2 = q4_load32(c0 + 2 * rb + 16 * k), k3 = q4_load32(c0 + 3 * rb + 16 * k);
-            for (int j = 0; j < G; j++) {
-                const __m256i qv = _mm256_loadu_si256((const __m256i*)(qi + j * qstride + 32 * k));
-                acc[j][0] = _mm256_add_epi16(acc[j][0], _mm256_maddubs_epi16(k0, qv));
-                acc[j][1] = _mm256_add_epi16(acc[j][1], _mm256_maddubs_epi16(k1, qv));
-                acc[j][2] = _mm256_add_epi16(acc[j][2], _mm256_maddubs_epi16(k2, qv));
-                acc[j][3] = _mm256_add_epi16(acc[j][3], _mm256_maddubs_epi16(k3, qv));
+            // One slot's codes at a time against every head's query read from
+            // memory (maddubs folds the load): 4 G accumulators + 2 temporaries
+            // stay within the 16 ymm registers for G <= 3.
+            const int8_t* qk = qi + 32 * k;
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) {
+                const __m256i kc = q4_load32(c0 + u * rb + 16 * k);
+#pragma GCC unroll 8
+                for (int j = 0; j < G; j++)
+                    acc[j][u] = _mm256_add_epi16(
+                        acc[j][u], _mm256_maddubs_epi16(kc, _mm256_loadu_si256((const __m256i*)(qk + j * qstride))));
             }
         }
+#pragma GCC unroll 8
         for (int j = 0; j < G; j++) {
             const __m128 sum = hsum4(_mm256_cvtepi32_ps(_mm256_madd_epi16(acc[j][0], ones)),
                                      _mm256_cvtepi32_ps(_mm256_madd_epi16(acc[j][1], ones)),
@@ -329,77 +347,145 @@ void scores_q4_int_g(const uint8_t* codes, int rb, int nchunk, int64_t a, int64_
     }
     for (; s < b; s++) {
         __m256i acc[G];
+#pragma GCC unroll 8
         for (int j = 0; j < G; j++) acc[j] = _mm256_setzero_si256();
         for (int k = 0; k < nchunk; k++) {
             const __m256i kc = q4_load32(codes + s * rb + 16 * k);
+#pragma GCC unroll 8
             for (int j = 0; j < G; j++)
                 acc[j] = _mm256_add_epi16(
                     acc[j], _mm256_maddubs_epi16(kc, _mm256_loadu_si256((const __m256i*)(qi + j * qstride + 32 * k))));
         }
+#pragma GCC unroll 8
         for (int j = 0; j < G; j++)
             sc[j * n + s - s0] = simd::hsum(_mm256_cvtepi32_ps(_mm256_madd_epi16(acc[j], ones))) * qd[j] + bias[j];
     }
 }
 
-// Q4 value sums of slots [a, b) over the first 8 NV channels of block blk:
-// acc_j += sum_s (p_j s_b) code_s, msum_j,b += sum_s p_j m_b, with G x NV
-// accumulators in registers over all slots. dst: row j of the block's
-// accumulators at dst + j * stride.
+// Q4 value sums of slots [a, b) over the first 8 NV channels (NV = 2 or 4) of
+// block blk: acc_j += sum_s (p_j s_b) code_s, msum_j,b += sum_s p_j m_b, added
+// into dst (row j at dst + j * stride). Per chunk of up to 64 slots the weights
+// p_j s_b are computed first (vectorised) into pw [G x 64], so the slot loop broadcasts them
+// from memory. Codes are widened 8 bytes at a time with vpmovzxbd: the low
+// nibbles of bytes 0..7 are the even channels 0..14 and the high nibbles the odd
+// ones, so the accumulators hold (even, odd) halves of each 16 channels, put back
+// in channel order once at the end; no byte shuffles per slot.
+// The slot loop of values_q4_block over n slots from cp (codes of the block in
+// the first slot; rows rb bytes apart) with weights pw [G x KV_Q4_WCHUNK]. Kept out of line
+// with its accumulators in locals: inlined into the chunk loop, GCC stored all
+// G x NV accumulators to the stack on every slot.
+template <int G, int NV>
+__attribute__((noinline)) void values_q4_slots(const uint8_t* cp, int rb, int64_t n, const float* pw,
+                                               __m256 (&acc)[G][NV]) {
+    // Even / odd channels of the first and second 16. GCC 12 keeps arrays of
+    // vectors in registers only when every loop over them is fully unrolled;
+    // otherwise it stores all of them on every slot.
+    __m256 e0[G], o0[G], e1[G], o1[G];
+#pragma GCC unroll 4
+    for (int j = 0; j < G; j++) {
+        e0[j] = acc[j][0], o0[j] = acc[j][1];
+        e1[j] = NV == 4 ? acc[j][NV == 4 ? 2 : 0] : _mm256_setzero_ps();
+        o1[j] = NV == 4 ? acc[j][NV == 4 ? 3 : 0] : _mm256_setzero_ps();
+    }
+    for (int64_t t = 0; t < n; t++, cp += rb) {
+        const float* w = pw + t;
+        // One 16-channel half at a time: 12 accumulators + 2 code vectors + the
+        // weight fit the 16 ymm registers (G = 3, NV = 4).
+        {
+            const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)cp));
+            const __m256i hi = _mm256_srli_epi32(x, 4);  // no mask constant: one register fewer
+            const __m256 ve = _mm256_cvtepi32_ps(_mm256_sub_epi32(x, _mm256_slli_epi32(hi, 4)));
+            const __m256 vo = _mm256_cvtepi32_ps(hi);
+        #pragma GCC unroll 4
+    for (int j = 0; j < G; j++) {
+                const __m256 ps = _mm256_broadcast_ss(w + j * KV_Q4_WCHUNK);
+                e0[j] = _mm256_fmadd_ps(ps, ve, e0[j]);
+                o0[j] = _mm256_fmadd_ps(ps, vo, o0[j]);
+            }
+        }
+        if (NV == 4) {
+            const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(cp + 8)));
+            const __m256i hi = _mm256_srli_epi32(x, 4);  // no mask constant: one register fewer
+            const __m256 ve = _mm256_cvtepi32_ps(_mm256_sub_epi32(x, _mm256_slli_epi32(hi, 4)));
+            const __m256 vo = _mm256_cvtepi32_ps(hi);
+        #pragma GCC unroll 4
+    for (int j = 0; j < G; j++) {
+                const __m256 ps = _mm256_broadcast_ss(w + j * KV_Q4_WCHUNK);
+                e1[j] = _mm256_fmadd_ps(ps, ve, e1[j]);
+                o1[j] = _mm256_fmadd_ps(ps, vo, o1[j]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < G; j++) {
+        acc[j][0] = e0[j], acc[j][1] = o0[j];
+        if (NV == 4) acc[j][NV == 4 ? 2 : 0] = e1[j], acc[j][NV == 4 ? 3 : 0] = o1[j];
+    }
+}
+
 template <int G, int NV>
 void values_q4_block(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, int nb, int blk,
                      int64_t a, int64_t b, int64_t s0, int64_t n, const float* sc, float* dst, int64_t stride,
-                     float* msum) {
+                     float* msum, float* pw) {
+    static_assert(NV == 2 || NV == 4, "16 or 32 channels");
     const int c0 = blk * KV_Q4_VBLOCK;
     __m256 ac[G][NV];
     float ms[G];
     for (int j = 0; j < G; j++) {
-        for (int u = 0; u < NV; u++) ac[j][u] = _mm256_loadu_ps(dst + j * stride + 8 * u);
+        for (int u = 0; u < NV; u++) ac[j][u] = _mm256_setzero_ps();
         ms[j] = 0;
     }
-    for (int64_t s = a; s < b; s++) {
-        const __m256i x = q4_load32(codes + s * rb + c0 / 2);
-        const __m128i lo = _mm256_castsi256_si128(x), hi = _mm256_extracti128_si256(x, 1);
-        __m256 v[NV];
-        v[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
-        if (NV > 1) v[NV > 1 ? 1 : 0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
-        if (NV > 2) v[NV > 2 ? 2 : 0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
-        if (NV > 3) v[NV > 3 ? 3 : 0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
-        const float scl = h2f(vs[s * nb + blk]), mn = h2f(vm[s * nb + blk]);
-        for (int j = 0; j < G; j++) {
-            const float p = sc[j * n + s - s0];
-            const __m256 ps = _mm256_set1_ps(p * scl);
-            for (int u = 0; u < NV; u++) ac[j][u] = _mm256_fmadd_ps(ps, v[u], ac[j][u]);
-            ms[j] += p * mn;
+    for (int64_t s = a; s < b; s += KV_Q4_WCHUNK) {
+        const int64_t e = std::min<int64_t>(b, s + KV_Q4_WCHUNK);
+        const int m = (int)(e - s);
+        float* sf = pw + 4 * KV_Q4_WCHUNK;  // [m] scales, then [m] mins
+        float* mf = sf + KV_Q4_WCHUNK;
+        if (nb == 1) {
+            simd::f16_to_f32_row(vs + s, sf, m);
+            simd::f16_to_f32_row(vm + s, mf, m);
+        } else {
+            for (int t = 0; t < m; t++) sf[t] = h2f(vs[(s + t) * nb + blk]), mf[t] = h2f(vm[(s + t) * nb + blk]);
         }
+        for (int j = 0; j < G; j++) {
+            const float* p = sc + j * n + s - s0;
+            simd::mul_f32(p, sf, pw + j * KV_Q4_WCHUNK, m);
+            ms[j] += simd::dot_f32(p, mf, m);
+        }
+        values_q4_slots<G, NV>(codes + s * rb + c0 / 2, rb, e - s, pw, ac);
     }
     for (int j = 0; j < G; j++) {
-        for (int u = 0; u < NV; u++) _mm256_storeu_ps(dst + j * stride + 8 * u, ac[j][u]);
+        for (int h = 0; h < NV / 2; h++) {
+            // (even, odd) -> channels 16h + 0..7 and 16h + 8..15
+            const __m256 lo = _mm256_unpacklo_ps(ac[j][2 * h], ac[j][2 * h + 1]);
+            const __m256 hi = _mm256_unpackhi_ps(ac[j][2 * h], ac[j][2 * h + 1]);
+            float* d = dst + j * stride + 16 * h;
+            _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), _mm256_permute2f128_ps(lo, hi, 0x20)));
+            _mm256_storeu_ps(d + 8, _mm256_add_ps(_mm256_loadu_ps(d + 8), _mm256_permute2f128_ps(lo, hi, 0x31)));
+        }
         msum[j * nb + blk] += ms[j];
     }
 }
 
-// All value blocks of slots [a, b). Full blocks work in place on acc [G x r]; a
-// partial last block (r % 32 != 0) goes through `tmp` [G x 32] with only the
-// 8-channel vectors it needs, so channels past r are never stored.
+// All value blocks of slots [a, b). Full blocks add in place to acc [G x r]; a
+// partial last block (r % 32 != 0) sums 16 or 32 channels into `tmp` [G x 32]
+// (the codes past r that it reads are padding or the next row, and land in
+// channels that are dropped), then adds the channels below r.
 template <int G>
 void values_q4_fast_g(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, int nb, int64_t a,
                       int64_t b, int64_t s0, int64_t n, int r, const float* sc, float* acc, float* msum,
-                      float* tmp) {
+                      float* tmp, float* pw) {
     const int full = r / KV_Q4_VBLOCK;
     for (int blk = 0; blk < full; blk++)
-        values_q4_block<G, 4>(codes, rb, vs, vm, nb, blk, a, b, s0, n, sc, acc + blk * KV_Q4_VBLOCK, r, msum);
+        values_q4_block<G, 4>(codes, rb, vs, vm, nb, blk, a, b, s0, n, sc, acc + blk * KV_Q4_VBLOCK, r, msum, pw);
     const int c0 = full * KV_Q4_VBLOCK, len = r - c0;
     if (len == 0) return;
+    std::memset(tmp, 0, sizeof(float) * G * 32);
+    if (len <= 16)
+        values_q4_block<G, 2>(codes, rb, vs, vm, nb, full, a, b, s0, n, sc, tmp, 32, msum, pw);
+    else
+        values_q4_block<G, 4>(codes, rb, vs, vm, nb, full, a, b, s0, n, sc, tmp, 32, msum, pw);
     for (int j = 0; j < G; j++)
-        for (int c = 0; c < 32; c++) tmp[j * 32 + c] = c < len ? acc[j * r + c0 + c] : 0.0f;
-    switch ((len + 7) / 8) {
-        case 1: values_q4_block<G, 1>(codes, rb, vs, vm, nb, full, a, b, s0, n, sc, tmp, 32, msum); break;
-        case 2: values_q4_block<G, 2>(codes, rb, vs, vm, nb, full, a, b, s0, n, sc, tmp, 32, msum); break;
-        case 3: values_q4_block<G, 3>(codes, rb, vs, vm, nb, full, a, b, s0, n, sc, tmp, 32, msum); break;
-        default: values_q4_block<G, 4>(codes, rb, vs, vm, nb, full, a, b, s0, n, sc, tmp, 32, msum); break;
-    }
-    for (int j = 0; j < G; j++)
-        for (int c = 0; c < len; c++) acc[j * r + c0 + c] = tmp[j * 32 + c];
+        for (int c = 0; c < len; c++) acc[j * r + c0 + c] += tmp[j * 32 + c];
 }
 #endif
 
@@ -570,10 +656,10 @@ void values_all(const attn_kv_view& kv, int64_t s0, int64_t e, int64_t n, int G,
             float* ac = acc + j0 * r;
             float* ms = w.msum + j0 * nb;
             switch (std::min(4, G - j0)) {
-                case 1: values_q4_fast_g<1>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, sc, ac, ms, w.tmp); break;
-                case 2: values_q4_fast_g<2>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, sc, ac, ms, w.tmp); break;
-                case 3: values_q4_fast_g<3>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, sc, ac, ms, w.tmp); break;
-                default: values_q4_fast_g<4>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, sc, ac, ms, w.tmp); break;
+                case 1: values_q4_fast_g<1>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, sc, ac, ms, w.tmp, w.pw); break;
+                case 2: values_q4_fast_g<2>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, sc, ac, ms, w.tmp, w.pw); break;
+                case 3: values_q4_fast_g<3>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, sc, ac, ms, w.tmp, w.pw); break;
+                default: values_q4_fast_g<4>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, sc, ac, ms, w.tmp, w.pw); break;
             }
         }
 #else
@@ -621,7 +707,7 @@ void values_all(const attn_kv_view& kv, int64_t s0, int64_t e, int64_t n, int G,
 
 int64_t kernel_attention_scratch(int n_group, int64_t n, int r_k, int r_v, int gear_rank) {
     return n_group * n + r_k + r_v + (int64_t)n_group * (r_k + 1 + gear_rank + kv_n_blocks(r_v, KV_Q4_VBLOCK)) +
-           n_group + 4 * 32 + r_k + (int64_t)n_group * kv_n_blocks(r_k, 32) * 32 / 4 + 16;
+           n_group + 4 * 32 + 6 * KV_Q4_WCHUNK + r_k + (int64_t)n_group * kv_n_blocks(r_k, 32) * 32 / 4 + 16;
 }
 
 void kernel_attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, const attn_q_view& q,
@@ -638,8 +724,8 @@ void kernel_attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, cons
         const int32_t qp = q.q_pos[t];
         // Slots are kept in position order, so the visible ones form a prefix of
         // the range; find its end once.
-        int64_t e = s0;
-        while (e < s1 && kv.pos[e] <= qp) e++;
+        int64_t e = s1;
+        if (s0 < s1 && kv.pos[s1 - 1] > qp) e = std::upper_bound(kv.pos + s0, kv.pos + s1, qp) - kv.pos;
         const int64_t nv = e - s0;
         float* m = out.m + t * G;
         float* l = out.l + t * G;
