@@ -9,7 +9,7 @@ same thread count, and the same depths. Prints a Markdown table with the
 machine, date and the ratios; append it to bench/RESULTS.md by hand.
 
   python3 bench/compare_llamacpp.py --zack build/zack --model models/SmolLM2-135M-Instruct.Q4_1.gguf \
-      [--zack-model m.zack] [--threads 2] [--depths 0,2048,8192] [--prompt 512] [--gen 32] [--reps 2]
+      [--zack-model m.zack] [--threads 2] [--depths 0,2048,8192] [--prompt 512,2048] [--gen 32] [--reps 2]
 """
 import argparse
 import datetime
@@ -22,14 +22,14 @@ import sys
 import time
 
 
-def llama_bench(model, threads, depths, prompt, gen, reps, cache):
+def llama_bench(model, threads, depths, prompts, gen, reps, cache):
     import llama_cpp
     kw = {}
     if cache == "q4_0":  # llama.cpp needs flash attention for a quantized V cache
         kw = dict(type_k=llama_cpp.GGML_TYPE_Q4_0, type_v=llama_cpp.GGML_TYPE_Q4_0, flash_attn=True)
     elif cache == "f16-fa":
         kw = dict(flash_attn=True)
-    n_ctx = max(depths) + max(prompt, gen) + 16
+    n_ctx = max(depths) + max(max(prompts), gen) + 16
     llm = llama_cpp.Llama(model_path=model, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
                           n_batch=512, n_ubatch=512, verbose=False, logits_all=False, **kw)
     rng = random.Random(1)
@@ -41,7 +41,7 @@ def llama_bench(model, threads, depths, prompt, gen, reps, cache):
         llm.reset()
         if d:
             llm.eval(ctx)  # the depth is prefilled once; each repetition rewinds to it
-        for kind, n in (("pp", prompt), ("tg", gen)):
+        for kind, n in [("pp", p) for p in prompts] + [("tg", gen)]:
             if kind == "pp" and d > 0:
                 continue  # prefill speed at depth 0 only
             tps = []
@@ -77,11 +77,11 @@ def llama_kv_bytes(llm, cache):
     return 2 * n_layer * per_row
 
 
-def zack_bench(zack, model, threads, depths, prompt, gen, reps, label, extra):
+def zack_bench(zack, model, threads, depths, prompts, gen, reps, label, extra):
     rows = []
     for d in depths:
         args = [zack, "bench", "-m", model, "-t", str(threads), "-d", str(d), "-r", str(reps), "-o", "json",
-                "-p", str(prompt if d == 0 else 0), "-n", str(gen), *extra]
+                "-p", ",".join(map(str, prompts)) if d == 0 else "0", "-n", str(gen), *extra]
         r = subprocess.run(args, capture_output=True, text=True)
         if r.returncode != 0:
             sys.exit(f"zack bench failed: {r.stderr.strip()}")
@@ -99,7 +99,7 @@ def main():
     ap.add_argument("--zack-model", default="", help="a .zack of the same model for the compressed rows")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--depths", default="0,2048,8192")
-    ap.add_argument("--prompt", type=int, default=512)
+    ap.add_argument("--prompt", default="512", help="prefill lengths at depth 0, comma-separated (e.g. 512,2048)")
     ap.add_argument("--gen", type=int, default=32)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--llama-caches", default="f16,f16-fa,q4_0",
@@ -109,21 +109,22 @@ def main():
     ap.add_argument("--json", default="", help="also write every row to this JSON file")
     a = ap.parse_args()
     depths = [int(x) for x in a.depths.split(",")]
+    prompts = [int(x) for x in a.prompt.split(",")]
 
     rows = []
     print("measuring llama.cpp ...", file=sys.stderr)
     for cache in a.llama_caches.split(","):
-        rows += llama_bench(a.model, a.threads, depths, a.prompt, a.gen, a.reps, cache)
+        rows += llama_bench(a.model, a.threads, depths, prompts, a.gen, a.reps, cache)
     print("measuring zack ...", file=sys.stderr)
-    rows += zack_bench(a.zack, a.model, a.threads, depths, a.prompt, a.gen, a.reps, "zack f16", [])
+    rows += zack_bench(a.zack, a.model, a.threads, depths, prompts, a.gen, a.reps, "zack f16", [])
     if a.zack_model:
-        rows += zack_bench(a.zack, a.zack_model, a.threads, depths, a.prompt, a.gen, a.reps, "zack ZACK0.5",
+        rows += zack_bench(a.zack, a.zack_model, a.threads, depths, prompts, a.gen, a.reps, "zack ZACK0.5",
                            ["--kv-rate", "0.5"])
-        rows += zack_bench(a.zack, a.zack_model, a.threads, depths, a.prompt, a.gen, a.reps, "zack ZACK0.5+4bit",
+        rows += zack_bench(a.zack, a.zack_model, a.threads, depths, prompts, a.gen, a.reps, "zack ZACK0.5+4bit",
                            ["--kv-rate", "0.5", "--kv-bits", "4"])
     for e in a.extra:
         label, _, flags = e.partition("=")
-        rows += zack_bench(a.zack, a.zack_model or a.model, a.threads, depths, a.prompt, a.gen, a.reps,
+        rows += zack_bench(a.zack, a.zack_model or a.model, a.threads, depths, prompts, a.gen, a.reps,
                            "zack " + label, flags.split())
 
     def find(engine, test, depth):
@@ -142,15 +143,17 @@ def main():
         pass
     print(f"### {datetime.date.today().isoformat()} — {cpu}, {a.threads} threads, {platform.system()}\n")
     print(f"model `{a.model}`" + (f", zack model `{a.zack_model}`" if a.zack_model else "") + "\n")
-    print("| engine | test | depth | tokens/s | vs llama.cpp f16 | vs llama.cpp q4_0 | KV bytes/token |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print("| engine | test | depth | tokens/s | vs llama.cpp f16 | vs f16-fa | vs q4_0 | KV bytes/token |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+
+    def ratio(r, engine):
+        b = find(engine, r["test"], r["depth"])
+        return f"{r['tps'] / b['tps']:.2f}x" if b else "-"
+
     for r in rows:
-        f16 = find("llama.cpp f16", r["test"], r["depth"])
-        q4 = find("llama.cpp q4_0", r["test"], r["depth"])
-        rf = f"{r['tps'] / f16['tps']:.2f}x" if f16 else "-"
-        rq = f"{r['tps'] / q4['tps']:.2f}x" if q4 else "-"
         kv = str(r.get("kv", "-"))
-        print(f"| {r['engine']} | {r['test']} | {r['depth']} | {r['tps']:.1f} ± {r['sd']:.1f} | {rf} | {rq} | {kv} |")
+        print(f"| {r['engine']} | {r['test']} | {r['depth']} | {r['tps']:.1f} ± {r['sd']:.1f} | "
+              f"{ratio(r, 'llama.cpp f16')} | {ratio(r, 'llama.cpp f16-fa')} | {ratio(r, 'llama.cpp q4_0')} | {kv} |")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(dict(date=datetime.date.today().isoformat(), cpu=cpu, threads=a.threads, model=a.model,
