@@ -268,7 +268,11 @@ INSTANTIATE_TEST_SUITE_P(Ranks, KvAttention,
                                            attn_case{4, false, 4, 4}, attn_case{4, false, 12, 44},
                                            attn_case{4, false, 36, 60}, attn_case{4, false, 52, 24},
                                            attn_case{4, false, 44, 56}, attn_case{4, false, 28, 40},
-                                           attn_case{4, true, 36, 52}, attn_case{16, false, 36, 44}));
+                                           attn_case{4, true, 36, 52}, attn_case{16, false, 36, 44},
+                                           // 8-bit fast paths: 4-channel key tails, partial value blocks
+                                           attn_case{8, false, 4, 4}, attn_case{8, false, 12, 44},
+                                           attn_case{8, false, 36, 60}, attn_case{8, false, 52, 28},
+                                           attn_case{8, false, 20, 12}));
 
 // GEAR lowers the attention output error against plain 4-bit on the same data.
 TEST(KvAttentionGear, LowerErrorThanPlain4Bit) {

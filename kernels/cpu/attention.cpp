@@ -487,6 +487,176 @@ void values_q4_fast_g(const uint8_t* codes, int rb, const uint16_t* vs, const ui
     for (int j = 0; j < G; j++)
         for (int c = 0; c < len; c++) acc[j * r + c0 + c] += tmp[j * 32 + c];
 }
+
+// ---- fast paths for 8-bit slots (AVX2) ----
+// Codes are int8 per token with one f16 scale per KV_Q8_BLOCK (32) channels.
+// Keys: like the f16 path (4 slots x G heads of accumulators), each 8-code chunk
+// widened to f32 and multiplied by its slot's block scale before the FMA, so the
+// result equals the dot product with the dequantized row up to rounding.
+// Values: per block, the weights p_j d_s are computed per chunk of slots first,
+// then a slot loop widens the codes and accumulates G x (channels / 8) vectors
+// in registers. Ranks are multiples of 4; a 4-channel tail is loaded with a
+// 4-byte load, so nothing past a row (or the buffer) is read.
+
+inline __m256 q8_load8(const int8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)));
+}
+inline __m128 q8_load4(const int8_t* p) {
+    int32_t x;
+    std::memcpy(&x, p, 4);
+    return _mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(x)));
+}
+
+template <int G>
+void scores_q8_fast_g(const int8_t* codes, const uint16_t* d, int nb, int64_t a, int64_t b, int64_t s0, int64_t n,
+                      int r, const float* qt, int64_t qhs, float* sc) {
+    int64_t s = a;
+    for (; s + 4 <= b; s += 4) {
+        __m256 acc[G][4];
+#pragma GCC unroll 8
+        for (int j = 0; j < G; j++)
+#pragma GCC unroll 8
+            for (int u = 0; u < 4; u++) acc[j][u] = _mm256_setzero_ps();
+        __m128 tail[G];
+#pragma GCC unroll 8
+        for (int j = 0; j < G; j++) tail[j] = _mm_setzero_ps();
+        const int8_t* k0 = codes + s * r;
+        const uint16_t* d0 = d + s * nb;
+        for (int c0 = 0, bi = 0; c0 < r; c0 += KV_Q8_BLOCK, bi++) {
+            const __m256 sc0 = _mm256_set1_ps(h2f(d0[bi])), sc1 = _mm256_set1_ps(h2f(d0[nb + bi])),
+                         sc2 = _mm256_set1_ps(h2f(d0[2 * nb + bi])), sc3 = _mm256_set1_ps(h2f(d0[3 * nb + bi]));
+            const int ce = std::min(r, c0 + KV_Q8_BLOCK);
+            int c = c0;
+            for (; c + 8 <= ce; c += 8) {
+                const __m256 kv0 = _mm256_mul_ps(sc0, q8_load8(k0 + c)), kv1 = _mm256_mul_ps(sc1, q8_load8(k0 + r + c)),
+                             kv2 = _mm256_mul_ps(sc2, q8_load8(k0 + 2 * r + c)),
+                             kv3 = _mm256_mul_ps(sc3, q8_load8(k0 + 3 * r + c));
+#pragma GCC unroll 8
+                for (int j = 0; j < G; j++) {
+                    const __m256 qv = _mm256_loadu_ps(qt + j * qhs + c);
+                    acc[j][0] = _mm256_fmadd_ps(qv, kv0, acc[j][0]);
+                    acc[j][1] = _mm256_fmadd_ps(qv, kv1, acc[j][1]);
+                    acc[j][2] = _mm256_fmadd_ps(qv, kv2, acc[j][2]);
+                    acc[j][3] = _mm256_fmadd_ps(qv, kv3, acc[j][3]);
+                }
+            }
+            if (c < ce) {  // the row's 4-channel tail
+                const __m128 t0 = _mm_mul_ps(_mm256_castps256_ps128(sc0), q8_load4(k0 + c)),
+                             t1 = _mm_mul_ps(_mm256_castps256_ps128(sc1), q8_load4(k0 + r + c)),
+                             t2 = _mm_mul_ps(_mm256_castps256_ps128(sc2), q8_load4(k0 + 2 * r + c)),
+                             t3 = _mm_mul_ps(_mm256_castps256_ps128(sc3), q8_load4(k0 + 3 * r + c));
+#pragma GCC unroll 8
+                for (int j = 0; j < G; j++) {
+                    const __m128 qv = _mm_loadu_ps(qt + j * qhs + c);
+                    tail[j] = _mm_hadd_ps(_mm_hadd_ps(_mm_mul_ps(qv, t0), _mm_mul_ps(qv, t1)),
+                                          _mm_hadd_ps(_mm_mul_ps(qv, t2), _mm_mul_ps(qv, t3)));
+                }
+            }
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < G; j++)
+            _mm_storeu_ps(sc + j * n + s - s0,
+                          _mm_add_ps(hsum4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]), tail[j]));
+    }
+    for (; s < b; s++) {
+        float row[256];
+        q8_row_to_f32(codes + s * r, d + s * nb, r, row);
+        for (int j = 0; j < G; j++) sc[j * n + s - s0] = simd::dot_f32(qt + j * qhs, row, r);
+    }
+}
+
+// Slots [a, b) of one 8-bit value block: NV full 8-channel chunks, then a
+// 4-channel tail if TAIL; acc rows j at dst + j * stride (channels of the block).
+template <int G, int NV, bool TAIL>
+void values_q8_block(const int8_t* codes, const uint16_t* d, int nb, int r, int blk, int64_t a, int64_t b,
+                     int64_t s0, int64_t n, const float* sc, float* dst, int64_t stride, float* pw) {
+    const int c0 = blk * KV_Q8_BLOCK;
+    __m256 ac[G][NV > 0 ? NV : 1];
+    __m128 at[G];
+#pragma GCC unroll 8
+    for (int j = 0; j < G; j++) {
+#pragma GCC unroll 8
+        for (int u = 0; u < NV; u++) ac[j][u] = _mm256_loadu_ps(dst + j * stride + 8 * u);
+        at[j] = TAIL ? _mm_loadu_ps(dst + j * stride + 8 * NV) : _mm_setzero_ps();
+    }
+    for (int64_t s = a; s < b; s += KV_Q4_WCHUNK) {
+        const int m = (int)std::min<int64_t>(KV_Q4_WCHUNK, b - s);
+        float* df = pw + 4 * KV_Q4_WCHUNK;
+        for (int t = 0; t < m; t++) df[t] = h2f(d[(s + t) * nb + blk]);
+        for (int j = 0; j < G; j++) simd::mul_f32(sc + j * n + s - s0, df, pw + j * KV_Q4_WCHUNK, m);
+        const int8_t* cp = codes + s * r + c0;
+        for (int t = 0; t < m; t++, cp += r) {
+            __m256 v[NV > 0 ? NV : 1];
+#pragma GCC unroll 8
+            for (int u = 0; u < NV; u++) v[u] = q8_load8(cp + 8 * u);
+            const __m128 vt = TAIL ? q8_load4(cp + 8 * NV) : _mm_setzero_ps();
+#pragma GCC unroll 8
+            for (int j = 0; j < G; j++) {
+                const float* w = pw + j * KV_Q4_WCHUNK + t;
+                const __m256 ps = _mm256_broadcast_ss(w);
+#pragma GCC unroll 8
+                for (int u = 0; u < NV; u++) ac[j][u] = _mm256_fmadd_ps(ps, v[u], ac[j][u]);
+                if (TAIL) at[j] = _mm_fmadd_ps(_mm_broadcast_ss(w), vt, at[j]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < G; j++) {
+#pragma GCC unroll 8
+        for (int u = 0; u < NV; u++) _mm256_storeu_ps(dst + j * stride + 8 * u, ac[j][u]);
+        if (TAIL) _mm_storeu_ps(dst + j * stride + 8 * NV, at[j]);
+    }
+}
+
+template <int G>
+void values_q8_fast_g(const int8_t* codes, const uint16_t* d, int nb, int64_t a, int64_t b, int64_t s0, int64_t n,
+                      int r, const float* sc, float* acc, float* pw) {
+    for (int blk = 0; blk < nb; blk++) {
+        const int len = std::min(KV_Q8_BLOCK, r - blk * KV_Q8_BLOCK);  // a multiple of 4
+        float* dst = acc + blk * KV_Q8_BLOCK;
+#define ZK_Q8_VB(NV, TAIL) values_q8_block<G, NV, TAIL>(codes, d, nb, r, blk, a, b, s0, n, sc, dst, r, pw)
+        switch (len) {
+            case 4: ZK_Q8_VB(0, true); break;
+            case 8: ZK_Q8_VB(1, false); break;
+            case 12: ZK_Q8_VB(1, true); break;
+            case 16: ZK_Q8_VB(2, false); break;
+            case 20: ZK_Q8_VB(2, true); break;
+            case 24: ZK_Q8_VB(3, false); break;
+            case 28: ZK_Q8_VB(3, true); break;
+            default: ZK_Q8_VB(4, false); break;
+        }
+#undef ZK_Q8_VB
+    }
+}
+
+// Query heads in register-sized groups of at most 4.
+void scores_q8_fast(const int8_t* codes, const uint16_t* d, int nb, int64_t a, int64_t b, int64_t s0, int64_t n,
+                    int r, const float* qt, int64_t qhs, int G, float* sc) {
+    for (int j0 = 0; j0 < G; j0 += 4) {
+        const float* q = qt + j0 * qhs;
+        float* o = sc + j0 * n;
+        switch (std::min(4, G - j0)) {
+            case 1: scores_q8_fast_g<1>(codes, d, nb, a, b, s0, n, r, q, qhs, o); break;
+            case 2: scores_q8_fast_g<2>(codes, d, nb, a, b, s0, n, r, q, qhs, o); break;
+            case 3: scores_q8_fast_g<3>(codes, d, nb, a, b, s0, n, r, q, qhs, o); break;
+            default: scores_q8_fast_g<4>(codes, d, nb, a, b, s0, n, r, q, qhs, o); break;
+        }
+    }
+}
+
+void values_q8_fast(const int8_t* codes, const uint16_t* d, int nb, int64_t a, int64_t b, int64_t s0, int64_t n,
+                    int r, int G, const float* sc, float* acc, float* pw) {
+    for (int j0 = 0; j0 < G; j0 += 4) {
+        const float* p = sc + j0 * n;
+        float* o = acc + j0 * r;
+        switch (std::min(4, G - j0)) {
+            case 1: values_q8_fast_g<1>(codes, d, nb, a, b, s0, n, r, p, o, pw); break;
+            case 2: values_q8_fast_g<2>(codes, d, nb, a, b, s0, n, r, p, o, pw); break;
+            case 3: values_q8_fast_g<3>(codes, d, nb, a, b, s0, n, r, p, o, pw); break;
+            default: values_q8_fast_g<4>(codes, d, nb, a, b, s0, n, r, p, o, pw); break;
+        }
+    }
+}
 #endif
 
 // ---- scores ----
@@ -576,6 +746,11 @@ void scores_all(const attn_kv_view& kv, int64_t s0, int64_t e, int64_t n, const 
     const int64_t qe = std::min(e, kv.n_quant);
     if (kv.quant == KV_QUANT_Q8) {
         const int nb = kv_n_blocks(r, KV_Q8_BLOCK);
+#ifdef ZK_SIMD_AVX2
+        if (s0 < qe && r % 4 == 0 && r <= 256) {
+            scores_q8_fast((const int8_t*)kv.kq, kv.ks, nb, s0, qe, s0, n, r, qt, q.q_head_stride, G, w.sc);
+        } else
+#endif
         for (int64_t s = s0; s < qe; s++) {
             q8_row_to_f32((const int8_t*)kv.kq + s * r, kv.ks + s * nb, r, w.krow);
             for (int j = 0; j < G; j++) w.sc[j * n + s - s0] = simd::dot_f32(qt + j * q.q_head_stride, w.krow, r);
@@ -639,6 +814,11 @@ void values_all(const attn_kv_view& kv, int64_t s0, int64_t e, int64_t n, int G,
     const int64_t qe = std::min(e, kv.n_quant);
     if (kv.quant == KV_QUANT_Q8) {
         const int nb = kv_n_blocks(r, KV_Q8_BLOCK);
+#ifdef ZK_SIMD_AVX2
+        if (s0 < qe && r % 4 == 0) {
+            values_q8_fast((const int8_t*)kv.vq, kv.vs, nb, s0, qe, s0, n, r, G, w.sc, acc, w.pw);
+        } else
+#endif
         for (int64_t s = s0; s < qe; s++) {
             q8_row_to_f32((const int8_t*)kv.vq + s * r, kv.vs + s * nb, r, w.vrow);
             for (int j = 0; j < G; j++) simd::axpy_f32(w.sc[j * n + s - s0], w.vrow, acc + j * r, r);
