@@ -396,8 +396,8 @@ __attribute__((noinline)) void values_q4_slots(const uint8_t* cp, int rb, int64_
             const __m256i hi = _mm256_srli_epi32(x, 4);  // no mask constant: one register fewer
             const __m256 ve = _mm256_cvtepi32_ps(_mm256_sub_epi32(x, _mm256_slli_epi32(hi, 4)));
             const __m256 vo = _mm256_cvtepi32_ps(hi);
-        #pragma GCC unroll 4
-    for (int j = 0; j < G; j++) {
+#pragma GCC unroll 4
+            for (int j = 0; j < G; j++) {
                 const __m256 ps = _mm256_broadcast_ss(w + j * KV_Q4_WCHUNK);
                 e0[j] = _mm256_fmadd_ps(ps, ve, e0[j]);
                 o0[j] = _mm256_fmadd_ps(ps, vo, o0[j]);
@@ -408,8 +408,8 @@ __attribute__((noinline)) void values_q4_slots(const uint8_t* cp, int rb, int64_
             const __m256i hi = _mm256_srli_epi32(x, 4);  // no mask constant: one register fewer
             const __m256 ve = _mm256_cvtepi32_ps(_mm256_sub_epi32(x, _mm256_slli_epi32(hi, 4)));
             const __m256 vo = _mm256_cvtepi32_ps(hi);
-        #pragma GCC unroll 4
-    for (int j = 0; j < G; j++) {
+#pragma GCC unroll 4
+            for (int j = 0; j < G; j++) {
                 const __m256 ps = _mm256_broadcast_ss(w + j * KV_Q4_WCHUNK);
                 e1[j] = _mm256_fmadd_ps(ps, ve, e1[j]);
                 o1[j] = _mm256_fmadd_ps(ps, vo, o1[j]);
