@@ -220,9 +220,11 @@ void session::forward(const forward_seq* seqs, int n_seqs, const int32_t* tokens
         const layer_weights& L = m.layers[il];
         // attention sub-layer
         kernel_rmsnorm(x, L.attn_norm, xn, n, E, hp.rms_eps);
-        kernel_matmul(L.wq, xn, n, fb.q.data(), pool, fb.mm);
-        kernel_matmul(L.wk, xn, n, fb.k.data(), pool, fb.mm);
-        kernel_matmul(L.wv, xn, n, fb.v.data(), pool, fb.mm);
+        {
+            const weight_view w[3] = {L.wq, L.wk, L.wv};
+            float* const y[3] = {fb.q.data(), fb.k.data(), fb.v.data()};
+            kernel_matmul_multi(w, y, 3, xn, n, pool, fb.mm);
+        }
         add_bias(fb.q.data(), L.bq, n, H * D);
         add_bias(fb.k.data(), L.bk, n, KV * D);
         add_bias(fb.v.data(), L.bv, n, KV * D);
@@ -253,8 +255,11 @@ void session::forward(const forward_seq* seqs, int n_seqs, const int32_t* tokens
 
         // feed-forward sub-layer
         kernel_rmsnorm(x, L.ffn_norm, xn, n, E, hp.rms_eps);
-        kernel_matmul(L.w_gate, xn, n, fb.gate.data(), pool, fb.mm);
-        kernel_matmul(L.w_up, xn, n, fb.up.data(), pool, fb.mm);
+        {
+            const weight_view w[2] = {L.w_gate, L.w_up};
+            float* const y[2] = {fb.gate.data(), fb.up.data()};
+            kernel_matmul_multi(w, y, 2, xn, n, pool, fb.mm);
+        }
         kernel_swiglu(fb.gate.data(), fb.up.data(), fb.gate.data(), n * hp.n_ff);
         kernel_matmul(L.w_down, fb.gate.data(), n, tmp, pool, fb.mm);
         for (int64_t i = 0; i < n * E; i++) x[i] += tmp[i];

@@ -34,6 +34,15 @@ struct matmul_scratch {
 void kernel_matmul(const weight_view& w, const float* x, int64_t n_tok, float* y,
                    thread_pool& pool, matmul_scratch& scratch);
 
+// Several weights applied to the same X (Q/K/V; gate/up): Y_i = X W_i^T, with X
+// quantized once and the rows of all weights in one parallel loop, so a decode
+// step synchronises the threads once instead of n_w times. Results equal
+// n_w kernel_matmul calls bit for bit. Weights whose row length or activation
+// type differ from ws[0] are run one after another.
+constexpr int k_matmul_multi_max = 4;
+void kernel_matmul_multi(const weight_view* ws, float* const* ys, int n_w, const float* x, int64_t n_tok,
+                         thread_pool& pool, matmul_scratch& scratch);
+
 // The CPU reference: dequantize each row and use a plain double-accumulated dot.
 void kernel_matmul_reference(const weight_view& w, const float* x, int64_t n_tok, float* y);
 

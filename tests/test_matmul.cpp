@@ -139,6 +139,50 @@ TEST(Matmul, EqualsSingleDotsExactly) {
     }
 }
 
+// Q/K/V and gate/up run as one multi-matmul: the same numbers as separate calls,
+// bit for bit, for decode (1 token) and prefill (37 tokens, one partial tile), with
+// row counts that end mid-tile, and with a weight of another type (F32 reads f32
+// activations, so it runs on its own).
+TEST(Matmul, MultiEqualsSeparateCallsExactly) {
+    const int64_t n_cols = 96;
+    struct spec {
+        dtype t;
+        int64_t rows;
+    };
+    const std::vector<std::vector<spec>> sets = {
+        {{dtype::Q4_1, 40}, {dtype::Q4_1, 14}, {dtype::Q4_1, 14}},
+        {{dtype::Q8_0, 33}, {dtype::Q8_0, 7}},
+        {{dtype::Q4_0, 12}, {dtype::F32, 9}, {dtype::Q4_0, 0}, {dtype::Q4_0, 5}},
+    };
+    thread_pool pool(3);
+    matmul_scratch sa, sb;
+    for (const auto& set : sets) {
+        std::vector<std::vector<uint8_t>> data;
+        std::vector<weight_view> ws;
+        for (size_t i = 0; i < set.size(); i++) data.push_back(random_weights(set[i].t, set[i].rows, n_cols, 7 + (uint32_t)i));
+        for (size_t i = 0; i < set.size(); i++) ws.push_back({set[i].t, set[i].rows, n_cols, data[i].data()});
+        for (int64_t n_tok : {1, 37}) {
+            const auto x = random_floats(n_tok * n_cols, 99);
+            std::vector<std::vector<float>> ya, yb;
+            std::vector<float*> pa;
+            for (const auto& w : ws) {
+                ya.emplace_back((size_t)(n_tok * w.n_rows), -1.0f);
+                yb.emplace_back((size_t)(n_tok * w.n_rows), -2.0f);
+            }
+            for (auto& y : ya) pa.push_back(y.data());
+            kernel_matmul_multi(ws.data(), pa.data(), (int)ws.size(), x.data(), n_tok, pool, sa);
+            for (size_t i = 0; i < ws.size(); i++) kernel_matmul(ws[i], x.data(), n_tok, yb[i].data(), pool, sb);
+            for (size_t i = 0; i < ws.size(); i++)
+                for (size_t k = 0; k < ya[i].size(); k++)
+                    ASSERT_EQ(ya[i][k], yb[i][k]) << "weight " << i << " (" << dtype_name(ws[i].type) << ") n_tok "
+                                                  << n_tok << " element " << k;
+        }
+    }
+    weight_view w = {dtype::Q4_1, 4, n_cols, nullptr};
+    float* y = nullptr;
+    EXPECT_THROW(kernel_matmul_multi(&w, &y, 0, nullptr, 1, pool, sa), error);
+}
+
 TEST(Matmul, BadShapesThrow) {
     thread_pool pool(1);
     matmul_scratch scratch;

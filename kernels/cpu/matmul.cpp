@@ -59,21 +59,65 @@ void* matmul_scratch::reserve(size_t bytes) {
     return buf;
 }
 
+namespace {
+
+// One weight of a (multi-)matmul, as the workers see it.
+struct mm_job {
+    dtype type;
+    int64_t n_rows, n_cols, n_tok;
+    const uint8_t* w;
+    size_t w_row;
+    const uint8_t* a;  // activations in the weight's dot type [n_tok x a_row]
+    size_t a_row;
+    float* y;          // [n_tok x n_rows]
+};
+
+// Rows [r0, r1) of one weight for all tokens: tokens in blocks of k_tok_block
+// so a block of activations stays in L2 while each 4-row tile meets it.
+void mm_run_rows(const mm_job& j, int64_t r0, int64_t r1) {
+    for (int64_t tb = 0; tb < j.n_tok; tb += k_tok_block) {
+        const int64_t te = std::min(j.n_tok, tb + k_tok_block);
+        for (int64_t r = r0; r < r1; r += k_tile_rows) {
+            const int nr = (int)std::min<int64_t>(k_tile_rows, r1 - r);
+            for (int64_t t = tb; t < te; t += k_tile_toks) {
+                const int nt = (int)std::min<int64_t>(k_tile_toks, te - t);
+                quant_dot_tile(j.type, j.n_cols, j.w + r * j.w_row, j.w_row, nr, j.a + t * j.a_row, j.a_row, nt,
+                               j.y + t * j.n_rows + r, (size_t)j.n_rows);
+            }
+        }
+    }
+}
+
+}  // namespace
+
 void kernel_matmul(const weight_view& w, const float* x, int64_t n_tok, float* y,
                    thread_pool& pool, matmul_scratch& scratch) {
-    check_shapes(w, x, n_tok, y);
-    if (n_tok == 0 || w.n_rows == 0) return;
-    const int64_t n_rows = w.n_rows, n_cols = w.n_cols;
+    kernel_matmul_multi(&w, &y, 1, x, n_tok, pool, scratch);
+}
 
-    if (w.type == dtype::F32 && n_tok >= k_blas_min_tok) {
-        // Y [n_tok x n_rows] = X [n_tok x n_cols] * W^T
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n_tok, (int)n_rows, (int)n_cols, 1.0f,
-                    x, (int)n_cols, (const float*)w.data, (int)n_cols, 0.0f, y, (int)n_rows);
+void kernel_matmul_multi(const weight_view* ws, float* const* ys, int n_w, const float* x, int64_t n_tok,
+                         thread_pool& pool, matmul_scratch& scratch) {
+    if (n_w < 1 || n_w > k_matmul_multi_max) ZK_THROW("kernel_matmul_multi: %d weights (1..%d)", n_w, k_matmul_multi_max);
+    for (int i = 0; i < n_w; i++) check_shapes(ws[i], x, n_tok, ys[i]);
+    if (n_tok == 0) return;
+    const int64_t n_cols = ws[0].n_cols;
+    const dtype at = dtype_vec_dot_type(ws[0].type);
+    bool shared = true;  // one quantized copy of X serves every weight
+    for (int i = 1; i < n_w; i++) shared &= ws[i].n_cols == n_cols && dtype_vec_dot_type(ws[i].type) == at;
+    if (!shared) {
+        for (int i = 0; i < n_w; i++) kernel_matmul_multi(ws + i, ys + i, 1, x, n_tok, pool, scratch);
         return;
     }
-
-    // Activations in the weight's dot type: [n_tok x a_row bytes].
-    const dtype at = dtype_vec_dot_type(w.type);
+    if (ws[0].type == dtype::F32 && n_tok >= k_blas_min_tok) {
+        for (int i = 0; i < n_w; i++) {
+            // Y [n_tok x n_rows] = X [n_tok x n_cols] * W^T
+            if (ws[i].n_rows == 0) continue;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n_tok, (int)ws[i].n_rows, (int)n_cols, 1.0f, x,
+                        (int)n_cols, (const float*)ws[i].data, (int)n_cols, 0.0f, ys[i], (int)ws[i].n_rows);
+        }
+        return;
+    }
+    // Activations in the weights' dot type: [n_tok x a_row bytes].
     const uint8_t* a = (const uint8_t*)x;
     size_t a_row = (size_t)n_cols * sizeof(float);
     if (at != dtype::F32) {
@@ -88,33 +132,29 @@ void kernel_matmul(const weight_view& w, const float* x, int64_t n_tok, float* y
             quantize(0, n_tok, 0);
         a = q;
     }
-
-    // Everything the workers need, captured by one pointer so the std::function
-    // stays in its small buffer (no heap allocation per call on the decode path).
-    struct job {
-        dtype type;
-        int64_t n_rows, n_cols, n_tok;
-        const uint8_t* w;
-        size_t w_row;
-        const uint8_t* a;
-        size_t a_row;
-        float* y;
-    };
-    const job jb{w.type, n_rows, n_cols, n_tok, (const uint8_t*)w.data, dtype_row_size(w.type, n_cols), a, a_row, y};
-    const job* j = &jb;
-    const int64_t n_tiles = (n_rows + k_tile_rows - 1) / k_tile_rows;
-    pool.parallel_for(n_tiles, k_min_tiles_per_chunk, [j](int64_t tile0, int64_t tile1, int) {
-        const int64_t r0 = tile0 * k_tile_rows, r1 = std::min(j->n_rows, tile1 * k_tile_rows);
-        for (int64_t tb = 0; tb < j->n_tok; tb += k_tok_block) {
-            const int64_t te = std::min(j->n_tok, tb + k_tok_block);
-            for (int64_t r = r0; r < r1; r += k_tile_rows) {
-                const int nr = (int)std::min<int64_t>(k_tile_rows, r1 - r);
-                for (int64_t t = tb; t < te; t += k_tile_toks) {
-                    const int nt = (int)std::min<int64_t>(k_tile_toks, te - t);
-                    quant_dot_tile(j->type, j->n_cols, j->w + r * j->w_row, j->w_row, nr, j->a + t * j->a_row,
-                                   j->a_row, nt, j->y + t * j->n_rows + r, (size_t)j->n_rows);
-                }
-            }
+    // The 4-row tiles of all weights, numbered one after the other, go to the
+    // threads in one parallel loop (one dispatch for Q/K/V or gate/up). Everything
+    // the workers need is captured by one pointer, so the std::function stays in
+    // its small buffer (no heap allocation per call on the decode path).
+    struct multi_job {
+        mm_job w[k_matmul_multi_max];
+        int64_t tile0[k_matmul_multi_max + 1];  // first global tile of each weight
+        int n;
+    } mj;
+    mj.n = n_w;
+    mj.tile0[0] = 0;
+    for (int i = 0; i < n_w; i++) {
+        mj.w[i] = mm_job{ws[i].type, ws[i].n_rows, n_cols, n_tok, (const uint8_t*)ws[i].data,
+                         dtype_row_size(ws[i].type, n_cols), a, a_row, ys[i]};
+        mj.tile0[i + 1] = mj.tile0[i] + (ws[i].n_rows + k_tile_rows - 1) / k_tile_rows;
+    }
+    const multi_job* j = &mj;
+    pool.parallel_for(mj.tile0[n_w], k_min_tiles_per_chunk, [j](int64_t t0, int64_t t1, int) {
+        for (int i = 0; i < j->n; i++) {
+            const int64_t b = std::max(t0, j->tile0[i]), e = std::min(t1, j->tile0[i + 1]);
+            if (b >= e) continue;
+            const mm_job& w = j->w[i];
+            mm_run_rows(w, (b - j->tile0[i]) * k_tile_rows, std::min(w.n_rows, (e - j->tile0[i]) * k_tile_rows));
         }
     });
 }
