@@ -234,10 +234,10 @@ std::vector<std::string> corpus_generate(const model& m, const corpus_gen_params
 
     for (gen_slot& g : slots) start(g);
     std::unique_ptr<batch_decoder> bd;
-    std::vector<gen_slot*> running;
+    std::vector<gen_slot*> running, now;  // reused: no allocation per step
     std::vector<int32_t> tokens;
     for (;;) {
-        std::vector<gen_slot*> now;
+        now.clear();
         for (gen_slot& g : slots)
             if (g.active) now.push_back(&g);
         if (now.empty()) break;

@@ -179,16 +179,7 @@ const model& zack_model() {
     static std::unique_ptr<model> z;
     if (z) return *z;
     const model& m = source_model();
-    calib_params cp;
-    cp.n_tokens = 256;
-    cp.n_ctx = 128;
-    cp.progress = false;
-    gram_accumulator acc(m.hp);
-    const std::vector<int32_t> ids = corpus_tokens();
-    calib_collect(m, {std::vector<int32_t>(ids.begin(), ids.begin() + 300)}, cp, acc);
-    zack_calibration c = calib_decompose(m, acc);
-    c.n_ctx = cp.n_ctx;
-    c.corpus = "test_batch";
+    const zack_calibration c = zk_test::small_calibration(256, 128, 300, "test_batch");
     char dir[] = "/tmp/zack_batch_test_XXXXXX";
     if (!mkdtemp(dir)) ZK_THROW("mkdtemp failed");
     const std::string path = std::string(dir) + "/b.zack";

@@ -288,6 +288,7 @@ def main():
         (["-m", out, "--compare", out, "--compare-rate", "-0.1"], "out of range"),
         (["-m", MODEL], "-o"),
         (["-m", MODEL, "-o", bad, "--gen-top-p", "0"], "--gen-top-p"),
+        (["-m", MODEL, "-o", bad, "--gen-parallel", "0"], "--gen-parallel"),
     ]
     for args, needle in cases:
         p = run(args, expect_ok=False)

@@ -222,15 +222,7 @@ std::unique_ptr<model> write_and_load(const model& m, const zack_calibration& c,
 
 TEST(CalibModel, FullRankZackKeepsAttentionAndLogits) {
     const model& m = source_model();
-    calib_params cp;
-    cp.n_tokens = 96;
-    cp.n_ctx = 48;
-    cp.progress = false;
-    gram_accumulator acc(m.hp);
-    calib_collect(m, {corpus_tokens(200)}, cp, acc);
-    zack_calibration c = calib_decompose(m, acc);
-    c.n_ctx = cp.n_ctx;
-    c.corpus = "test";
+    const zack_calibration c = zk_test::small_calibration(96, 48, 200, "test");
 
     char dir[] = "/tmp/zack_calib_test_XXXXXX";
     ASSERT_NE(mkdtemp(dir), nullptr);

@@ -111,12 +111,22 @@ template <>
 inline __m256 load8<float>(const float* p) { return _mm256_loadu_ps(p); }
 template <>
 inline __m256 load8<uint16_t>(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
+template <>  // 8-bit codes, before their per-block scale
+inline __m256 load8<int8_t>(const int8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)));
+}
 template <typename T>
 inline __m128 load4(const T* p);
 template <>
 inline __m128 load4<float>(const float* p) { return _mm_loadu_ps(p); }
 template <>
 inline __m128 load4<uint16_t>(const uint16_t* p) { return _mm_cvtph_ps(_mm_loadl_epi64((const __m128i*)p)); }
+template <>  // 8-bit codes, before their per-block scale
+inline __m128 load4<int8_t>(const int8_t* p) {
+    int32_t x;  // a 4-byte load: nothing past a row (or the buffer) is read
+    std::memcpy(&x, p, 4);
+    return _mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(x)));
+}
 
 // Sums of 4 vectors' lanes: {sum a, sum b, sum c, sum d}.
 inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
@@ -127,20 +137,39 @@ inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
 
 // sc[j * n + s - s0] = q_j . k_s for s in [a, b); r % 4 == 0. G is a template
 // parameter so the 4 x G accumulators stay in registers.
-template <typename T, int G>
-void scores_fp_fast_g(const T* K, int64_t off, int64_t a, int64_t b, int64_t s0, int64_t n, int r,
-                      const float* qt, int64_t qhs, float* sc) {
+// Scores of slots [a, b) for G <= 4 heads: 4 slots x G accumulators. With
+// SCALED (8-bit codes), each 8-code chunk is multiplied by its slot's scale of
+// block c / KV_Q8_BLOCK (d [slots x nb], row s - off) before the FMA, so the
+// result is the dot product with the dequantized row up to rounding.
+template <typename T, int G, bool SCALED>
+void scores_fast_g(const T* K, const uint16_t* d, int nb, int64_t off, int64_t a, int64_t b, int64_t s0, int64_t n,
+                   int r, const float* qt, int64_t qhs, float* sc) {
     // slot s is row s - off of K
     int64_t s = a;
     for (; s + 4 <= b; s += 4) {
         __m256 acc[G][4];
+#pragma GCC unroll 8
         for (int j = 0; j < G; j++)
+#pragma GCC unroll 8
             for (int u = 0; u < 4; u++) acc[j][u] = _mm256_setzero_ps();
         const T* k0 = K + (s - off) * r;
+        const uint16_t* d0 = SCALED ? d + (s - off) * nb : nullptr;
+        __m256 sc0 = _mm256_set1_ps(1.0f), sc1 = sc0, sc2 = sc0, sc3 = sc0;
+        auto scales_at = [&](int c) {  // the 4 slots' scales of the block holding channel c
+            if (!SCALED || c % KV_Q8_BLOCK != 0) return;
+            const int bi = c / KV_Q8_BLOCK;
+            sc0 = _mm256_set1_ps(h2f(d0[bi])), sc1 = _mm256_set1_ps(h2f(d0[nb + bi]));
+            sc2 = _mm256_set1_ps(h2f(d0[2 * nb + bi])), sc3 = _mm256_set1_ps(h2f(d0[3 * nb + bi]));
+        };
         int c = 0;
         for (; c + 8 <= r; c += 8) {
-            const __m256 kv0 = load8(k0 + c), kv1 = load8(k0 + r + c), kv2 = load8(k0 + 2 * r + c),
-                         kv3 = load8(k0 + 3 * r + c);
+            scales_at(c);
+            __m256 kv0 = load8(k0 + c), kv1 = load8(k0 + r + c), kv2 = load8(k0 + 2 * r + c), kv3 = load8(k0 + 3 * r + c);
+            if (SCALED) {
+                kv0 = _mm256_mul_ps(sc0, kv0), kv1 = _mm256_mul_ps(sc1, kv1);
+                kv2 = _mm256_mul_ps(sc2, kv2), kv3 = _mm256_mul_ps(sc3, kv3);
+            }
+#pragma GCC unroll 8
             for (int j = 0; j < G; j++) {
                 const __m256 qv = _mm256_loadu_ps(qt + j * qhs + c);
                 acc[j][0] = _mm256_fmadd_ps(qv, kv0, acc[j][0]);
@@ -149,32 +178,55 @@ void scores_fp_fast_g(const T* K, int64_t off, int64_t a, int64_t b, int64_t s0,
                 acc[j][3] = _mm256_fmadd_ps(qv, kv3, acc[j][3]);
             }
         }
+        __m128 t0 = _mm_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
+        if (c < r) {  // a 4-channel tail
+            scales_at(c);
+            t0 = load4(k0 + c), t1 = load4(k0 + r + c), t2 = load4(k0 + 2 * r + c), t3 = load4(k0 + 3 * r + c);
+            if (SCALED) {
+                t0 = _mm_mul_ps(_mm256_castps256_ps128(sc0), t0), t1 = _mm_mul_ps(_mm256_castps256_ps128(sc1), t1);
+                t2 = _mm_mul_ps(_mm256_castps256_ps128(sc2), t2), t3 = _mm_mul_ps(_mm256_castps256_ps128(sc3), t3);
+            }
+        }
+#pragma GCC unroll 8
         for (int j = 0; j < G; j++) {
             __m128 sum = hsum4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
-            if (c < r) {  // a 4-channel tail
+            if (c < r) {
                 const __m128 qv = _mm_loadu_ps(qt + j * qhs + c);
-                const __m128 t0 = _mm_mul_ps(qv, load4(k0 + c)), t1 = _mm_mul_ps(qv, load4(k0 + r + c)),
-                             t2 = _mm_mul_ps(qv, load4(k0 + 2 * r + c)), t3 = _mm_mul_ps(qv, load4(k0 + 3 * r + c));
-                sum = _mm_add_ps(sum, _mm_hadd_ps(_mm_hadd_ps(t0, t1), _mm_hadd_ps(t2, t3)));
+                sum = _mm_add_ps(sum, _mm_hadd_ps(_mm_hadd_ps(_mm_mul_ps(qv, t0), _mm_mul_ps(qv, t1)),
+                                                  _mm_hadd_ps(_mm_mul_ps(qv, t2), _mm_mul_ps(qv, t3))));
             }
             _mm_storeu_ps(sc + j * n + s - s0, sum);
         }
     }
     for (; s < b; s++) {
         float row[256];
-        for (int c = 0; c + 4 <= r; c += 4) _mm_storeu_ps(row + c, load4(K + (s - off) * r + c));
+        if (SCALED)
+            q8_row_to_f32((const int8_t*)(K + (s - off) * r), d + (s - off) * nb, r, row);
+        else
+            for (int c = 0; c + 4 <= r; c += 4) _mm_storeu_ps(row + c, load4(K + (s - off) * r + c));
         for (int j = 0; j < G; j++) sc[j * n + s - s0] = simd::dot_f32(qt + j * qhs, row, r);
     }
 }
 
+// Any number of heads, in register-sized groups of at most 4; d = nullptr for
+// f16/f32 rows, the block scales for 8-bit codes. r % 4 == 0, r <= 256.
 template <typename T>
-void scores_fp_fast(const T* K, int64_t off, int64_t a, int64_t b, int64_t s0, int64_t n, int r, const float* qt,
-                    int64_t qhs, int G, float* sc) {
-    switch (G) {
-        case 1: return scores_fp_fast_g<T, 1>(K, off, a, b, s0, n, r, qt, qhs, sc);
-        case 2: return scores_fp_fast_g<T, 2>(K, off, a, b, s0, n, r, qt, qhs, sc);
-        case 3: return scores_fp_fast_g<T, 3>(K, off, a, b, s0, n, r, qt, qhs, sc);
-        default: return scores_fp_fast_g<T, 4>(K, off, a, b, s0, n, r, qt, qhs, sc);
+void scores_fast(const T* K, const uint16_t* d, int nb, int64_t off, int64_t a, int64_t b, int64_t s0, int64_t n,
+                 int r, const float* qt, int64_t qhs, int G, float* sc) {
+    for (int j0 = 0; j0 < G; j0 += 4) {
+        const float* q = qt + j0 * qhs;
+        float* o = sc + j0 * n;
+        const int g = std::min(4, G - j0);
+#define ZK_SCORES(GG)                                                                                      \
+    (d ? scores_fast_g<T, GG, true>(K, d, nb, off, a, b, s0, n, r, q, qhs, o)                              \
+       : scores_fast_g<T, GG, false>(K, d, nb, off, a, b, s0, n, r, q, qhs, o))
+        switch (g) {
+            case 1: ZK_SCORES(1); break;
+            case 2: ZK_SCORES(2); break;
+            case 3: ZK_SCORES(3); break;
+            default: ZK_SCORES(4); break;
+        }
+#undef ZK_SCORES
     }
 }
 
@@ -214,23 +266,28 @@ void values_stripe(const T* V, int64_t off, int64_t a, int64_t b, int64_t s0, in
     }
 }
 
-// acc_j[c] += sum_{s in [a, b)} p_j(s) v_s[c]; r % 4 == 0: stripes of 32
-// channels, then one stripe for the remaining 4..28.
+// One stripe of len channels from c0 (len 4..32, a multiple of 4).
 template <typename T, int G>
-void values_fp_fast_g(const T* V, int64_t off, int64_t a, int64_t b, int64_t s0, int64_t n, int r,
-                      const float* sc, float* acc) {
-    int c0 = 0;
-    for (; c0 + 32 <= r; c0 += 32) values_stripe<T, G, 4, false>(V, off, a, b, s0, n, r, c0, sc, acc);
-    switch (r - c0) {
-        case 0: break;
+void values_stripe_len(int len, const T* V, int64_t off, int64_t a, int64_t b, int64_t s0, int64_t n, int r, int c0,
+                       const float* sc, float* acc) {
+    switch (len) {
         case 4: values_stripe<T, G, 0, true>(V, off, a, b, s0, n, r, c0, sc, acc); break;
         case 8: values_stripe<T, G, 1, false>(V, off, a, b, s0, n, r, c0, sc, acc); break;
         case 12: values_stripe<T, G, 1, true>(V, off, a, b, s0, n, r, c0, sc, acc); break;
         case 16: values_stripe<T, G, 2, false>(V, off, a, b, s0, n, r, c0, sc, acc); break;
         case 20: values_stripe<T, G, 2, true>(V, off, a, b, s0, n, r, c0, sc, acc); break;
         case 24: values_stripe<T, G, 3, false>(V, off, a, b, s0, n, r, c0, sc, acc); break;
-        default: values_stripe<T, G, 3, true>(V, off, a, b, s0, n, r, c0, sc, acc); break;  // 28
+        case 28: values_stripe<T, G, 3, true>(V, off, a, b, s0, n, r, c0, sc, acc); break;
+        default: values_stripe<T, G, 4, false>(V, off, a, b, s0, n, r, c0, sc, acc); break;  // 32
     }
+}
+
+// acc_j[c] += sum_{s in [a, b)} p_j(s) v_s[c]; r % 4 == 0: stripes of 32
+// channels, then one stripe for the remaining 4..28.
+template <typename T, int G>
+void values_fp_fast_g(const T* V, int64_t off, int64_t a, int64_t b, int64_t s0, int64_t n, int r,
+                      const float* sc, float* acc) {
+    for (int c0 = 0; c0 < r; c0 += 32) values_stripe_len<T, G>(std::min(32, r - c0), V, off, a, b, s0, n, r, c0, sc, acc);
 }
 
 template <typename T>
@@ -490,156 +547,27 @@ void values_q4_fast_g(const uint8_t* codes, int rb, const uint16_t* vs, const ui
 
 // ---- fast paths for 8-bit slots (AVX2) ----
 // Codes are int8 per token with one f16 scale per KV_Q8_BLOCK (32) channels.
-// Keys: like the f16 path (4 slots x G heads of accumulators), each 8-code chunk
-// widened to f32 and multiplied by its slot's block scale before the FMA, so the
-// result equals the dot product with the dequantized row up to rounding.
+// Keys: scores_fast_g<int8_t, G, SCALED = true>, the f16 path's loop with each
+// 8-code chunk multiplied by its slot's block scale.
 // Values: per block, the weights p_j d_s are computed per chunk of slots first,
-// then a slot loop widens the codes and accumulates G x (channels / 8) vectors
-// in registers. Ranks are multiples of 4; a 4-channel tail is loaded with a
-// 4-byte load, so nothing past a row (or the buffer) is read.
+// then values_stripe (the f16 path's loop, with load8/load4<int8_t>) accumulates
+// G x (channels / 8) vectors in registers. Ranks are multiples of 4; a 4-channel
+// tail is loaded with a 4-byte load, so nothing past a row (or the buffer) is read.
 
-inline __m256 q8_load8(const int8_t* p) {
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)));
-}
-inline __m128 q8_load4(const int8_t* p) {
-    int32_t x;
-    std::memcpy(&x, p, 4);
-    return _mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(x)));
-}
-
-template <int G>
-void scores_q8_fast_g(const int8_t* codes, const uint16_t* d, int nb, int64_t a, int64_t b, int64_t s0, int64_t n,
-                      int r, const float* qt, int64_t qhs, float* sc) {
-    int64_t s = a;
-    for (; s + 4 <= b; s += 4) {
-        __m256 acc[G][4];
-#pragma GCC unroll 8
-        for (int j = 0; j < G; j++)
-#pragma GCC unroll 8
-            for (int u = 0; u < 4; u++) acc[j][u] = _mm256_setzero_ps();
-        __m128 tail[G];
-#pragma GCC unroll 8
-        for (int j = 0; j < G; j++) tail[j] = _mm_setzero_ps();
-        const int8_t* k0 = codes + s * r;
-        const uint16_t* d0 = d + s * nb;
-        for (int c0 = 0, bi = 0; c0 < r; c0 += KV_Q8_BLOCK, bi++) {
-            const __m256 sc0 = _mm256_set1_ps(h2f(d0[bi])), sc1 = _mm256_set1_ps(h2f(d0[nb + bi])),
-                         sc2 = _mm256_set1_ps(h2f(d0[2 * nb + bi])), sc3 = _mm256_set1_ps(h2f(d0[3 * nb + bi]));
-            const int ce = std::min(r, c0 + KV_Q8_BLOCK);
-            int c = c0;
-            for (; c + 8 <= ce; c += 8) {
-                const __m256 kv0 = _mm256_mul_ps(sc0, q8_load8(k0 + c)), kv1 = _mm256_mul_ps(sc1, q8_load8(k0 + r + c)),
-                             kv2 = _mm256_mul_ps(sc2, q8_load8(k0 + 2 * r + c)),
-                             kv3 = _mm256_mul_ps(sc3, q8_load8(k0 + 3 * r + c));
-#pragma GCC unroll 8
-                for (int j = 0; j < G; j++) {
-                    const __m256 qv = _mm256_loadu_ps(qt + j * qhs + c);
-                    acc[j][0] = _mm256_fmadd_ps(qv, kv0, acc[j][0]);
-                    acc[j][1] = _mm256_fmadd_ps(qv, kv1, acc[j][1]);
-                    acc[j][2] = _mm256_fmadd_ps(qv, kv2, acc[j][2]);
-                    acc[j][3] = _mm256_fmadd_ps(qv, kv3, acc[j][3]);
-                }
-            }
-            if (c < ce) {  // the row's 4-channel tail
-                const __m128 t0 = _mm_mul_ps(_mm256_castps256_ps128(sc0), q8_load4(k0 + c)),
-                             t1 = _mm_mul_ps(_mm256_castps256_ps128(sc1), q8_load4(k0 + r + c)),
-                             t2 = _mm_mul_ps(_mm256_castps256_ps128(sc2), q8_load4(k0 + 2 * r + c)),
-                             t3 = _mm_mul_ps(_mm256_castps256_ps128(sc3), q8_load4(k0 + 3 * r + c));
-#pragma GCC unroll 8
-                for (int j = 0; j < G; j++) {
-                    const __m128 qv = _mm_loadu_ps(qt + j * qhs + c);
-                    tail[j] = _mm_hadd_ps(_mm_hadd_ps(_mm_mul_ps(qv, t0), _mm_mul_ps(qv, t1)),
-                                          _mm_hadd_ps(_mm_mul_ps(qv, t2), _mm_mul_ps(qv, t3)));
-                }
-            }
-        }
-#pragma GCC unroll 8
-        for (int j = 0; j < G; j++)
-            _mm_storeu_ps(sc + j * n + s - s0,
-                          _mm_add_ps(hsum4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]), tail[j]));
-    }
-    for (; s < b; s++) {
-        float row[256];
-        q8_row_to_f32(codes + s * r, d + s * nb, r, row);
-        for (int j = 0; j < G; j++) sc[j * n + s - s0] = simd::dot_f32(qt + j * qhs, row, r);
-    }
-}
-
-// Slots [a, b) of one 8-bit value block: NV full 8-channel chunks, then a
-// 4-channel tail if TAIL; acc rows j at dst + j * stride (channels of the block).
-template <int G, int NV, bool TAIL>
-void values_q8_block(const int8_t* codes, const uint16_t* d, int nb, int r, int blk, int64_t a, int64_t b,
-                     int64_t s0, int64_t n, const float* sc, float* dst, int64_t stride, float* pw) {
-    const int c0 = blk * KV_Q8_BLOCK;
-    __m256 ac[G][NV > 0 ? NV : 1];
-    __m128 at[G];
-#pragma GCC unroll 8
-    for (int j = 0; j < G; j++) {
-#pragma GCC unroll 8
-        for (int u = 0; u < NV; u++) ac[j][u] = _mm256_loadu_ps(dst + j * stride + 8 * u);
-        at[j] = TAIL ? _mm_loadu_ps(dst + j * stride + 8 * NV) : _mm_setzero_ps();
-    }
-    for (int64_t s = a; s < b; s += KV_Q4_WCHUNK) {
-        const int m = (int)std::min<int64_t>(KV_Q4_WCHUNK, b - s);
-        float* df = pw + 4 * KV_Q4_WCHUNK;
-        for (int t = 0; t < m; t++) df[t] = h2f(d[(s + t) * nb + blk]);
-        for (int j = 0; j < G; j++) simd::mul_f32(sc + j * n + s - s0, df, pw + j * KV_Q4_WCHUNK, m);
-        const int8_t* cp = codes + s * r + c0;
-        for (int t = 0; t < m; t++, cp += r) {
-            __m256 v[NV > 0 ? NV : 1];
-#pragma GCC unroll 8
-            for (int u = 0; u < NV; u++) v[u] = q8_load8(cp + 8 * u);
-            const __m128 vt = TAIL ? q8_load4(cp + 8 * NV) : _mm_setzero_ps();
-#pragma GCC unroll 8
-            for (int j = 0; j < G; j++) {
-                const float* w = pw + j * KV_Q4_WCHUNK + t;
-                const __m256 ps = _mm256_broadcast_ss(w);
-#pragma GCC unroll 8
-                for (int u = 0; u < NV; u++) ac[j][u] = _mm256_fmadd_ps(ps, v[u], ac[j][u]);
-                if (TAIL) at[j] = _mm_fmadd_ps(_mm_broadcast_ss(w), vt, at[j]);
-            }
-        }
-    }
-#pragma GCC unroll 8
-    for (int j = 0; j < G; j++) {
-#pragma GCC unroll 8
-        for (int u = 0; u < NV; u++) _mm256_storeu_ps(dst + j * stride + 8 * u, ac[j][u]);
-        if (TAIL) _mm_storeu_ps(dst + j * stride + 8 * NV, at[j]);
-    }
-}
-
+// 8-bit values: per block and chunk of slots, the weights p_j d_s (scale of
+// slot s's block) into pw [G x KV_Q4_WCHUNK], then the f16 path's stripe loop
+// on the int8 codes with those weights.
 template <int G>
 void values_q8_fast_g(const int8_t* codes, const uint16_t* d, int nb, int64_t a, int64_t b, int64_t s0, int64_t n,
                       int r, const float* sc, float* acc, float* pw) {
+    float* df = pw + 4 * KV_Q4_WCHUNK;  // [m] the chunk's scales
     for (int blk = 0; blk < nb; blk++) {
-        const int len = std::min(KV_Q8_BLOCK, r - blk * KV_Q8_BLOCK);  // a multiple of 4
-        float* dst = acc + blk * KV_Q8_BLOCK;
-#define ZK_Q8_VB(NV, TAIL) values_q8_block<G, NV, TAIL>(codes, d, nb, r, blk, a, b, s0, n, sc, dst, r, pw)
-        switch (len) {
-            case 4: ZK_Q8_VB(0, true); break;
-            case 8: ZK_Q8_VB(1, false); break;
-            case 12: ZK_Q8_VB(1, true); break;
-            case 16: ZK_Q8_VB(2, false); break;
-            case 20: ZK_Q8_VB(2, true); break;
-            case 24: ZK_Q8_VB(3, false); break;
-            case 28: ZK_Q8_VB(3, true); break;
-            default: ZK_Q8_VB(4, false); break;
-        }
-#undef ZK_Q8_VB
-    }
-}
-
-// Query heads in register-sized groups of at most 4.
-void scores_q8_fast(const int8_t* codes, const uint16_t* d, int nb, int64_t a, int64_t b, int64_t s0, int64_t n,
-                    int r, const float* qt, int64_t qhs, int G, float* sc) {
-    for (int j0 = 0; j0 < G; j0 += 4) {
-        const float* q = qt + j0 * qhs;
-        float* o = sc + j0 * n;
-        switch (std::min(4, G - j0)) {
-            case 1: scores_q8_fast_g<1>(codes, d, nb, a, b, s0, n, r, q, qhs, o); break;
-            case 2: scores_q8_fast_g<2>(codes, d, nb, a, b, s0, n, r, q, qhs, o); break;
-            case 3: scores_q8_fast_g<3>(codes, d, nb, a, b, s0, n, r, q, qhs, o); break;
-            default: scores_q8_fast_g<4>(codes, d, nb, a, b, s0, n, r, q, qhs, o); break;
+        const int c0 = blk * KV_Q8_BLOCK, len = std::min(KV_Q8_BLOCK, r - c0);
+        for (int64_t s = a; s < b; s += KV_Q4_WCHUNK) {
+            const int m = (int)std::min<int64_t>(KV_Q4_WCHUNK, b - s);
+            for (int t = 0; t < m; t++) df[t] = h2f(d[(s + t) * nb + blk]);
+            for (int j = 0; j < G; j++) simd::mul_f32(sc + j * n + s - s0, df, pw + j * KV_Q4_WCHUNK, m);
+            values_stripe_len<int8_t, G>(len, codes, 0, s, s + m, s, KV_Q4_WCHUNK, r, c0, pw, acc);
         }
     }
 }
@@ -748,7 +676,7 @@ void scores_all(const attn_kv_view& kv, int64_t s0, int64_t e, int64_t n, const 
         const int nb = kv_n_blocks(r, KV_Q8_BLOCK);
 #ifdef ZK_SIMD_AVX2
         if (s0 < qe && r % 4 == 0 && r <= 256) {
-            scores_q8_fast((const int8_t*)kv.kq, kv.ks, nb, s0, qe, s0, n, r, qt, q.q_head_stride, G, w.sc);
+            scores_fast((const int8_t*)kv.kq, kv.ks, nb, 0, s0, qe, s0, n, r, qt, q.q_head_stride, G, w.sc);
         } else
 #endif
         for (int64_t s = s0; s < qe; s++) {
@@ -762,9 +690,9 @@ void scores_all(const attn_kv_view& kv, int64_t s0, int64_t e, int64_t n, const 
 #ifdef ZK_SIMD_AVX2
     if (f0 < e && fp_fast_ok(G, r)) {
         if (kv.type == dtype::F16)
-            scores_fp_fast((const uint16_t*)kv.k, kv.n_quant, f0, e, s0, n, r, qt, q.q_head_stride, G, w.sc);
+            scores_fast((const uint16_t*)kv.k, nullptr, 0, kv.n_quant, f0, e, s0, n, r, qt, q.q_head_stride, G, w.sc);
         else
-            scores_fp_fast((const float*)kv.k, kv.n_quant, f0, e, s0, n, r, qt, q.q_head_stride, G, w.sc);
+            scores_fast((const float*)kv.k, nullptr, 0, kv.n_quant, f0, e, s0, n, r, qt, q.q_head_stride, G, w.sc);
         return;
     }
 #endif
