@@ -39,6 +39,13 @@ int n_out_for(const kv_cache_params& p, int n, int r) {
 
 }  // namespace
 
+int kv_cache_residual(const kv_cache_params& p) {
+    if (p.residual > 0) return p.residual;
+    // KIVI's window: 128 tokens (the newest tokens draw much of the attention,
+    // and the window is a fixed cost, not a per-token one)
+    return (std::max(128, p.group) + p.group - 1) / p.group * p.group;
+}
+
 void kv_cache_validate_params(const kv_cache_params& p) {
     if (p.type != dtype::F32 && p.type != dtype::F16)
         ZK_THROW("KV cache type %s is not supported (f32, f16)", dtype_name(p.type));
@@ -50,6 +57,7 @@ void kv_cache_validate_params(const kv_cache_params& p) {
         if (p.residual < 0 || (p.residual > 0 && p.residual % p.group != 0))
             ZK_THROW("--kv-residual must be a positive multiple of the group (%d), got %d", p.group, p.residual);
     }
+    if (p.sinks < 0 || p.sinks > 64) ZK_THROW("--kv-sinks must be between 0 and 64 tokens, got %d", p.sinks);
     if (p.gear) {
         if (p.bits != 4) ZK_THROW("--kv-gear corrects 4-bit quantization; it needs --kv-bits 4 (got %d)", p.bits);
         if (p.gear_rank < 0 || p.gear_rank > 16)
@@ -71,6 +79,7 @@ int64_t kv_cache::max_groups(int64_t capacity) const {
 size_t kv_cache::block_bytes(int r_k, int r_v, int64_t C) const {
     const size_t es = elem_size(p_.type);
     size_t s = (size_t)C * sizeof(int32_t) + (p_.scores ? (size_t)C * sizeof(float) : 0);
+    s += (size_t)p_.sinks * 2 * p_.sink_dim * sizeof(float);  // exact sinks (fixed)
     if (p_.bits == 16) return s + (size_t)C * (r_k + r_v) * es;
     if (p_.bits == 8)
         return s + (size_t)C * (r_k + r_v) +
@@ -99,12 +108,17 @@ kv_cache::kv_cache(int n_layer, int n_head_kv, int64_t capacity, const kv_cache_
                    const std::vector<int>& ranks_k, const std::vector<int>& ranks_v)
     : n_layer_(n_layer), n_head_kv_(n_head_kv), p_(p) {
     kv_cache_validate_params(p);
+    if (p.sinks > 0 && (p.sink_dim <= 0 || p.sink_dim > 256))
+        ZK_THROW("exact sinks need a row width between 1 and 256 channels, got %d", p.sink_dim);
     if (capacity <= 0) ZK_THROW("KV cache capacity must be positive, got %lld", (long long)capacity);
     const size_t n = (size_t)n_layer * n_head_kv;
     ZK_ASSERT(ranks_k.size() == n && ranks_v.size() == n);
     if (p.bits == 4) {
-        residual_ = p.residual > 0 ? p.residual : p.group;
         capacity = (capacity + p.group - 1) / p.group * p.group;
+        residual_ = kv_cache_residual(p);
+        // the default window never takes more than half of a small cache
+        if (p.residual == 0)
+            residual_ = (int)std::max<int64_t>(p.group, std::min<int64_t>(residual_, capacity / 2 / p.group * p.group));
     }
     capacity_ = capacity;
     const size_t C = (size_t)capacity, es = elem_size(p.type);
@@ -120,6 +134,10 @@ kv_cache::kv_cache(int n_layer, int n_head_kv, int64_t capacity, const kv_cache_
         r_max = std::max(r_max, std::max(b.r_k, b.r_v));
         b.pos.resize(C);
         if (p.scores) b.score.assign(C, 0.0f);
+        if (p.sinks > 0) {
+            b.sink_k.assign((size_t)p.sinks * p.sink_dim, 0.0f);
+            b.sink_v.assign((size_t)p.sinks * p.sink_dim, 0.0f);
+        }
         if (p.bits == 16) {
             b.k.resize(C * b.r_k * es);
             b.v.resize(C * b.r_v * es);
@@ -163,7 +181,7 @@ size_t kv_cache::bytes_allocated() const {
         s += 2 * (b.ks.size() + b.km.size() + b.vs.size() + b.vm.size());
         s += 2 * (b.ka.size() + b.kb.size() + b.koi.size() + b.kov.size());
         s += 2 * (b.va.size() + b.vb.size() + b.voi.size() + b.vov.size());
-        s += 4 * (b.group_start.size() + b.pos.size() + b.score.size());
+        s += 4 * (b.group_start.size() + b.pos.size() + b.score.size() + b.sink_k.size() + b.sink_v.size());
     }
     return s;
 }
@@ -200,6 +218,10 @@ std::string kv_cache::describe(int head_dim) const {
             std::snprintf(buf, sizeof buf, " (rank %d, %.1f%% outliers)", p_.gear_rank, 100.0 * p_.gear_outliers);
             prec += buf;
         }
+    }
+    if (p_.sinks > 0) {
+        std::snprintf(buf, sizeof buf, "; first %d tokens also exact (f32, %d channels)", p_.sinks, p_.sink_dim);
+        prec += buf;
     }
     const double per_tok = bytes_per_token_exact();
     const double f16 = (double)bytes_per_token_f16(head_dim);
@@ -300,6 +322,10 @@ void kv_cache::append(int layer, int head, int64_t n_tok, const float* k_rows, i
             store_row(p_.type, kr, b.k.data() + (size_t)rs * b.r_k * es, b.r_k);
             store_row(p_.type, vr, b.v.data() + (size_t)rs * b.r_v * es, b.r_v);
         }
+        if (pos[t] < p_.sinks) {
+            std::memcpy(b.sink_k.data() + (size_t)pos[t] * p_.sink_dim, kr, sizeof(float) * p_.sink_dim);
+            std::memcpy(b.sink_v.data() + (size_t)pos[t] * p_.sink_dim, vr, sizeof(float) * p_.sink_dim);
+        }
         b.pos[s] = pos[t];
         if (!b.score.empty()) b.score[s] = 0;
         b.n_used++;
@@ -318,6 +344,12 @@ attn_kv_view kv_cache::view(int layer, int head) const {
     v.n_slots = b.n_used;
     v.r_k = b.r_k;
     v.r_v = b.r_v;
+    if (p_.sinks > 0) {
+        while (v.n_sink_slots < b.n_used && b.pos[v.n_sink_slots] < p_.sinks) v.n_sink_slots++;
+        v.sink_dim = p_.sink_dim;
+        v.sink_k = b.sink_k.data();
+        v.sink_v = b.sink_v.data();
+    }
     if (p_.bits == 16) return v;
     v.quant = p_.bits == 8 ? KV_QUANT_Q8 : KV_QUANT_Q4;
     v.n_quant = b.n_quant;

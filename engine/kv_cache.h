@@ -15,6 +15,10 @@
 //       it holds `residual` tokens its oldest `group` tokens are quantized.
 //       Optional GEAR: per quantized group a rank-k f16 correction of both K and
 //       V plus ~2% f16 sparse outliers.
+// Exact sinks (kv_cache_params::sinks > 0): the tokens at positions < sinks are
+// also kept as f32 rows of sink_dim channels (the full head dim), whatever the
+// rank and precision; attention uses those rows for them (kernels/attention.h).
+// A fixed cost per block, not per token.
 // Eviction removes slots with compact(); a 4-bit group that loses tokens keeps
 // its codes and scales (exact), and two neighbouring groups that fit in one are
 // merged by re-quantizing their tokens, so groups never exceed 2 x capacity /
@@ -34,16 +38,21 @@ struct kv_cache_params {
     dtype type = dtype::F16;      // full-precision rows (16-bit cache, residual window)
     int bits = 16;                // 16, 8 or 4
     int group = 32;               // 4-bit: tokens per key quantization group
-    int residual = 0;             // 4-bit: full-precision window in tokens (0 = group); a multiple of group
+    int residual = 0;             // 4-bit: full-precision window in tokens, a multiple of group
+                                  // (0 = 128 rounded up to a multiple of group, kv_cache_residual)
     bool gear = false;            // 4-bit: GEAR low-rank + sparse error correction
     int gear_rank = 2;
     float gear_outliers = 0.02f;  // fraction of a group's elements kept exactly
     bool scores = false;          // keep a per-slot eviction score
     bool evicting = false;        // slots will be removed (4-bit: room for partial groups)
+    int sinks = 0;                // first positions also kept exact (f32, full head dim)
+    int sink_dim = 0;             // channels of an exact sink row; rows passed to append() have them
 };
 
 // Throws zk::error for unsupported combinations (bits 3, group <= 0, ...).
 void kv_cache_validate_params(const kv_cache_params& p);
+// The 4-bit residual window in tokens that p gives.
+int kv_cache_residual(const kv_cache_params& p);
 
 struct kv_block {
     int r_k = 0;
@@ -60,6 +69,7 @@ struct kv_block {
     std::vector<uint16_t> va, vb, voi, vov;  // GEAR values
     std::vector<int32_t> pos;              // [capacity]
     std::vector<float> score;              // [capacity] when params.scores
+    std::vector<float> sink_k, sink_v;     // [sinks x sink_dim] exact rows, row p = position p
 };
 
 class kv_cache {
@@ -83,7 +93,8 @@ public:
     int64_t n_used_max() const;
 
     // Appends n_tok rows: k_rows[t * k_stride + c] for c < r_k, likewise v; pos[t]
-    // (ascending, above the block's last position). New slots get score 0.
+    // (ascending, above the block's last position). New slots get score 0. With
+    // exact sinks, rows of positions < sinks must have sink_dim channels.
     void append(int layer, int head, int64_t n_tok, const float* k_rows, int64_t k_stride,
                 const float* v_rows, int64_t v_stride, const int32_t* pos);
     attn_kv_view view(int layer, int head) const;

@@ -52,6 +52,8 @@ forward_buffers::forward_buffers(const model_hparams& hp, int64_t n_rows_, int m
     seg_nc.resize(max_seqs);
     seg_part.resize(max_seqs);
     score.resize((size_t)n_threads * kernel_attention_scratch((int)G, cap, (int)D, (int)D, gear_rank));
+    sink_part_stride = k_session_decode_max_tok * G * (2 + D);
+    sink_part.resize((size_t)n_threads * sink_part_stride);
     if (observe) {
         thread_logits.resize((size_t)n_threads * G * cap);
         thread_scores.assign((size_t)n_threads * KV * cap, 0.0f);
@@ -107,11 +109,11 @@ session::session(const model& m, const session_params& p) : m_(m), params_(p) {
         proj_.resize(nh);
         for (int il = 0; il < hp.n_layer; il++)
             for (int g = 0; g < hp.n_head_kv; g++) {
-                const size_t h = (size_t)il * hp.n_head_kv + g;
                 const float* R = m.zack.layers[il].rqk + (size_t)g * D * D;  // R[i][j]
-                std::vector<float>& P = proj_[h];
-                P.resize((size_t)rk[h] * D);
-                for (int j = 0; j < rk[h]; j++)
+                // all D rows: exact sinks need the whole rotated q and k
+                std::vector<float>& P = proj_[(size_t)il * hp.n_head_kv + g];
+                P.resize((size_t)D * D);
+                for (int j = 0; j < D; j++)
                     for (int i = 0; i < D; i++) P[(size_t)j * D + i] = R[(size_t)i * D + j];
             }
     }
@@ -120,6 +122,13 @@ session::session(const model& m, const session_params& p) : m_(m), params_(p) {
     // up to n_ctx.
     policy_ = evict_policy_create(p.evict, p.n_ctx);
     kv_cache_params kp = session_kv_params(p);
+    // Exact sinks where the cache loses something (quantized or compressed): the
+    // sink tokens draw most of the attention, and keeping them exact costs a
+    // fixed few rows (on SmolLM2-135M it lowers 4-bit KL by a quarter).
+    if (kp.bits < 16 || compressed_) {
+        kp.sinks = p.evict.n_sink;
+        kp.sink_dim = hp.head_dim;
+    }
     int64_t capacity = p.n_ctx;
     if (p.evict.policy != "none") {
         evicting_ = p.evict.budget < p.n_ctx;
@@ -281,8 +290,9 @@ void session::forward(const forward_seq* seqs, int n_seqs, const int32_t* tokens
 
 // q~ = q R[:, :r_k] for every query head and k~ = k R[:, :r_k] for every KV
 // head, in place, with the projection of the row's own sequence: head h's first
-// r_k channels of q/k become the projection (the rest is left unused). Layout
-// stays [n x heads x head_dim]. Rows of uncompressed sequences are left as they are.
+// r_k channels of q/k become the projection (the rest is left unused; with
+// exact sinks all head_dim channels are rotated, q R and k R). Layout stays
+// [n x heads x head_dim]. Rows of uncompressed sequences are left as they are.
 void session::compress_qk(const forward_seq* seqs, int il, int64_t n, forward_buffers& fb, thread_pool& pool) {
     const model_hparams& hp = seqs[0].s->m_.hp;
     const int D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv, G = hp.n_group();
@@ -292,10 +302,11 @@ void session::compress_qk(const forward_seq* seqs, int il, int64_t n, forward_bu
             const int g = (int)(task % KV);
             const session& s = *seqs[fb.row_seq[t]].s;
             if (!s.compressed_) continue;
-            const std::vector<float>& P = s.proj_[(size_t)il * KV + g];
-            const int r = (int)(P.size() / D);
-            kernel_project_head(P.data(), r, D, fb.k.data() + (t * KV + g) * D);
-            for (int j = 0; j < G; j++) kernel_project_head(P.data(), r, D, fb.q.data() + (t * H + g * G + j) * D);
+            const float* P = s.proj_[(size_t)il * KV + g].data();
+            // the cache keeps r_k channels; exact sinks need all of them
+            const int r = s.cache_->params().sinks > 0 ? D : s.cache_->block(il, g).r_k;
+            kernel_project_head(P, r, D, fb.k.data() + (t * KV + g) * D);
+            for (int j = 0; j < G; j++) kernel_project_head(P, r, D, fb.q.data() + (t * H + g * G + j) * D);
         }
     };
     // the closure holds one reference, so std::function stores it without allocating
@@ -399,8 +410,15 @@ void session::attention(const forward_seq* seqs, int n_seqs, int il, forward_buf
         const attn_q_view q{q_seg + t * H * D, H * D, D, (int)G, 1, pos_seg + t, scale};
         const int64_t s1 = std::min(kv.n_slots, s.n_past_ + t + 1);
         kernel_attention_range(kv, 0, s1, q, p, scratch);
-        kernel_attention_merge(&p, 1, 1, (int)G, kv.r_v, fb.attn.data() + (sq.row0 + t) * H * D + tk.g * G * D,
-                               H * D, D);
+        attn_partial parts[2] = {p, p};
+        int n_parts = 1;
+        if (kv.n_sink_slots > 0) {
+            float* sb = fb.sink_part.data() + (size_t)ith * fb.sink_part_stride;
+            parts[n_parts++] = attn_partial{sb, sb + G, sb + 2 * G, lg, fb.cap, kv.sink_dim};
+            kernel_attention_sinks(kv, q, parts[1]);
+        }
+        kernel_attention_merge(parts, n_parts, 1, (int)G, kv.r_v,
+                               fb.attn.data() + (sq.row0 + t) * H * D + tk.g * G * D, H * D, D);
         if (observe) {
             const evict_observation o{il, tk.g, pos_seg[t], t, sq.n, s.params_.n_ctx, kv.pos};
             float* acc = fb.thread_scores.data() + ((size_t)ith * KV + tk.g) * fb.cap;
@@ -419,14 +437,30 @@ void session::attention(const forward_seq* seqs, int n_seqs, int il, forward_buf
         if (nc == 0) continue;
         observe_decode |= sq.s->policy_->needs_attention();
         const int64_t per_task = sq.n * G * (2 + D);
+        session& s = *sq.s;
         for (int g = 0; g < KV; g++) {
-            attn_partial parts[64];
+            attn_partial parts[65];
             for (int64_t c = 0; c < nc; c++) {
                 float* pb = fb.part.data() + fb.seg_part[i] + (g * nc + c) * per_task;
                 parts[c] = attn_partial{pb, pb + sq.n * G, pb + 2 * sq.n * G};
             }
-            const int r_v = sq.s->cache_->block(il, g).r_v;
-            kernel_attention_merge(parts, (int)nc, sq.n, (int)G, r_v, fb.attn.data() + sq.row0 * H * D + g * G * D,
+            int n_parts = (int)nc;
+            const attn_kv_view kv = s.cache_->view(il, g);
+            if (kv.n_sink_slots > 0) {
+                // a few rows per head: serial, on the sink buffer of thread 0
+                float* sb = fb.sink_part.data();
+                const int64_t n = sq.n, cap = s.cache_->capacity();
+                attn_partial p{sb, sb + n * G, sb + 2 * n * G, nullptr, 0, kv.sink_dim};
+                if (s.policy_->needs_attention()) {
+                    p.logits = s.logits_buf_.data() + g * n * G * cap;
+                    p.logits_stride = cap;
+                }
+                const attn_q_view q{fb.q.data() + sq.row0 * H * D + g * G * D, H * D, D, (int)G, n,
+                                    fb.pos.data() + sq.row0, scale};
+                kernel_attention_sinks(kv, q, p);
+                parts[n_parts++] = p;
+            }
+            kernel_attention_merge(parts, n_parts, sq.n, (int)G, kv.r_v, fb.attn.data() + sq.row0 * H * D + g * G * D,
                                    H * D, D);
         }
     }

@@ -39,16 +39,19 @@ struct session_params {
     // KV cache precision (engine/kv_cache.h): 16 = kv_type rows, 8 or 4-bit.
     int kv_bits = 16;
     int kv_group = 32;            // 4-bit: tokens per key group
-    int kv_residual = 0;          // 4-bit: full-precision window (0 = kv_group)
+    int kv_residual = 0;          // 4-bit: full-precision window (0 = kv_cache_residual default, 128)
     bool kv_gear = false;         // 4-bit: GEAR error correction
     int kv_gear_rank = 2;
     float kv_gear_outliers = 0.02f;
     // Token eviction (engine/evict/evict.h); policy "none" keeps every token.
+    // evict.n_sink also sets the exact sinks of a quantized or compressed cache:
+    // the first n_sink tokens are kept in f32 at full head dim (engine/kv_cache.h).
     evict_params evict;
 };
 
 void session_validate_params(const session_params& p, const model_hparams& hp);
-// The KV cache parameters session_params describe.
+// The KV cache parameters session_params describe (the exact sinks are set by
+// the session, which knows the head dim and whether the cache is lossy).
 kv_cache_params session_kv_params(const session_params& p);
 
 class session;
@@ -112,6 +115,9 @@ struct forward_buffers {
     // and per-thread kernel scratch [n_threads x kernel_attention_scratch(cap)].
     std::vector<float> part;
     std::vector<float> score;
+    // Exact-sink partials, per thread [k_session_decode_max_tok x group x (2 + head_dim)].
+    std::vector<float> sink_part;
+    int64_t sink_part_stride = 0;
     std::vector<attn_task> tasks;
     std::vector<int64_t> seg_nc;    // [max_seqs] slot ranges of each decode segment
     std::vector<int64_t> seg_part;  // [max_seqs] first partial of each segment
@@ -171,8 +177,9 @@ private:
     int64_t n_past_ = 0;
     session_observer* observer_ = nullptr;
 
-    // Compressed heads: per (layer, KV head) the projection R[:, :r_k] stored
-    // transposed, [r_k x head_dim], so each output channel is one contiguous dot.
+    // Compressed heads: per (layer, KV head) the rotation R stored transposed,
+    // [head_dim x head_dim] (row j = direction j, one contiguous dot per output
+    // channel; the first r_k rows are R[:, :r_k]^T, all of them serve exact sinks).
     bool compressed_ = false;
     std::vector<std::vector<float>> proj_;  // [n_layer * n_head_kv]
     std::vector<float> logits_;   // [n_vocab] or [n x n_vocab]

@@ -22,6 +22,13 @@
 //       corrections (index t * r + c within the group, f16 value) of the
 //       quantization residual. Used without materializing anything:
 //       q.(A B^T)_t = sum_i A[t,i] (q.B[:,i]);  sum_t p_t (A B^T)_t = (p^T A) B^T.
+//   Exact sinks (optional, any precision): the tokens at the first positions
+//       are also kept as f32 rows at full head dim (sink_k/sink_v, row p =
+//       position p). Slots [0, n_sink_slots) hold those tokens; the range kernel
+//       skips them and kernel_attention_sinks attends to the exact rows instead.
+//       Why: the sink tokens take most of the attention in many heads, and their
+//       keys point where the rest do not, so a rank cut tuned on all tokens (and
+//       a 4-bit group holding their outlier channels) distorts exactly them.
 #pragma once
 #include <cstdint>
 
@@ -77,10 +84,16 @@ struct attn_kv_view {
     const uint16_t* vs = nullptr;  // Q8: [n_quant x blocks(r_v)]; Q4: [n_quant x vblocks(r_v)] scales
     const uint16_t* vm = nullptr;  // Q4: [n_quant x vblocks(r_v)] mins
     attn_gear_view gear_k, gear_v;
+    // exact sinks (n_sink_slots = 0: none)
+    int64_t n_sink_slots = 0;
+    int sink_dim = 0;                  // channels of a sink row (the head dim)
+    const float* sink_k = nullptr;     // [sinks x sink_dim], rotated like the cache's keys when compressed
+    const float* sink_v = nullptr;     // [sinks x sink_dim]
 };
 
 struct attn_q_view {
     const float* q;        // q[t * q_stride + j * q_head_stride + c]: token t, group member j, channel c < r_k
+                           // (c < sink_dim for kernel_attention_sinks)
     int64_t q_stride;
     int64_t q_head_stride;
     int n_group;           // query heads sharing this KV head
@@ -101,16 +114,25 @@ struct attn_partial {
     float* acc;
     float* logits = nullptr;
     int64_t logits_stride = 0;
+    int acc_dim = 0;  // channels per (t, j) in acc; 0 = the block's r_v (a sink partial has sink_dim)
 };
 
 // Floats of scratch kernel_attention_range needs for a range of n slots.
 int64_t kernel_attention_scratch(int n_group, int64_t n, int r_k, int r_v, int gear_rank);
 
+// Slots below kv.n_sink_slots are left to kernel_attention_sinks (their logits
+// are not written here).
 void kernel_attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, const attn_q_view& q,
                             const attn_partial& out, float* scratch);
 
+// The partial over the exact sink rows of the block's first n_sink_slots slots
+// (acc [n_tok x n_group x sink_dim], out.acc_dim must be kv.sink_dim); the
+// scores go to out.logits at those slots. No sink slots: an empty partial.
+void kernel_attention_sinks(const attn_kv_view& kv, const attn_q_view& q, const attn_partial& out);
+
 // Combines n_parts partials of the same queries and writes the normalised
-// result to out[t * out_stride + j * out_head_stride + c] for c < r_v.
+// result to out[t * out_stride + j * out_head_stride + c] for c < the widest
+// part (r_v, or a sink partial's acc_dim); narrower parts count as zeros there.
 void kernel_attention_merge(const attn_partial* parts, int n_parts, int64_t n_tok, int n_group,
                             int r_v, float* out, int64_t out_stride, int64_t out_head_stride);
 

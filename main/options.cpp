@@ -22,13 +22,16 @@ void options_add_model(CLI::App& app, model_opts& o) {
     app.add_option("--kv-bits", o.kv_bits, "KV cache precision: 16 (--kv-type rows), 8 or 4 (KIVI layout)");
     app.add_option("--kv-group", o.kv_group, "4-bit: tokens per per-channel key quantization group");
     app.add_option("--kv-residual", o.kv_residual,
-                   "4-bit: newest tokens kept in full precision, a multiple of the group (0 = one group)");
+                   "4-bit: newest tokens kept in full precision, a multiple of the group (0 = 128 tokens, "
+                   "or one group if larger)");
     app.add_flag("--kv-gear", o.kv_gear, "4-bit: GEAR error correction (low-rank + sparse outliers per group)");
     app.add_option("--kv-gear-rank", o.kv_gear_rank, "GEAR: rank of the residual approximation");
     app.add_option("--kv-gear-outliers", o.kv_gear_outliers, "GEAR: fraction of elements kept exactly");
     app.add_option("--kv-evict", o.kv_evict, "token eviction policy: none, streaming, h2o, snapkv, keyformer");
     app.add_option("--kv-budget", o.kv_budget, "tokens kept per (layer, KV head) with --kv-evict");
-    app.add_option("--kv-sinks", o.kv_sinks, "eviction: first tokens always kept (attention sinks)");
+    app.add_option("--kv-sinks", o.kv_sinks,
+                   "attention sinks: the first tokens, never evicted and kept exact (f32, full head dim) in a "
+                   "quantized or compressed cache (0 = none)");
     app.add_option("--kv-recent", o.kv_recent, "eviction: newest tokens always kept (-1 = min(32, budget/4))");
     app.add_option("--kv-crush", o.kv_crush,
                    "KVCrush: fraction of the budget for representatives of evicted tokens (0 = off, < 1)");

@@ -7,7 +7,9 @@
    f16 cache over a real text (a 192-token prompt, then 32 decode steps) for
    8-bit, 4-bit, 4-bit + GEAR and streaming / h2o / snapkv at a budget, and
    prints the figures. Only loose sanity is asserted (finite, 8-bit close to
-   the baseline), as the figures are measurements, not specifications.
+   the baseline), as the figures are measurements, not specifications, plus one
+   comparison: the default 4-bit cache (4 exact sink tokens, a 128-token f16
+   window) has a lower KL than 4-bit without sinks and with a one-group window.
 """
 import os
 import re
@@ -51,19 +53,22 @@ def main():
         if kv_line:
             print("   ", kv_line[0])
         check(r.returncode == 0 and "paris" in out.lower(), f"greedy answer with {' '.join(flags)} names Paris")
+        if flags[:2] == ["--kv-bits", "4"] and len(flags) == 2:
+            check(bool(kv_line) and "first 4 tokens also exact" in kv_line[0], "-v shows the exact sink tokens")
 
     for flags, needle in ((["--kv-bits", "3"], "--kv-bits"), (["--kv-evict", "h2o"], "--kv-budget"),
                           (["--kv-evict", "h2o", "--kv-budget", "128", "--kv-crush", "1"], "--kv-crush"),
                           (["--kv-bits", "4", "--kv-group", "0"], "--kv-group"),
                           (["--kv-bits", "8", "--kv-gear"], "--kv-gear"),
-                          (["--kv-evict", "lru", "--kv-budget", "64"], "lru")):
+                          (["--kv-evict", "lru", "--kv-budget", "64"], "lru"),
+                          (["--kv-bits", "4", "--kv-sinks", "65"], "--kv-sinks")):
         r = subprocess.run([ZACK, "run", "-m", MODEL, "-p", "hi", "-n", "1"] + flags,
                            capture_output=True, text=True, timeout=120)
         check(r.returncode != 0 and needle in r.stderr, f"{' '.join(flags)} rejected: {r.stderr.strip()[:120]!r}")
 
     text = os.path.join(SOURCE, "tests", "data", "calib", "apache-2.0.txt")
-    configs = ["bits=8", "bits=4", "bits=4,gear=1", "evict=streaming,budget=96", "evict=h2o,budget=96",
-               "evict=snapkv,budget=96"]
+    configs = ["bits=8", "bits=4", "bits=4,sinks=0,residual=32", "bits=4,gear=1", "evict=streaming,budget=96",
+               "evict=h2o,budget=96", "evict=snapkv,budget=96"]
     r = subprocess.run([tool, MODEL, text, "--prompt", "192", "--decode", "32", "--threads", "2"] + configs,
                        capture_output=True, text=True, timeout=900)
     print(r.stdout)
@@ -76,6 +81,9 @@ def main():
     check(len(kl) == len(configs) + 1, "every configuration measured")
     check(all(v == v and v >= -1e-9 and v < 10 for v in kl.values()), "KL values finite and non-negative")
     check(kl.get("bits=8", 1) < 0.05, f"8-bit KL {kl.get('bits=8')} < 0.05 nats")
+    check(kl.get("bits=4", 1) < kl.get("bits=4,sinks=0,residual=32", 0),
+          f"4-bit KL with exact sinks and the 128-token window ({kl.get('bits=4')}) below plain KIVI "
+          f"({kl.get('bits=4,sinks=0,residual=32')})")
 
     if failures:
         print(f"{len(failures)} check(s) failed")

@@ -83,10 +83,12 @@ std::vector<float> kernel_attention(const kv_cache& c, const float* q, int G, in
     return out;
 }
 
+// 4-bit with a one-group residual window, so that most test slots are quantized.
 kv_cache_params qparams(int bits, bool gear = false) {
     kv_cache_params p;
     p.bits = bits;
     p.gear = gear;
+    p.residual = bits == 4 ? p.group : 0;
     return p;
 }
 
@@ -361,6 +363,91 @@ TEST(KvCompact, QuantizedBlocksStayConsistent) {
     }
 }
 
+// ---- exact sinks ----
+
+// With exact sinks the first positions are attended through f32 rows at full
+// head dim (q and k, v of all 64 channels), the rest through the rank-r_k/r_v
+// (quantized) cache; the merged output has 64 channels, zero past r_v except
+// for the sinks' share. Against that reference built from the dequantized
+// cache: float rounding for 16/8-bit (1e-4), the int8 query bound for 4-bit
+// (relative L2 < 1%). Eviction of a sink slot removes it from attention.
+TEST(KvSinks, ExactRowsReplaceTheirSlots) {
+    const int n = 150, G = 3, D = 64, r_k = 20, r_v = 12, S = 4;
+    const std::vector<float> K = make_rows(n, D, 41), V = make_rows(n, D, 42);
+    std::vector<int32_t> pos(n);
+    for (int t = 0; t < n; t++) pos[t] = 3 * t;  // positions 0 and 3 are sinks (< 4)
+    std::mt19937 g(9);
+    std::normal_distribution<float> N(0, 1);
+    std::vector<float> q((size_t)G * D);
+    for (auto& x : q) x = N(g);
+    const float scale = 1.0f / 8.0f;
+    for (int bits : {16, 8, 4}) {
+        kv_cache_params p = qparams(bits);
+        p.type = dtype::F32;
+        p.sinks = S;
+        p.sink_dim = D;
+        p.evicting = true;
+        kv_cache c(1, 1, n, p, {r_k}, {r_v});
+        for (int t = 0; t < n;) {
+            const int k = std::min(n - t, t < 100 ? 37 : 1);
+            c.append(0, 0, k, &K[(size_t)t * D], D, &V[(size_t)t * D], D, &pos[t]);
+            t += k;
+        }
+        for (bool evicted : {false, true}) {
+            if (evicted) {  // drop the second sink (position 3) and a few others
+                std::vector<uint8_t> keep(c.block(0, 0).n_used, 1);
+                keep[1] = keep[40] = keep[41] = 0;
+                c.compact(0, 0, keep.data());
+            }
+            const attn_kv_view kv = c.view(0, 0);
+            ASSERT_EQ(kv.n_sink_slots, evicted ? 1 : 2);
+            // reference: all slots widened to D channels; sinks from the exact rows
+            const int64_t ns = kv.n_slots;
+            std::vector<float> Kr((size_t)ns * D, 0.0f), Vr((size_t)ns * D, 0.0f), kd(r_k), vd(r_v);
+            std::vector<int32_t> pr(kv.pos, kv.pos + ns);
+            for (int64_t s = 0; s < ns; s++) {
+                const int t = pr[s] / 3;
+                if (pr[s] < S) {
+                    std::copy(&K[(size_t)t * D], &K[(size_t)t * D] + D, &Kr[(size_t)s * D]);
+                    std::copy(&V[(size_t)t * D], &V[(size_t)t * D] + D, &Vr[(size_t)s * D]);
+                    continue;
+                }
+                c.read_slot(0, 0, s, kd.data(), vd.data());
+                std::copy(kd.begin(), kd.end(), &Kr[(size_t)s * D]);  // q's channels past r_k meet zeros
+                std::copy(vd.begin(), vd.end(), &Vr[(size_t)s * D]);
+            }
+            for (int32_t qpos : {3 * (n - 1), 2}) {
+                std::vector<float> ref((size_t)G * D);
+                ref_attention(q.data(), G, Kr.data(), Vr.data(), pr.data(), (int)ns, D, D, qpos, scale, ref.data());
+                std::vector<float> m(4 * G), l(4 * G), acc((size_t)4 * G * D), logits((size_t)G * ns, 7.0f);
+                std::vector<float> scratch(kernel_attention_scratch(G, ns, r_k, r_v, 0));
+                std::vector<attn_partial> ps;
+                const attn_q_view qv{q.data(), 0, D, G, 1, &qpos, scale};
+                for (int part = 0; part < 3; part++) {
+                    ps.push_back(attn_partial{m.data() + part * G, l.data() + part * G, acc.data() + part * G * D,
+                                              logits.data(), ns});
+                    kernel_attention_range(kv, ns * part / 3, ns * (part + 1) / 3, qv, ps.back(), scratch.data());
+                }
+                ps.push_back(attn_partial{m.data() + 3 * G, l.data() + 3 * G, acc.data() + 3 * G * D, logits.data(),
+                                          ns, D});
+                kernel_attention_sinks(kv, qv, ps.back());
+                std::vector<float> out((size_t)G * D);
+                kernel_attention_merge(ps.data(), 4, 1, G, r_v, out.data(), 0, D);
+                expect_kernel_matches_dequant(bits, out, ref);
+                // the sink slots' logits are the exact full-dim scores
+                for (int j = 0; j < G; j++)
+                    for (int64_t s = 0; s < kv.n_sink_slots; s++) {
+                        double d = 0;
+                        for (int ch = 0; ch < D; ch++) d += (double)q[j * D + ch] * Kr[(size_t)s * D + ch];
+                        const float lg = logits[j * ns + s];
+                        if (pr[s] <= qpos) EXPECT_NEAR(lg, d * scale, 1e-4);
+                        else EXPECT_TRUE(std::isinf(lg) && lg < 0);
+                    }
+            }
+        }
+    }
+}
+
 // ---- accounting ----
 
 TEST(KvAccounting, AccountedEqualsAllocated) {
@@ -373,6 +460,9 @@ TEST(KvAccounting, AccountedEqualsAllocated) {
                     kv_cache_params p = qparams(bits, gear);
                     p.evicting = evicting;
                     p.scores = evicting;
+                    p.residual = 0;  // the default window
+                    p.sinks = evicting ? 4 : 0;
+                    p.sink_dim = 64;
                     kv_cache c(2, 2, cap, p, rk, rv);
                     EXPECT_EQ(c.bytes_allocated(), c.bytes_for_capacity(c.capacity()))
                         << "bits " << bits << " gear " << gear << " evicting " << evicting << " cap " << cap;
@@ -405,9 +495,27 @@ TEST(KvParams, BadValuesRejected) {
     EXPECT_THROW(kv_cache_validate_params(p), zk::error);
     p = qparams(8, true);  // GEAR needs 4-bit
     EXPECT_THROW(kv_cache_validate_params(p), zk::error);
+    p = qparams(4);
+    p.sinks = 65;
+    EXPECT_THROW(kv_cache_validate_params(p), zk::error);
+    p.sinks = 4;  // a row width is needed to build one
+    EXPECT_THROW(kv_cache(1, 1, 64, p, {32}, {32}), zk::error);
+    p.sink_dim = 64;
+    EXPECT_NO_THROW(kv_cache(1, 1, 64, p, {32}, {32}));
+    // the default residual window: 128 tokens, a whole number of groups, at most half a small cache
+    p = qparams(4);
+    p.residual = 0;
+    EXPECT_EQ(kv_cache_residual(p), 128);
+    p.group = 96;
+    EXPECT_EQ(kv_cache_residual(p), 192);
     EXPECT_NO_THROW(kv_cache_validate_params(qparams(4, true)));
 
     evict_params e;
+    e.n_sink = -1;  // sinks matter without eviction too (exact in a lossy cache)
+    EXPECT_THROW(evict_validate_params(e, 4096), zk::error);
+    e.n_sink = 65;
+    EXPECT_THROW(evict_validate_params(e, 4096), zk::error);
+    e.n_sink = 4;
     e.policy = "h2o";
     e.budget = 0;
     EXPECT_THROW(evict_validate_params(e, 4096), zk::error);

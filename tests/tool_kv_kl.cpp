@@ -5,7 +5,7 @@
 // time (decode, eviction in chunks) and the distributions after each of them
 // are compared: mean KL(base || config) in nats and top-1 agreement. CONFIG is
 // key=value pairs separated by commas: bits, group, residual, gear, gear_rank,
-// evict, budget, crush, anchor, rate (ZACK adaptive), urate (ZACK uniform), eps, e.g. "bits=4,gear=1" or "evict=h2o,budget=128".
+// evict, budget, crush, anchor, sinks, krank / vrank (one rank for all heads), full_layer (after a rate), rate (ZACK adaptive), urate (ZACK uniform), eps, e.g. "bits=4,gear=1" or "evict=h2o,budget=128".
 // One line per config: config=... bytes_per_token=... kl=... top1=...
 #include "calib/ranks.h"
 #include <algorithm>
@@ -38,6 +38,7 @@ zk::session_params parse_config(const std::string& cfg, zk::session_params sp, c
         else if (k == "residual") sp.kv_residual = std::stoi(v);
         else if (k == "gear") sp.kv_gear = v != "0";
         else if (k == "gear_rank") sp.kv_gear_rank = std::stoi(v);
+        else if (k == "sinks") sp.evict.n_sink = std::stoi(v);
         else if (k == "evict") sp.evict.policy = v;
         else if (k == "budget") sp.evict.budget = std::stoll(v);
         else if (k == "crush") sp.evict.crush = std::stof(v);
@@ -54,6 +55,16 @@ zk::session_params parse_config(const std::string& cfg, zk::session_params sp, c
             const std::vector<int> full(r.k.size(), m.hp.head_dim);
             sp.ranks_k = k == "keps" ? r.k : full;
             sp.ranks_v = k == "veps" ? r.v : full;
+        }
+        else if (k == "full_layer") {  // after rate=...: this layer back at full rank (diagnostics)
+            const int il = std::stoi(v), KV = m.hp.n_head_kv;
+            if (il < 0 || il >= m.hp.n_layer || sp.ranks_k.empty()) ZK_THROW("full_layer=%d needs a rate and a layer", il);
+            for (int g = 0; g < KV; g++) sp.ranks_k[il * KV + g] = sp.ranks_v[il * KV + g] = m.hp.head_dim;
+        }
+        else if (k == "krank" || k == "vrank") {  // one side at one rank for every head, the other full
+            const size_t nh = (size_t)m.hp.n_layer * m.hp.n_head_kv;
+            if (sp.ranks_k.empty()) sp.ranks_k.assign(nh, m.hp.head_dim), sp.ranks_v.assign(nh, m.hp.head_dim);
+            (k == "krank" ? sp.ranks_k : sp.ranks_v).assign(nh, std::stoi(v));
         }
         else ZK_THROW("config '%s': unknown key '%s'", cfg.c_str(), k.c_str());
     }

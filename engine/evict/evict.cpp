@@ -107,6 +107,7 @@ void evict_validate_params(const evict_params& p, int64_t n_ctx) {
         for (const auto& e : k_registry) names += std::string(names.empty() ? "" : ", ") + e.name;
         ZK_THROW("unknown --kv-evict policy '%s' (known: %s)", p.policy.c_str(), names.c_str());
     }
+    if (p.n_sink < 0 || p.n_sink > 64) ZK_THROW("--kv-sinks must be between 0 and 64 tokens, got %d", p.n_sink);
     if (p.policy == "none") {
         if (p.budget != 0) ZK_THROW("--kv-budget %lld needs an eviction policy (--kv-evict)", (long long)p.budget);
         if (p.crush != 0) ZK_THROW("--kv-crush needs an eviction policy (--kv-evict) to wrap");
@@ -115,7 +116,6 @@ void evict_validate_params(const evict_params& p, int64_t n_ctx) {
     if (p.budget <= 0)
         ZK_THROW("--kv-evict %s needs a positive --kv-budget in tokens, got %lld", p.policy.c_str(),
                  (long long)p.budget);
-    if (p.n_sink < 0) ZK_THROW("--kv-sinks must be >= 0, got %d", p.n_sink);
     if (p.n_recent < -1) ZK_THROW("--kv-recent must be >= 0, got %lld", (long long)p.n_recent);
     if (p.n_sink + evict_n_recent(p) >= p.budget)
         ZK_THROW("--kv-budget %lld leaves no room beyond %d sink and %lld recent tokens", (long long)p.budget,

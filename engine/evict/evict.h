@@ -30,7 +30,7 @@ namespace zk {
 struct evict_params {
     std::string policy = "none";
     int64_t budget = 0;          // tokens kept per (layer, KV head) after an eviction
-    int n_sink = 4;              // first positions always kept
+    int n_sink = 4;              // first positions always kept (and exact in a lossy cache, engine/session.h)
     int64_t n_recent = -1;       // newest slots always kept (-1 = min(32, budget / 4))
     int64_t chunk = 64;          // decode evicts once the cache holds budget + chunk
     int snap_window = 32;        // snapkv observation window (queries)

@@ -823,6 +823,8 @@ void kernel_attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, cons
     ZK_ASSERT(kv.type == dtype::F32 || kv.type == dtype::F16);
     ZK_ASSERT(kv.quant == KV_QUANT_NONE || kv.quant == KV_QUANT_Q8 || kv.quant == KV_QUANT_Q4);
     const int G = q.n_group;
+    s0 = std::max(s0, kv.n_sink_slots);  // exact sinks: kernel_attention_sinks
+    s1 = std::max(s1, s0);
     const int64_t n = s1 - s0;
     scratch_layout w = scratch_split(scratch, G, n, kv.r_k, kv.r_v, std::max(kv.gear_k.rank, kv.gear_v.rank));
     const float neg_inf = -std::numeric_limits<float>::infinity();
@@ -861,25 +863,66 @@ void kernel_attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, cons
     }
 }
 
+void kernel_attention_sinks(const attn_kv_view& kv, const attn_q_view& q, const attn_partial& out) {
+    const int G = q.n_group, D = kv.sink_dim;
+    ZK_ASSERT(out.acc_dim == D);
+    const float neg_inf = -std::numeric_limits<float>::infinity();
+    // a handful of rows: scores on the stack
+    constexpr int64_t k_max_sinks = 64;
+    ZK_ASSERT(kv.n_sink_slots <= k_max_sinks && (kv.n_sink_slots == 0 || (kv.sink_k && kv.sink_v && D > 0)));
+    float sc[k_max_sinks];
+    for (int64_t t = 0; t < q.n_tok; t++) {
+        const int32_t qp = q.q_pos[t];
+        int64_t nv = 0;  // visible sink slots: a prefix (positions ascend)
+        while (nv < kv.n_sink_slots && kv.pos[nv] <= qp) nv++;
+        for (int j = 0; j < G; j++) {
+            const int64_t ij = t * G + j;
+            const float* qj = q.q + t * q.q_stride + j * q.q_head_stride;
+            float* acc = out.acc + ij * D;
+            std::memset(acc, 0, sizeof(float) * D);
+            float mx = neg_inf;
+            for (int64_t s = 0; s < nv; s++) {
+                sc[s] = q.scale * simd::dot_f32(qj, kv.sink_k + (size_t)kv.pos[s] * D, D);
+                mx = std::max(mx, sc[s]);
+            }
+            if (out.logits) {
+                float* lg = out.logits + ij * out.logits_stride;
+                for (int64_t s = 0; s < kv.n_sink_slots; s++) lg[s] = s < nv ? sc[s] : neg_inf;
+            }
+            out.m[ij] = mx;
+            float l = 0;
+            for (int64_t s = 0; s < nv; s++) {
+                const float e = std::exp(sc[s] - mx);
+                l += e;
+                simd::axpy_f32(e, kv.sink_v + (size_t)kv.pos[s] * D, acc, D);
+            }
+            out.l[ij] = l;
+        }
+    }
+}
+
 void kernel_attention_merge(const attn_partial* parts, int n_parts, int64_t n_tok, int n_group,
                             int r_v, float* out, int64_t out_stride, int64_t out_head_stride) {
+    int width = r_v;
+    for (int p = 0; p < n_parts; p++) width = std::max(width, parts[p].acc_dim > 0 ? parts[p].acc_dim : r_v);
     for (int64_t t = 0; t < n_tok; t++) {
         for (int j = 0; j < n_group; j++) {
             const int64_t ij = t * n_group + j;
             float mx = -std::numeric_limits<float>::infinity();
             for (int p = 0; p < n_parts; p++) mx = parts[p].m[ij] > mx ? parts[p].m[ij] : mx;
             float* o = out + t * out_stride + j * out_head_stride;
-            std::memset(o, 0, sizeof(float) * r_v);
+            std::memset(o, 0, sizeof(float) * width);
             if (mx == -std::numeric_limits<float>::infinity()) continue;  // nothing visible
             float l = 0;
             for (int p = 0; p < n_parts; p++) {
                 if (parts[p].l[ij] == 0) continue;
                 const float w = std::exp(parts[p].m[ij] - mx);
+                const int d = parts[p].acc_dim > 0 ? parts[p].acc_dim : r_v;
                 l += w * parts[p].l[ij];
-                simd::axpy_f32(w, parts[p].acc + ij * r_v, o, r_v);
+                simd::axpy_f32(w, parts[p].acc + ij * d, o, d);
             }
             const float inv = 1.0f / l;
-            for (int c = 0; c < r_v; c++) o[c] *= inv;
+            for (int c = 0; c < width; c++) o[c] *= inv;
         }
     }
 }
