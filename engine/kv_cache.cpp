@@ -39,11 +39,13 @@ int n_out_for(const kv_cache_params& p, int n, int r) {
 
 }  // namespace
 
-int kv_cache_residual(const kv_cache_params& p) {
+int kv_cache_residual(const kv_cache_params& p, int64_t capacity) {
     if (p.residual > 0) return p.residual;
     // KIVI's window: 128 tokens (the newest tokens draw much of the attention,
-    // and the window is a fixed cost, not a per-token one)
-    return (std::max(128, p.group) + p.group - 1) / p.group * p.group;
+    // and the window is a fixed cost, not a per-token one), but never more than
+    // half of a small cache
+    const int64_t g = p.group, w = (std::max<int64_t>(128, g) + g - 1) / g * g;
+    return (int)std::max(g, std::min(w, capacity / 2 / g * g));
 }
 
 void kv_cache_validate_params(const kv_cache_params& p) {
@@ -115,10 +117,7 @@ kv_cache::kv_cache(int n_layer, int n_head_kv, int64_t capacity, const kv_cache_
     ZK_ASSERT(ranks_k.size() == n && ranks_v.size() == n);
     if (p.bits == 4) {
         capacity = (capacity + p.group - 1) / p.group * p.group;
-        residual_ = kv_cache_residual(p);
-        // the default window never takes more than half of a small cache
-        if (p.residual == 0)
-            residual_ = (int)std::max<int64_t>(p.group, std::min<int64_t>(residual_, capacity / 2 / p.group * p.group));
+        residual_ = kv_cache_residual(p, capacity);
     }
     capacity_ = capacity;
     const size_t C = (size_t)capacity, es = elem_size(p.type);

@@ -39,7 +39,7 @@ struct kv_cache_params {
     int bits = 16;                // 16, 8 or 4
     int group = 32;               // 4-bit: tokens per key quantization group
     int residual = 0;             // 4-bit: full-precision window in tokens, a multiple of group
-                                  // (0 = 128 rounded up to a multiple of group, kv_cache_residual)
+                                  // (0 = 128 rounded up to a multiple of group, at most half the capacity: kv_cache_residual)
     bool gear = false;            // 4-bit: GEAR low-rank + sparse error correction
     int gear_rank = 2;
     float gear_outliers = 0.02f;  // fraction of a group's elements kept exactly
@@ -51,8 +51,9 @@ struct kv_cache_params {
 
 // Throws zk::error for unsupported combinations (bits 3, group <= 0, ...).
 void kv_cache_validate_params(const kv_cache_params& p);
-// The 4-bit residual window in tokens that p gives.
-int kv_cache_residual(const kv_cache_params& p);
+// The 4-bit residual window in tokens that p gives a cache of `capacity`
+// slots (a multiple of the group).
+int kv_cache_residual(const kv_cache_params& p, int64_t capacity);
 
 struct kv_block {
     int r_k = 0;

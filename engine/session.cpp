@@ -303,10 +303,12 @@ void session::compress_qk(const forward_seq* seqs, int il, int64_t n, forward_bu
             const session& s = *seqs[fb.row_seq[t]].s;
             if (!s.compressed_) continue;
             const float* P = s.proj_[(size_t)il * KV + g].data();
-            // the cache keeps r_k channels; exact sinks need all of them
-            const int r = s.cache_->params().sinks > 0 ? D : s.cache_->block(il, g).r_k;
-            kernel_project_head(P, r, D, fb.k.data() + (t * KV + g) * D);
-            for (int j = 0; j < G; j++) kernel_project_head(P, r, D, fb.q.data() + (t * H + g * G + j) * D);
+            // the cache keeps r_k channels; exact sinks need all of them, of
+            // every query and of their own keys
+            const int r_k = s.cache_->block(il, g).r_k, sinks = s.cache_->params().sinks;
+            const int rq = sinks > 0 ? D : r_k;
+            kernel_project_head(P, fb.pos[t] < sinks ? D : r_k, D, fb.k.data() + (t * KV + g) * D);
+            for (int j = 0; j < G; j++) kernel_project_head(P, rq, D, fb.q.data() + (t * H + g * G + j) * D);
         }
     };
     // the closure holds one reference, so std::function stores it without allocating

@@ -505,9 +505,13 @@ TEST(KvParams, BadValuesRejected) {
     // the default residual window: 128 tokens, a whole number of groups, at most half a small cache
     p = qparams(4);
     p.residual = 0;
-    EXPECT_EQ(kv_cache_residual(p), 128);
+    EXPECT_EQ(kv_cache_residual(p, 4096), 128);
+    EXPECT_EQ(kv_cache_residual(p, 128), 64);
+    EXPECT_EQ(kv_cache_residual(p, 32), 32);
     p.group = 96;
-    EXPECT_EQ(kv_cache_residual(p), 192);
+    EXPECT_EQ(kv_cache_residual(p, 4096), 192);
+    p.residual = 96;  // given: kept
+    EXPECT_EQ(kv_cache_residual(p, 96), 96);
     EXPECT_NO_THROW(kv_cache_validate_params(qparams(4, true)));
 
     evict_params e;

@@ -431,6 +431,25 @@ void scores_q4_int_g(const uint8_t* codes, int rb, int nchunk, int64_t a, int64_
 // the first slot; rows rb bytes apart) with weights pw [G x KV_Q4_WCHUNK]. Kept out of line
 // with its accumulators in locals: inlined into the chunk loop, GCC stored all
 // G x NV accumulators to the stack on every slot.
+// One slot's 16-channel half: 8 code bytes c widened to 32-bit lanes, the low
+// nibbles (even channels) into e, the high ones (odd) into o, each weighted by
+// the slot's p_j s_b (w[j * KV_Q4_WCHUNK]). 12 accumulators + 2 code vectors + the
+// weight fit the 16 ymm registers (G = 3, two halves).
+template <int G>
+__attribute__((always_inline)) inline void values_q4_half(const uint8_t* c, const float* w, __m256 (&e)[G],
+                                                          __m256 (&o)[G]) {
+    const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)c));
+    const __m256i hi = _mm256_srli_epi32(x, 4);  // no mask constant: one register fewer
+    const __m256 ve = _mm256_cvtepi32_ps(_mm256_sub_epi32(x, _mm256_slli_epi32(hi, 4)));
+    const __m256 vo = _mm256_cvtepi32_ps(hi);
+#pragma GCC unroll 4
+    for (int j = 0; j < G; j++) {
+        const __m256 ps = _mm256_broadcast_ss(w + j * KV_Q4_WCHUNK);
+        e[j] = _mm256_fmadd_ps(ps, ve, e[j]);
+        o[j] = _mm256_fmadd_ps(ps, vo, o[j]);
+    }
+}
+
 template <int G, int NV>
 __attribute__((noinline)) void values_q4_slots(const uint8_t* cp, int rb, int64_t n, const float* pw,
                                                __m256 (&acc)[G][NV]) {
@@ -446,32 +465,8 @@ __attribute__((noinline)) void values_q4_slots(const uint8_t* cp, int rb, int64_
     }
     for (int64_t t = 0; t < n; t++, cp += rb) {
         const float* w = pw + t;
-        // One 16-channel half at a time: 12 accumulators + 2 code vectors + the
-        // weight fit the 16 ymm registers (G = 3, NV = 4).
-        {
-            const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)cp));
-            const __m256i hi = _mm256_srli_epi32(x, 4);  // no mask constant: one register fewer
-            const __m256 ve = _mm256_cvtepi32_ps(_mm256_sub_epi32(x, _mm256_slli_epi32(hi, 4)));
-            const __m256 vo = _mm256_cvtepi32_ps(hi);
-#pragma GCC unroll 4
-            for (int j = 0; j < G; j++) {
-                const __m256 ps = _mm256_broadcast_ss(w + j * KV_Q4_WCHUNK);
-                e0[j] = _mm256_fmadd_ps(ps, ve, e0[j]);
-                o0[j] = _mm256_fmadd_ps(ps, vo, o0[j]);
-            }
-        }
-        if (NV == 4) {
-            const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(cp + 8)));
-            const __m256i hi = _mm256_srli_epi32(x, 4);  // no mask constant: one register fewer
-            const __m256 ve = _mm256_cvtepi32_ps(_mm256_sub_epi32(x, _mm256_slli_epi32(hi, 4)));
-            const __m256 vo = _mm256_cvtepi32_ps(hi);
-#pragma GCC unroll 4
-            for (int j = 0; j < G; j++) {
-                const __m256 ps = _mm256_broadcast_ss(w + j * KV_Q4_WCHUNK);
-                e1[j] = _mm256_fmadd_ps(ps, ve, e1[j]);
-                o1[j] = _mm256_fmadd_ps(ps, vo, o1[j]);
-            }
-        }
+        values_q4_half<G>(cp, w, e0, o0);
+        if (NV == 4) values_q4_half<G>(cp + 8, w, e1, o1);
     }
 #pragma GCC unroll 4
     for (int j = 0; j < G; j++) {
