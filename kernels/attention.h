@@ -16,7 +16,10 @@
 //       min m_c per (group, channel): k_c = s_c code_c + m_c, so
 //       q.k = sum_c (q_c s_c) code_c + sum_c q_c m_c and the folded query is
 //       computed once per group. Values per token, blocks of KV_Q4_VBLOCK
-//       channels with an f16 scale and min each.
+//       channels with an f16 scale and min each. The AVX2 kernel takes both
+//       sums as integer dot products (maddubs): the folded query rounded to
+//       int8 per (group, head), the value weights p s_b rounded to uint8 per
+//       16 slots; the scalar path is the float reference.
 //   GEAR (optional, Q4 only): per group of `group` quantized tokens, a rank-k
 //       correction A B^T (A [group x k], B [r x k], f16) and n_out sparse
 //       corrections (index t * r + c within the group, f16 value) of the
@@ -43,9 +46,10 @@ constexpr int KV_Q8_BLOCK = 32;   // channels per int8 scale
 constexpr int KV_Q4_VBLOCK = 32;  // value channels per 4-bit scale/min pair
 
 // 4-bit code buffers are readable this many bytes past their last row: the
-// kernel loads 16 bytes (32 codes) at a time and a rank that is not a multiple
-// of 32 ends a row with a partial chunk (the extra codes meet zero weights).
-constexpr int KV_Q4_PAD = 16;
+// kernel loads 32 bytes (64 codes) at a time and a rank that is not a multiple
+// of 64 ends a row with a partial chunk (the extra codes meet zero query bytes
+// or land in dropped channels).
+constexpr int KV_Q4_PAD = 32;
 
 constexpr uint16_t KV_GEAR_NONE = 0xFFFF;  // unused sparse-correction slot
 

@@ -64,8 +64,8 @@ inline void q8_row_to_f32(const int8_t* src, const uint16_t* d, int r, float* ds
     }
 }
 
-// Slots per chunk whose Q4 value weights are computed ahead of the slot loop.
-constexpr int KV_Q4_WCHUNK = 64;
+// Slots per chunk whose 8-bit value weights are computed ahead of the slot loop.
+constexpr int KV_Q8_WCHUNK = 64;
 
 struct scratch_layout {
     float* sc;    // [G x n] scores, then probabilities
@@ -75,10 +75,11 @@ struct scratch_layout {
     float* bias;  // [G]
     float* qb;    // [G x rank] q . B[:, i] (GEAR keys), then p^T A (GEAR values)
     float* msum;  // [G x value blocks] sum of p m_b (Q4 values)
-    int8_t* qi;   // [G x 32 chunks(r_k)] int8 folded query, zero-padded (Q4 keys)
+    int8_t* qi;   // [G x 64 row chunks(r_k)] int8 folded query, zero-padded (Q4 keys)
+    float* qpad;  // [G x 64 row chunks(r_k)] the query, zero past r_k (Q4 keys)
+    float* kpad;  // [2 x 64 row chunks(r_k)] a key group's scales, then mins, zero past r_k
     float* qd;    // [G] its scales
-    float* tmp;   // [4 x 32] accumulators of a partial value block
-    float* pw;    // [6 x KV_Q4_WCHUNK] value weights p_j s_b of a chunk of slots (rows j < 4), its scales and mins
+    float* pw;    // [6 x KV_Q8_WCHUNK] 8-bit value weights p_j d_s of a chunk of slots (rows j < 4), its scales
     float* kmin;  // [r_k] a key group's mins
 };
 
@@ -92,10 +93,12 @@ scratch_layout scratch_split(float* p, int G, int64_t n, int r_k, int r_v, int r
     s.qb = s.bias + G;
     s.msum = s.qb + (int64_t)G * rank;
     s.qd = s.msum + (int64_t)G * kv_n_blocks(r_v, KV_Q4_VBLOCK);
-    s.tmp = s.qd + G;
-    s.pw = s.tmp + 4 * 32;
-    s.kmin = s.pw + 6 * KV_Q4_WCHUNK;
-    s.qi = (int8_t*)(s.kmin + r_k);
+    s.pw = s.qd + G;
+    s.kmin = s.pw + 6 * KV_Q8_WCHUNK;
+    const int64_t r64 = 64 * (int64_t)((r_k + 63) / 64);
+    s.qpad = s.kmin + r_k;
+    s.kpad = s.qpad + G * r64;
+    s.qi = (int8_t*)(s.kpad + 2 * r64);
     return s;
 }
 
@@ -318,226 +321,412 @@ inline float hmax8(__m256 v) {
     return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
 }
 
-// 32 4-bit codes (16 bytes, low nibble first) as 32 bytes in channel order.
-// Code buffers are readable KV_Q4_PAD bytes past their last row, so a partial
-// last chunk may load the whole 16 bytes; what lies past the row is never used.
-inline __m256i q4_load32(const uint8_t* p) {
-    const __m128i b = _mm_loadu_si128((const __m128i*)p);
-    const __m128i m = _mm_set1_epi8(0x0F);
-    const __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
-    return _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+// ---- fast paths for 4-bit slots (AVX2): integer dot products ----
+// A 4-bit row is read 32 bytes (64 channels, a "row chunk") at a time; byte i
+// holds channel 2i in its low nibble and 2i + 1 in its high one, so
+// x & 0x0F are the even channels and (x >> 4) & 0x0F the odd ones, in order,
+// with no byte shuffle per slot. Code buffers are readable KV_Q4_PAD (32) bytes
+// past their last row: a row shorter than its last chunk reads into the next
+// row or the padding, and those channels meet zero query bytes (keys) or are
+// dropped (values).
+
+inline int q4_row_chunks(int r) { return (r + 63) / 64; }
+
+inline int32_t hsum_epi32(__m256i v) {
+    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    x = _mm_add_epi32(x, _mm_unpackhi_epi64(x, x));
+    return _mm_cvtsi128_si32(_mm_add_epi32(x, _mm_shuffle_epi32(x, 1)));
 }
 
-// The folded query qs [r] of one head rounded to int8 with one scale per head
-// (d = max|qs| / 127; llama.cpp likewise rounds Q to 8 bits for a quantized
-// cache), written as [nchunk x 32] with zeros past r, so a chunk that reads
-// codes beyond the row adds nothing. Returns d.
-inline float q4_quantize_query(const float* qs, int r, int nchunk, int8_t* qi) {
+// Folded query of one head for one key group, as int8 in the layout the score
+// loop reads: per row chunk, 32 bytes of even channels then 32 of odd ones
+// (qi [nrc x 64], zeros past r; nrc <= 4). qs = q_c s_c is rounded with one scale per
+// head, d = max|qs| / 127 (llama.cpp likewise rounds Q to 8 bits for a
+// quantized cache). q, s, mn are [nrc x 64] floats, zero past r. Returns d;
+// *bias = sum_c q_c m_c.
+inline float q4_fold_query(const float* q, const float* s, const float* mn, int nrc, int8_t* qi, float* bias) {
+    alignas(32) float qs[4 * 64];  // nrc <= 4
     const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 mx = _mm256_setzero_ps();
-    int c = 0;
-    for (; c + 8 <= r; c += 8) mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, _mm256_loadu_ps(qs + c)));
-    float amax = hmax8(mx);
-    for (; c < r; c++) amax = std::max(amax, std::fabs(qs[c]));
-    const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+    __m256 mx = _mm256_setzero_ps(), bs = _mm256_setzero_ps();
+    for (int c = 0; c < 64 * nrc; c += 8) {
+        const __m256 qc = _mm256_loadu_ps(q + c);
+        const __m256 x = _mm256_mul_ps(qc, _mm256_loadu_ps(s + c));
+        _mm256_storeu_ps(qs + c, x);
+        mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, x));
+        bs = _mm256_fmadd_ps(qc, _mm256_loadu_ps(mn + c), bs);
+    }
+    *bias = simd::hsum(bs);
+    const float d = hmax8(mx) / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
     const __m256 vid = _mm256_set1_ps(id);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // undo the lane-wise packs
-    float pad[32];
-    for (int k = 0; k < nchunk; k++) {
-        const float* src = qs + 32 * k;
-        if (32 * k + 32 > r) {  // the partial last chunk, zero-padded
-            const int len = r - 32 * k;
-            std::memcpy(pad, src, sizeof(float) * len);
-            std::memset(pad + len, 0, sizeof(float) * (32 - len));
-            src = pad;
+    // within each 16-byte lane: the 8 even bytes, then the 8 odd ones
+    const __m256i eo = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10,
+                                        12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    for (int k = 0; k < nrc; k++) {
+        __m256i half[2];  // channels 64k + [0, 32) and [32, 64): evens of the lanes in qwords 0, 1; odds in 2, 3
+        for (int h = 0; h < 2; h++) {
+            const float* src = qs + 64 * k + 32 * h;
+            const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(src), vid));
+            const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(src + 8), vid));
+            const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(src + 16), vid));
+            const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(src + 24), vid));
+            const __m256i b = _mm256_permutevar8x32_epi32(
+                _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3)), order);
+            half[h] = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(b, eo), 0xD8);  // qwords 0, 2, 1, 3
         }
-        const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(src), vid));
-        const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(src + 8), vid));
-        const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(src + 16), vid));
-        const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(src + 24), vid));
-        const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
-        _mm256_storeu_si256((__m256i*)(qi + 32 * k), _mm256_permutevar8x32_epi32(b, order));
+        _mm256_storeu_si256((__m256i*)(qi + 64 * k), _mm256_permute2x128_si256(half[0], half[1], 0x20));
+        _mm256_storeu_si256((__m256i*)(qi + 64 * k + 32), _mm256_permute2x128_si256(half[0], half[1], 0x31));
     }
     return d;
 }
 
-// Q4 key scores of slots [a, b) of one group with integer dot products:
-// sc = qd_j (qi_j . code_s) + bias_j. One maddubs multiplies 32 codes by 32
-// query bytes and sums pairs into int16 (at most 2 * 15 * 127 = 3810), and the
-// int16 sums of up to 8 chunks (r <= 256) stay below 32767; 4 slots x G
-// accumulators live in registers.
-template <int G>
-void scores_q4_int_g(const uint8_t* codes, int rb, int nchunk, int64_t a, int64_t b, int64_t s0, int64_t n,
-                     const int8_t* qi, const float* qd, const float* bias, float* sc) {
+// {sum of a's int16 lanes, of b's, c's, d's} as int32 (pairs are widened to
+// int32 before any sum, so only the lanes themselves must fit int16).
+inline __m128i hsum4_epi16(__m256i a, __m256i b, __m256i c, __m256i d) {
     const __m256i ones = _mm256_set1_epi16(1);
-    const int qstride = nchunk * 32;
+    const __m256i ab = _mm256_hadd_epi32(_mm256_madd_epi16(a, ones), _mm256_madd_epi16(b, ones));
+    const __m256i cd = _mm256_hadd_epi32(_mm256_madd_epi16(c, ones), _mm256_madd_epi16(d, ones));
+    const __m256i s = _mm256_hadd_epi32(ab, cd);  // {a, b, c, d} per lane
+    return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+}
+
+// Q4 key scores of slots [a, b) of one group: sc = qd_j (qi_j . code_s) +
+// bias_j. One maddubs multiplies 32 codes by 32 query bytes and sums pairs into
+// int16 (at most 2 * 15 * 127 = 3810); a row chunk adds two (7620), and up to 4
+// chunks (r <= 256) stay below 32767. 4 slots x G accumulators; NRC (row
+// chunks) is a template parameter so that the chunk loop unrolls and, for the
+// usual NRC = 1, the accumulators stay in registers.
+// NRC = 0: r <= 32, a row is at most 16 bytes, so two slots share a vector
+// (one per lane) against the query's 16 even and 16 odd bytes in both lanes.
+template <int G, int NRC>
+void scores_q4_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t s0, int64_t n, const int8_t* qi,
+                     const float* qd, const float* bias, float* sc) {
+    constexpr int nrc = NRC == 0 ? 1 : NRC;
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    const int qstride = nrc * 64;
     int64_t s = a;
-    for (; s + 4 <= b; s += 4) {
+    if constexpr (NRC == 0) {
+        const __m256i ones = _mm256_set1_epi16(1);
+        for (; s + 4 <= b; s += 4) {
+            const uint8_t* c0 = codes + s * rb;
+            const __m256i x01 = _mm256_loadu2_m128i((const __m128i*)(c0 + rb), (const __m128i*)c0);
+            const __m256i x23 = _mm256_loadu2_m128i((const __m128i*)(c0 + 3 * rb), (const __m128i*)(c0 + 2 * rb));
+            const __m256i l01 = _mm256_and_si256(x01, mask), h01 = _mm256_and_si256(_mm256_srli_epi16(x01, 4), mask);
+            const __m256i l23 = _mm256_and_si256(x23, mask), h23 = _mm256_and_si256(_mm256_srli_epi16(x23, 4), mask);
+#pragma GCC unroll 8
+            for (int j = 0; j < G; j++) {
+                const __m256i qe = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(qi + j * qstride)));
+                const __m256i qo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(qi + j * qstride + 32)));
+                const __m256i m01 = _mm256_madd_epi16(
+                    _mm256_add_epi16(_mm256_maddubs_epi16(l01, qe), _mm256_maddubs_epi16(h01, qo)), ones);
+                const __m256i m23 = _mm256_madd_epi16(
+                    _mm256_add_epi16(_mm256_maddubs_epi16(l23, qe), _mm256_maddubs_epi16(h23, qo)), ones);
+                __m256i h = _mm256_hadd_epi32(m01, m23);  // lane 0: slots 0, 2 (two halves each); lane 1: 1, 3
+                h = _mm256_hadd_epi32(h, h);              // lane 0: {s0, s2, s0, s2}; lane 1: {s1, s3, ...}
+                const __m128 sum = _mm_cvtepi32_ps(_mm_unpacklo_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+                _mm_storeu_ps(sc + j * n + s - s0, _mm_fmadd_ps(sum, _mm_set1_ps(qd[j]), _mm_set1_ps(bias[j])));
+            }
+        }
+    }
+    for (; NRC > 0 && s + 4 <= b; s += 4) {
         __m256i acc[G][4];
 #pragma GCC unroll 8
         for (int j = 0; j < G; j++)
 #pragma GCC unroll 8
             for (int u = 0; u < 4; u++) acc[j][u] = _mm256_setzero_si256();
         const uint8_t* c0 = codes + s * rb;
-        for (int k = 0; k < nchunk; k++) {
-            // One slot's codes at a time against every head's query read from
-            // memory (maddubs folds the load): 4 G accumulators + 2 temporaries
-            // stay within the 16 ymm registers for G <= 3.
-            const int8_t* qk = qi + 32 * k;
+#pragma GCC unroll 4
+        for (int k = 0; k < nrc; k++) {
+            const int8_t* qk = qi + 64 * k;
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++) {
-                const __m256i kc = q4_load32(c0 + u * rb + 16 * k);
+                const __m256i x = _mm256_loadu_si256((const __m256i*)(c0 + u * rb + 32 * k));
+                const __m256i lo = _mm256_and_si256(x, mask), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), mask);
 #pragma GCC unroll 8
-                for (int j = 0; j < G; j++)
-                    acc[j][u] = _mm256_add_epi16(
-                        acc[j][u], _mm256_maddubs_epi16(kc, _mm256_loadu_si256((const __m256i*)(qk + j * qstride))));
+                for (int j = 0; j < G; j++) {
+                    const int8_t* qj = qk + j * qstride;
+                    acc[j][u] = _mm256_add_epi16(acc[j][u], _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)qj)));
+                    acc[j][u] = _mm256_add_epi16(acc[j][u], _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i*)(qj + 32))));
+                }
             }
         }
 #pragma GCC unroll 8
         for (int j = 0; j < G; j++) {
-            const __m128 sum = hsum4(_mm256_cvtepi32_ps(_mm256_madd_epi16(acc[j][0], ones)),
-                                     _mm256_cvtepi32_ps(_mm256_madd_epi16(acc[j][1], ones)),
-                                     _mm256_cvtepi32_ps(_mm256_madd_epi16(acc[j][2], ones)),
-                                     _mm256_cvtepi32_ps(_mm256_madd_epi16(acc[j][3], ones)));
+            const __m128 sum = _mm_cvtepi32_ps(hsum4_epi16(acc[j][0], acc[j][1], acc[j][2], acc[j][3]));
             _mm_storeu_ps(sc + j * n + s - s0, _mm_fmadd_ps(sum, _mm_set1_ps(qd[j]), _mm_set1_ps(bias[j])));
         }
     }
+    const __m256i ones = _mm256_set1_epi16(1);
     for (; s < b; s++) {
         __m256i acc[G];
 #pragma GCC unroll 8
         for (int j = 0; j < G; j++) acc[j] = _mm256_setzero_si256();
-        for (int k = 0; k < nchunk; k++) {
-            const __m256i kc = q4_load32(codes + s * rb + 16 * k);
+#pragma GCC unroll 4
+        for (int k = 0; k < nrc; k++) {
+            const __m256i x = _mm256_loadu_si256((const __m256i*)(codes + s * rb + 32 * k));
+            const __m256i lo = _mm256_and_si256(x, mask), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), mask);
 #pragma GCC unroll 8
-            for (int j = 0; j < G; j++)
-                acc[j] = _mm256_add_epi16(
-                    acc[j], _mm256_maddubs_epi16(kc, _mm256_loadu_si256((const __m256i*)(qi + j * qstride + 32 * k))));
+            for (int j = 0; j < G; j++) {
+                const int8_t* qj = qi + j * qstride + 64 * k;
+                acc[j] = _mm256_add_epi16(acc[j], _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)qj)));
+                acc[j] = _mm256_add_epi16(acc[j], _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i*)(qj + 32))));
+            }
         }
 #pragma GCC unroll 8
         for (int j = 0; j < G; j++)
-            sc[j * n + s - s0] = simd::hsum(_mm256_cvtepi32_ps(_mm256_madd_epi16(acc[j], ones))) * qd[j] + bias[j];
+            sc[j * n + s - s0] = (float)hsum_epi32(_mm256_madd_epi16(acc[j], ones)) * qd[j] + bias[j];
     }
 }
 
-// Q4 value sums of slots [a, b) over the first 8 NV channels (NV = 2 or 4) of
-// block blk: acc_j += sum_s (p_j s_b) code_s, msum_j,b += sum_s p_j m_b, added
-// into dst (row j at dst + j * stride). Per chunk of up to 64 slots the weights
-// p_j s_b are computed first (vectorised) into pw [G x 64], so the slot loop broadcasts them
-// from memory. Codes are widened 8 bytes at a time with vpmovzxbd: the low
-// nibbles of bytes 0..7 are the even channels 0..14 and the high nibbles the odd
-// ones, so the accumulators hold (even, odd) halves of each 16 channels, put back
-// in channel order once at the end; no byte shuffles per slot.
-// The slot loop of values_q4_block over n slots from cp (codes of the block in
-// the first slot; rows rb bytes apart) with weights pw [G x KV_Q4_WCHUNK]. Kept out of line
-// with its accumulators in locals: inlined into the chunk loop, GCC stored all
-// G x NV accumulators to the stack on every slot.
-// One slot's 16-channel half: 8 code bytes c widened to 32-bit lanes, the low
-// nibbles (even channels) into e, the high ones (odd) into o, each weighted by
-// the slot's p_j s_b (w[j * KV_Q4_WCHUNK]). 12 accumulators + 2 code vectors + the
-// weight fit the 16 ymm registers (G = 3, two halves).
 template <int G>
-__attribute__((always_inline)) inline void values_q4_half(const uint8_t* c, const float* w, __m256 (&e)[G],
-                                                          __m256 (&o)[G]) {
-    const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)c));
-    const __m256i hi = _mm256_srli_epi32(x, 4);  // no mask constant: one register fewer
-    const __m256 ve = _mm256_cvtepi32_ps(_mm256_sub_epi32(x, _mm256_slli_epi32(hi, 4)));
-    const __m256 vo = _mm256_cvtepi32_ps(hi);
-#pragma GCC unroll 4
-    for (int j = 0; j < G; j++) {
-        const __m256 ps = _mm256_broadcast_ss(w + j * KV_Q4_WCHUNK);
-        e[j] = _mm256_fmadd_ps(ps, ve, e[j]);
-        o[j] = _mm256_fmadd_ps(ps, vo, o[j]);
+void scores_q4_int_n(int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t s0, int64_t n,
+                     const int8_t* qi, const float* qd, const float* bias, float* sc) {
+    switch (nrc) {
+        case 0: return scores_q4_int_g<G, 0>(codes, rb, a, b, s0, n, qi, qd, bias, sc);
+        case 1: return scores_q4_int_g<G, 1>(codes, rb, a, b, s0, n, qi, qd, bias, sc);
+        case 2: return scores_q4_int_g<G, 2>(codes, rb, a, b, s0, n, qi, qd, bias, sc);
+        case 3: return scores_q4_int_g<G, 3>(codes, rb, a, b, s0, n, qi, qd, bias, sc);
+        default: return scores_q4_int_g<G, 4>(codes, rb, a, b, s0, n, qi, qd, bias, sc);
     }
 }
 
-template <int G, int NV>
-__attribute__((noinline)) void values_q4_slots(const uint8_t* cp, int rb, int64_t n, const float* pw,
-                                               __m256 (&acc)[G][NV]) {
-    // Even / odd channels of the first and second 16. GCC 12 keeps arrays of
-    // vectors in registers only when every loop over them is fully unrolled;
-    // otherwise it stores all of them on every slot.
-    __m256 e0[G], o0[G], e1[G], o1[G];
-#pragma GCC unroll 4
-    for (int j = 0; j < G; j++) {
-        e0[j] = acc[j][0], o0[j] = acc[j][1];
-        e1[j] = NV == 4 ? acc[j][NV == 4 ? 2 : 0] : _mm256_setzero_ps();
-        o1[j] = NV == 4 ? acc[j][NV == 4 ? 3 : 0] : _mm256_setzero_ps();
-    }
-    for (int64_t t = 0; t < n; t++, cp += rb) {
-        const float* w = pw + t;
-        values_q4_half<G>(cp, w, e0, o0);
-        if (NV == 4) values_q4_half<G>(cp + 8, w, e1, o1);
-    }
-#pragma GCC unroll 4
-    for (int j = 0; j < G; j++) {
-        acc[j][0] = e0[j], acc[j][1] = o0[j];
-        if (NV == 4) acc[j][NV == 4 ? 2 : 0] = e1[j], acc[j][NV == 4 ? 3 : 0] = o1[j];
+// G <= 4 query heads, nrc <= 4 row chunks (0: r <= 32, two slots per vector).
+void scores_q4_int(int G, int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t s0, int64_t n,
+                   const int8_t* qi, const float* qd, const float* bias, float* sc) {
+    switch (G) {
+        case 1: return scores_q4_int_n<1>(nrc, codes, rb, a, b, s0, n, qi, qd, bias, sc);
+        case 2: return scores_q4_int_n<2>(nrc, codes, rb, a, b, s0, n, qi, qd, bias, sc);
+        case 3: return scores_q4_int_n<3>(nrc, codes, rb, a, b, s0, n, qi, qd, bias, sc);
+        default: return scores_q4_int_n<4>(nrc, codes, rb, a, b, s0, n, qi, qd, bias, sc);
     }
 }
 
-template <int G, int NV>
-void values_q4_block(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, int nb, int blk,
-                     int64_t a, int64_t b, int64_t s0, int64_t n, const float* sc, float* dst, int64_t stride,
-                     float* msum, float* pw) {
-    static_assert(NV == 2 || NV == 4, "16 or 32 channels");
-    const int c0 = blk * KV_Q4_VBLOCK;
-    __m256 ac[G][NV];
-    float ms[G];
-    for (int j = 0; j < G; j++) {
-        for (int u = 0; u < NV; u++) ac[j][u] = _mm256_setzero_ps();
-        ms[j] = 0;
-    }
-    for (int64_t s = a; s < b; s += KV_Q4_WCHUNK) {
-        const int64_t e = std::min<int64_t>(b, s + KV_Q4_WCHUNK);
-        const int m = (int)(e - s);
-        float* sf = pw + 4 * KV_Q4_WCHUNK;  // [m] scales, then [m] mins
-        float* mf = sf + KV_Q4_WCHUNK;
-        if (nb == 1) {
-            simd::f16_to_f32_row(vs + s, sf, m);
-            simd::f16_to_f32_row(vm + s, mf, m);
+// Q4 value sums of slots [a, b) for G <= 3 heads with integer dot products.
+// Per row chunk (64 channels, value blocks 2k and 2k + 1) and per chunk of
+// KV_Q4_VCHUNK slots, the weights w = p_j s_b (probability times the slot's
+// block scale) are rounded to uint8 with one scale per (head, block, chunk),
+// D = max w / 255, and the codes are centred, c - 8 in [-8, 7]:
+//   sum_s w_s c_s = D sum_s u_s (c_s - 8) + 8 sum_s w_s,
+// the last term exact, added to the min terms. The rounding error of a weight
+// (at most 1/510 of the chunk's largest) thus meets |c - 8| <= 8 rather than
+// c <= 15. Two slots at a time: their code bytes are interleaved (unpack) so one
+// maddubs gives u_t (c_t - 8) + u_t+1 (c_t+1 - 8) for 16 channels; int16 sums
+// of 8 pairs stay within 32767 (16 * 8 * 255 = 32640), so a chunk is 16 slots,
+// after which the sums are widened and scaled by D into float accumulators.
+// In a 32-byte vector the low lane holds block 2k and the high lane block
+// 2k + 1, so each weight vector carries the pair's two block weights, one per
+// lane. The min terms sum_s p_j (m_b + 8 s_b) are added per block into msum
+// [G x nb].
+constexpr int KV_Q4_VCHUNK = 16;
+
+// The pair loop of one chunk: np pairs of slots from t (the last pair of an odd
+// chunk repeats its slot, with weight 0) against the weight vectors wv
+// [pair][G][32], into ac (zeroed here). Out of line with its accumulators in
+// locals: inlined into the chunk loop, GCC kept them on the stack.
+// HALF (r <= 32, rows of at most 16 bytes): an iteration takes 4 slots, the
+// pair (t, t + 1) in the low lane and (t + 2, t + 3) in the high one.
+template <int G, bool HALF>
+__attribute__((noinline)) void values_q4_pairs(const uint8_t* cp, int rb, int64_t np, int64_t last,
+                                               const int8_t* wv, __m256i (&ac)[G][4]) {
+    const __m256i mask = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
+    __m256i a0[G], a1[G], a2[G], a3[G];
+#pragma GCC unroll 4
+    for (int j = 0; j < G; j++) a0[j] = a1[j] = a2[j] = a3[j] = _mm256_setzero_si256();
+    for (int64_t i = 0; i < np; i++, wv += 32 * G) {
+        __m256i x0, x1;
+        if (HALF) {
+            const int64_t t = 4 * i;
+            const int64_t t1 = std::min(t + 1, last), t2 = std::min(t + 2, last), t3 = std::min(t + 3, last);
+            x0 = _mm256_loadu2_m128i((const __m128i*)(cp + t2 * rb), (const __m128i*)(cp + t * rb));
+            x1 = _mm256_loadu2_m128i((const __m128i*)(cp + t3 * rb), (const __m128i*)(cp + t1 * rb));
         } else {
-            for (int t = 0; t < m; t++) sf[t] = h2f(vs[(s + t) * nb + blk]), mf[t] = h2f(vm[(s + t) * nb + blk]);
+            const int64_t t0 = 2 * i, t1 = std::min<int64_t>(t0 + 1, last);
+            x0 = _mm256_loadu_si256((const __m256i*)(cp + t0 * rb));
+            x1 = _mm256_loadu_si256((const __m256i*)(cp + t1 * rb));
         }
+        const __m256i l0 = _mm256_and_si256(x0, mask), l1 = _mm256_and_si256(x1, mask);
+        const __m256i ca = _mm256_sub_epi8(_mm256_unpacklo_epi8(l0, l1), eight);
+        const __m256i cb = _mm256_sub_epi8(_mm256_unpackhi_epi8(l0, l1), eight);
+#pragma GCC unroll 4
         for (int j = 0; j < G; j++) {
-            const float* p = sc + j * n + s - s0;
-            simd::mul_f32(p, sf, pw + j * KV_Q4_WCHUNK, m);
-            ms[j] += simd::dot_f32(p, mf, m);
+            const __m256i w = _mm256_load_si256((const __m256i*)(wv + 32 * j));
+            a0[j] = _mm256_add_epi16(a0[j], _mm256_maddubs_epi16(w, ca));
+            a1[j] = _mm256_add_epi16(a1[j], _mm256_maddubs_epi16(w, cb));
         }
-        values_q4_slots<G, NV>(codes + s * rb + c0 / 2, rb, e - s, pw, ac);
+        const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(x0, 4), mask);
+        const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(x1, 4), mask);
+        const __m256i cc = _mm256_sub_epi8(_mm256_unpacklo_epi8(h0, h1), eight);
+        const __m256i cd = _mm256_sub_epi8(_mm256_unpackhi_epi8(h0, h1), eight);
+#pragma GCC unroll 4
+        for (int j = 0; j < G; j++) {
+            const __m256i w = _mm256_load_si256((const __m256i*)(wv + 32 * j));
+            a2[j] = _mm256_add_epi16(a2[j], _mm256_maddubs_epi16(w, cc));
+            a3[j] = _mm256_add_epi16(a3[j], _mm256_maddubs_epi16(w, cd));
+        }
     }
-    for (int j = 0; j < G; j++) {
-        for (int h = 0; h < NV / 2; h++) {
-            // (even, odd) -> channels 16h + 0..7 and 16h + 8..15
-            const __m256 lo = _mm256_unpacklo_ps(ac[j][2 * h], ac[j][2 * h + 1]);
-            const __m256 hi = _mm256_unpackhi_ps(ac[j][2 * h], ac[j][2 * h + 1]);
-            float* d = dst + j * stride + 16 * h;
-            _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), _mm256_permute2f128_ps(lo, hi, 0x20)));
-            _mm256_storeu_ps(d + 8, _mm256_add_ps(_mm256_loadu_ps(d + 8), _mm256_permute2f128_ps(lo, hi, 0x31)));
+#pragma GCC unroll 4
+    for (int j = 0; j < G; j++) ac[j][0] = a0[j], ac[j][1] = a1[j], ac[j][2] = a2[j], ac[j][3] = a3[j];
+}
+
+// HALF (r <= 32, one value block): the two lanes carry different slots
+// instead of two blocks. Slot entries of the weight dwords are then (t, t + 2)
+// in place of (block 0, block 1), a chunk is 32 slots (8 pairs per lane), and
+// both lanes add to the same channels.
+template <int G, bool HALF>
+void values_q4_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, int nb, int64_t a,
+                     int64_t b, int64_t s0, int64_t n, int r, const float* sc, float* acc, float* msum) {
+    static_assert(G >= 1 && G <= 3, "12 int16 accumulators at most");
+    constexpr int C = HALF ? 2 * KV_Q4_VCHUNK : KV_Q4_VCHUNK;
+    // A pair's weights arrive as the dword {u_t(b0), u_t(b1), u_t+1(b0), u_t+1(b1)}
+    // (slot-major, as the scales lie in memory); broadcast and shuffled: the low
+    // lane gets the b0 pair, the high lane the b1 pair.
+    const __m256i wctl = _mm256_setr_epi8(0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3,
+                                          1, 3, 1, 3, 1, 3);
+    const __m256i dup_lo = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), dup_hi = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
+    const __m256i quad = _mm256_setr_epi32(0, 2, 1, 3, 4, 6, 5, 7);  // HALF: slots (t, t + 2), (t + 1, t + 3)
+    const __m256i quad16 = _mm256_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15, 0, 1, 4, 5, 2, 3, 6,
+                                            7, 8, 9, 12, 13, 10, 11, 14, 15);
+    const int nrc = HALF ? 1 : q4_row_chunks(r);
+    for (int k = 0; k < nrc; k++) {
+        alignas(32) float fa[G][4][2][8];  // [head][code vector][lane][8]: channel order restored at the end
+        std::memset(fa, 0, sizeof(fa));
+        __m256 msv[G];  // min terms, lanes alternate blocks 2k, 2k + 1
+        for (int j = 0; j < G; j++) msv[j] = _mm256_setzero_ps();
+        const bool two = 2 * k + 1 < nb;
+        for (int64_t s = a; s < b; s += C) {
+            const int m = (int)std::min<int64_t>(C, b - s);
+            // per slot, the f16 pairs {s_b0, s_b1} and {m_b0, m_b1}: read in place
+            // when the two blocks are a whole row of scales, else gathered (zeros
+            // past the chunk's end or a missing second block)
+            alignas(32) uint32_t st[KV_Q4_VCHUNK], mt[KV_Q4_VCHUNK];
+            const uint32_t *sd = st, *md = mt;
+            if (HALF && m == C) {  // {s_t, s_t+2}, {s_t+1, s_t+3} per 4 slots
+                for (int h = 0; h < 2; h++) {
+                    _mm256_store_si256((__m256i*)(st + 8 * h), _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i*)(vs + s + 16 * h)), quad16));
+                    _mm256_store_si256((__m256i*)(mt + 8 * h), _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i*)(vm + s + 16 * h)), quad16));
+                }
+            } else if (HALF) {
+                for (int e = 0; e < KV_Q4_VCHUNK; e++) {
+                    const int t = 4 * (e >> 1) + (e & 1);
+                    st[e] = (t < m ? vs[s + t] : 0u) | (t + 2 < m ? (uint32_t)vs[s + t + 2] << 16 : 0u);
+                    mt[e] = (t < m ? vm[s + t] : 0u) | (t + 2 < m ? (uint32_t)vm[s + t + 2] << 16 : 0u);
+                }
+            } else if (nb == 2 && m == C) {
+                sd = (const uint32_t*)(vs + s * 2);
+                md = (const uint32_t*)(vm + s * 2);
+            } else if (nb == 1 && m == C) {  // {s_t, 0}: the high lanes meet no block
+                const __m256i z = _mm256_setzero_si256();
+                const __m256i x = _mm256_loadu_si256((const __m256i*)(vs + s)), y = _mm256_loadu_si256((const __m256i*)(vm + s));
+                // unpack within lanes: slots 0-3, 8-11 | 4-7, 12-15 -> stored in slot order
+                _mm256_store_si256((__m256i*)st, _mm256_permute2x128_si256(_mm256_unpacklo_epi16(x, z), _mm256_unpackhi_epi16(x, z), 0x20));
+                _mm256_store_si256((__m256i*)(st + 8), _mm256_permute2x128_si256(_mm256_unpacklo_epi16(x, z), _mm256_unpackhi_epi16(x, z), 0x31));
+                _mm256_store_si256((__m256i*)mt, _mm256_permute2x128_si256(_mm256_unpacklo_epi16(y, z), _mm256_unpackhi_epi16(y, z), 0x20));
+                _mm256_store_si256((__m256i*)(mt + 8), _mm256_permute2x128_si256(_mm256_unpacklo_epi16(y, z), _mm256_unpackhi_epi16(y, z), 0x31));
+            } else {
+                for (int t = 0; t < C; t++) {
+                    const int64_t o = (s + t) * nb + 2 * k;
+                    st[t] = t >= m ? 0u : vs[o] | (two ? (uint32_t)vs[o + 1] << 16 : 0u);
+                    mt[t] = t >= m ? 0u : vm[o] | (two ? (uint32_t)vm[o + 1] << 16 : 0u);
+                }
+            }
+            __m256 S[4], M[4];  // 4 slots x 2 blocks each, slot-major (HALF: 8 slots)
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++) {
+                S[q] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(sd + 4 * q)));
+                M[q] = _mm256_fmadd_ps(_mm256_set1_ps(8.0f), S[q], _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(md + 4 * q))));
+            }
+            alignas(32) int8_t wv[KV_Q4_VCHUNK / 2][G][32];  // [pair][head] weight vectors
+            float dsc[G][2];
+            // weights and their maxima for every head first, then the roundings: the
+            // heads' reciprocals overlap instead of each stalling its own chain
+            __m256 W[G][4], id[G];
+#pragma GCC unroll 4
+            for (int j = 0; j < G; j++) {
+                const float* p = sc + j * n + s - s0;
+                alignas(32) float pf[C];
+                if (m < C) {
+                    for (int t = 0; t < C; t++) pf[t] = t < m ? p[t] : 0.0f;
+                    p = pf;
+                }
+                __m256 P[4];
+                if (HALF) {
+#pragma GCC unroll 4
+                    for (int q = 0; q < 4; q++) P[q] = _mm256_permutevar8x32_ps(_mm256_loadu_ps(p + 8 * q), quad);
+                } else {
+                    const __m256 p0 = _mm256_loadu_ps(p), p1 = _mm256_loadu_ps(p + 8);
+                    P[0] = _mm256_permutevar8x32_ps(p0, dup_lo), P[1] = _mm256_permutevar8x32_ps(p0, dup_hi);
+                    P[2] = _mm256_permutevar8x32_ps(p1, dup_lo), P[3] = _mm256_permutevar8x32_ps(p1, dup_hi);
+                }
+                __m256 mx = _mm256_setzero_ps();
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; q++) {
+                    W[j][q] = _mm256_mul_ps(P[q], S[q]);
+                    msv[j] = _mm256_fmadd_ps(P[q], M[q], msv[j]);
+                    mx = _mm256_max_ps(mx, W[j][q]);
+                }
+                // per block: even lanes b0, odd lanes b1
+                mx = _mm256_max_ps(mx, _mm256_permute2f128_ps(mx, mx, 1));
+                mx = _mm256_max_ps(mx, _mm256_shuffle_ps(mx, mx, 0x4E));
+                dsc[j][0] = _mm256_cvtss_f32(mx) * (1.0f / 255.0f);
+                dsc[j][1] = _mm_cvtss_f32(_mm_shuffle_ps(_mm256_castps256_ps128(mx), _mm256_castps256_ps128(mx), 1)) *
+                            (1.0f / 255.0f);
+                id[j] = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(255.0f), mx),
+                                      _mm256_cmp_ps(mx, _mm256_setzero_ps(), _CMP_GT_OQ));
+            }
+#pragma GCC unroll 4
+            for (int j = 0; j < G; j++) {
+                const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(W[j][0], id[j]));
+                const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(W[j][1], id[j]));
+                const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(W[j][2], id[j]));
+                const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(W[j][3], id[j]));
+                // dwords: lane 0 = pairs 0, 2, 4, 6; lane 1 = pairs 1, 3, 5, 7
+                alignas(32) uint32_t pd[8];
+                _mm256_store_si256((__m256i*)pd, _mm256_packus_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3)));
+#pragma GCC unroll 8
+                for (int i = 0; i < KV_Q4_VCHUNK / 2; i++)
+                    _mm256_store_si256((__m256i*)wv[i][j],
+                                       _mm256_shuffle_epi8(_mm256_set1_epi32((int)pd[(i & 1) * 4 + (i >> 1)]), wctl));
+            }
+            __m256i ac[G][4];
+            values_q4_pairs<G, HALF>(codes + s * rb + 32 * k, rb, HALF ? (m + 3) / 4 : (m + 1) / 2, m - 1, &wv[0][0][0], ac);
+#pragma GCC unroll 4
+            for (int j = 0; j < G; j++) {
+                const __m256 d0 = _mm256_set1_ps(dsc[j][0]), d1 = _mm256_set1_ps(dsc[j][1]);
+#pragma GCC unroll 4
+                for (int v = 0; v < 4; v++) {
+                    const __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(ac[j][v])));
+                    const __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(ac[j][v], 1)));
+                    _mm256_store_ps(fa[j][v][0], _mm256_fmadd_ps(lo, d0, _mm256_load_ps(fa[j][v][0])));
+                    _mm256_store_ps(fa[j][v][1], _mm256_fmadd_ps(hi, d1, _mm256_load_ps(fa[j][v][1])));
+                }
+            }
         }
-        msum[j * nb + blk] += ms[j];
+        // vector v of lane h, element e: unpacklo (v even) holds code bytes 0..7 of
+        // the lane, unpackhi (v odd) bytes 8..15; low nibbles (v < 2) are the even
+        // channels. Byte i of lane h is channels 64k + 32h + 2i, + 1.
+        for (int j = 0; j < G; j++) {
+            for (int v = 0; v < 4; v++)
+                for (int h = 0; h < 2; h++)
+                    for (int e = 0; e < 8; e++) {
+                        const int c = 64 * k + (HALF ? 0 : 32 * h) + 2 * (8 * (v & 1) + e) + (v >> 1);
+                        if (c < r) acc[j * r + c] += fa[j][v][h][e];
+                    }
+            alignas(32) float ms[8];
+            _mm256_store_ps(ms, msv[j]);
+            msum[j * nb + 2 * k] += ms[0] + ms[2] + ms[4] + ms[6];
+            if (two) msum[j * nb + 2 * k + 1] += ms[1] + ms[3] + ms[5] + ms[7];
+            if (HALF) msum[j * nb] += ms[1] + ms[3] + ms[5] + ms[7];
+        }
     }
 }
 
-// All value blocks of slots [a, b). Full blocks add in place to acc [G x r]; a
-// partial last block (r % 32 != 0) sums 16 or 32 channels into `tmp` [G x 32]
-// (the codes past r that it reads are padding or the next row, and land in
-// channels that are dropped), then adds the channels below r.
 template <int G>
-void values_q4_fast_g(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, int nb, int64_t a,
-                      int64_t b, int64_t s0, int64_t n, int r, const float* sc, float* acc, float* msum,
-                      float* tmp, float* pw) {
-    const int full = r / KV_Q4_VBLOCK;
-    for (int blk = 0; blk < full; blk++)
-        values_q4_block<G, 4>(codes, rb, vs, vm, nb, blk, a, b, s0, n, sc, acc + blk * KV_Q4_VBLOCK, r, msum, pw);
-    const int c0 = full * KV_Q4_VBLOCK, len = r - c0;
-    if (len == 0) return;
-    std::memset(tmp, 0, sizeof(float) * G * 32);
-    if (len <= 16)
-        values_q4_block<G, 2>(codes, rb, vs, vm, nb, full, a, b, s0, n, sc, tmp, 32, msum, pw);
+void values_q4_int_h(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, int nb, int64_t a,
+                     int64_t b, int64_t s0, int64_t n, int r, const float* sc, float* acc, float* msum) {
+    if (r <= 32)
+        values_q4_int_g<G, true>(codes, rb, vs, vm, nb, a, b, s0, n, r, sc, acc, msum);
     else
-        values_q4_block<G, 4>(codes, rb, vs, vm, nb, full, a, b, s0, n, sc, tmp, 32, msum, pw);
-    for (int j = 0; j < G; j++)
-        for (int c = 0; c < len; c++) acc[j * r + c0 + c] += tmp[j * 32 + c];
+        values_q4_int_g<G, false>(codes, rb, vs, vm, nb, a, b, s0, n, r, sc, acc, msum);
 }
 
 // ---- fast paths for 8-bit slots (AVX2) ----
@@ -550,19 +739,19 @@ void values_q4_fast_g(const uint8_t* codes, int rb, const uint16_t* vs, const ui
 // tail is loaded with a 4-byte load, so nothing past a row (or the buffer) is read.
 
 // 8-bit values: per block and chunk of slots, the weights p_j d_s (scale of
-// slot s's block) into pw [G x KV_Q4_WCHUNK], then the f16 path's stripe loop
+// slot s's block) into pw [G x KV_Q8_WCHUNK], then the f16 path's stripe loop
 // on the int8 codes with those weights.
 template <int G>
 void values_q8_fast_g(const int8_t* codes, const uint16_t* d, int nb, int64_t a, int64_t b, int64_t s0, int64_t n,
                       int r, const float* sc, float* acc, float* pw) {
-    float* df = pw + 4 * KV_Q4_WCHUNK;  // [m] the chunk's scales
+    float* df = pw + 4 * KV_Q8_WCHUNK;  // [m] the chunk's scales
     for (int blk = 0; blk < nb; blk++) {
         const int c0 = blk * KV_Q8_BLOCK, len = std::min(KV_Q8_BLOCK, r - c0);
-        for (int64_t s = a; s < b; s += KV_Q4_WCHUNK) {
-            const int m = (int)std::min<int64_t>(KV_Q4_WCHUNK, b - s);
+        for (int64_t s = a; s < b; s += KV_Q8_WCHUNK) {
+            const int m = (int)std::min<int64_t>(KV_Q8_WCHUNK, b - s);
             for (int t = 0; t < m; t++) df[t] = h2f(d[(s + t) * nb + blk]);
-            for (int j = 0; j < G; j++) simd::mul_f32(sc + j * n + s - s0, df, pw + j * KV_Q4_WCHUNK, m);
-            values_stripe_len<int8_t, G>(len, codes, 0, s, s + m, s, KV_Q4_WCHUNK, r, c0, pw, acc);
+            for (int j = 0; j < G; j++) simd::mul_f32(sc + j * n + s - s0, df, pw + j * KV_Q8_WCHUNK, m);
+            values_stripe_len<int8_t, G>(len, codes, 0, s, s + m, s, KV_Q8_WCHUNK, r, c0, pw, acc);
         }
     }
 }
@@ -597,38 +786,53 @@ void scores_q4(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t
     const int G = q.n_group, r = kv.r_k, gs = kv.group, rb = kv_q4_row_bytes(r);
     const uint8_t* codes = (const uint8_t*)kv.kq;
     const attn_gear_view& gr = kv.gear_k;
+#ifdef ZK_SIMD_AVX2
+    const int nrc = q4_row_chunks(r);
+    const bool int_path = nrc <= 4;  // int16 sums stay exact up to r = 256
+    if (int_path) {  // the query and the group's scales/mins zero-padded to whole row chunks
+        const int64_t r64 = 64 * nrc;
+        for (int j = 0; j < G; j++) {
+            std::memcpy(w.qpad + j * r64, qt + j * q.q_head_stride, sizeof(float) * r);
+            std::memset(w.qpad + j * r64 + r, 0, sizeof(float) * (r64 - r));
+        }
+        std::memset(w.kpad, 0, sizeof(float) * 2 * r64);
+    }
+#endif
     for (int64_t g = group_of(kv, a); g < kv.n_groups && kv.group_start[g] < b; g++) {
         const int64_t g0 = kv.group_start[g];
         const int64_t ga = std::max<int64_t>(a, g0), gb = std::min<int64_t>(b, kv.group_start[g + 1]);
         const uint16_t* scl = kv.ks + g * r;
         const uint16_t* mn = kv.km + g * r;
-        simd::f16_to_f32_row(scl, w.krow, r);
-        simd::f16_to_f32_row(mn, w.kmin, r);
-        for (int j = 0; j < G; j++) {
-            const float* qj = qt + j * q.q_head_stride;
-            simd::mul_f32(qj, w.krow, w.qs + j * r, r);
-            w.bias[j] = simd::dot_f32(qj, w.kmin, r);
-        }
 #ifdef ZK_SIMD_AVX2
-        const int nchunk = (r + 31) / 32;
-        if (nchunk <= 8) {  // int16 sums stay exact up to r = 256
-            const int qstride = nchunk * 32;
-            for (int j = 0; j < G; j++) w.qd[j] = q4_quantize_query(w.qs + j * r, r, nchunk, w.qi + j * qstride);
-            for (int j0 = 0; j0 < G; j0 += 4) {  // query heads in register-sized groups
-                const int8_t* qi = w.qi + j0 * qstride;
-                float* sc = w.sc + j0 * n;
-                switch (std::min(4, G - j0)) {
-                    case 1: scores_q4_int_g<1>(codes, rb, nchunk, ga, gb, s0, n, qi, w.qd + j0, w.bias + j0, sc); break;
-                    case 2: scores_q4_int_g<2>(codes, rb, nchunk, ga, gb, s0, n, qi, w.qd + j0, w.bias + j0, sc); break;
-                    case 3: scores_q4_int_g<3>(codes, rb, nchunk, ga, gb, s0, n, qi, w.qd + j0, w.bias + j0, sc); break;
-                    default: scores_q4_int_g<4>(codes, rb, nchunk, ga, gb, s0, n, qi, w.qd + j0, w.bias + j0, sc); break;
-                }
+        if (int_path) {  // int16 sums stay exact up to r = 256
+            const int qstride = 64 * nrc;
+            float* ks = w.kpad;
+            float* km = w.kpad + qstride;
+            int c = 0;
+            for (; c + 8 <= r; c += 8) {
+                _mm256_storeu_ps(ks + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(scl + c))));
+                _mm256_storeu_ps(km + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(mn + c))));
             }
+            for (; c < r; c++) ks[c] = h2f(scl[c]), km[c] = h2f(mn[c]);  // past r: zeros, set above
+            for (int j = 0; j < G; j++)
+                w.qd[j] = q4_fold_query(w.qpad + j * qstride, ks, km, nrc, w.qi + j * qstride, w.bias + j);
+            for (int j0 = 0; j0 < G; j0 += 4)  // query heads in register-sized groups
+                scores_q4_int(std::min(4, G - j0), r <= 32 ? 0 : nrc, codes, rb, ga, gb, s0, n, w.qi + j0 * qstride, w.qd + j0,
+                              w.bias + j0, w.sc + j0 * n);
         } else
 #endif
-        for (int64_t s = ga; s < gb; s++) {
-            q4_codes_to_f32(codes + s * rb, r, w.krow);
-            for (int j = 0; j < G; j++) w.sc[j * n + s - s0] = simd::dot_f32(w.qs + j * r, w.krow, r) + w.bias[j];
+        {
+            simd::f16_to_f32_row(scl, w.krow, r);
+            simd::f16_to_f32_row(mn, w.kmin, r);
+            for (int j = 0; j < G; j++) {
+                const float* qj = qt + j * q.q_head_stride;
+                simd::mul_f32(qj, w.krow, w.qs + j * r, r);
+                w.bias[j] = simd::dot_f32(qj, w.kmin, r);
+            }
+            for (int64_t s = ga; s < gb; s++) {
+                q4_codes_to_f32(codes + s * rb, r, w.krow);
+                for (int j = 0; j < G; j++) w.sc[j * n + s - s0] = simd::dot_f32(w.qs + j * r, w.krow, r) + w.bias[j];
+            }
         }
         if (gr.rank == 0) continue;
         const int k = gr.rank;
@@ -754,15 +958,14 @@ void values_all(const attn_kv_view& kv, int64_t s0, int64_t e, int64_t n, int G,
 #ifdef ZK_SIMD_AVX2
         const bool fast = true;
         const uint8_t* codes = (const uint8_t*)kv.vq;
-        for (int j0 = 0; j0 < G; j0 += 4) {  // query heads in register-sized groups
+        for (int j0 = 0; j0 < G; j0 += 3) {  // query heads in register-sized groups
             const float* sc = w.sc + j0 * n;
             float* ac = acc + j0 * r;
             float* ms = w.msum + j0 * nb;
-            switch (std::min(4, G - j0)) {
-                case 1: values_q4_fast_g<1>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, sc, ac, ms, w.tmp, w.pw); break;
-                case 2: values_q4_fast_g<2>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, sc, ac, ms, w.tmp, w.pw); break;
-                case 3: values_q4_fast_g<3>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, sc, ac, ms, w.tmp, w.pw); break;
-                default: values_q4_fast_g<4>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, sc, ac, ms, w.tmp, w.pw); break;
+            switch (std::min(3, G - j0)) {
+                case 1: values_q4_int_h<1>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, sc, ac, ms); break;
+                case 2: values_q4_int_h<2>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, sc, ac, ms); break;
+                default: values_q4_int_h<3>(codes, rb, kv.vs, kv.vm, nb, s0, qe, s0, n, r, sc, ac, ms); break;
             }
         }
 #else
@@ -809,8 +1012,9 @@ void values_all(const attn_kv_view& kv, int64_t s0, int64_t e, int64_t n, int G,
 }  // namespace
 
 int64_t kernel_attention_scratch(int n_group, int64_t n, int r_k, int r_v, int gear_rank) {
+    const int64_t r64 = 64 * (int64_t)((r_k + 63) / 64);
     return n_group * n + r_k + r_v + (int64_t)n_group * (r_k + 1 + gear_rank + kv_n_blocks(r_v, KV_Q4_VBLOCK)) +
-           n_group + 4 * 32 + 6 * KV_Q4_WCHUNK + r_k + (int64_t)n_group * kv_n_blocks(r_k, 32) * 32 / 4 + 16;
+           n_group + 6 * KV_Q8_WCHUNK + r_k + (n_group + 2) * r64 + n_group * r64 / 4 + 16;
 }
 
 void kernel_attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, const attn_q_view& q,
