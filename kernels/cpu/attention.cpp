@@ -614,14 +614,6 @@ void values_q4_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const uin
             } else if (nb == 2 && m == C) {
                 sd = (const uint32_t*)(vs + s * 2);
                 md = (const uint32_t*)(vm + s * 2);
-            } else if (nb == 1 && m == C) {  // {s_t, 0}: the high lanes meet no block
-                const __m256i z = _mm256_setzero_si256();
-                const __m256i x = _mm256_loadu_si256((const __m256i*)(vs + s)), y = _mm256_loadu_si256((const __m256i*)(vm + s));
-                // unpack within lanes: slots 0-3, 8-11 | 4-7, 12-15 -> stored in slot order
-                _mm256_store_si256((__m256i*)st, _mm256_permute2x128_si256(_mm256_unpacklo_epi16(x, z), _mm256_unpackhi_epi16(x, z), 0x20));
-                _mm256_store_si256((__m256i*)(st + 8), _mm256_permute2x128_si256(_mm256_unpacklo_epi16(x, z), _mm256_unpackhi_epi16(x, z), 0x31));
-                _mm256_store_si256((__m256i*)mt, _mm256_permute2x128_si256(_mm256_unpacklo_epi16(y, z), _mm256_unpackhi_epi16(y, z), 0x20));
-                _mm256_store_si256((__m256i*)(mt + 8), _mm256_permute2x128_si256(_mm256_unpacklo_epi16(y, z), _mm256_unpackhi_epi16(y, z), 0x31));
             } else {
                 for (int t = 0; t < C; t++) {
                     const int64_t o = (s + t) * nb + 2 * k;
