@@ -523,12 +523,30 @@ constexpr int KV_Q4_VCHUNK = 16;
 // chunk repeats its slot, with weight 0) against the weight vectors wv
 // [pair][G][32], into ac (zeroed here). Out of line with its accumulators in
 // locals: inlined into the chunk loop, GCC kept them on the stack.
+// One nibble half of a pair of slots (l0, l1: codes 0..15 of slot t and of
+// slot t + 1, or of two lanes' pairs under HALF): interleaved, centred, and
+// weighted by every head's vector in wv [G][32] into lo (bytes 0..7 of each
+// lane) and hi (bytes 8..15). Always inline: the accumulators stay in registers.
+template <int G>
+__attribute__((always_inline)) inline void values_q4_nibbles(__m256i l0, __m256i l1, const int8_t* wv, __m256i (&lo)[G],
+                                                             __m256i (&hi)[G]) {
+    const __m256i eight = _mm256_set1_epi8(8);
+    const __m256i ca = _mm256_sub_epi8(_mm256_unpacklo_epi8(l0, l1), eight);
+    const __m256i cb = _mm256_sub_epi8(_mm256_unpackhi_epi8(l0, l1), eight);
+#pragma GCC unroll 4
+    for (int j = 0; j < G; j++) {
+        const __m256i w = _mm256_load_si256((const __m256i*)(wv + 32 * j));
+        lo[j] = _mm256_add_epi16(lo[j], _mm256_maddubs_epi16(w, ca));
+        hi[j] = _mm256_add_epi16(hi[j], _mm256_maddubs_epi16(w, cb));
+    }
+}
+
 // HALF (r <= 32, rows of at most 16 bytes): an iteration takes 4 slots, the
 // pair (t, t + 1) in the low lane and (t + 2, t + 3) in the high one.
 template <int G, bool HALF>
 __attribute__((noinline)) void values_q4_pairs(const uint8_t* cp, int rb, int64_t np, int64_t last,
                                                const int8_t* wv, __m256i (&ac)[G][4]) {
-    const __m256i mask = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
+    const __m256i mask = _mm256_set1_epi8(0x0F);
     __m256i a0[G], a1[G], a2[G], a3[G];
 #pragma GCC unroll 4
     for (int j = 0; j < G; j++) a0[j] = a1[j] = a2[j] = a3[j] = _mm256_setzero_si256();
@@ -544,25 +562,9 @@ __attribute__((noinline)) void values_q4_pairs(const uint8_t* cp, int rb, int64_
             x0 = _mm256_loadu_si256((const __m256i*)(cp + t0 * rb));
             x1 = _mm256_loadu_si256((const __m256i*)(cp + t1 * rb));
         }
-        const __m256i l0 = _mm256_and_si256(x0, mask), l1 = _mm256_and_si256(x1, mask);
-        const __m256i ca = _mm256_sub_epi8(_mm256_unpacklo_epi8(l0, l1), eight);
-        const __m256i cb = _mm256_sub_epi8(_mm256_unpackhi_epi8(l0, l1), eight);
-#pragma GCC unroll 4
-        for (int j = 0; j < G; j++) {
-            const __m256i w = _mm256_load_si256((const __m256i*)(wv + 32 * j));
-            a0[j] = _mm256_add_epi16(a0[j], _mm256_maddubs_epi16(w, ca));
-            a1[j] = _mm256_add_epi16(a1[j], _mm256_maddubs_epi16(w, cb));
-        }
-        const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(x0, 4), mask);
-        const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(x1, 4), mask);
-        const __m256i cc = _mm256_sub_epi8(_mm256_unpacklo_epi8(h0, h1), eight);
-        const __m256i cd = _mm256_sub_epi8(_mm256_unpackhi_epi8(h0, h1), eight);
-#pragma GCC unroll 4
-        for (int j = 0; j < G; j++) {
-            const __m256i w = _mm256_load_si256((const __m256i*)(wv + 32 * j));
-            a2[j] = _mm256_add_epi16(a2[j], _mm256_maddubs_epi16(w, cc));
-            a3[j] = _mm256_add_epi16(a3[j], _mm256_maddubs_epi16(w, cd));
-        }
+        values_q4_nibbles<G>(_mm256_and_si256(x0, mask), _mm256_and_si256(x1, mask), wv, a0, a1);
+        values_q4_nibbles<G>(_mm256_and_si256(_mm256_srli_epi16(x0, 4), mask),
+                             _mm256_and_si256(_mm256_srli_epi16(x1, 4), mask), wv, a2, a3);
     }
 #pragma GCC unroll 4
     for (int j = 0; j < G; j++) ac[j][0] = a0[j], ac[j][1] = a1[j], ac[j][2] = a2[j], ac[j][3] = a3[j];
