@@ -4,6 +4,7 @@
 // is bound by it), rows/s and int8 MAC/s.
 //
 //   bench_matmul --benchmark_filter='Layer'   one decoder layer's 7 matmuls
+//   bench_matmul --benchmark_filter='Model'   all of a decode step's matmuls, from DRAM
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -100,7 +101,49 @@ void bm_layer(benchmark::State& st, int64_t n_tok, int n_threads) {
     st.counters["tok/s"] = benchmark::Counter((double)n_tok * st.iterations(), benchmark::Counter::kIsRate);
 }
 
+// Every matmul of one decode step of the default model: 30 layers, each with
+// its own copy of the weights (66 MB of Q4_1), then the 49152 x 576 Q8_0 output
+// (28 MB). Together they are three times the L3, so the weights stream from
+// DRAM as in a real decode step; bm_layer's 2 MB stay in cache. Q/K/V and
+// gate/up go through kernel_matmul_multi as in the engine.
+void bm_model(benchmark::State& st, int n_threads) {
+    constexpr int n_layers = 30;
+    const shape ls[] = {{"q", 576, 576}, {"k", 192, 576}, {"v", 192, 576}, {"o", 576, 576},
+                        {"gate", 1536, 576}, {"up", 1536, 576}, {"down", 576, 1536}};
+    std::vector<std::vector<uint8_t>> one;
+    for (const auto& s : ls) one.push_back(make_weights(dtype::Q4_1, s.rows, s.cols));
+    std::vector<std::vector<std::vector<uint8_t>>> layers(n_layers, one);  // distinct copies
+    const auto out = make_weights(dtype::Q8_0, 49152, 576);
+    size_t bytes = out.size();
+    for (const auto& w : one) bytes += w.size() * n_layers;
+    const auto x = make_acts(1536);
+    std::vector<float> y0(49152), y1(1536), y2(1536);
+    thread_pool pool(n_threads);
+    matmul_scratch scratch;
+    for (auto _ : st) {
+        for (auto& l : layers) {
+            weight_view qkv[3];
+            float* qkv_y[3] = {y0.data(), y1.data(), y2.data()};
+            for (int i = 0; i < 3; i++) qkv[i] = {dtype::Q4_1, ls[i].rows, ls[i].cols, l[i].data()};
+            kernel_matmul_multi(qkv, qkv_y, 3, x.data(), 1, pool, scratch);
+            kernel_matmul({dtype::Q4_1, 576, 576, l[3].data()}, x.data(), 1, y0.data(), pool, scratch);
+            weight_view gu[2] = {{dtype::Q4_1, 1536, 576, l[4].data()}, {dtype::Q4_1, 1536, 576, l[5].data()}};
+            float* gu_y[2] = {y1.data(), y2.data()};
+            kernel_matmul_multi(gu, gu_y, 2, x.data(), 1, pool, scratch);
+            kernel_matmul({dtype::Q4_1, 576, 1536, l[6].data()}, x.data(), 1, y0.data(), pool, scratch);
+        }
+        kernel_matmul({dtype::Q8_0, 49152, 576, out.data()}, x.data(), 1, y0.data(), pool, scratch);
+        benchmark::DoNotOptimize(y0.data());
+    }
+    st.SetBytesProcessed((int64_t)st.iterations() * (int64_t)bytes);
+    st.counters["tok/s"] = benchmark::Counter((double)st.iterations(), benchmark::Counter::kIsRate);
+}
+
 int register_all() {
+    for (int th : {1, 2})
+        benchmark::RegisterBenchmark(("Model/decode/threads:" + std::to_string(th)).c_str(), bm_model, th)
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
     for (int64_t n_tok : {1, 64})
         for (int th : {1, 2}) {
             const std::string suffix = "/tok:" + std::to_string(n_tok) + "/threads:" + std::to_string(th);
