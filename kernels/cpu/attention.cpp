@@ -77,8 +77,8 @@ struct scratch_layout {
     float* msum;  // [G x value blocks] sum of p m_b (Q4 values)
     int8_t* qi;   // [G x 64 row chunks(r_k)] int8 folded query, zero-padded (Q4 keys)
     float* qpad;  // [G x 64 row chunks(r_k)] the query, zero past r_k (Q4 keys)
-    float* kpad;  // [2 x 64 row chunks(r_k)] a key group's scales, then mins, zero past r_k
     float* qd;    // [G] its scales
+    float* qsc;   // [G x r_k] the query times the softmax scale
     float* pw;    // [6 x KV_Q8_WCHUNK] 8-bit value weights p_j d_s of a chunk of slots (rows j < 4), its scales
     float* kmin;  // [r_k] a key group's mins
 };
@@ -97,8 +97,8 @@ scratch_layout scratch_split(float* p, int G, int64_t n, int r_k, int r_v, int r
     s.kmin = s.pw + 6 * KV_Q8_WCHUNK;
     const int64_t r64 = 64 * (int64_t)((r_k + 63) / 64);
     s.qpad = s.kmin + r_k;
-    s.kpad = s.qpad + G * r64;
-    s.qi = (int8_t*)(s.kpad + 2 * r64);
+    s.qsc = s.qpad + G * r64;
+    s.qi = (int8_t*)(s.qsc + (int64_t)G * r_k);
     return s;
 }
 
@@ -338,46 +338,95 @@ inline int32_t hsum_epi32(__m256i v) {
     return _mm_cvtsi128_si32(_mm_add_epi32(x, _mm_shuffle_epi32(x, 1)));
 }
 
-// Folded query of one head for one key group, as int8 in the layout the score
-// loop reads: per row chunk, 32 bytes of even channels then 32 of odd ones
-// (qi [nrc x 64], zeros past r; nrc <= 4). qs = q_c s_c is rounded with one scale per
-// head, d = max|qs| / 127 (llama.cpp likewise rounds Q to 8 bits for a
-// quantized cache). q, s, mn are [nrc x 64] floats, zero past r. Returns d;
-// *bias = sum_c q_c m_c.
-inline float q4_fold_query(const float* q, const float* s, const float* mn, int nrc, int8_t* qi, float* bias) {
-    alignas(32) float qs[4 * 64];  // nrc <= 4
+// Folded queries of GB <= 4 heads for one key group, as int8 in the layout the
+// score loop reads: per row chunk, 32 bytes of even channels then 32 of odd
+// ones (qi [GB x nrc x 64], zeros past r; nrc <= 4). qs = q_c s_c is rounded
+// with one scale per head, qd = max|qs| / 127 (llama.cpp likewise rounds Q to 8
+// bits for a quantized cache); bias = sum_c q_c m_c. q [GB x nrc x 64] floats,
+// zero past r; scl, mn: the group's r f16 scales and mins, read in place (8 at
+// a time; a partial last 8 through a zero-filled copy). All heads go through
+// one pass over the scales and their reductions overlap: this runs once per
+// group of 32 slots, so its latency chains (max, reciprocal) are a visible part
+// of a score.
+template <int GB>
+void q4_fold_queries(const float* q, const uint16_t* scl, const uint16_t* mn, int r, int nrc, int8_t* qi,
+                     float* qd, float* bias) {
+    const int qstride = 64 * nrc;
+    alignas(32) float qs[GB][4 * 64];  // nrc <= 4
     const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 mx = _mm256_setzero_ps(), bs = _mm256_setzero_ps();
-    for (int c = 0; c < 64 * nrc; c += 8) {
-        const __m256 qc = _mm256_loadu_ps(q + c);
-        const __m256 x = _mm256_mul_ps(qc, _mm256_loadu_ps(s + c));
-        _mm256_storeu_ps(qs + c, x);
-        mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, x));
-        bs = _mm256_fmadd_ps(qc, _mm256_loadu_ps(mn + c), bs);
+    __m256 mx[GB], bs[GB];
+#pragma GCC unroll 4
+    for (int j = 0; j < GB; j++) mx[j] = bs[j] = _mm256_setzero_ps();
+    auto fold8 = [&](int c, __m128i s16, __m128i m16) __attribute__((always_inline)) {
+        const __m256 sv = _mm256_cvtph_ps(s16), mv = _mm256_cvtph_ps(m16);
+#pragma GCC unroll 4
+        for (int j = 0; j < GB; j++) {
+            const __m256 qc = _mm256_loadu_ps(q + j * qstride + c);
+            const __m256 x = _mm256_mul_ps(qc, sv);
+            _mm256_store_ps(qs[j] + c, x);
+            mx[j] = _mm256_max_ps(mx[j], _mm256_andnot_ps(sign, x));
+            bs[j] = _mm256_fmadd_ps(qc, mv, bs[j]);
+        }
+    };
+    int c = 0;
+    for (; c + 8 <= r; c += 8)
+        fold8(c, _mm_loadu_si128((const __m128i*)(scl + c)), _mm_loadu_si128((const __m128i*)(mn + c)));
+    if (c < r) {
+        alignas(16) uint16_t ts[8] = {}, tm[8] = {};
+        std::memcpy(ts, scl + c, sizeof(uint16_t) * (r - c));
+        std::memcpy(tm, mn + c, sizeof(uint16_t) * (r - c));
+        fold8(c, _mm_load_si128((const __m128i*)ts), _mm_load_si128((const __m128i*)tm));
+        c += 8;
     }
-    *bias = simd::hsum(bs);
-    const float d = hmax8(mx) / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
-    const __m256 vid = _mm256_set1_ps(id);
+    for (; c < qstride; c += 8)
+#pragma GCC unroll 4
+        for (int j = 0; j < GB; j++) _mm256_store_ps(qs[j] + c, _mm256_setzero_ps());
+    __m256 vid[GB];
+#pragma GCC unroll 4
+    for (int j = 0; j < GB; j++) {
+        bias[j] = simd::hsum(bs[j]);
+        const float d = hmax8(mx[j]) / 127.0f;
+        qd[j] = d;
+        vid[j] = _mm256_set1_ps(d > 0 ? 1.0f / d : 0.0f);
+    }
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // undo the lane-wise packs
     // within each 16-byte lane: the 8 even bytes, then the 8 odd ones
     const __m256i eo = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10,
                                         12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-    for (int k = 0; k < nrc; k++) {
-        __m256i half[2];  // channels 64k + [0, 32) and [32, 64): evens of the lanes in qwords 0, 1; odds in 2, 3
-        for (int h = 0; h < 2; h++) {
-            const float* src = qs + 64 * k + 32 * h;
-            const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(src), vid));
-            const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(src + 8), vid));
-            const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(src + 16), vid));
-            const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(src + 24), vid));
-            const __m256i b = _mm256_permutevar8x32_epi32(
-                _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3)), order);
-            half[h] = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(b, eo), 0xD8);  // qwords 0, 2, 1, 3
+#pragma GCC unroll 4
+    for (int j = 0; j < GB; j++)
+        for (int k = 0; k < nrc; k++) {
+            __m256i half[2];  // channels 64k + [0, 32) and [32, 64): evens of the lanes in qwords 0, 1; odds in 2, 3
+            for (int h = 0; h < 2; h++) {
+                const float* src = qs[j] + 64 * k + 32 * h;
+                const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(src), vid[j]));
+                const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(src + 8), vid[j]));
+                const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(src + 16), vid[j]));
+                const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(src + 24), vid[j]));
+                const __m256i b = _mm256_permutevar8x32_epi32(
+                    _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3)), order);
+                half[h] = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(b, eo), 0xD8);  // qwords 0, 2, 1, 3
+            }
+            int8_t* dst = qi + j * qstride + 64 * k;
+            _mm256_storeu_si256((__m256i*)dst, _mm256_permute2x128_si256(half[0], half[1], 0x20));
+            _mm256_storeu_si256((__m256i*)(dst + 32), _mm256_permute2x128_si256(half[0], half[1], 0x31));
         }
-        _mm256_storeu_si256((__m256i*)(qi + 64 * k), _mm256_permute2x128_si256(half[0], half[1], 0x20));
-        _mm256_storeu_si256((__m256i*)(qi + 64 * k + 32), _mm256_permute2x128_si256(half[0], half[1], 0x31));
+}
+
+// Heads [0, G) in blocks of at most 4.
+void q4_fold_queries_n(int G, const float* q, const uint16_t* scl, const uint16_t* mn, int r, int nrc, int8_t* qi,
+                       float* qd, float* bias) {
+    const int qstride = 64 * nrc;
+    for (int j0 = 0; j0 < G; j0 += 4) {
+        const float* qj = q + j0 * qstride;
+        int8_t* qij = qi + j0 * qstride;
+        switch (std::min(4, G - j0)) {
+            case 1: q4_fold_queries<1>(qj, scl, mn, r, nrc, qij, qd + j0, bias + j0); break;
+            case 2: q4_fold_queries<2>(qj, scl, mn, r, nrc, qij, qd + j0, bias + j0); break;
+            case 3: q4_fold_queries<3>(qj, scl, mn, r, nrc, qij, qd + j0, bias + j0); break;
+            default: q4_fold_queries<4>(qj, scl, mn, r, nrc, qij, qd + j0, bias + j0); break;
+        }
     }
-    return d;
 }
 
 // {sum of a's int16 lanes, of b's, c's, d's} as int32 (pairs are widened to
@@ -772,9 +821,10 @@ inline int64_t group_of(const attn_kv_view& kv, int64_t s) {
     return std::upper_bound(kv.group_start, kv.group_start + kv.n_groups + 1, (int32_t)s) - kv.group_start - 1;
 }
 
-// Q4 keys of slots [a, b) (inside the quantized part) into sc (index s - s0),
-// unscaled. Per group: the folded query q_c s_c and bias sum_c q_c m_c once,
-// then one nibble row per slot shared by the G query heads.
+// Q4 keys of slots [a, b) (inside the quantized part): q . k into sc (index
+// s - s0), the softmax scale already in q. Per group: the folded query q_c s_c
+// and bias sum_c q_c m_c once, then one nibble row per slot shared by the G
+// query heads.
 void scores_q4(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t n, const float* qt,
                const attn_q_view& q, scratch_layout& w) {
     const int G = q.n_group, r = kv.r_k, gs = kv.group, rb = kv_q4_row_bytes(r);
@@ -783,13 +833,12 @@ void scores_q4(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t
 #ifdef ZK_SIMD_AVX2
     const int nrc = q4_row_chunks(r);
     const bool int_path = nrc <= 4;  // int16 sums stay exact up to r = 256
-    if (int_path) {  // the query and the group's scales/mins zero-padded to whole row chunks
+    if (int_path) {  // the query zero-padded to whole row chunks
         const int64_t r64 = 64 * nrc;
         for (int j = 0; j < G; j++) {
             std::memcpy(w.qpad + j * r64, qt + j * q.q_head_stride, sizeof(float) * r);
             std::memset(w.qpad + j * r64 + r, 0, sizeof(float) * (r64 - r));
         }
-        std::memset(w.kpad, 0, sizeof(float) * 2 * r64);
     }
 #endif
     for (int64_t g = group_of(kv, a); g < kv.n_groups && kv.group_start[g] < b; g++) {
@@ -800,16 +849,7 @@ void scores_q4(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t
 #ifdef ZK_SIMD_AVX2
         if (int_path) {  // int16 sums stay exact up to r = 256
             const int qstride = 64 * nrc;
-            float* ks = w.kpad;
-            float* km = w.kpad + qstride;
-            int c = 0;
-            for (; c + 8 <= r; c += 8) {
-                _mm256_storeu_ps(ks + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(scl + c))));
-                _mm256_storeu_ps(km + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(mn + c))));
-            }
-            for (; c < r; c++) ks[c] = h2f(scl[c]), km[c] = h2f(mn[c]);  // past r: zeros, set above
-            for (int j = 0; j < G; j++)
-                w.qd[j] = q4_fold_query(w.qpad + j * qstride, ks, km, nrc, w.qi + j * qstride, w.bias + j);
+            q4_fold_queries_n(G, w.qpad, scl, mn, r, nrc, w.qi, w.qd, w.bias);
             for (int j0 = 0; j0 < G; j0 += 4)  // query heads in register-sized groups
                 scores_q4_int(std::min(4, G - j0), r <= 32 ? 0 : nrc, codes, rb, ga, gb, s0, n, w.qi + j0 * qstride, w.qd + j0,
                               w.bias + j0, w.sc + j0 * n);
@@ -860,7 +900,7 @@ void scores_q4(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t
     }
 }
 
-// Unscaled scores of slots [s0, e) into sc.
+// Scores q . k of slots [s0, e) into sc (the caller has put the softmax scale into q).
 void scores_all(const attn_kv_view& kv, int64_t s0, int64_t e, int64_t n, const float* qt, const attn_q_view& q,
                 scratch_layout& w) {
     const int G = q.n_group, r = kv.r_k;
@@ -1008,7 +1048,7 @@ void values_all(const attn_kv_view& kv, int64_t s0, int64_t e, int64_t n, int G,
 int64_t kernel_attention_scratch(int n_group, int64_t n, int r_k, int r_v, int gear_rank) {
     const int64_t r64 = 64 * (int64_t)((r_k + 63) / 64);
     return n_group * n + r_k + r_v + (int64_t)n_group * (r_k + 1 + gear_rank + kv_n_blocks(r_v, KV_Q4_VBLOCK)) +
-           n_group + 6 * KV_Q8_WCHUNK + r_k + (n_group + 2) * r64 + n_group * r64 / 4 + 16;
+           n_group + 6 * KV_Q8_WCHUNK + r_k + n_group * r64 + (int64_t)n_group * r_k + n_group * r64 / 4 + 16;
 }
 
 void kernel_attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, const attn_q_view& q,
@@ -1034,8 +1074,14 @@ void kernel_attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, cons
         float* l = out.l + t * G;
         float* acc = out.acc + t * G * kv.r_v;
         std::memset(acc, 0, sizeof(float) * G * kv.r_v);
-        if (nv > 0) scores_all(kv, s0, e, n, qt, q, w);
-        for (int j = 0; j < G; j++) simd::scale_f32(w.sc + j * n, (int)nv, q.scale);
+        if (nv > 0) {
+            // the scale goes into the query (G x r_k multiplies, not G x n)
+            for (int j = 0; j < G; j++)
+                for (int c = 0; c < kv.r_k; c++) w.qsc[j * kv.r_k + c] = qt[j * q.q_head_stride + c] * q.scale;
+            attn_q_view qs = q;
+            qs.q_head_stride = kv.r_k;
+            scores_all(kv, s0, e, n, w.qsc, qs, w);
+        }
         if (out.logits) {
             for (int j = 0; j < G; j++) {
                 float* lg = out.logits + (t * G + j) * out.logits_stride;
