@@ -10,6 +10,7 @@ machine, date and the ratios; append it to bench/RESULTS.md by hand.
 
   python3 bench/compare_llamacpp.py --zack build/zack --model models/SmolLM2-135M-Instruct.Q4_1.gguf \
       [--zack-model m.zack] [--threads 2] [--depths 0,2048,8192] [--prompt 512,2048] [--gen 32] [--reps 2]
+      [--rounds 3]
 """
 import argparse
 import datetime
@@ -106,26 +107,44 @@ def main():
                     help="llama.cpp caches: f16 (no flash attention), f16-fa, q4_0 (flash attention)")
     ap.add_argument("--extra", action="append", default=[], metavar="LABEL=FLAGS",
                     help="another zack row on --zack-model (or --model), e.g. 'h2o 1024=--kv-evict h2o --kv-budget 1024'")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="measure every engine this many times in turn; rows give the median (± half the range)")
     ap.add_argument("--json", default="", help="also write every row to this JSON file")
     a = ap.parse_args()
     depths = [int(x) for x in a.depths.split(",")]
     prompts = [int(x) for x in a.prompt.split(",")]
 
+    def measure_all():
+        rows = []
+        print("measuring llama.cpp ...", file=sys.stderr)
+        for cache in a.llama_caches.split(","):
+            rows += llama_bench(a.model, a.threads, depths, prompts, a.gen, a.reps, cache)
+        print("measuring zack ...", file=sys.stderr)
+        rows += zack_bench(a.zack, a.model, a.threads, depths, prompts, a.gen, a.reps, "zack f16", [])
+        if a.zack_model:
+            rows += zack_bench(a.zack, a.zack_model, a.threads, depths, prompts, a.gen, a.reps, "zack ZACK0.5",
+                               ["--kv-rate", "0.5"])
+            rows += zack_bench(a.zack, a.zack_model, a.threads, depths, prompts, a.gen, a.reps,
+                               "zack ZACK0.5+4bit", ["--kv-rate", "0.5", "--kv-bits", "4"])
+        for e in a.extra:
+            label, _, flags = e.partition("=")
+            rows += zack_bench(a.zack, a.zack_model or a.model, a.threads, depths, prompts, a.gen, a.reps,
+                               "zack " + label, flags.split())
+        return rows
+
+    # Rounds interleave the engines in time, so a slow spell of a shared
+    # machine hits all of them rather than one: a row's tokens/s is the median
+    # of its rounds' means, its spread the smallest and largest of them.
+    rounds = []
+    for i in range(a.rounds):
+        if a.rounds > 1:
+            print(f"round {i + 1}/{a.rounds}", file=sys.stderr)
+        rounds.append(measure_all())
     rows = []
-    print("measuring llama.cpp ...", file=sys.stderr)
-    for cache in a.llama_caches.split(","):
-        rows += llama_bench(a.model, a.threads, depths, prompts, a.gen, a.reps, cache)
-    print("measuring zack ...", file=sys.stderr)
-    rows += zack_bench(a.zack, a.model, a.threads, depths, prompts, a.gen, a.reps, "zack f16", [])
-    if a.zack_model:
-        rows += zack_bench(a.zack, a.zack_model, a.threads, depths, prompts, a.gen, a.reps, "zack ZACK0.5",
-                           ["--kv-rate", "0.5"])
-        rows += zack_bench(a.zack, a.zack_model, a.threads, depths, prompts, a.gen, a.reps, "zack ZACK0.5+4bit",
-                           ["--kv-rate", "0.5", "--kv-bits", "4"])
-    for e in a.extra:
-        label, _, flags = e.partition("=")
-        rows += zack_bench(a.zack, a.zack_model or a.model, a.threads, depths, prompts, a.gen, a.reps,
-                           "zack " + label, flags.split())
+    for k, r in enumerate(rounds[0]):
+        runs = [rd[k]["tps"] for rd in rounds]
+        rows.append(dict(r, tps=statistics.median(runs), rounds=runs,
+                         sd=r["sd"] if a.rounds == 1 else (max(runs) - min(runs)) / 2))
 
     def find(engine, test, depth):
         for r in rows:
@@ -143,6 +162,8 @@ def main():
         pass
     print(f"### {datetime.date.today().isoformat()} — {cpu}, {a.threads} threads, {platform.system()}\n")
     print(f"model `{a.model}`" + (f", zack model `{a.zack_model}`" if a.zack_model else "") + "\n")
+    if a.rounds > 1:
+        print(f"tokens/s: median of {a.rounds} interleaved rounds ± half their range\n")
     print("| engine | test | depth | tokens/s | vs llama.cpp f16 | vs f16-fa | vs q4_0 | KV bytes/token |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
 
@@ -157,7 +178,7 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump(dict(date=datetime.date.today().isoformat(), cpu=cpu, threads=a.threads, model=a.model,
-                           zack_model=a.zack_model, rows=rows), f, indent=1)
+                           zack_model=a.zack_model, rounds=a.rounds, rows=rows), f, indent=1)
 
 
 if __name__ == "__main__":
