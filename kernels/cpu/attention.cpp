@@ -78,7 +78,6 @@ struct scratch_layout {
     int8_t* qi;   // [G x 64 row chunks(r_k)] int8 folded query, zero-padded (Q4 keys)
     float* qpad;  // [G x 64 row chunks(r_k)] the query, zero past r_k (Q4 keys)
     float* qd;    // [G] its scales
-    float* qsc;   // [G x r_k] the query times the softmax scale
     float* pw;    // [6 x KV_Q8_WCHUNK] 8-bit value weights p_j d_s of a chunk of slots (rows j < 4), its scales
     float* kmin;  // [r_k] a key group's mins
 };
@@ -97,8 +96,7 @@ scratch_layout scratch_split(float* p, int G, int64_t n, int r_k, int r_v, int r
     s.kmin = s.pw + 6 * KV_Q8_WCHUNK;
     const int64_t r64 = 64 * (int64_t)((r_k + 63) / 64);
     s.qpad = s.kmin + r_k;
-    s.qsc = s.qpad + G * r64;
-    s.qi = (int8_t*)(s.qsc + (int64_t)G * r_k);
+    s.qi = (int8_t*)(s.qpad + G * r64);
     return s;
 }
 
@@ -821,22 +819,24 @@ inline int64_t group_of(const attn_kv_view& kv, int64_t s) {
     return std::upper_bound(kv.group_start, kv.group_start + kv.n_groups + 1, (int32_t)s) - kv.group_start - 1;
 }
 
-// Q4 keys of slots [a, b) (inside the quantized part): q . k into sc (index
-// s - s0), the softmax scale already in q. Per group: the folded query q_c s_c
+// Q4 keys of slots [a, b) (inside the quantized part): scaled scores
+// q.scale (q . k) into sc (index s - s0). Per group: the folded query q_c s_c
 // and bias sum_c q_c m_c once, then one nibble row per slot shared by the G
-// query heads.
+// query heads. The integer path takes the scale into its copy of the query,
+// so the scores need no pass of their own.
 void scores_q4(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t n, const float* qt,
                const attn_q_view& q, scratch_layout& w) {
     const int G = q.n_group, r = kv.r_k, gs = kv.group, rb = kv_q4_row_bytes(r);
+    const float scale = q.scale;
     const uint8_t* codes = (const uint8_t*)kv.kq;
     const attn_gear_view& gr = kv.gear_k;
 #ifdef ZK_SIMD_AVX2
     const int nrc = q4_row_chunks(r);
     const bool int_path = nrc <= 4;  // int16 sums stay exact up to r = 256
-    if (int_path) {  // the query zero-padded to whole row chunks
+    if (int_path) {  // the scaled query zero-padded to whole row chunks
         const int64_t r64 = 64 * nrc;
         for (int j = 0; j < G; j++) {
-            std::memcpy(w.qpad + j * r64, qt + j * q.q_head_stride, sizeof(float) * r);
+            for (int c = 0; c < r; c++) w.qpad[j * r64 + c] = qt[j * q.q_head_stride + c] * scale;
             std::memset(w.qpad + j * r64 + r, 0, sizeof(float) * (r64 - r));
         }
     }
@@ -865,7 +865,8 @@ void scores_q4(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t
             }
             for (int64_t s = ga; s < gb; s++) {
                 q4_codes_to_f32(codes + s * rb, r, w.krow);
-                for (int j = 0; j < G; j++) w.sc[j * n + s - s0] = simd::dot_f32(w.qs + j * r, w.krow, r) + w.bias[j];
+                for (int j = 0; j < G; j++)
+                    w.sc[j * n + s - s0] = (simd::dot_f32(w.qs + j * r, w.krow, r) + w.bias[j]) * scale;
             }
         }
         if (gr.rank == 0) continue;
@@ -877,7 +878,7 @@ void scores_q4(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t
             for (int i = 0; i < k; i++) {
                 float d = 0;
                 for (int c = 0; c < r; c++) d += qj[c] * h2f(B[c * k + i]);
-                w.qb[j * k + i] = d;
+                w.qb[j * k + i] = d * scale;
             }
         }
         for (int64_t s = ga; s < gb; s++) {
@@ -894,13 +895,13 @@ void scores_q4(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t
             const int64_t s = g0 + oi[o] / r;
             if (s < ga || s >= gb) continue;
             const int c = oi[o] % r;
-            const float val = h2f(ov[o]);
+            const float val = h2f(ov[o]) * scale;
             for (int j = 0; j < G; j++) w.sc[j * n + s - s0] += qt[j * q.q_head_stride + c] * val;
         }
     }
 }
 
-// Scores q . k of slots [s0, e) into sc (the caller has put the softmax scale into q).
+// Scaled scores q.scale (q . k) of slots [s0, e) into sc.
 void scores_all(const attn_kv_view& kv, int64_t s0, int64_t e, int64_t n, const float* qt, const attn_q_view& q,
                 scratch_layout& w) {
     const int G = q.n_group, r = kv.r_k;
@@ -916,23 +917,26 @@ void scores_all(const attn_kv_view& kv, int64_t s0, int64_t e, int64_t n, const 
             q8_row_to_f32((const int8_t*)kv.kq + s * r, kv.ks + s * nb, r, w.krow);
             for (int j = 0; j < G; j++) w.sc[j * n + s - s0] = simd::dot_f32(qt + j * q.q_head_stride, w.krow, r);
         }
+        if (s0 < qe)
+            for (int j = 0; j < G; j++) simd::scale_f32(w.sc + j * n, (int)(qe - s0), q.scale);
     } else if (kv.quant == KV_QUANT_Q4 && s0 < qe) {
-        scores_q4(kv, s0, qe, s0, n, qt, q, w);
+        scores_q4(kv, s0, qe, s0, n, qt, q, w);  // scaled already
     }
     const int64_t f0 = std::max(s0, kv.n_quant);
+    if (f0 >= e) return;
 #ifdef ZK_SIMD_AVX2
-    if (f0 < e && fp_fast_ok(G, r)) {
+    if (fp_fast_ok(G, r)) {
         if (kv.type == dtype::F16)
             scores_fast((const uint16_t*)kv.k, nullptr, 0, kv.n_quant, f0, e, s0, n, r, qt, q.q_head_stride, G, w.sc);
         else
             scores_fast((const float*)kv.k, nullptr, 0, kv.n_quant, f0, e, s0, n, r, qt, q.q_head_stride, G, w.sc);
-        return;
-    }
+    } else
 #endif
     for (int64_t s = f0; s < e; s++) {
         const float* kr = kv_row(kv.type, kv.k, s - kv.n_quant, r, w.krow);
         for (int j = 0; j < G; j++) w.sc[j * n + s - s0] = simd::dot_f32(qt + j * q.q_head_stride, kr, r);
     }
+    for (int j = 0; j < G; j++) simd::scale_f32(w.sc + j * n + f0 - s0, (int)(e - f0), q.scale);
 }
 
 // ---- values ----
@@ -1048,7 +1052,7 @@ void values_all(const attn_kv_view& kv, int64_t s0, int64_t e, int64_t n, int G,
 int64_t kernel_attention_scratch(int n_group, int64_t n, int r_k, int r_v, int gear_rank) {
     const int64_t r64 = 64 * (int64_t)((r_k + 63) / 64);
     return n_group * n + r_k + r_v + (int64_t)n_group * (r_k + 1 + gear_rank + kv_n_blocks(r_v, KV_Q4_VBLOCK)) +
-           n_group + 6 * KV_Q8_WCHUNK + r_k + n_group * r64 + (int64_t)n_group * r_k + n_group * r64 / 4 + 16;
+           n_group + 6 * KV_Q8_WCHUNK + r_k + n_group * r64 + n_group * r64 / 4 + 16;
 }
 
 void kernel_attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, const attn_q_view& q,
@@ -1074,14 +1078,7 @@ void kernel_attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, cons
         float* l = out.l + t * G;
         float* acc = out.acc + t * G * kv.r_v;
         std::memset(acc, 0, sizeof(float) * G * kv.r_v);
-        if (nv > 0) {
-            // the scale goes into the query (G x r_k multiplies, not G x n)
-            for (int j = 0; j < G; j++)
-                for (int c = 0; c < kv.r_k; c++) w.qsc[j * kv.r_k + c] = qt[j * q.q_head_stride + c] * q.scale;
-            attn_q_view qs = q;
-            qs.q_head_stride = kv.r_k;
-            scores_all(kv, s0, e, n, w.qsc, qs, w);
-        }
+        if (nv > 0) scores_all(kv, s0, e, n, qt, q, w);
         if (out.logits) {
             for (int j = 0; j < G; j++) {
                 float* lg = out.logits + (t * G + j) * out.logits_stride;

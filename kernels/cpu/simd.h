@@ -111,8 +111,16 @@ inline float max_f32(const float* x, int n) {
     int i = 0;
 #ifdef ZK_SIMD_AVX2
     if (n >= 8) {
-        __m256 v = _mm256_loadu_ps(x);
-        for (i = 8; i + 8 <= n; i += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(x + i));
+        // four independent chains: one max per load would wait on the previous one
+        __m256 v = _mm256_loadu_ps(x), v1 = v, v2 = v, v3 = v;
+        for (i = 8; i + 32 <= n; i += 32) {
+            v = _mm256_max_ps(v, _mm256_loadu_ps(x + i));
+            v1 = _mm256_max_ps(v1, _mm256_loadu_ps(x + i + 8));
+            v2 = _mm256_max_ps(v2, _mm256_loadu_ps(x + i + 16));
+            v3 = _mm256_max_ps(v3, _mm256_loadu_ps(x + i + 24));
+        }
+        v = _mm256_max_ps(_mm256_max_ps(v, v1), _mm256_max_ps(v2, v3));
+        for (; i + 8 <= n; i += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(x + i));
         __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         h = _mm_max_ps(h, _mm_movehl_ps(h, h));
         h = _mm_max_ss(h, _mm_movehdup_ps(h));
