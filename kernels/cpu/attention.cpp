@@ -76,7 +76,7 @@ struct scratch_layout {
     float* qb;    // [G x rank] q . B[:, i] (GEAR keys), then p^T A (GEAR values)
     float* msum;  // [G x value blocks] sum of p m_b (Q4 values)
     int8_t* qi;   // [G x 64 row chunks(r_k)] int8 folded query, zero-padded (Q4 keys)
-    float* qpad;  // [G x 64 row chunks(r_k)] the query, zero past r_k (Q4 keys)
+    float* qpad;  // [G x 64 row chunks(r_k)] the query times the softmax scale, zero past r_k (Q4 keys)
     float* qd;    // [G] its scales
     float* pw;    // [6 x KV_Q8_WCHUNK] 8-bit value weights p_j d_s of a chunk of slots (rows j < 4), its scales
     float* kmin;  // [r_k] a key group's mins
