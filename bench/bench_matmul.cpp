@@ -27,6 +27,10 @@ const shape k_shapes[] = {
     {"ffn_down_576x1536", 576, 1536}, {"output_49152x576", 49152, 576},
 };
 
+// One decoder layer's 7 matmuls, in the engine's order.
+const shape k_layer[] = {{"q", 576, 576},    {"k", 192, 576},    {"v", 192, 576},   {"o", 576, 576},
+                         {"gate", 1536, 576}, {"up", 1536, 576}, {"down", 576, 1536}};
+
 std::vector<uint8_t> make_weights(dtype t, int64_t rows, int64_t cols) {
     const size_t row = dtype_row_size(t, cols);
     std::vector<uint8_t> w(row * rows);
@@ -79,8 +83,7 @@ void bm_matmul(benchmark::State& st, dtype t, shape s, int64_t n_tok, int n_thre
 
 // One decoder layer of the default model at decode: q, k, v, o, gate, up, down.
 void bm_layer(benchmark::State& st, int64_t n_tok, int n_threads) {
-    const shape ls[] = {{"q", 576, 576},    {"k", 192, 576},    {"v", 192, 576},   {"o", 576, 576},
-                        {"gate", 1536, 576}, {"up", 1536, 576}, {"down", 576, 1536}};
+    const auto& ls = k_layer;
     std::vector<std::vector<uint8_t>> ws;
     size_t bytes = 0;
     for (const auto& s : ls) {
@@ -108,8 +111,7 @@ void bm_layer(benchmark::State& st, int64_t n_tok, int n_threads) {
 // gate/up go through kernel_matmul_multi as in the engine.
 void bm_model(benchmark::State& st, int n_threads) {
     constexpr int n_layers = 30;
-    const shape ls[] = {{"q", 576, 576}, {"k", 192, 576}, {"v", 192, 576}, {"o", 576, 576},
-                        {"gate", 1536, 576}, {"up", 1536, 576}, {"down", 576, 1536}};
+    const auto& ls = k_layer;
     std::vector<std::vector<uint8_t>> one;
     for (const auto& s : ls) one.push_back(make_weights(dtype::Q4_1, s.rows, s.cols));
     std::vector<std::vector<std::vector<uint8_t>>> layers(n_layers, one);  // distinct copies
