@@ -551,55 +551,79 @@ void scores_q4_int(int G, int nrc, const uint8_t* codes, int rb, int64_t a, int6
 // Q4 value sums of slots [a, b) for G <= 3 heads with integer dot products.
 // Per row chunk (64 channels, value blocks 2k and 2k + 1) and per chunk of
 // KV_Q4_VCHUNK slots, the weights w = p_j s_b (probability times the slot's
-// block scale) are rounded to uint8 with one scale per (head, block, chunk),
-// D = max w / 255, and the codes are centred, c - 8 in [-8, 7]:
+// block scale) are rounded to 7 bits with one scale per (head, block, chunk),
+// D = max w / 127 (as the key scores round the query), and the codes are
+// centred, c - 8 in [-8, 7]:
 //   sum_s w_s c_s = D sum_s u_s (c_s - 8) + 8 sum_s w_s,
 // the last term exact, added to the min terms. The rounding error of a weight
-// (at most 1/510 of the chunk's largest) thus meets |c - 8| <= 8 rather than
+// (at most 1/254 of the chunk's largest) thus meets |c - 8| <= 8 rather than
 // c <= 15. Two slots at a time: their code bytes are interleaved (unpack) so one
 // maddubs gives u_t (c_t - 8) + u_t+1 (c_t+1 - 8) for 16 channels; int16 sums
-// of 8 pairs stay within 32767 (16 * 8 * 255 = 32640), so a chunk is 16 slots,
+// of 16 pairs stay within 32767 (32 * 8 * 127 = 32512), so a chunk is 32 slots,
 // after which the sums are widened and scaled by D into float accumulators.
+// (8-bit weights would halve the chunk: the widening and the per-chunk setup
+// then cost more than the pair loop itself.)
 // In a 32-byte vector the low lane holds block 2k and the high lane block
 // 2k + 1, so each weight vector carries the pair's two block weights, one per
 // lane. The min terms sum_s p_j (m_b + 8 s_b) are added per block into msum
 // [G x nb].
-constexpr int KV_Q4_VCHUNK = 16;
+constexpr int KV_Q4_VCHUNK = 32;
+constexpr float KV_Q4_WMAX = 127.0f;  // largest rounded weight
 
-// The pair loop of one chunk: np pairs of slots from t (the last pair of an odd
-// chunk repeats its slot, with weight 0) against the weight vectors wv
-// [pair][G][32], into ac (zeroed here). Out of line with its accumulators in
-// locals: inlined into the chunk loop, GCC kept them on the stack.
 // One nibble half of a pair of slots (l0, l1: codes 0..15 of slot t and of
 // slot t + 1, or of two lanes' pairs under HALF): interleaved, centred, and
-// weighted by every head's vector in wv [G][32] into lo (bytes 0..7 of each
-// lane) and hi (bytes 8..15). Always inline: the accumulators stay in registers.
+// weighted by every head's vector w [G] into lo (bytes 0..7 of each lane) and
+// hi (bytes 8..15). Always inline: the accumulators stay in registers.
 template <int G>
-__attribute__((always_inline)) inline void values_q4_nibbles(__m256i l0, __m256i l1, const int8_t* wv, __m256i (&lo)[G],
-                                                             __m256i (&hi)[G]) {
+__attribute__((always_inline)) inline void values_q4_nibbles(__m256i l0, __m256i l1, const __m256i (&w)[G],
+                                                             __m256i (&lo)[G], __m256i (&hi)[G]) {
     const __m256i eight = _mm256_set1_epi8(8);
     const __m256i ca = _mm256_sub_epi8(_mm256_unpacklo_epi8(l0, l1), eight);
     const __m256i cb = _mm256_sub_epi8(_mm256_unpackhi_epi8(l0, l1), eight);
 #pragma GCC unroll 4
     for (int j = 0; j < G; j++) {
-        const __m256i w = _mm256_load_si256((const __m256i*)(wv + 32 * j));
-        lo[j] = _mm256_add_epi16(lo[j], _mm256_maddubs_epi16(w, ca));
-        hi[j] = _mm256_add_epi16(hi[j], _mm256_maddubs_epi16(w, cb));
+        lo[j] = _mm256_add_epi16(lo[j], _mm256_maddubs_epi16(w[j], ca));
+        hi[j] = _mm256_add_epi16(hi[j], _mm256_maddubs_epi16(w[j], cb));
     }
 }
 
-// HALF (r <= 32, rows of at most 16 bytes): an iteration takes 4 slots, the
-// pair (t, t + 1) in the low lane and (t + 2, t + 3) in the high one.
+// The pair loop of one chunk: np pairs of slots from t (the last pair of an odd
+// chunk repeats its slot, with weight 0) into ac (zeroed here). Out of line
+// with its accumulators in locals: inlined into the chunk loop, GCC kept them
+// on the stack. HALF (r <= 32, rows of at most 16 bytes): an iteration takes
+// 4 slots, the pair (t, t + 1) in the low lane and (t + 2, t + 3) in the high one.
+// pd [G][16]: per head, the weight dwords of the chunk's pairs in order,
+// broadcast and spread to a weight vector per pair here: a load and a shuffle,
+// where a vector built in advance cost a load, a shuffle, a store and the
+// loop's load.
 template <int G, bool HALF>
 __attribute__((noinline)) void values_q4_pairs(const uint8_t* cp, int rb, int64_t np, int64_t last,
-                                               const int8_t* wv, __m256i (&ac)[G][4]) {
+                                               const uint32_t* pd, __m256i (&ac)[G][4]) {
     const __m256i mask = _mm256_set1_epi8(0x0F);
+    // A pair's weights arrive as the dword {u_t(b0), u_t(b1), u_t+1(b0), u_t+1(b1)}
+    // (slot-major, as the scales lie in memory); broadcast and shuffled: the low
+    // lane gets the b0 pair, the high lane the b1 pair.
+    const __m256i wctl = _mm256_setr_epi8(0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3,
+                                          1, 3, 1, 3, 1, 3);
     __m256i a0[G], a1[G], a2[G], a3[G];
 #pragma GCC unroll 4
     for (int j = 0; j < G; j++) a0[j] = a1[j] = a2[j] = a3[j] = _mm256_setzero_si256();
-    for (int64_t i = 0; i < np; i++, wv += 32 * G) {
+    const int64_t step = (HALF ? 4 : 2) * (int64_t)rb;
+    const uint8_t* p = cp;
+    for (int64_t i = 0; i < np; i++, p += step) {
+        __m256i w[G];
+#pragma GCC unroll 4
+        for (int j = 0; j < G; j++) w[j] = _mm256_shuffle_epi8(_mm256_set1_epi32((int)pd[16 * j + i]), wctl);
         __m256i x0, x1;
-        if (HALF) {
+        if (i + 1 < np) {  // every slot of the iteration is in the chunk
+            if (HALF) {
+                x0 = _mm256_loadu2_m128i((const __m128i*)(p + 2 * rb), (const __m128i*)p);
+                x1 = _mm256_loadu2_m128i((const __m128i*)(p + 3 * rb), (const __m128i*)(p + rb));
+            } else {
+                x0 = _mm256_loadu_si256((const __m256i*)p);
+                x1 = _mm256_loadu_si256((const __m256i*)(p + rb));
+            }
+        } else if (HALF) {  // the last: slots past `last` repeat it
             const int64_t t = 4 * i;
             const int64_t t1 = std::min(t + 1, last), t2 = std::min(t + 2, last), t3 = std::min(t + 3, last);
             x0 = _mm256_loadu2_m128i((const __m128i*)(cp + t2 * rb), (const __m128i*)(cp + t * rb));
@@ -609,9 +633,9 @@ __attribute__((noinline)) void values_q4_pairs(const uint8_t* cp, int rb, int64_
             x0 = _mm256_loadu_si256((const __m256i*)(cp + t0 * rb));
             x1 = _mm256_loadu_si256((const __m256i*)(cp + t1 * rb));
         }
-        values_q4_nibbles<G>(_mm256_and_si256(x0, mask), _mm256_and_si256(x1, mask), wv, a0, a1);
+        values_q4_nibbles<G>(_mm256_and_si256(x0, mask), _mm256_and_si256(x1, mask), w, a0, a1);
         values_q4_nibbles<G>(_mm256_and_si256(_mm256_srli_epi16(x0, 4), mask),
-                             _mm256_and_si256(_mm256_srli_epi16(x1, 4), mask), wv, a2, a3);
+                             _mm256_and_si256(_mm256_srli_epi16(x1, 4), mask), w, a2, a3);
     }
 #pragma GCC unroll 4
     for (int j = 0; j < G; j++) ac[j][0] = a0[j], ac[j][1] = a1[j], ac[j][2] = a2[j], ac[j][3] = a3[j];
@@ -619,20 +643,16 @@ __attribute__((noinline)) void values_q4_pairs(const uint8_t* cp, int rb, int64_
 
 // HALF (r <= 32, one value block): the two lanes carry different slots
 // instead of two blocks. Slot entries of the weight dwords are then (t, t + 2)
-// in place of (block 0, block 1), a chunk is 32 slots (8 pairs per lane), and
+// in place of (block 0, block 1), a chunk is 64 slots (16 pairs per lane), and
 // both lanes add to the same channels.
 template <int G, bool HALF>
 void values_q4_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, int nb, int64_t a,
                      int64_t b, int64_t s0, int64_t n, int r, const float* sc, float* acc, float* msum) {
     static_assert(G >= 1 && G <= 3, "12 int16 accumulators at most");
     constexpr int C = HALF ? 2 * KV_Q4_VCHUNK : KV_Q4_VCHUNK;
-    // A pair's weights arrive as the dword {u_t(b0), u_t(b1), u_t+1(b0), u_t+1(b1)}
-    // (slot-major, as the scales lie in memory); broadcast and shuffled: the low
-    // lane gets the b0 pair, the high lane the b1 pair.
-    const __m256i wctl = _mm256_setr_epi8(0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3,
-                                          1, 3, 1, 3, 1, 3);
     const __m256i dup_lo = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), dup_hi = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
     const __m256i quad = _mm256_setr_epi32(0, 2, 1, 3, 4, 6, 5, 7);  // HALF: slots (t, t + 2), (t + 1, t + 3)
+    const __m256i pair_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     const __m256i quad16 = _mm256_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15, 0, 1, 4, 5, 2, 3, 6,
                                             7, 8, 9, 12, 13, 10, 11, 14, 15);
     const int nrc = HALF ? 1 : q4_row_chunks(r);
@@ -650,7 +670,7 @@ void values_q4_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const uin
             alignas(32) uint32_t st[KV_Q4_VCHUNK], mt[KV_Q4_VCHUNK];
             const uint32_t *sd = st, *md = mt;
             if (HALF && m == C) {  // {s_t, s_t+2}, {s_t+1, s_t+3} per 4 slots
-                for (int h = 0; h < 2; h++) {
+                for (int h = 0; h < 4; h++) {
                     _mm256_store_si256((__m256i*)(st + 8 * h), _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i*)(vs + s + 16 * h)), quad16));
                     _mm256_store_si256((__m256i*)(mt + 8 * h), _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i*)(vm + s + 16 * h)), quad16));
                 }
@@ -670,66 +690,81 @@ void values_q4_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const uin
                     mt[t] = t >= m ? 0u : vm[o] | (two ? (uint32_t)vm[o + 1] << 16 : 0u);
                 }
             }
-            __m256 S[4], M[4];  // 4 slots x 2 blocks each, slot-major (HALF: 8 slots)
-#pragma GCC unroll 4
-            for (int q = 0; q < 4; q++) {
-                S[q] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(sd + 4 * q)));
-                M[q] = _mm256_fmadd_ps(_mm256_set1_ps(8.0f), S[q], _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(md + 4 * q))));
-            }
-            alignas(32) int8_t wv[KV_Q4_VCHUNK / 2][G][32];  // [pair][head] weight vectors
-            float dsc[G][2];
-            // weights and their maxima for every head first, then the roundings: the
-            // heads' reciprocals overlap instead of each stalling its own chain
-            __m256 W[G][4], id[G];
-#pragma GCC unroll 4
+            // the probabilities, zero past a short chunk's end
+            const float* pj[G];
+            alignas(32) float pf[G][C];
             for (int j = 0; j < G; j++) {
-                const float* p = sc + j * n + s - s0;
-                alignas(32) float pf[C];
+                pj[j] = sc + j * n + s - s0;
                 if (m < C) {
-                    for (int t = 0; t < C; t++) pf[t] = t < m ? p[t] : 0.0f;
-                    p = pf;
+                    for (int t = 0; t < C; t++) pf[j][t] = t < m ? pj[j][t] : 0.0f;
+                    pj[j] = pf[j];
                 }
-                __m256 P[4];
-                if (HALF) {
+            }
+            // weights and their maxima for every head first (two parts of 16 scale
+            // dwords), then the roundings: the heads' reciprocals overlap instead of
+            // each stalling its own chain
+            alignas(32) float wf[G][8][8];  // [head][part * 4 + vector]: 4 slots x 2 blocks (HALF: 8 slots)
+            __m256 mx[G];
 #pragma GCC unroll 4
-                    for (int q = 0; q < 4; q++) P[q] = _mm256_permutevar8x32_ps(_mm256_loadu_ps(p + 8 * q), quad);
-                } else {
-                    const __m256 p0 = _mm256_loadu_ps(p), p1 = _mm256_loadu_ps(p + 8);
-                    P[0] = _mm256_permutevar8x32_ps(p0, dup_lo), P[1] = _mm256_permutevar8x32_ps(p0, dup_hi);
-                    P[2] = _mm256_permutevar8x32_ps(p1, dup_lo), P[3] = _mm256_permutevar8x32_ps(p1, dup_hi);
-                }
-                __m256 mx = _mm256_setzero_ps();
+            for (int j = 0; j < G; j++) mx[j] = _mm256_setzero_ps();
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m256 S[4], M[4];
 #pragma GCC unroll 4
                 for (int q = 0; q < 4; q++) {
-                    W[j][q] = _mm256_mul_ps(P[q], S[q]);
-                    msv[j] = _mm256_fmadd_ps(P[q], M[q], msv[j]);
-                    mx = _mm256_max_ps(mx, W[j][q]);
+                    S[q] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(sd + 16 * h + 4 * q)));
+                    M[q] = _mm256_fmadd_ps(_mm256_set1_ps(8.0f), S[q],
+                                           _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(md + 16 * h + 4 * q))));
                 }
-                // per block: even lanes b0, odd lanes b1
-                mx = _mm256_max_ps(mx, _mm256_permute2f128_ps(mx, mx, 1));
-                mx = _mm256_max_ps(mx, _mm256_shuffle_ps(mx, mx, 0x4E));
-                dsc[j][0] = _mm256_cvtss_f32(mx) * (1.0f / 255.0f);
-                dsc[j][1] = _mm_cvtss_f32(_mm_shuffle_ps(_mm256_castps256_ps128(mx), _mm256_castps256_ps128(mx), 1)) *
-                            (1.0f / 255.0f);
-                id[j] = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(255.0f), mx),
-                                      _mm256_cmp_ps(mx, _mm256_setzero_ps(), _CMP_GT_OQ));
+#pragma GCC unroll 4
+                for (int j = 0; j < G; j++) {
+                    const float* p = pj[j] + (HALF ? 32 : 16) * h;
+                    __m256 P[4];
+                    if (HALF) {
+#pragma GCC unroll 4
+                        for (int q = 0; q < 4; q++) P[q] = _mm256_permutevar8x32_ps(_mm256_loadu_ps(p + 8 * q), quad);
+                    } else {
+                        const __m256 p0 = _mm256_loadu_ps(p), p1 = _mm256_loadu_ps(p + 8);
+                        P[0] = _mm256_permutevar8x32_ps(p0, dup_lo), P[1] = _mm256_permutevar8x32_ps(p0, dup_hi);
+                        P[2] = _mm256_permutevar8x32_ps(p1, dup_lo), P[3] = _mm256_permutevar8x32_ps(p1, dup_hi);
+                    }
+#pragma GCC unroll 4
+                    for (int q = 0; q < 4; q++) {
+                        const __m256 w = _mm256_mul_ps(P[q], S[q]);
+                        _mm256_store_ps(wf[j][4 * h + q], w);
+                        msv[j] = _mm256_fmadd_ps(P[q], M[q], msv[j]);
+                        mx[j] = _mm256_max_ps(mx[j], w);
+                    }
+                }
             }
+            alignas(32) uint32_t pd[G][16];  // [head][pair] weight dwords
+            float dsc[G][2];
+            __m256 id[G];
 #pragma GCC unroll 4
             for (int j = 0; j < G; j++) {
-                const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(W[j][0], id[j]));
-                const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(W[j][1], id[j]));
-                const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(W[j][2], id[j]));
-                const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(W[j][3], id[j]));
-                // dwords: lane 0 = pairs 0, 2, 4, 6; lane 1 = pairs 1, 3, 5, 7
-                alignas(32) uint32_t pd[8];
-                _mm256_store_si256((__m256i*)pd, _mm256_packus_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3)));
-#pragma GCC unroll 8
-                for (int i = 0; i < KV_Q4_VCHUNK / 2; i++)
-                    _mm256_store_si256((__m256i*)wv[i][j],
-                                       _mm256_shuffle_epi8(_mm256_set1_epi32((int)pd[(i & 1) * 4 + (i >> 1)]), wctl));
+                // per block: even lanes b0, odd lanes b1
+                __m256 x = _mm256_max_ps(mx[j], _mm256_permute2f128_ps(mx[j], mx[j], 1));
+                x = _mm256_max_ps(x, _mm256_shuffle_ps(x, x, 0x4E));
+                dsc[j][0] = _mm256_cvtss_f32(x) * (1.0f / KV_Q4_WMAX);
+                dsc[j][1] = _mm_cvtss_f32(_mm_shuffle_ps(_mm256_castps256_ps128(x), _mm256_castps256_ps128(x), 1)) *
+                            (1.0f / KV_Q4_WMAX);
+                id[j] = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(KV_Q4_WMAX), x),
+                                      _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ));
             }
+#pragma GCC unroll 4
+            for (int j = 0; j < G; j++)
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(wf[j][4 * h]), id[j]));
+                    const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(wf[j][4 * h + 1]), id[j]));
+                    const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(wf[j][4 * h + 2]), id[j]));
+                    const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(wf[j][4 * h + 3]), id[j]));
+                    // the packs leave the pair dwords as 0, 2, 4, 6 | 1, 3, 5, 7
+                    const __m256i v = _mm256_packus_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+                    _mm256_store_si256((__m256i*)(pd[j] + 8 * h), _mm256_permutevar8x32_epi32(v, pair_order));
+                }
             __m256i ac[G][4];
-            values_q4_pairs<G, HALF>(codes + s * rb + 32 * k, rb, HALF ? (m + 3) / 4 : (m + 1) / 2, m - 1, &wv[0][0][0], ac);
+            values_q4_pairs<G, HALF>(codes + s * rb + 32 * k, rb, HALF ? (m + 3) / 4 : (m + 1) / 2, m - 1, &pd[0][0], ac);
 #pragma GCC unroll 4
             for (int j = 0; j < G; j++) {
                 const __m256 d0 = _mm256_set1_ps(dsc[j][0]), d1 = _mm256_set1_ps(dsc[j][1]);
