@@ -18,8 +18,8 @@
 //       computed once per group. Values per token, blocks of KV_Q4_VBLOCK
 //       channels with an f16 scale and min each. The AVX2 kernel takes both
 //       sums as integer dot products (maddubs): the folded query rounded to
-//       int8 per (group, head), the value weights p s_b rounded to uint8 per
-//       16 slots; the scalar path is the float reference.
+//       int8 per (group, head), the value weights p s_b rounded to 7 bits per
+//       32 slots; the scalar path is the float reference.
 //   GEAR (optional, Q4 only): per group of `group` quantized tokens, a rank-k
 //       correction A B^T (A [group x k], B [r x k], f16) and n_out sparse
 //       corrections (index t * r + c within the group, f16 value) of the

@@ -102,10 +102,10 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
 // float rounding only, max |diff| < 1e-4. 4-bit: the key scores use the folded
 // query rounded to int8 (one scale per query head, relative step 1/254, as
 // llama.cpp rounds Q for a quantized cache) and the value sums use the weights
-// p s rounded to uint8 per chunk of 16 slots (relative step 1/510 of the
+// p s rounded to 7 bits per chunk of 32 slots (relative step 1/254 of the
 // chunk's largest, against centred codes), so the bound is on the relative L2
 // error of the output: < 1%, below the 4-bit quantization error itself (0.7-1.7%
-// against f32, measured below; 0.03-0.26% from the two roundings). Returns the
+// against f32, measured below; 0.07-0.26% from the two roundings). Returns the
 // measured figure.
 double expect_kernel_matches_dequant(int bits, const std::vector<float>& out, const std::vector<float>& ref) {
     if (bits != 4) {
