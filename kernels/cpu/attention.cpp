@@ -614,24 +614,21 @@ __attribute__((noinline)) void values_q4_pairs(const uint8_t* cp, int rb, int64_
         __m256i w[G];
 #pragma GCC unroll 4
         for (int j = 0; j < G; j++) w[j] = _mm256_shuffle_epi8(_mm256_set1_epi32((int)pd[16 * j + i]), wctl);
+        // row offsets of the iteration's other slots; in the last iteration,
+        // slots past `last` repeat it
+        int64_t o1 = rb, o2 = 2 * (int64_t)rb, o3 = 3 * (int64_t)rb;
+        if (i + 1 == np) {
+            const int64_t t = (HALF ? 4 : 2) * i;
+            o1 = (std::min(t + 1, last) - t) * rb, o2 = (std::min(t + 2, last) - t) * rb;
+            o3 = (std::min(t + 3, last) - t) * rb;
+        }
         __m256i x0, x1;
-        if (i + 1 < np) {  // every slot of the iteration is in the chunk
-            if (HALF) {
-                x0 = _mm256_loadu2_m128i((const __m128i*)(p + 2 * rb), (const __m128i*)p);
-                x1 = _mm256_loadu2_m128i((const __m128i*)(p + 3 * rb), (const __m128i*)(p + rb));
-            } else {
-                x0 = _mm256_loadu_si256((const __m256i*)p);
-                x1 = _mm256_loadu_si256((const __m256i*)(p + rb));
-            }
-        } else if (HALF) {  // the last: slots past `last` repeat it
-            const int64_t t = 4 * i;
-            const int64_t t1 = std::min(t + 1, last), t2 = std::min(t + 2, last), t3 = std::min(t + 3, last);
-            x0 = _mm256_loadu2_m128i((const __m128i*)(cp + t2 * rb), (const __m128i*)(cp + t * rb));
-            x1 = _mm256_loadu2_m128i((const __m128i*)(cp + t3 * rb), (const __m128i*)(cp + t1 * rb));
+        if (HALF) {
+            x0 = _mm256_loadu2_m128i((const __m128i*)(p + o2), (const __m128i*)p);
+            x1 = _mm256_loadu2_m128i((const __m128i*)(p + o3), (const __m128i*)(p + o1));
         } else {
-            const int64_t t0 = 2 * i, t1 = std::min<int64_t>(t0 + 1, last);
-            x0 = _mm256_loadu_si256((const __m256i*)(cp + t0 * rb));
-            x1 = _mm256_loadu_si256((const __m256i*)(cp + t1 * rb));
+            x0 = _mm256_loadu_si256((const __m256i*)p);
+            x1 = _mm256_loadu_si256((const __m256i*)(p + o1));
         }
         values_q4_nibbles<G>(_mm256_and_si256(x0, mask), _mm256_and_si256(x1, mask), w, a0, a1);
         values_q4_nibbles<G>(_mm256_and_si256(_mm256_srli_epi16(x0, 4), mask),
