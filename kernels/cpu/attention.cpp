@@ -667,7 +667,7 @@ void values_q4_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const uin
             alignas(32) uint32_t st[KV_Q4_VCHUNK], mt[KV_Q4_VCHUNK];
             const uint32_t *sd = st, *md = mt;
             if (HALF && m == C) {  // {s_t, s_t+2}, {s_t+1, s_t+3} per 4 slots
-                for (int h = 0; h < 4; h++) {
+                for (int h = 0; h < C / 16; h++) {  // 16 slots (8 dwords) per vector
                     _mm256_store_si256((__m256i*)(st + 8 * h), _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i*)(vs + s + 16 * h)), quad16));
                     _mm256_store_si256((__m256i*)(mt + 8 * h), _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i*)(vm + s + 16 * h)), quad16));
                 }
