@@ -268,14 +268,6 @@ inline __m256i scale_pair(__m256i s, int g) {
     return _mm256_shuffle_epi8(s, _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo)));
 }
 
-// Sum of the 8 int32 lanes of v.
-inline int hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
-}
-
 // Q2_K and Q3_K share the 2-bit packing (element 128h + 32s + l in bits 2s of
 // qs[32h + l]) and 16 groups of 16 with integer scales sc (16 x int16). Sums
 // sum_g sc_g (q' . qa)_g over a block, where q' = the 2 low bits plus, for
@@ -305,18 +297,38 @@ __m256i sum_q23_K(const uint8_t* qs, const uint8_t* hmask, const int8_t* q8, __m
 
 // Q2_K: d da sum_g sc_g (q . qa)_g - dmin da sum_g m_g bsums_g, 4-bit sc and m.
 float dot_q2_K(const block_q2_K* w, const block_q8_K* a, int64_t nb) {
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0.0f;
+    __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const __m128i sm = _mm_loadu_si128((const __m128i*)w[i].scales);
         const __m256i sc = _mm256_cvtepu8_epi16(_mm_and_si128(sm, _mm_set1_epi8(0x0F)));
         const __m256i m = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sm, 4), _mm_set1_epi8(0x0F)));
-        const int msum = hsum_i32(_mm256_madd_epi16(m, _mm256_loadu_si256((const __m256i*)a[i].bsums)));
+        const __m256i msum = _mm256_madd_epi16(m, _mm256_loadu_si256((const __m256i*)a[i].bsums));
         const __m256i isum = sum_q23_K<false>(w[i].qs, nullptr, a[i].qs, sc);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_load(w[i].d) * a[i].d), _mm256_cvtepi32_ps(isum), acc);
-        mins += fp16_load(w[i].dmin) * a[i].d * (float)msum;
+        acc_m = _mm256_fmadd_ps(_mm256_set1_ps(fp16_load(w[i].dmin) * a[i].d), _mm256_cvtepi32_ps(msum), acc_m);
     }
-    return hsum(acc) - mins;
+    return hsum(_mm256_sub_ps(acc, acc_m));
+}
+
+// Q3_K's 16 scales (quant_ref.h, q3_K_scales) as 16 x int16, -32..31.
+inline __m256i q3_K_scales16(const uint8_t* s) {
+    uint64_t lo8;
+    uint32_t hi4;
+    std::memcpy(&lo8, s, 8);
+    std::memcpy(&hi4, s + 8, 4);
+    const __m128i x = _mm_set_epi64x((long long)hi4, (long long)lo8);
+    const __m128i m4 = _mm_set1_epi8(0x0F), m2 = _mm_set1_epi8(3);
+    // Low 4 bits: bytes 0..7 low nibbles (scales 0..7), high nibbles (8..15).
+    const __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(x, m4), _mm_and_si128(_mm_srli_epi16(x, 4), m4));
+    // High 2 bits: byte 8 + g % 4 of s at bits 2 (g / 4): the 4 bytes in every
+    // dword, dword k shifted by 2k.
+    const __m128i h = _mm_shuffle_epi8(x, _mm_set1_epi32(0x0b0a0908));
+    __m128i hi = _mm_and_si128(h, m2);
+    hi = _mm_blend_epi32(hi, _mm_and_si128(_mm_srli_epi16(h, 2), m2), 0x2);
+    hi = _mm_blend_epi32(hi, _mm_and_si128(_mm_srli_epi16(h, 4), m2), 0x4);
+    hi = _mm_blend_epi32(hi, _mm_and_si128(_mm_srli_epi16(h, 6), m2), 0x8);
+    const __m128i sc = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+    return _mm256_cvtepi8_epi16(sc);
 }
 
 // Q3_K: q = q' - 4 with q' in 0..7, so sum_g sc_g (q . qa)_g = sum_g sc_g (q' . qa)_g
@@ -324,14 +336,10 @@ float dot_q2_K(const block_q2_K* w, const block_q8_K* a, int64_t nb) {
 float dot_q3_K(const block_q3_K* w, const block_q8_K* a, int64_t nb) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        int sc32[16];
-        q3_K_scales(w[i].scales, sc32);
-        int16_t sc16[16];
-        for (int g = 0; g < 16; g++) sc16[g] = (int16_t)sc32[g];
-        const __m256i sc = _mm256_loadu_si256((const __m256i*)sc16);
-        const int offset = hsum_i32(_mm256_madd_epi16(sc, _mm256_loadu_si256((const __m256i*)a[i].bsums)));
-        __m256i isum = sum_q23_K<true>(w[i].qs, w[i].hmask, a[i].qs, sc);
-        isum = _mm256_sub_epi32(isum, _mm256_setr_epi32(4 * offset, 0, 0, 0, 0, 0, 0, 0));
+        const __m256i sc = q3_K_scales16(w[i].scales);
+        const __m256i offset = _mm256_madd_epi16(sc, _mm256_loadu_si256((const __m256i*)a[i].bsums));
+        const __m256i isum = _mm256_sub_epi32(sum_q23_K<true>(w[i].qs, w[i].hmask, a[i].qs, sc),
+                                              _mm256_slli_epi32(offset, 2));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_load(w[i].d) * a[i].d), _mm256_cvtepi32_ps(isum), acc);
     }
     return hsum(acc);
