@@ -1,5 +1,6 @@
 // SIMD dot products for the weight types (x86: AVX2 + FMA + F16C, with
-// AVX-VNNI / AVX512-VNNI's dpbusd where the build targets it). Dispatch is at
+// AVX-VNNI / AVX512-VNNI's dpbusd and AVX512-BW's byte masks for the Q5 high
+// bits where the build targets them). Dispatch is at
 // compile time on the compiler's predefined macros: the default build uses
 // -march=native, so this file is compiled for the host. Without AVX2 every
 // entry point falls back to the scalar references in quant.cpp.
@@ -68,6 +69,9 @@ inline __m128 f16_bcast4(uint16_t h) { return _mm_cvtph_ps(_mm_set1_epi16((short
 inline __m256i unpack_bit4(const uint8_t* qh) {
     uint32_t h;
     std::memcpy(&h, qh, 4);
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+    return _mm256_maskz_mov_epi8((__mmask32)h, _mm256_set1_epi8(0x10));  // the bits are a byte mask
+#else
     // Byte i takes byte i / 8 of h, then tests bit i % 8 of it.
     const __m256i spread = _mm256_shuffle_epi8(
         _mm256_set1_epi32((int)h),
@@ -75,6 +79,7 @@ inline __m256i unpack_bit4(const uint8_t* qh) {
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
     const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
     return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+#endif
 }
 
 // ---------------------------------------------------------------- 32-element block kernels
