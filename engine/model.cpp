@@ -8,15 +8,10 @@ namespace zk {
 
 namespace {
 
-// Types the matmul kernels accept for weight matrices.
-bool weight_type_ok(dtype t) {
-    switch (t) {
-        case dtype::F32: case dtype::F16: case dtype::BF16: case dtype::Q4_0: case dtype::Q4_1:
-        case dtype::Q8_0: case dtype::Q4_K: case dtype::Q6_K:
-            return true;
-        default:
-            return false;
-    }
+// One line for a tensor whose type zack cannot use where the model needs it.
+[[noreturn]] void refuse_type(const gguf_file& f, const gguf_tensor& t) {
+    ZK_THROW("%s: tensor '%s' has type %s, which zack cannot compute with (supported: %s)",
+             f.path().c_str(), t.name.c_str(), dtype_name(t.type), dtype_weight_names().c_str());
 }
 
 const gguf_tensor& need_tensor(const gguf_file& f, const std::string& name,
@@ -37,10 +32,7 @@ const gguf_tensor& need_tensor(const gguf_file& f, const std::string& name,
 
 weight_view need_matrix(const gguf_file& f, const std::string& name, int64_t n_cols, int64_t n_rows) {
     const gguf_tensor& t = need_tensor(f, name, {n_cols, n_rows});
-    if (!weight_type_ok(t.type))
-        ZK_THROW("%s: tensor '%s' has type %s, which zack cannot multiply (supported: F32, F16, "
-                 "BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K)",
-                 f.path().c_str(), name.c_str(), dtype_name(t.type));
+    if (!dtype_is_weight(t.type)) refuse_type(f, t);
     return weight_view{t.type, n_rows, n_cols, t.data};
 }
 
@@ -175,6 +167,10 @@ std::unique_ptr<model> model_load(const std::string& path) {
     if (hp.arch != "llama" && hp.arch != "qwen2")
         ZK_THROW("%s: unsupported architecture '%s' (zack runs llama and qwen2)", path.c_str(),
                  hp.arch.c_str());
+    // A file holding a ggml type zack has no kernels for (IQ2_XXS, ...) is
+    // refused here, naming the first such tensor, before any of it is used.
+    for (const gguf_tensor& t : f.tensors())
+        if (!dtype_is_supported((uint32_t)t.type)) refuse_type(f, t);
     const std::string a = hp.arch + ".";
     hp.name = f.get_str("general.name", "");
     hp.n_layer = need_positive(f, a + "block_count");
