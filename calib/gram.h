@@ -27,11 +27,17 @@ namespace zk {
 
 class thread_pool;
 
+// An observer of a calibration pass: it gets the session's pool (not owned;
+// nullptr detaches) to spread its own per-layer work while the workers idle.
+struct calib_observer : session_observer {
+    virtual void set_pool(thread_pool* pool) = 0;
+};
+
 enum class gram_v_stat { V, ATTN };
 const char* gram_v_stat_name(gram_v_stat s);
 gram_v_stat gram_v_stat_from_name(const std::string& name);  // "v" | "attn"; throws otherwise
 
-class gram_accumulator : public session_observer {
+class gram_accumulator : public calib_observer {
 public:
     // pool (optional, not owned) spreads each layer's (head, K|V) updates over threads.
     explicit gram_accumulator(const model_hparams& hp, thread_pool* pool = nullptr,
@@ -43,7 +49,7 @@ public:
     gram_v_stat v_stat() const { return v_stat_; }
 
     // Use `pool` (not owned; nullptr = the calling thread only) for later updates.
-    void set_pool(thread_pool* pool);
+    void set_pool(thread_pool* pool) override;
     int64_t n_tokens() const { return n_tokens_; }  // tokens seen (counted at layer 0)
     int n_layer() const { return n_layer_; }
     int n_kv() const { return n_kv_; }

@@ -102,6 +102,8 @@ void keybasis_pairs(int d, const rope_params& rope, const double* Cq, const doub
             for (int b : groups[f]) e[f] += Cq[(size_t)a * d + b] * Ck[(size_t)b * d + a];
     std::vector<size_t> order(groups.size());
     std::iota(order.begin(), order.end(), 0);
+    // by energy per channel: a rank counts channels, and single unrotated channels compete with pairs
+    for (size_t f = 0; f < groups.size(); f++) e[f] /= (double)groups[f].size();
     std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return e[x] > e[y]; });
     P.assign((size_t)d * d, 0);
     energy.assign(d, 0);
@@ -109,7 +111,7 @@ void keybasis_pairs(int d, const rope_params& rope, const double* Cq, const doub
     for (size_t f : order)
         for (int c : groups[f]) {
             P[(size_t)c * d + j] = 1.0;
-            energy[j] = e[f] / groups[f].size();
+            energy[j] = e[f];
             j++;
         }
     ZK_ASSERT(j == d);

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "calib/calibrate.h"
 #include "calib/keybasis.h"
 #include "calib/zack_file.h"
 #include "engine/model.h"
@@ -50,14 +51,14 @@ struct zack_sensitivity {
     size_t at(int layer, int g, int ri) const { return ((size_t)layer * n_kv + g) * ranks.size() + ri; }
 };
 
-class sensitivity_observer : public session_observer {
+class sensitivity_observer : public calib_observer {
 public:
     // c: the rotations (rqk, rv) of the calibration being measured. The model is
     // the source (unfolded) model the session runs.
     sensitivity_observer(const model& m, const zack_calibration& c, const sens_params& p, int64_t max_ctx);
     void on_layer_input(int layer, int64_t n, const float* x) override;
     void on_qkv(int layer, int64_t n, const int32_t* pos, const float* q, const float* k, const float* v) override;
-    void set_pool(thread_pool* pool) { pool_ = pool; }
+    void set_pool(thread_pool* pool) override { pool_ = pool; }
     // Means over the measured queries.
     zack_sensitivity result() const;
 
@@ -82,5 +83,18 @@ private:
     std::vector<float> a_[k_key_basis_count], b_[k_key_basis_count], rv_;
     zack_sensitivity acc_;
 };
+
+// The sensitivity pass of `zack calibrate`: feeds the documents (calib_feed,
+// windows of p.n_ctx) to the uncompressed source model with c's rotations and
+// returns the curves to store in the .zack (the rel metric: mean over measured
+// queries of ||dy||^2 / ||x||^2, which predicts end-to-end KL better than
+// ||dy||^2 itself; see bench/RESULTS.md). Keys are measured in every basis c has.
+// Cuts the documents into windows of `body` tokens and keeps about n_tokens of
+// them evenly spaced over the whole corpus (all of them when there are fewer).
+std::vector<std::vector<int32_t>> calib_spread_windows(const std::vector<std::vector<int32_t>>& docs, int64_t body,
+                                                       int64_t n_tokens);
+zack_sens_curves calib_sensitivity(const model& m, const zack_calibration& c,
+                                   const std::vector<std::vector<int32_t>>& docs, const calib_params& p,
+                                   const sens_params& sp);
 
 }  // namespace zk

@@ -98,6 +98,18 @@ void zack_file_write(const model& src, const zack_calibration& c, const zack_wri
     w.set("zack.rank_table.rates", gguf_value::make_arr_f32(rates));
     w.set("zack.rank_table.k", gguf_value::make_arr_i32(tk));
     w.set("zack.rank_table.v", gguf_value::make_arr_i32(tv));
+    if (!c.sens.grid.empty()) {
+        const size_t n = (size_t)L * KV * c.sens.grid.size();
+        ZK_ASSERT(c.sens.v.size() == n && c.sens.k[0].size() == n);
+        w.set("zack.sens.grid", gguf_value::make_arr_i32(std::vector<int32_t>(c.sens.grid.begin(), c.sens.grid.end())));
+        const char* names[3] = {"zack.sens.k.pca", "zack.sens.k.score", "zack.sens.k.pairs"};
+        for (int b = 0; b < 3; b++)
+            if (!c.sens.k[b].empty()) w.set(names[b], gguf_value::make_arr_f32(to_f32(c.sens.k[b].data(), n)));
+        w.set("zack.sens.v", gguf_value::make_arr_f32(to_f32(c.sens.v.data(), n)));
+        w.set("zack.sens.metric", gguf_value::make_str(c.sens.metric));
+        w.set("zack.sens.queries", gguf_value::make_u64((uint64_t)c.sens.queries));
+        w.set("zack.sens.tokens", gguf_value::make_u64((uint64_t)c.sens.tokens));
+    }
 
     // Folded W_v, b_v, W_o per layer, keyed by tensor name.
     std::map<std::string, folded> repl;

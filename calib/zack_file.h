@@ -12,6 +12,9 @@
 //   blk.N.zack.sigma_k F32 [d, n_kv], descending;  blk.N.zack.sigma_v likewise
 //   blk.N.zack.kqa / .kqb / .kpair  F32 [d, d, n_kv]: the score and pairs key
 //                      bases (calib/keybasis.h), optional
+//   zack.sens.grid i32[n_grid]; zack.sens.k.pca / .k.score / .k.pairs, zack.sens.v
+//     f32[n_layer x n_kv x n_grid]; zack.sens.metric str; zack.sens.queries,
+//     zack.sens.tokens u64: the measured loss curves, optional
 #pragma once
 #include <cstdint>
 #include <string>
@@ -22,6 +25,15 @@
 namespace zk {
 
 struct model;
+
+// Measured loss curves (calib/sensitivity.h): per (layer, KV head) the loss of
+// the keys in each key basis and of the values at each rank of the grid.
+struct zack_sens_curves {
+    std::vector<int> grid;                 // candidate ranks, ascending, last = d; empty = not measured
+    std::vector<double> k[3], v;           // [n_layer x n_kv x n_grid]; k per key basis (pca, score, pairs)
+    std::string metric;                    // what the numbers are
+    int64_t queries = 0, tokens = 0;       // measured query tokens, tokens fed
+};
 
 // Rotations and singular values of every (layer, KV head).
 struct zack_calibration {
@@ -35,6 +47,7 @@ struct zack_calibration {
     int64_t n_tokens = 0;                  // calibration tokens
     int64_t n_ctx = 0;                     // window length of the statistics pass
     std::string corpus;                    // description of the corpus
+    zack_sens_curves sens;                 // optional
 };
 
 struct zack_spectra;

@@ -16,6 +16,7 @@
 #include "calib/compare.h"
 #include "calib/corpus.h"
 #include "calib/ranks.h"
+#include "calib/sensitivity.h"
 #include "calib/zack_file.h"
 #include "engine/model.h"
 #include "ggml-like/error.h"
@@ -55,6 +56,11 @@ void options_add_calibrate(CLI::App& app, calibrate_opts& o) {
     app.add_option("--v-stat", o.v_stat,
                    "V statistic: attn (attention outputs, what W_o multiplies) or v (value vectors, as the paper)")
         ->check(CLI::IsMember({"attn", "v"}));
+    app.add_option("--sens-tokens", o.sens_tokens,
+                   "tokens of the corpus for the sensitivity pass that --kv-alloc sensitivity uses (0 = none)")
+        ->check(CLI::Range(int64_t(0), int64_t(1) << 24));
+    app.add_option("--sens-stride", o.sens_stride, "sensitivity pass: every N-th token of a window is a measured query")
+        ->check(CLI::Range(1, 1 << 16));
     app.add_flag("-q,--quiet", o.quiet, "no progress lines");
 }
 
@@ -143,6 +149,16 @@ int cmd_calibrate(const calibrate_opts& o) {
     zack_calibration c = calib_decompose(*m, acc);
     c.n_ctx = o.n_ctx;
     c.corpus = corpus_desc + "; V statistic: " + o.v_stat;
+    if (o.sens_tokens > 0) {
+        // Loss curves per head and rank for the allocation (--kv-alloc sensitivity), on the
+        // start of the same corpus.
+        calib_params sp = cp;
+        sp.n_tokens = o.sens_tokens;
+        sens_params sens;
+        sens.query_stride = o.sens_stride;
+        sens.ranks = sens_default_ranks(m->hp.head_dim, o.rank_align);
+        c.sens = calib_sensitivity(*m, c, docs, sp, sens);
+    }
     zack_write_params wp;
     wp.rank_align = o.rank_align;
     zack_file_write(*m, c, wp, o.out_path);

@@ -47,6 +47,8 @@ struct calibrate_opts {
     int gen_parallel = corpus_gen_params{}.n_parallel;
     double compare_rate = 0.5;
     std::string v_stat = "attn";
+    int64_t sens_tokens = 2048;  // sensitivity pass (0 = none)
+    int sens_stride = 4;
     bool quiet = false;
 };
 void options_add_calibrate(CLI::App& app, calibrate_opts& o);

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "calib/blas_threads.h"
 #include "calib/sensitivity.h"
 #include "calib/zack_file.h"
 #include "engine/session.h"
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
         ses.n_threads = threads;
         zk::session s(*m, ses);
         obs.set_pool(&s.pool());
+        const zk::blas_single_thread blas_guard;
         s.set_observer(&obs);
         for (int64_t at = 0; at + 1 < (int64_t)ids.size() && at < tokens; at += ctx) {
             const int64_t n = std::min<int64_t>({ctx, (int64_t)ids.size() - at, tokens - at});
