@@ -12,7 +12,7 @@
 //          A direction with much key energy but none of the queries' (which
 //          cannot change a score) is dropped first.
 //   pairs  whole RoPE frequency pairs, in order of their expected score
-//          energy tr(C_q,f C_k,f): a selection, which commutes with RoPE (it
+//          energy per channel tr(C_q,f C_k,f) / |f|: a selection, which commutes with RoPE (it
 //          could be folded into W_q / W_k; the engine gathers the channels).
 #pragma once
 #include <string>
