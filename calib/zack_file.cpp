@@ -106,6 +106,12 @@ void zack_file_write(const model& src, const zack_calibration& c, const zack_wri
         for (int b = 0; b < 3; b++)
             if (!c.sens.k[b].empty()) w.set(names[b], gguf_value::make_arr_f32(to_f32(c.sens.k[b].data(), n)));
         w.set("zack.sens.v", gguf_value::make_arr_f32(to_f32(c.sens.v.data(), n)));
+        const size_t nh = (size_t)L * KV;
+        if (!c.sens.q8.empty()) {
+            ZK_ASSERT(c.sens.q8.size() == nh && c.sens.q4.size() == nh);
+            w.set("zack.sens.q8", gguf_value::make_arr_f32(to_f32(c.sens.q8.data(), nh)));
+            w.set("zack.sens.q4", gguf_value::make_arr_f32(to_f32(c.sens.q4.data(), nh)));
+        }
         w.set("zack.sens.metric", gguf_value::make_str(c.sens.metric));
         w.set("zack.sens.queries", gguf_value::make_u64((uint64_t)c.sens.queries));
         w.set("zack.sens.tokens", gguf_value::make_u64((uint64_t)c.sens.tokens));

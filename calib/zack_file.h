@@ -14,7 +14,8 @@
 //                      bases (calib/keybasis.h), optional
 //   zack.sens.grid i32[n_grid]; zack.sens.k.pca / .k.score / .k.pairs, zack.sens.v
 //     f32[n_layer x n_kv x n_grid]; zack.sens.metric str; zack.sens.queries,
-//     zack.sens.tokens u64: the measured loss curves, optional
+//     zack.sens.tokens u64: the measured loss curves, optional; zack.sens.q8 /
+//     zack.sens.q4 f32[n_layer x n_kv]: the loss of an 8-bit / 4-bit cache at full rank
 #pragma once
 #include <cstdint>
 #include <string>
@@ -31,6 +32,7 @@ struct model;
 struct zack_sens_curves {
     std::vector<int> grid;                 // candidate ranks, ascending, last = d; empty = not measured
     std::vector<double> k[3], v;           // [n_layer x n_kv x n_grid]; k per key basis (pca, score, pairs)
+    std::vector<double> q8, q4;            // [n_layer x n_kv]: 8-bit / 4-bit cache at full rank; empty = not measured
     std::string metric;                    // what the numbers are
     int64_t queries = 0, tokens = 0;       // measured query tokens, tokens fed
 };

@@ -105,6 +105,10 @@ void model_load_sensitivity(model& m) {
         ZK_THROW("%s: sensitivity curves for the score/pairs key bases but no blk.N.zack.kqa/kqb/kpair tensors",
                  f.path().c_str());
     z.sens_v = float_array(f, "zack.sens.v", n);
+    if (f.find("zack.sens.q8") || f.find("zack.sens.q4")) {
+        z.sens_q8 = float_array(f, "zack.sens.q8", (size_t)hp.n_layer * hp.n_head_kv);
+        z.sens_q4 = float_array(f, "zack.sens.q4", (size_t)hp.n_layer * hp.n_head_kv);
+    }
     z.sens_metric = f.get_str("zack.sens.metric", "");
 }
 

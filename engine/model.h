@@ -76,6 +76,7 @@ struct zack_info {
     std::vector<int32_t> sens_grid;
     std::vector<float> sens_k[3];
     std::vector<float> sens_v;
+    std::vector<float> sens_q8, sens_q4;  // [n_layer x n_head_kv]: 8-bit / 4-bit cache at full rank
     std::string sens_metric;
     bool has_key_bases() const { return !layers.empty() && layers[0].kqa && layers[0].kqb && layers[0].kpair; }
 };
