@@ -60,7 +60,10 @@ struct generating_scope {
 
 void print_text(const std::string& s) { file_out_stdout(s); }
 
-void print_notice(const std::string& s) { std::fprintf(stderr, "[%s]\n", s.c_str()); }
+// A line on stderr; during a reply it starts on a line of its own.
+void print_notice(const std::string& s) {
+    std::fprintf(stderr, "%s[%s]\n", g_generating.load() ? "\n" : "", s.c_str());
+}
 
 void print_timings(const generate_stats& st) {
     std::fprintf(stderr, "[prompt: %lld tokens in %.2f s (%.1f tok/s); generated: %lld tokens in %.2f s (%.1f tok/s); stop: %s]\n",
@@ -218,6 +221,7 @@ int run_chat(conversation& conv, const conversation_params& cp, const model_opts
 
 int cmd_run(const model_opts& mo, const sampler_params& sp, const run_opts& ro_in) {
     run_opts ro = ro_in;
+    if (ro.color.empty()) ro.color = "off";
     if (ro.color != "on" && ro.color != "off" && ro.color != "auto")
         ZK_THROW("--color takes on, off or auto, got '%s'", ro.color.c_str());
     if (ro.escape && ro.no_escape) ZK_THROW("give -e (--escape) or --no-escape, not both");

@@ -183,7 +183,7 @@ void options_add_run(CLI::App& app, run_opts& o) {
     app.add_flag("-e,--escape", o.escape, "process escapes (\\n \\t \\\\ \\\" \\xHH ...) in -p, -f, --system and -r")
         ->group(g);
     app.add_flag("--no-escape", o.no_escape, "do not process escapes (the default)")->group(g);
-    app.add_option("--color", o.color, "-co [on|off|auto]: colour the chat prompt and your input (bare: on)")
+    app.add_option("--color", o.color, "-co [on|off|auto]: colour the chat prompt and your input (bare: on; default off)")
         ->expected(0, 1)->group(g);
     app.add_flag("--multiline-input", o.multiline,
                  "-mli: accepted; multi-line input is always on (end a line with \\ or paste a block)")->group(g);

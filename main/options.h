@@ -67,7 +67,7 @@ struct run_opts {
     bool interactive = false;  // -i / -if / -cnv: with -p, the prompt is the first turn of a chat
     bool escape = false;       // -e: \n \t \\ ... in -p, -f, --system and -r
     bool no_escape = false;
-    std::string color = "off";             // --color [on|off|auto]
+    std::string color;                     // --color [on|off|auto]; "" = off, a bare --color = on (main.cpp)
     std::vector<std::string> reverse;      // -r: stop a reply when it produces this text
     bool multiline = false;                // -mli: accepted (multi-line input is always on)
 };
