@@ -305,7 +305,7 @@ int cmd_bench(const bench_opts& o) {
                         ptrs[i]->reset();
                         // A long depth takes a while: say how far the prefill is.
                         for (int64_t at = 0; at < d; at += 512) {
-                            if (d > 2048)
+                            if (d > 512)
                                 std::fprintf(stderr, "\rbench: %s depth %lld: prefilling sequence %lld, %lld/%lld tokens   ",
                                              row.test.c_str(), (long long)d, (long long)i, (long long)at, (long long)d);
                             ptrs[i]->decode(ctx[i].data() + at, std::min<int64_t>(512, d - at));

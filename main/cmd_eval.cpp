@@ -246,6 +246,9 @@ int cmd_eval(CLI::App& app) {
     const session_params defaults = options_session_params(eo.mo);
     eo.mo.n_threads = defaults.n_threads;
 
+    if (app.count("--flash-attn") > 0 && eo.mo.flash_attn.empty()) eo.mo.flash_attn = "on";  // a bare -fa
+    if (eo.mo.verbose)
+        for (const std::string& n : options_llama_notes(eo.mo)) std::fprintf(stderr, "note: %s\n", n.c_str());
     auto m = model_load(eo.mo.model_path);
     std::unique_ptr<model> mb;
     if (!eo.baseline_model.empty()) {

@@ -90,6 +90,10 @@ def main():
         r = subprocess.run([ZACK, "bench", "-m", MODEL, "-p", "8", "-n", "0", "-r", "1"], stdout=full,
                            stderr=subprocess.PIPE, text=True, timeout=600)
     check(r.returncode != 0 and "standard output" in r.stderr, "bench > /dev/full fails")
+    # a long depth reports its prefill as it goes
+    r = zack("bench", "-m", MODEL, "-p", "0", "-n", "1", "-d", "1024", "-r", "1", "-o", "jsonl")
+    check(r.returncode == 0 and "depth 1024: prefilling sequence 0, 512/1024 tokens" in r.stderr,
+          "bench: progress while prefilling a depth")
     r = zack("bench", "-m", MODEL, "-ctk", "q8_0", "-ctv", "q4_0")
     check(r.returncode != 0 and "differ" in r.stderr, "-ctk and -ctv lists must match")
 

@@ -10,7 +10,8 @@ Through a pseudo-terminal (the line editor): a chat in a small context (-c 256)
 over several turns that keeps answering while old turns are dropped, Up-arrow
 history (recalled, edited and sent again), cursor editing, a bracketed paste of
 several lines, the history file (~/.zack_history, HOME pointed at a temporary
-directory), and Ctrl-D quitting with status 0."""
+directory), Ctrl-D quitting with status 0, and Ctrl-C clearing a line, then
+quitting with 130 on an empty one."""
 import json
 import os
 import re
@@ -145,10 +146,13 @@ def test_pty(tmp):
     start = len(s.out)
     s.send(b"\x1b[A")
     check(s.read_until(b"/nope", 10, start), "pty: a new session recalls ~/.zack_history")
-    s.send(b"\x03")  # Ctrl-C clears the line
-    s.send(b"\x04")
+    start = len(s.out)
+    s.send(b"\x03")  # Ctrl-C clears the line ...
+    check(s.read_until(b"\r> \x1b[K", 10, start), "pty: Ctrl-C clears a typed line")
+    s.send(b"\x03")  # ... and on an empty line quits with 130, the terminal restored
     status = s.wait(30)
-    check(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "pty: Ctrl-C clears a line, Ctrl-D then quits")
+    check(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 130, f"pty: Ctrl-C on an empty line quits with 130 ({status})")
+    check(s.out.rstrip().endswith(b"\x1b[?2004l"), "pty: bracketed paste turned off on the way out")
 
 
 def main():

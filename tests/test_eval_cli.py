@@ -207,6 +207,10 @@ def test_kl_divergence_file():
     kf, km = c["runs"][0]["detail"]["vs_baseline"]["kld_mean"], d["runs"][0]["detail"]["vs_baseline"]["kld_mean"]
     check(km > 1e-4 and abs(kf - km) < 0.02 * km + 1e-5, "kld: 4-bit KLD from the file %.6f = in memory %.6f" % (kf, km))
     check(c["runs"][0]["config"]["cli"] == "--kv-bits 4", "kld: the typed flags are the compared configuration")
+    ct = run_json("kld_ctk", ["--task", "ppl", "--kl-divergence-base", base, "--kl-divergence", "-ctk", "q4_0", "-ctv",
+                              "q4_0"])
+    check(ct["runs"][0]["config"]["cli"] == "--cache-type-k q4_0 --cache-type-v q4_0" and
+          ct["runs"][0]["detail"]["vs_baseline"]["kld_mean"] == kf, "kld: -ctk/-ctv q4_0 is --kv-bits 4 in eval too")
     e = run_json("kld_one", ["--task", "ppl", "--kl-divergence-base", base, "--kl-divergence", "--chunks", "1"])
     check(e["baseline"]["n_items"] == 1 and e["runs"][0]["n_items"] == 1, "kld: --chunks limits the saved chunks")
     # bad uses: one line each
