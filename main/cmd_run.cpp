@@ -280,7 +280,9 @@ int cmd_run(const model_opts& mo, const sampler_params& sp, const run_opts& ro_i
             st = generate_run(s, smp, ids, ro.n_predict, print_text, &g_interrupt,
                               cp.stop_texts.empty() ? nullptr : &cp.stop_texts);
         }
-        if (st.text.empty() || st.text.back() != '\n') print_text("\n");  // a shell prompt starts on its own line
+        // On a terminal the shell prompt then starts on its own line; into a pipe or
+        // a file the output stays exactly the continuation.
+        if (isatty(STDOUT_FILENO) && (st.text.empty() || st.text.back() != '\n')) print_text("\n");
         if (mo.verbose) print_timings(st);
         if (st.reason == stop_reason::CONTEXT_FULL) {
             print_notice(strfmt("context full: the completion stopped at the context size of %lld tokens (raise -c "

@@ -11,7 +11,7 @@ import re
 import subprocess
 import tempfile
 
-from cli_util import MODEL, ZACK, check, finish, one_line_error, require_binary_and_model, zack
+from cli_util import MODEL, ZACK, check, finish, one_line_error, pty_session, require_binary_and_model, zack
 
 Q = "What is the capital of France? Answer in one word."
 
@@ -119,9 +119,14 @@ def test_generation_controls():
         again = zack("run", "-m", MODEL, "-t", "2", "--temp", "1", "-n", "12", "-p", "Tell me a story.", "-s", m.group(1))
         check(again.stdout == runs[0].stdout, "the printed seed reproduces the text")
     one_line_error(greedy("-s", "abc"), "bad seed", "seed")
-    # raw output ends with a newline
-    r = zack("run", "-m", MODEL, "-t", "2", "--temp", "0", "-n", "4", "--raw", "-p", "The capital of France is")
-    check(r.returncode == 0 and r.stdout.endswith("\n") and r.stdout.strip(), f"raw output ends with a newline {r.stdout!r}")
+    # raw output: exactly the continuation into a pipe; on a terminal a final newline follows
+    args = ["run", "-m", MODEL, "-t", "2", "--temp", "0", "-n", "2", "--raw", "-p", "The capital of France is"]
+    r = zack(*args)
+    s = pty_session(args)
+    status = s.wait(120)
+    shown = s.out.decode(errors="replace").replace("\r\n", "\n")
+    check(r.returncode == 0 and r.stdout.strip() and not r.stdout.endswith("\n") and os.WEXITSTATUS(status) == 0
+          and shown == r.stdout + "\n", f"raw: a final newline on a terminal only ({r.stdout!r}, {shown!r})")
 
 
 def test_context_full_and_chat_flags():
