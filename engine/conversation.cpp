@@ -44,8 +44,6 @@ int64_t conversation::n_tokens_rendered(const std::vector<chat_message>& msgs, b
     return (int64_t)s_.mdl().voc->encode(chat_apply(tpl_, msgs, add_generation_prompt), true, true).size();
 }
 
-bool conversation::drop_oldest_turn() { return conversation_drop_oldest(turns_); }
-
 void conversation::clear() {
     turns_.clear();
     s_.reset();

@@ -69,9 +69,6 @@ public:
 
 private:
     std::vector<chat_message> with_system(const std::vector<chat_message>& turns) const;
-    // Drops the oldest turn (a user message and what follows it up to the next
-    // user message); false when only the last user message is left.
-    bool drop_oldest_turn();
     // Rebuilds the cache from `text` (the rendered history, maybe plus a partial reply).
     void rebuild(const std::string& text);
 

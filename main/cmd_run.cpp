@@ -173,8 +173,7 @@ bool chat_command(const std::string& line, conversation& conv) {
     return true;
 }
 
-int run_chat(conversation& conv, const conversation_params& cp, const model_opts& mo, const run_opts& ro,
-             bool color) {
+int run_chat(conversation& conv, const conversation_params& cp, const model_opts& mo, bool color) {
     const char* home = std::getenv("HOME");
     const bool tty = isatty(STDIN_FILENO) && isatty(STDERR_FILENO);
     line_editor ed(tty && home && *home ? std::string(home) + "/.zack_history" : "");
@@ -213,7 +212,6 @@ int run_chat(conversation& conv, const conversation_params& cp, const model_opts
         if (r.stats.reason == stop_reason::INTERRUPTED) print_notice("stopped");
         if (mo.verbose) print_timings(r.stats);
     }
-    (void)ro;
     return 0;
 }
 
@@ -293,7 +291,7 @@ int cmd_run(const model_opts& mo, const sampler_params& sp, const run_opts& ro_i
     }
 
     conversation conv(s, smp, pick_template(*m, ro), ro.system);
-    if (!ro.has_prompt) return run_chat(conv, cp, mo, ro, color);
+    if (!ro.has_prompt) return run_chat(conv, cp, mo, color);
 
     conversation_reply r;
     {
@@ -303,7 +301,7 @@ int cmd_run(const model_opts& mo, const sampler_params& sp, const run_opts& ro_i
     if (r.refused) ZK_THROW("%s", r.refusal.c_str());
     print_text("\n");
     if (mo.verbose) print_timings(r.stats);
-    if (ro.interactive) return run_chat(conv, cp, mo, ro, color);
+    if (ro.interactive) return run_chat(conv, cp, mo, color);
     return r.stats.reason == stop_reason::CONTEXT_FULL ? k_exit_context_full : 0;
 }
 
