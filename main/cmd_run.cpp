@@ -58,11 +58,16 @@ struct generating_scope {
     ~generating_scope() { g_generating.store(false); }
 };
 
-void print_text(const std::string& s) { file_out_stdout(s); }
+bool g_mid_line = false;  // stdout's last text did not end a line
 
-// A line on stderr; during a reply it starts on a line of its own.
+void print_text(const std::string& s) {
+    file_out_stdout(s);
+    if (!s.empty()) g_mid_line = s.back() != '\n';
+}
+
+// A line on stderr, on a line of its own when a reply is being printed.
 void print_notice(const std::string& s) {
-    std::fprintf(stderr, "%s[%s]\n", g_generating.load() ? "\n" : "", s.c_str());
+    std::fprintf(stderr, "%s[%s]\n", g_mid_line ? "\n" : "", s.c_str());
 }
 
 void print_timings(const generate_stats& st) {
