@@ -1,9 +1,5 @@
 #include "calib/zack_file.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 #include <map>
 
@@ -45,19 +41,6 @@ struct folded {
 }  // namespace
 
 bool zack_file_is_zack(const gguf_file& f) { return f.find("zack.version") != nullptr; }
-
-void zack_file_check_writable(const std::string& path) {
-    if (path.empty()) ZK_THROW("no output path given (-o OUT.zack)");
-    struct stat st;
-    if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-        ZK_THROW("%s: the output path is a directory", path.c_str());
-    const size_t s = path.find_last_of('/');
-    const std::string dir = s == std::string::npos ? "." : (s == 0 ? "/" : path.substr(0, s));
-    if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-        ZK_THROW("%s: output directory '%s' does not exist", path.c_str(), dir.c_str());
-    if (access(dir.c_str(), W_OK) != 0)
-        ZK_THROW("%s: output directory '%s' is not writable: %s", path.c_str(), dir.c_str(), std::strerror(errno));
-}
 
 void zack_file_write(const model& src, const zack_calibration& c, const zack_write_params& p,
                      const std::string& out_path) {

@@ -77,8 +77,5 @@ void zack_file_write(const model& src, const zack_calibration& c, const zack_wri
 // rv is left empty when the file has no blk.N.zack.rv. Throws for a non-.zack file.
 zack_calibration zack_file_read_calibration(const gguf_file& f);
 
-// Throws zk::error early (before a long calibration) when PATH's directory is
-// missing or not writable, or PATH is a directory.
-void zack_file_check_writable(const std::string& path);
 
 }  // namespace zk

@@ -128,8 +128,9 @@ private:
     std::map<std::string, size_t> tensor_index_;
 };
 
-// Builds a GGUF v3 file in memory order and writes it to PATH.tmp, then renames
-// it to PATH, so a failed write never leaves a half-written file under PATH.
+// Builds a GGUF v3 file in memory order and writes it through file_out
+// (ggml-like/file_out.h), so a failed write never leaves a half-written file
+// under PATH and a device or directory at PATH is refused.
 class gguf_writer {
 public:
     // Keys are written in insertion order; set() on an existing key replaces its
@@ -143,9 +144,9 @@ public:
     // Like add_tensor but keeps a pointer (the caller keeps data alive until write()).
     void add_tensor_ref(const std::string& name, dtype type, const std::vector<int64_t>& shape,
                         const void* data, size_t n_bytes);
-    // Writes PATH.tmp.<pid>.<n> (zero padding after the header and after each
-    // tensor up to the alignment), fsyncs it and renames it over PATH; on any
-    // failure the temporary file is removed and zk::error is thrown.
+    // Writes a temporary file next to PATH (zero padding after the header and
+    // after each tensor up to the alignment), fsyncs it and renames it over PATH;
+    // on any failure the temporary file is removed and zk::error is thrown.
     void write(const std::string& path) const;
 
 private:

@@ -8,6 +8,7 @@
 //                  [--gen-repeat-penalty R] [--gen-len N] [--gen-parallel N] [--save-corpus FILE]
 //   zack calibrate -m A.zack --compare B.zack       (compare only; no -o)
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "calib/zack_file.h"
 #include "engine/model.h"
 #include "ggml-like/error.h"
+#include "ggml-like/file_out.h"
 #include "main/commands.h"
 
 namespace zk {
@@ -96,8 +98,16 @@ int cmd_calibrate(const calibrate_opts& o) {
         return run_compare(o.model_path, o.compare_path, o.compare_rate, o.rank_align);
     }
     if (!o.compare_path.empty()) ranks_validate_rate(o.compare_rate);
-    zack_file_check_writable(o.out_path);
-    if (o.out_path == o.model_path) ZK_THROW("%s: the output would overwrite the source model", o.out_path.c_str());
+    // Outputs are checked before the long work (file_out refuses devices, directories).
+    const std::string out_target = file_out_check(o.out_path);
+    if (!o.save_corpus.empty()) file_out_check(o.save_corpus);
+    char* src_real = realpath(o.model_path.c_str(), nullptr);
+    char* out_real = realpath(out_target.c_str(), nullptr);
+    const bool same = src_real && out_real && std::string(src_real) == out_real;
+    std::free(src_real);
+    std::free(out_real);
+    if (same || o.out_path == o.model_path)
+        ZK_THROW("%s: the output would overwrite the source model", o.out_path.c_str());
     // Read the corpus (or check the generation sampler) before the model: bad input fails fast.
     std::vector<std::string> texts;
     if (!o.corpus.empty()) texts = corpus_read_files(o.corpus);
@@ -126,7 +136,7 @@ int cmd_calibrate(const calibrate_opts& o) {
         const std::vector<std::string> samples = corpus_generate(*m, gp);
         corpus_desc = corpus_describe_generation(gp, samples.size());
         texts = {corpus_join(samples)};
-        if (!o.save_corpus.empty()) options_write_file(o.save_corpus, texts[0]);
+        if (!o.save_corpus.empty()) file_out_write(o.save_corpus, texts[0]);
     } else {
         corpus_desc = "files: " + join_names(o.corpus);
     }

@@ -25,6 +25,7 @@
 #include "engine/model.h"
 #include "engine/session.h"
 #include "ggml-like/error.h"
+#include "ggml-like/file_out.h"
 #include "main/commands.h"
 
 namespace zk {
@@ -35,7 +36,9 @@ struct eval_opts {
     model_opts mo;
     std::string task;
     std::vector<std::string> data;
-    std::string json_path, plot_path, on_error = "stop", baseline_model;
+    std::string json_path, plot_path, csv_path, on_error = "stop", baseline_model;
+    std::string kld_base;  // --kl-divergence-base FILE
+    bool kld = false;      // --kl-divergence: compare with FILE instead of running a baseline
     int64_t limit = 0;
     int64_t ppl_stride = 0;
     int64_t ppl_piece = 32;
@@ -68,7 +71,10 @@ eval_config user_config(const CLI::App& app) {
     for (const CLI::Option* o : app.get_options()) {
         if (o->count() == 0) continue;
         const auto& ln = o->get_lnames();
-        auto it = std::find_if(ln.begin(), ln.end(), [](const std::string& n) { return n.rfind("kv-", 0) == 0; });
+        // zack's --kv-* flags and llama.cpp's --cache-type-k/v, which map onto them
+        auto it = std::find_if(ln.begin(), ln.end(), [](const std::string& n) {
+            return n.rfind("kv-", 0) == 0 || n.rfind("cache-type-", 0) == 0;
+        });
         if (it == ln.end()) continue;
         const std::string flag = "--" + *it;
         if (o->get_items_expected_max() == 0) {  // a flag: no value
@@ -143,9 +149,19 @@ std::vector<std::pair<std::string, std::vector<std::string>>> parse_grid(const s
     return axes;
 }
 
-std::unique_ptr<eval_task> make_task(const model& m, const eval_opts& eo, int64_t ppl_ctx) {
+std::unique_ptr<eval_task> make_task(const model& m, const eval_opts& eo, int64_t ppl_ctx, bool ctx_set_by_user) {
     const eval_on_error pol = eval_on_error_from_name(eo.on_error);
-    if (eo.task == "ppl") return eval_task_ppl(m, eo.data, {ppl_ctx, eo.ppl_stride, eo.limit, eo.ppl_piece}, pol);
+    if (eo.task == "ppl") {
+        eval_ppl_opts po;
+        po.n_ctx = ppl_ctx;
+        po.stride = eo.ppl_stride;
+        po.limit = eo.limit;
+        po.piece = eo.ppl_piece;
+        po.logits_path = eo.kld_base;
+        po.kl_compare = eo.kld;
+        po.ctx_set_by_user = ctx_set_by_user;
+        return eval_task_ppl(m, eo.data, po, pol);
+    }
     if (eo.task == "lastword") return eval_task_lastword(m, eo.data, {eo.lw_min_words, eo.lw_max_words, eo.limit}, pol);
     if (eo.task == "mc") return eval_task_mc(m, eo.data, {eo.limit}, pol);
     if (eo.task == "passkey") {
@@ -165,12 +181,20 @@ CLI::App* eval_add_subcommand(CLI::App& parent) {
     options_add_model(*app, o.mo);
     app->add_option("--task", o.task, "ppl | lastword | mc | passkey")->required()
         ->check(CLI::IsMember({"ppl", "lastword", "mc", "passkey"}));
-    app->add_option("--data", o.data, "data files: text (ppl, lastword) or JSONL (mc)");
-    app->add_option("--limit", o.limit, "at most this many items (ppl: chunks; 0 = all)")->check(CLI::NonNegativeNumber);
+    app->add_option("-f,--data,--file", o.data, "data files: text (ppl, lastword) or JSONL (mc; README gives the schema)");
+    app->add_option("--limit,--chunks", o.limit, "at most this many items (ppl: chunks, as llama-perplexity's --chunks; "
+                    "0 = all)")->check(CLI::NonNegativeNumber);
     app->add_option("--on-error", o.on_error, "malformed data: stop at the first problem, or skip the item")
         ->check(CLI::IsMember({"stop", "skip"}));
     app->add_option("--json", o.json_path, "write every number and the exact configurations to this JSON file");
     app->add_option("--plot", o.plot_path, "write an SVG chart of accuracy vs KV size (one curve per method)");
+    app->add_option("--csv", o.csv_path, "write one CSV row per configuration (the baseline first)");
+    app->add_option("--kl-divergence-base", o.kld_base,
+                    "ppl: save the baseline's log-probabilities to this file (llama-perplexity's workflow); with "
+                    "--kl-divergence, read them back as the baseline");
+    app->add_flag("--kl-divergence", o.kld,
+                  "ppl: compare -m (and its KV flags) with the baseline saved in --kl-divergence-base; the tokens "
+                  "come from that file, no --data");
     app->add_option("--baseline-model", o.baseline_model,
                     "model for the uncompressed baseline (default: -m with no compression flags)");
     app->add_option("--ppl-stride", o.ppl_stride, "ppl: llama.cpp's strided mode (0 = chunks of -c, second half scored)")
@@ -205,12 +229,26 @@ CLI::App* eval_add_subcommand(CLI::App& parent) {
 
 int cmd_eval(CLI::App& app) {
     eval_opts& eo = g_eo;
-    if (eo.task != "passkey" && eo.data.empty()) ZK_THROW("--task %s needs --data FILE ...", eo.task.c_str());
+    if (eo.kld && eo.kld_base.empty()) ZK_THROW("--kl-divergence needs --kl-divergence-base FILE (the saved baseline)");
+    if (!eo.kld_base.empty() && eo.task != "ppl")
+        ZK_THROW("--kl-divergence-base works with --task ppl, not %s", eo.task.c_str());
+    if (eo.kld && !eo.baseline_model.empty())
+        ZK_THROW("--kl-divergence takes its baseline from %s; drop --baseline-model", eo.kld_base.c_str());
+    if (eo.task != "passkey" && eo.data.empty() && !eo.kld)
+        ZK_THROW("--task %s needs --data FILE ... (or -f FILE)", eo.task.c_str());
+    // Outputs are checked before the long work (file_out refuses devices, directories).
+    for (const std::string* out : {&eo.json_path, &eo.plot_path, &eo.csv_path})
+        if (!out->empty()) file_out_check(*out);
+    if (!eo.kld_base.empty() && !eo.kld) file_out_check(eo.kld_base);
     // ppl chunks default to llama.cpp's 512 tokens; -c sets them.
-    const int64_t ppl_ctx = app.get_option("--ctx-size")->count() ? eo.mo.n_ctx : 512;
+    const bool ctx_set = app.get_option("--ctx-size")->count() > 0;
+    const int64_t ppl_ctx = ctx_set ? eo.mo.n_ctx : 512;
     const session_params defaults = options_session_params(eo.mo);
     eo.mo.n_threads = defaults.n_threads;
 
+    if (app.count("--flash-attn") > 0 && eo.mo.flash_attn.empty()) eo.mo.flash_attn = "on";  // a bare -fa
+    if (eo.mo.verbose)
+        for (const std::string& n : options_llama_notes(eo.mo)) std::fprintf(stderr, "note: %s\n", n.c_str());
     auto m = model_load(eo.mo.model_path);
     std::unique_ptr<model> mb;
     if (!eo.baseline_model.empty()) {
@@ -218,7 +256,7 @@ int cmd_eval(CLI::App& app) {
         if (mb->hp.n_vocab != m->hp.n_vocab)
             ZK_THROW("--baseline-model has %d tokens in its vocabulary, -m has %d", mb->hp.n_vocab, m->hp.n_vocab);
     }
-    std::unique_ptr<eval_task> task = make_task(*m, eo, ppl_ctx);
+    std::unique_ptr<eval_task> task = make_task(*m, eo, ppl_ctx, ctx_set);
     const int64_t n_ctx = task->n_ctx_needed();
     eo.lim.n_tokens = task->n_tokens_typical();
     if (!eo.quiet)
@@ -239,8 +277,17 @@ int cmd_eval(CLI::App& app) {
     rep.task = task->name();
     rep.target = eo.target;
 
-    // Baseline: no compression flags.
-    {
+    // Baseline: no compression flags, or the saved one (--kl-divergence).
+    if (task->has_stored_baseline()) {
+        eval_point& b = rep.baseline;
+        b.cfg.name = "baseline";
+        b.cfg.method = "baseline";
+        b.score = task->stored_baseline();
+        b.session = {{"logits_file", eo.kld_base}};
+        b.retention = 1;
+        b.bytes_per_token = ref_bpt;  // what it ran with is not recorded: counted as an f16 cache
+        b.kv_fraction = 1;
+    } else {
         eval_point& b = rep.baseline;
         b.cfg.name = "baseline";
         b.cfg.method = "baseline";
@@ -279,7 +326,12 @@ int cmd_eval(CLI::App& app) {
         return p;
     });
 
-    const eval_config user = user_config(app);
+    eval_config user = user_config(app);
+    if (eo.kld && user.flags.empty()) {  // the model as given, against the saved baseline
+        const size_t sl = eo.mo.model_path.find_last_of('/');
+        user.name = "-m " + (sl == std::string::npos ? eo.mo.model_path : eo.mo.model_path.substr(sl + 1));
+        runs.get(user);
+    }
     if (!user.flags.empty()) runs.get(user);
     const std::vector<eval_method> methods = eval_methods(eo.methods, eo.lim);
     if (eo.sweep) {
@@ -303,7 +355,12 @@ int cmd_eval(CLI::App& app) {
     st["baseline_model"] = eo.baseline_model.empty() ? eo.mo.model_path : eo.baseline_model;
     st["user_config"] = user.to_json();
     st["reference_f16_bytes_per_token"] = ref_bpt;
-    if (eo.task == "ppl") st["ppl"] = {{"chunk", ppl_ctx}, {"stride", eo.ppl_stride}, {"piece", eo.ppl_piece}};
+    if (eo.task == "ppl") {
+        st["ppl"] = {{"chunk", ppl_ctx}, {"stride", eo.ppl_stride}, {"piece", eo.ppl_piece}};
+        if (eo.kld) st["ppl"] = {{"window", n_ctx}, {"piece", eo.ppl_piece}};  // chunking from the file
+        if (!eo.kld_base.empty())
+            st["ppl"]["kl_divergence_base"] = {{"file", eo.kld_base}, {"mode", eo.kld ? "compare" : "save"}};
+    }
     if (eo.task == "passkey")
         st["passkey"] = {{"lengths", eo.pk_lengths}, {"depths", eo.pk_depths}, {"trials", eo.pk_trials}, {"seed", eo.seed}};
     if (eo.task == "lastword") st["lastword"] = {{"min_words", eo.lw_min_words}, {"max_words", eo.lw_max_words}};
@@ -313,10 +370,10 @@ int cmd_eval(CLI::App& app) {
                          {"evict_min_keep", eo.lim.evict_min_keep}, {"evict_tokens_typical", eo.lim.n_tokens},
                          {"quant_bits", eo.lim.quant_bits}};
 
-    std::fputs(eval_report_table(rep).c_str(), stdout);
-    std::fflush(stdout);
-    if (!eo.json_path.empty()) options_write_file(eo.json_path, eval_report_json(rep).dump(2) + "\n");
-    if (!eo.plot_path.empty()) options_write_file(eo.plot_path, eval_report_svg(rep));
+    file_out_stdout(eval_report_table(rep));
+    if (!eo.json_path.empty()) file_out_write(eo.json_path, eval_report_json(rep).dump(2) + "\n");
+    if (!eo.plot_path.empty()) file_out_write(eo.plot_path, eval_report_svg(rep));
+    if (!eo.csv_path.empty()) file_out_write(eo.csv_path, eval_report_csv(rep));
     return 0;
 }
 

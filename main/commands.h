@@ -20,7 +20,10 @@ struct bench_opts {
     int reps = 3;
     int64_t n_ctx = 0;
     std::string kv_type = "f16";
-    std::string format = "md";
+    std::string format = "md";       // md | csv | json | jsonl (llama-bench's -o)
+    std::string output_file;         // write the results here (file_out) instead of stdout
+    // llama-bench spellings: -ctk/-ctv lists map onto --kv-bits; -ngl/-fa are accepted
+    std::string cache_type_k, cache_type_v, n_gpu_layers, flash_attn;
     // KV cache configurations: every combination of these lists is benchmarked
     std::string kv_rate = "-1";     // ZACK overall rate (a .zack model); -1 = uncompressed
     std::string kv_bits = "16";

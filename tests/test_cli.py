@@ -137,7 +137,14 @@ def main():
           "info: architecture and tensor table")
     r = zack("info", MODEL, "--json")
     j = json.loads(r.stdout)
-    check(len(j["tensors"]) == 272 and j["metadata"]["general.architecture"] == '"llama"', "info --json parses")
+    check(len(j["tensors"]) == 272 and j["metadata"]["general.architecture"] == "llama", "info --json parses")
+    md = j["metadata"]
+    check(md["llama.block_count"] == 30 and md["llama.attention.layer_norm_rms_epsilon"] == 1e-05
+          and md["tokenizer.ggml.add_bos_token"] is False,
+          "info --json: numbers and booleans as JSON values, f32 as its shortest decimal")
+    toks = md["tokenizer.ggml.tokens"]
+    check(toks["array_length"] == 49152 and toks["elem_type"] == "string" and toks["first"][:2] == ["<|endoftext|>", "<|im_start|>"]
+          and md["general.languages"] == ["en"], "info --json: long arrays summarized, short ones whole")
 
     # --- help lists every flag with its default
     r = zack("run", "--help")

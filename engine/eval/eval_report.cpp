@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <map>
 
+#include "ggml-like/error.h"
+
 namespace zk {
 
 namespace {
@@ -65,6 +67,35 @@ nlohmann::json eval_point_json(const eval_point& p) {
     j["session"] = p.session;
     j["detail"] = p.score.detail;
     return j;
+}
+
+static std::string csv_field(const std::string& s) {
+    if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+    std::string q = "\"";
+    for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return q + "\"";
+}
+
+std::string eval_report_csv(const eval_report& r) {
+    std::string out = "config,method,metric,value,retention,kv_fraction,bytes_per_token,tokens_kept,n_items,kld_mean,"
+                      "same_top_p,error\n";
+    std::vector<eval_point> rows{r.baseline};
+    rows.insert(rows.end(), r.runs.begin(), r.runs.end());
+    for (const eval_point& p : rows) {
+        out += csv_field(p.cfg.name) + "," + csv_field(p.cfg.method) + ",";
+        if (!p.ok()) {
+            out += ",,,,,,,,," + csv_field(p.error) + "\n";
+            continue;
+        }
+        const nlohmann::json vs = p.score.detail.value("vs_baseline", nlohmann::json::object());
+        auto num = [](double v) { return std::isfinite(v) ? strfmt("%.9g", v) : std::string(); };
+        out += csv_field(p.score.metric) + "," + num(p.score.value) + "," + num(p.retention) + "," +
+               num(p.kv_fraction) + "," + num(p.bytes_per_token) + "," + num(p.score.tokens_kept) + "," +
+               std::to_string(p.score.n_items) + "," +
+               (vs.contains("kld_mean") ? num(vs["kld_mean"].get<double>()) : "") + "," +
+               (vs.contains("same_top_p") ? num(vs["same_top_p"].get<double>()) : "") + ",\n";
+    }
+    return out;
 }
 
 std::string eval_report_table(const eval_report& r) {
