@@ -42,18 +42,15 @@ import tempfile
 from pathlib import Path
 
 import gguf
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "ref"))
+import ref_tokenizer  # noqa: E402  (the reference builder, shared with the forward tests)
+import tokenizers  # noqa: E402
 
 SOURCE = Path(os.environ.get("ZACK_SOURCE", Path(__file__).resolve().parent.parent))
 DATA = SOURCE / "tests" / "data" / "tokenizer"
 
-# Patterns as the models' tokenizer.json files write them.
-LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
-                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
-                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-TOKEN_CONTROL = 3
-TOKEN_USER_DEFINED = 4
+TOKEN_CONTROL = ref_tokenizer.TOKEN_TYPE_CONTROL
 
 failures = []
 
@@ -89,28 +86,7 @@ class Meta:
 
 
 def build_reference(meta, pre):
-    vocab = {}
-    for i, t in enumerate(meta.tokens):
-        vocab.setdefault(t, i)  # first id wins, as in zack
-    merges = [tuple(m.split(" ", 1)) for m in meta.merges]
-    tok = Tokenizer(models.BPE(vocab, merges, ignore_merges=(pre == "llama-bpe")))
-    if pre == "smollm":
-        tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Digits(individual_digits=True),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
-    elif pre == "gpt2":
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    else:
-        pattern = LLAMA3_PATTERN if pre == "llama-bpe" else QWEN2_PATTERN  # qwen2, deepseek-r1-qwen
-        tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                            for t, ty in zip(meta.tokens, meta.types) if ty == TOKEN_CONTROL])
-    tok.add_tokens([AddedToken(t, special=False, normalized=False)
-                    for t, ty in zip(meta.tokens, meta.types) if ty == TOKEN_USER_DEFINED])
-    return tok
+    return ref_tokenizer.build_tokenizer(meta.tokens, meta.types, meta.merges, pre)
 
 
 def write_variant(meta, pre, path):
@@ -295,7 +271,7 @@ def main():
         check_vocab("qwen2.5", qwen, ("qwen2", "deepseek-r1-qwen"), tool, files, texts, tmp, summary)
 
     print("tokenizer vs HF tokenizers %s, %d files, %.1f KB:" % (
-        sys.modules["tokenizers"].__version__, len(files), sum(len(t.encode("utf-8")) for t in texts) / 1024))
+        tokenizers.__version__, len(files), sum(len(t.encode("utf-8")) for t in texts) / 1024))
     print("\n".join(summary))
     if failures:
         print("%d FAILURES" % len(failures))
