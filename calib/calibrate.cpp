@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "calib/eigen.h"
+#include "calib/keybasis.h"
 #include "calib/progress.h"
 #include "calib/ranks.h"
 #include "engine/session.h"
@@ -78,7 +79,10 @@ zack_calibration calib_decompose(const model& m, const gram_accumulator& acc) {
     c.rv.resize(c.rqk.size());
     c.sigma_k.resize((size_t)L * KV * D);
     c.sigma_v.resize(c.sigma_k.size());
-    std::vector<double> vals, vecs;
+    c.kqa.resize(c.rqk.size());
+    c.kqb.resize(c.rqk.size());
+    c.kpair.resize(c.rqk.size());
+    std::vector<double> vals, vecs, A, B, sv;
     for (int il = 0; il < L; il++) {
         const std::vector<double> wo = gram_wo(m.layers[il].wo, hp.n_head, KV, D);  // [KV x D x D]
         for (int g = 0; g < KV; g++) {
@@ -92,6 +96,12 @@ zack_calibration calib_decompose(const model& m, const gram_accumulator& acc) {
                 double* sig = (kv ? c.sigma_v : c.sigma_k).data() + h * D;
                 for (int j = 0; j < D; j++) sig[j] = std::sqrt(std::max(vals[j], 0.0));
             }
+            const std::vector<double> cq = acc.q(il, g), ck = acc.k(il, g);
+            keybasis_score(D, cq.data(), ck.data(), A, B, sv);
+            std::copy(A.begin(), A.end(), c.kqa.begin() + h * D * D);
+            std::copy(B.begin(), B.end(), c.kqb.begin() + h * D * D);
+            keybasis_pairs(D, hp.rope, cq.data(), ck.data(), A, sv);
+            std::copy(A.begin(), A.end(), c.kpair.begin() + h * D * D);
         }
     }
     return c;

@@ -3,6 +3,8 @@
 //
 // For KV head g of layer l (query heads G(g) = g*group .. g*group + group - 1):
 //   C_qk[l][g] = sum_t ( k_g(t) k_g(t)^T + sum_{i in G(g)} q_i(t) q_i(t)^T )   [d x d]
+//   kept as its two halves C_k (keys) and C_q (the group's queries), which the
+//   score-optimal key basis (calib/keybasis.h) needs apart.
 //   C_v [l][g] = sum_t v_g(t) v_g(t)^T                 (v_stat V, the paper's)
 //            or  sum_t sum_{i in G(g)} o_i(t) o_i(t)^T  (v_stat ATTN, the default)
 // where o_i = sum_s p_is v_g(s) is what W_o actually multiplies: attention
@@ -12,7 +14,7 @@
 // q and k are taken after RoPE (the rotation is applied online, see DESIGN.md 3).
 // The W_o half of the V-O pairing does not depend on the corpus and is added
 // by gram_wo() when the decomposition is taken. Memory is fixed
-// (2 x n_layer x n_kv x d x d doubles), whatever the corpus length.
+// (3 x n_layer x n_kv x d x d doubles), whatever the corpus length.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -47,7 +49,9 @@ public:
     int n_kv() const { return n_kv_; }
     int head_dim() const { return d_; }
     // Full symmetric [d x d] row-major copies of the sums so far.
-    std::vector<double> qk(int layer, int g) const;
+    std::vector<double> qk(int layer, int g) const;  // C_q + C_k
+    std::vector<double> q(int layer, int g) const;   // sum over the group's query heads of q q^T
+    std::vector<double> k(int layer, int g) const;   // k k^T
     std::vector<double> v(int layer, int g) const;
 
 private:
@@ -56,7 +60,7 @@ private:
     thread_pool* pool_;
     gram_v_stat v_stat_;
     int64_t n_tokens_ = 0;
-    std::vector<double> c_qk_;  // [n_layer x n_kv x d x d], upper triangle maintained by dsyrk
+    std::vector<double> c_q_, c_k_;  // [n_layer x n_kv x d x d], upper triangles maintained by dsyrk
     std::vector<double> c_v_;   // [n_layer x n_kv x d x d]
     std::vector<std::vector<double>> scratch_;  // per thread: [n x (group+1) x d] doubles
 };

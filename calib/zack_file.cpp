@@ -144,6 +144,15 @@ void zack_file_write(const model& src, const zack_calibration& c, const zack_wri
         w.add_tensor(pre + "rv", dtype::F32, {D, D, KV}, rv.data(), rv.size() * sizeof(float));
         w.add_tensor(pre + "sigma_k", dtype::F32, {D, KV}, sk.data(), sk.size() * sizeof(float));
         w.add_tensor(pre + "sigma_v", dtype::F32, {D, KV}, sv.data(), sv.size() * sizeof(float));
+        // Alternative key bases, when the calibration has them.
+        const std::pair<const char*, const std::vector<double>*> bases[] = {
+            {"kqa", &c.kqa}, {"kqb", &c.kqb}, {"kpair", &c.kpair}};
+        for (const auto& b : bases) {
+            if (b.second->empty()) continue;
+            ZK_ASSERT(b.second->size() == L * per_rot);
+            const std::vector<float> x = to_f32(b.second->data() + il * per_rot, per_rot);
+            w.add_tensor(pre + b.first, dtype::F32, {D, D, KV}, x.data(), x.size() * sizeof(float));
+        }
     }
     w.write(out_path);
 }
@@ -162,6 +171,7 @@ zack_calibration zack_file_read_calibration(const gguf_file& f) {
     c.d = (int)t0.shape[0];
     c.n_kv = (int)t0.shape[2];
     const bool has_rv = f.find_tensor("blk.0.zack.rv") != nullptr;
+    const bool has_bases = f.find_tensor("blk.0.zack.kqa") != nullptr;
     auto read = [&](const std::string& name, std::vector<int64_t> shape, std::vector<double>& out) {
         const gguf_tensor& t = f.get_tensor(name);
         if (t.type != dtype::F32 || t.shape != shape)
@@ -176,6 +186,11 @@ zack_calibration zack_file_read_calibration(const gguf_file& f) {
         if (has_rv) read(pre + "rv", {c.d, c.d, c.n_kv}, c.rv);
         read(pre + "sigma_k", {c.d, c.n_kv}, c.sigma_k);
         read(pre + "sigma_v", {c.d, c.n_kv}, c.sigma_v);
+        if (has_bases) {
+            read(pre + "kqa", {c.d, c.d, c.n_kv}, c.kqa);
+            read(pre + "kqb", {c.d, c.d, c.n_kv}, c.kqb);
+            read(pre + "kpair", {c.d, c.d, c.n_kv}, c.kpair);
+        }
     }
     return c;
 }

@@ -10,6 +10,8 @@
 //   blk.N.zack.rqk     F32 GGUF shape [d, d, n_kv]: R[g][i][j], column j = direction j
 //   blk.N.zack.rv      F32 [d, d, n_kv]: the V rotation already folded (for --compare)
 //   blk.N.zack.sigma_k F32 [d, n_kv], descending;  blk.N.zack.sigma_v likewise
+//   blk.N.zack.kqa / .kqb / .kpair  F32 [d, d, n_kv]: the score and pairs key
+//                      bases (calib/keybasis.h), optional
 #pragma once
 #include <cstdint>
 #include <string>
@@ -25,6 +27,10 @@ struct model;
 struct zack_calibration {
     int n_layer = 0, n_kv = 0, d = 0;
     std::vector<double> rqk, rv;           // [n_layer x n_kv x d x d], R[i][j] column j = direction j
+    // Alternative key bases (calib/keybasis.h), same layout; empty in files from
+    // before they existed: kqa/kqb the score basis (A for queries, B for keys),
+    // kpair the RoPE-pair selection (A = B = kpair).
+    std::vector<double> kqa, kqb, kpair;
     std::vector<double> sigma_k, sigma_v;  // [n_layer x n_kv x d], descending
     int64_t n_tokens = 0;                  // calibration tokens
     int64_t n_ctx = 0;                     // window length of the statistics pass

@@ -439,9 +439,10 @@ void gguf_file::parse() {
             t.shape.push_back((int64_t)ne);
         }
         const uint32_t type_id = c.read<uint32_t>("type");
-        if (!dtype_is_supported(type_id))
-            ZK_THROW("%s: tensor '%s': unknown or unsupported type id (expected a known ggml type, got %u)",
-                     p, tn, type_id);
+        // Known types zack cannot compute with are laid out like the others (so
+        // `zack info` can show them); model loading refuses them by name.
+        if (!dtype_is_known(type_id))
+            ZK_THROW("%s: tensor '%s': unknown type id (expected a ggml type id, got %u)", p, tn, type_id);
         t.type = (dtype)type_id;
         t.offset = c.read<uint64_t>("data offset");
 
@@ -645,8 +646,8 @@ void gguf_writer::add_tensor_ref(const std::string& name, dtype type,
     if (shape.empty() || shape.size() > (size_t)k_max_dims)
         ZK_THROW("gguf writer: tensor '%s': bad n_dims (expected 1..%d, got %zu)", tn, k_max_dims,
                  shape.size());
-    if (!dtype_is_supported((uint32_t)type))
-        ZK_THROW("gguf writer: tensor '%s': unsupported type id %u", tn, (unsigned)type);
+    if (!dtype_is_known((uint32_t)type))
+        ZK_THROW("gguf writer: tensor '%s': unknown type id %u", tn, (unsigned)type);
     int64_t rows = 1;
     for (size_t d = 0; d < shape.size(); d++) {
         if (shape[d] < 1)

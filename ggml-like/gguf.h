@@ -72,7 +72,7 @@ struct gguf_value {
 
 struct gguf_tensor {
     std::string name;
-    dtype type;
+    dtype type;                  // any known ggml type id (see dtype_is_supported)
     std::vector<int64_t> shape;  // ne[0] (fastest, = row length) first
     uint64_t offset;             // relative to the data section
     size_t n_bytes;
@@ -84,8 +84,10 @@ struct gguf_tensor {
 class gguf_file {
 public:
     // Maps and validates the whole file; throws zk::error "PATH: what" on any
-    // malformation (bad magic/version, truncation, absurd counts, unknown dtype,
-    // offsets out of range or misaligned, duplicate names).
+    // malformation (bad magic/version, truncation, absurd counts, a type id that
+    // is no ggml type, offsets out of range or misaligned, duplicate names).
+    // Tensors of ggml types zack does not compute with (IQ2_XXS, ...) are read
+    // like the others: dtype_is_supported(t.type) tells them apart.
     static std::unique_ptr<gguf_file> open(const std::string& path);
     ~gguf_file();
 

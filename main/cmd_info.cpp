@@ -24,6 +24,14 @@ std::string human_bytes(double b) {
     return strfmt(i ? "%.2f %s" : "%.0f %s", b, u[i]);
 }
 
+bool supported(const gguf_tensor& t) { return dtype_is_supported((uint32_t)t.type); }
+
+int count_unsupported(const gguf_file& f) {
+    int n = 0;
+    for (const auto& t : f.tensors()) n += !supported(t);
+    return n;
+}
+
 // Summary lines for the keys users look for first.
 void print_summary(const gguf_file& f) {
     const std::string arch = f.get_str("general.architecture", "?");
@@ -60,6 +68,10 @@ void print_summary(const gguf_file& f) {
         first = false;
     }
     std::printf(")\n");
+    const int n_bad = count_unsupported(f);
+    if (n_bad)
+        std::printf("unsupported: %d tensor%s of types zack cannot compute with (marked *); run/eval/bench "
+                    "refuse this file\n", n_bad, n_bad == 1 ? "" : "s");
 }
 
 }  // namespace
@@ -75,7 +87,8 @@ int cmd_info(const std::string& path, bool json) {
         for (const auto& kv : f->kv()) j["metadata"][kv.first] = kv.second.to_display(16);
         for (const auto& t : f->tensors())
             j["tensors"].push_back({{"name", t.name}, {"type", dtype_name(t.type)}, {"shape", t.shape},
-                                    {"offset", t.offset}, {"bytes", t.n_bytes}});
+                                    {"offset", t.offset}, {"bytes", t.n_bytes}, {"supported", supported(t)}});
+        j["unsupported_tensors"] = count_unsupported(*f);
         std::printf("%s\n", j.dump(2).c_str());
         return 0;
     }
@@ -86,10 +99,14 @@ int cmd_info(const std::string& path, bool json) {
     for (const auto& kv : f->kv())
         std::printf("  %-44s %-8s %s\n", kv.first.c_str(), gguf_type_name(kv.second.type),
                     kv.second.to_display().c_str());
-    std::printf("\n  %-40s %-6s %-18s %12s\n", "tensor", "type", "shape", "bytes");
-    for (const auto& t : f->tensors())
-        std::printf("  %-40s %-6s %-18s %12zu\n", t.name.c_str(), dtype_name(t.type), shape_str(t.shape).c_str(),
+    std::printf("\n  %-40s %-11s %-18s %12s\n", "tensor", "type", "shape", "bytes");
+    for (const auto& t : f->tensors()) {
+        const std::string type = std::string(dtype_name(t.type)) + (supported(t) ? "" : "*");
+        std::printf("  %-40s %-11s %-18s %12zu\n", t.name.c_str(), type.c_str(), shape_str(t.shape).c_str(),
                     t.n_bytes);
+    }
+    if (count_unsupported(*f))
+        std::printf("* a type zack cannot compute with (it computes with %s)\n", dtype_weight_names().c_str());
     return 0;
 }
 
