@@ -24,11 +24,16 @@ Perplexity over every position of all texts together (ppl = exp(mean NLL of each
 next token), the first token unscored).
   * |ppl_zack / ppl_llamacpp_rounding - 1| <= 0.5% (issue #15's bound).
   * |ppl_zack / ppl_exact - 1| <= |ppl_llamacpp_rounding / ppl_exact - 1| + 0.5%:
-    8-bit activations cost perplexity by themselves. First measured on the 1.5B
-    with 300 tokens of prose: exact 21.257, llama.cpp-rounding reference 21.506
-    (+1.17%), llama.cpp itself (llama-cpp-python 0.3.36) 21.492 (+1.11%), zack
-    21.533 (+1.30%; +0.12% from the rounding reference, +0.19% from llama.cpp).
-    Against the exact reference alone a 0.5% bound would fail llama.cpp too.
+    8-bit activations cost perplexity by themselves, most on the 1.5B, whose
+    first-token activations are huge and share 256-value Q8_K blocks. Measured
+    on these texts (249 tokens scored), with llama.cpp itself through
+    llama-cpp-python 0.3.36 on the same ids for comparison (not run here):
+                 exact    rounding ref        llama.cpp           zack
+      1.5B       9.9904   10.2279 (+2.38%)    10.2561 (+2.66%)    10.2355 (+2.45%)
+      0.5B      18.4442   18.4656 (+0.12%)    18.3906 (-0.29%)    18.4699 (+0.14%)
+    zack is +0.075% / +0.023% from the rounding reference, -0.20% / +0.43% from
+    llama.cpp. Against the exact reference alone a 0.5% bound would fail
+    llama.cpp too on the 1.5B.
 Logits at every position against the exact reference, bounded by what the
 rounding reference itself shows in the same run (no fixed constants):
   * mean over positions of max|zack - exact| / max|exact| <= 2x the rounding
@@ -38,10 +43,13 @@ Greedy: G must be the exact reference's greedy continuation, i.e. at every step
 G[k] is the argmax of the reference's logits after ids + G[:k] (one batched pass
 checks all 32 steps). A step where G[k] is not the argmax passes only as a
 near tie: the reference's top logit beats its logit for G[k] by at most
-NEAR_TIE = 0.02 x max|logit| (the largest honest flip measured at any position
-was 0.0145 x max|logit|, for the rounding reference; zack's 0.0123, llama.cpp's
-0.0074), and at most MAX_NEAR steps per continuation; every such step is
-printed with its margin. Later steps are then checked on zack's own tokens.
+NEAR_TIE = 0.02 x max|logit| (over 300 positions of prose on the 1.5B, the
+largest honest argmax flip against the exact reference was 0.0145 x max|logit|
+for the rounding reference, 0.0123 for zack, 0.0074 for llama.cpp), and at most
+MAX_NEAR steps per continuation; every such step is printed with its margin.
+Later steps are then checked on zack's own tokens. (zack's continuations are
+identical on both models and texts; llama.cpp's on the 1.5B code text is not:
+see the report of issue #15.)
 
 Env: ZACK_MODEL_QWEN15, ZACK_MODEL_QWEN05 (GGUFs), ZACK_BUILD (tests/tool_logits),
 ZACK_BIN (zack). A missing model or tool fails the test.
@@ -61,6 +69,7 @@ import numpy as np  # noqa: E402
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "ref"))
 import ref_forward  # noqa: E402
+import ref_gguf  # noqa: E402
 import ref_tokenizer  # noqa: E402
 
 MODELS = (("qwen2.5-coder-1.5b", "ZACK_MODEL_QWEN15"), ("qwen2.5-coder-0.5b", "ZACK_MODEL_QWEN05"))
@@ -228,6 +237,7 @@ def check_model(name, model, tool, zbin, texts, tmp):
             errors.append(f"{name}/{p.name}: `zack run --raw -n {GREEDY_N} --temp 0` printed {got!r}, "
                           f"the greedy ids give {want!r}")
     print(f"  ({t_zack:.1f} s zack logits, {t_ref:.1f} s reference, {time.time() - t0:.1f} s in all)")
+    ref_gguf.release(str(model))  # the next model's pages need not stay mapped
     return errors
 
 

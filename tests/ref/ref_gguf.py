@@ -15,3 +15,8 @@ def reader(path: str) -> gguf.GGUFReader:
         r = gguf.GGUFReader(path)
         _READERS[str(path)] = r
     return r
+
+
+def release(path: str) -> None:
+    """Drops the cached reader (its memory map goes once nothing else holds it)."""
+    _READERS.pop(str(path), None)
