@@ -139,7 +139,7 @@ def expected_run_output(model, g) -> bytes:
 def check_greedy(label, ref_rows, g):
     """ref_rows[k] = the exact reference's logits for predicting g[k], after
     ids + g[:k]. Returns (report lines, errors)."""
-    near, errors = [], []
+    near, errors, n_hard = [], [], 0
     for k, t in enumerate(g):
         row = ref_rows[k]
         top = int(np.argmax(row))
@@ -151,16 +151,22 @@ def check_greedy(label, ref_rows, g):
             near.append(f"step {k}: zack {t}, reference {top}, margin {margin:.4f} "
                         f"= {margin / scale:.4f} x max|logit| (near tie)")
         else:
-            errors.append(f"{label}: greedy step {k}: zack chose {t}, the reference's argmax is {top} "
-                          f"by {margin:.4f} = {margin / scale:.4f} x max|logit| (near tie <= {NEAR_TIE})")
+            n_hard += 1
+            if n_hard <= 3:
+                errors.append(f"{label}: greedy step {k}: zack chose {t}, the reference's argmax is {top} "
+                              f"by {margin:.4f} = {margin / scale:.4f} x max|logit| (near tie <= {NEAR_TIE})")
     if len(near) > MAX_NEAR:
         errors.append(f"{label}: {len(near)} near-tie steps in one continuation (allowed {MAX_NEAR})")
     srt = np.sort(ref_rows, -1)
     gaps = srt[:, -1] - srt[:, -2]
     k = int(np.argmin(gaps))
-    lines = [f"identical to the reference's greedy continuation ({GREEDY_N} tokens)" if not near
-             else f"{len(near)} near-tie step(s): " + "; ".join(near),
-             f"smallest top-2 gap on the path: {gaps[k]:.4f} at step {k}"]
+    if n_hard:
+        status = f"NOT the reference's continuation: {n_hard} step(s) beyond a near tie"
+    elif near:
+        status = f"{len(near)} near-tie step(s): " + "; ".join(near)
+    else:
+        status = f"identical to the reference's greedy continuation ({GREEDY_N} tokens)"
+    lines = [status, f"smallest top-2 gap on the path: {gaps[k]:.4f} at step {k}"]
     return lines, errors
 
 
