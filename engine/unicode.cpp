@@ -279,6 +279,7 @@ const pre_entry k_pre_table[] = {
     {"llama3", unicode_pre::LLAMA3},
     {"llama-v3", unicode_pre::LLAMA3},
     {"qwen2", unicode_pre::QWEN2},
+    {"deepseek-r1-qwen", unicode_pre::QWEN2},  // DeepSeek-R1-Distill-Qwen: Qwen2's tokenizer
 };
 
 }  // namespace

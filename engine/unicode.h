@@ -48,7 +48,8 @@ int unicode_cpt_to_byte(uint32_t cp);  // -1 if cp stands for no byte
 //           (SmolLM, StarCoder, Refact)
 //   LLAMA3  (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
 //            ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-//   QWEN2   as LLAMA3 with \p{N} (single digits)
+//   QWEN2   as LLAMA3 with \p{N} (single digits); tokenizer.ggml.pre qwen2 and
+//           deepseek-r1-qwen
 enum class unicode_pre { GPT2, DIGITS_GPT2, LLAMA3, QWEN2 };
 
 // tokenizer.ggml.pre name -> pattern; false for an unknown name.
