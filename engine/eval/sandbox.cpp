@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <pwd.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -12,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -167,10 +167,11 @@ sandbox::sandbox(const sandbox_limits& lim, const std::string& python) : lim_(li
                  python_.c_str());
     python_ = real_path(python_);  // a symlink may point where the sandbox user can follow it anyway
     if (::geteuid() == 0) {
+        // A uid (and gid) of no account, different for every sandbox of this process and
+        // of concurrent processes: RLIMIT_NPROC then counts this sandbox's tasks alone.
+        static std::atomic<unsigned> instance{0};
         drop_root_ = true;
-        const passwd* pw = ::getpwnam("nobody");
-        uid_ = pw ? pw->pw_uid : 65534;
-        gid_ = pw ? pw->pw_gid : 65534;
+        uid_ = gid_ = k_sandbox_uid_base + ((unsigned)::getpid() % 1000000u) * 16u + instance++ % 16u;
     } else {
         uid_ = ::getuid();
         gid_ = ::getgid();

@@ -15,10 +15,13 @@
 //   files per process, and the number of processes/threads (RLIMIT_NPROC). stdout
 //   and stderr are read to the end but only the first output_bytes of each (and
 //   the last k_sandbox_tail bytes of stdout) are kept.
-// - When zack runs as root the sandbox runs as the user "nobody": the kernel does
-//   not enforce RLIMIT_NPROC on uid 0 (a fork bomb would not be stopped), and
-//   nobody cannot read root's private files either. The process limit counts the
-//   tasks that user already has, so it adds `nproc` to them.
+// - When zack runs as root the sandbox runs as a uid and gid of no account
+//   (k_sandbox_uid_base + pid * 16 + n, its own for every sandbox object): the
+//   kernel does not enforce RLIMIT_NPROC on uid 0 (a fork bomb would not be
+//   stopped), RLIMIT_NPROC counts all tasks of a uid (with a uid of its own, those
+//   of this sandbox alone), and such a uid cannot read root's private files.
+//   Run as another user, the sandbox keeps that user, and the process limit is
+//   added to the tasks the user already has.
 //
 // A sandbox that cannot start (no bwrap, user namespaces disabled, python missing)
 // throws zk::error at construction, after a probe run: callers never fall back to
@@ -39,7 +42,8 @@ struct sandbox_limits {
     int64_t scratch_bytes = 16 << 20;      // size of the writable /tmp
 };
 
-constexpr int64_t k_sandbox_tail = 4096;  // bytes of the end of stdout kept
+constexpr int64_t k_sandbox_tail = 4096;         // bytes of the end of stdout kept
+constexpr unsigned k_sandbox_uid_base = 1000000000;  // sandbox uids under root: base .. base + 16e6
 
 struct sandbox_result {
     int exit_code = -1;      // the program's exit status; 128 + N when signal N ended it

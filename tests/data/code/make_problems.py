@@ -8,6 +8,7 @@ model continues it with the indented body), the entry point's name, Python asser
 that call the entry point directly, a reference body that passes them and a wrong
 body (a plausible near miss: an edge case ignored, an off-by-one) that must fail
 them. The bodies are indented as they follow the prompt."""
+import doctest
 import json
 import os
 import sys
@@ -1939,15 +1940,33 @@ assert topological_order({"z": [], "m": ["z"], "a": ["m"]}) == ["z", "m", "a"]
 ''')
 
 
+def check_examples():
+    """The >>> examples of every docstring hold for the reference solution (our own
+    code, run in this process; the sandboxed checks are in tests/test_code_eval.cpp)."""
+    bad = []
+    for p in P:
+        ns = {}
+        exec(p["prompt"] + p["canonical_solution"], ns)
+        runner = doctest.DocTestRunner(verbose=False)
+        for t in doctest.DocTestFinder().find(ns[p["entry_point"]], globs=ns):
+            runner.run(t, out=lambda s: None)
+        if runner.failures or not runner.tries:
+            bad.append(p["id"])
+    return bad
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     path = os.path.join(here, "problems.jsonl")
     text = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in P)
+    bad = check_examples()
+    if bad:
+        sys.exit("docstring examples that the reference solution does not reproduce: " + ", ".join(bad))
     if "--check" in sys.argv[1:]:
         with open(path, encoding="utf-8") as f:
             if f.read() != text:
                 sys.exit("problems.jsonl is out of date: run tests/data/code/make_problems.py")
-        print("problems.jsonl matches make_problems.py (%d problems)" % len(P))
+        print("problems.jsonl matches make_problems.py (%d problems, docstring examples hold)" % len(P))
         return
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
