@@ -52,7 +52,7 @@ struct eval_opts {
     int pk_trials = 2;
     uint64_t seed = 1234;
     int lw_min_words = 20, lw_max_words = 120;
-    std::string code_prompt = "raw";
+    std::string code_prompt = "chat";
     int code_max_tokens = 512;
     sandbox_limits code_limits;
     std::string code_python;
@@ -209,8 +209,8 @@ CLI::App* eval_add_subcommand(CLI::App& parent) {
     app->add_option("--seed", o.seed, "passkey: seed of the keys");
     app->add_option("--min-words", o.lw_min_words, "lastword: shortest passage in words");
     app->add_option("--max-words", o.lw_max_words, "lastword: longer paragraphs are cut to this many words");
-    app->add_option("--code-prompt", o.code_prompt, "code: continue the prompt (raw) or ask through the chat "
-                    "template for a ```python block (chat)")->check(CLI::IsMember({"raw", "chat"}));
+    app->add_option("--code-prompt", o.code_prompt, "code: ask through the chat template for a ```python "
+                    "block (chat), or continue the prompt text (raw: faster, scores instruct models lower)")->check(CLI::IsMember({"raw", "chat"}));
     app->add_option("--code-max-tokens", o.code_max_tokens, "code: generated tokens per problem")
         ->check(CLI::Range(1, 1 << 16));
     app->add_option("--code-timeout", o.code_limits.wall_s, "code: wall-clock seconds per program in the sandbox")

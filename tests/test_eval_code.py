@@ -74,7 +74,7 @@ def check_point(name, point, n, is_baseline):
 
 def test_raw_against_itself():
     n = 3
-    j = run_json("raw", ["--data", PROBLEMS, "--limit", str(n), "--kv-type", "f16"])
+    j = run_json("raw", ["--data", PROBLEMS, "--limit", str(n), "--code-prompt", "raw", "--kv-type", "f16"])
     check(j["settings"]["code"]["prompt"] == "raw", "raw: settings name the prompt mode")
     b = check_point("raw baseline", j["baseline"], n, True)
     check(b["prompt"] == "raw", "raw: detail names the prompt mode")
@@ -117,7 +117,7 @@ def test_bad_data():
           "bad data: error names file:line and the field (%r)" % p.stderr[-300:])
     p = run([])
     check(p.returncode != 0 and "--data" in p.stderr, "no data: asks for --data")
-    p = run(["--data", PROBLEMS, "--code-prompt", "fim"])
+    p = run(["--data", PROBLEMS, "--code-prompt", "fim"])  # neither raw nor chat
     check(p.returncode != 0 and "code-prompt" in p.stderr, "unknown prompt mode refused")
 
 
