@@ -210,7 +210,7 @@ CLI::App* eval_add_subcommand(CLI::App& parent) {
     app->add_option("--min-words", o.lw_min_words, "lastword: shortest passage in words");
     app->add_option("--max-words", o.lw_max_words, "lastword: longer paragraphs are cut to this many words");
     app->add_option("--code-prompt", o.code_prompt, "code: ask through the chat template for a ```python "
-                    "block (chat), or continue the prompt text (raw: faster, scores instruct models lower)")->check(CLI::IsMember({"raw", "chat"}));
+                    "block (chat), or continue the prompt text (raw: fewer tokens, for base models)")->check(CLI::IsMember({"raw", "chat"}));
     app->add_option("--code-max-tokens", o.code_max_tokens, "code: generated tokens per problem")
         ->check(CLI::Range(1, 1 << 16));
     app->add_option("--code-timeout", o.code_limits.wall_s, "code: wall-clock seconds per program in the sandbox")

@@ -40,7 +40,7 @@ std::string find_on_path(const std::string& name) {
     while (std::getline(ss, dir, ':')) {
         if (dir.empty()) continue;
         const std::string p = dir + "/" + name;
-        if (::access(p.c_str(), X_OK) == 0) return p;
+        if (p.find('\'') == std::string::npos && ::access(p.c_str(), X_OK) == 0) return p;
     }
     return "";
 }
@@ -178,7 +178,7 @@ sandbox::sandbox(const sandbox_limits& lim, const std::string& python) : lim_(li
     }
     {
         std::string out;
-        FILE* f = ::popen((bwrap_ + " --version 2>&1").c_str(), "r");
+        FILE* f = ::popen(("'" + bwrap_ + "' --version 2>&1").c_str(), "r");  // a PATH entry, no quote in it
         if (f) {
             char buf[128];
             while (std::fgets(buf, sizeof buf, f)) out += buf;
