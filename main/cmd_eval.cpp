@@ -1,5 +1,5 @@
 // `zack eval`: accuracy of compressed KV caches against the uncompressed model on
-// the same items (ppl, lastword, mc, passkey), sweeps over compression flags and
+// the same items (ppl, lastword, mc, passkey, code), sweeps over compression flags and
 // the bisection for the largest KV reduction that keeps a target share of the
 // baseline.
 //
@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "calib/ranks.h"  // ranks_rate for the JSON
+#include "engine/eval/eval_code.h"
 #include "engine/eval/eval_report.h"
 #include "engine/eval/eval_sweep.h"
 #include "engine/eval/eval_task.h"
@@ -54,6 +55,10 @@ struct eval_opts {
     int pk_trials = 2;
     uint64_t seed = 1234;
     int lw_min_words = 20, lw_max_words = 120;
+    std::string code_prompt = "chat";
+    int code_max_tokens = 512;
+    sandbox_limits code_limits;
+    std::string code_python;
     bool quiet = false;
 };
 
@@ -168,7 +173,12 @@ std::unique_ptr<eval_task> make_task(const model& m, const eval_opts& eo, int64_
         if (!eo.data.empty()) ZK_THROW("passkey builds its own items; it takes no --data");
         return eval_task_passkey(m, {eo.pk_lengths, eo.pk_depths, eo.pk_trials, eo.seed, eo.limit}, pol);
     }
-    ZK_THROW("unknown task '%s' (ppl, lastword, mc, passkey)", eo.task.c_str());
+    if (eo.task == "code")
+        return eval_task_code(m, eo.data,
+                              {eo.limit, code_prompt_mode_from_name(eo.code_prompt), eo.code_max_tokens,
+                               eo.code_limits, eo.code_python},
+                              pol);
+    ZK_THROW("unknown task '%s' (ppl, lastword, mc, passkey, code)", eo.task.c_str());
 }
 
 }  // namespace
@@ -176,12 +186,12 @@ std::unique_ptr<eval_task> make_task(const model& m, const eval_opts& eo, int64_
 CLI::App* eval_add_subcommand(CLI::App& parent) {
     eval_opts& o = g_eo;
     CLI::App* app = parent.add_subcommand(
-        "eval", "accuracy against the uncompressed model (ppl, lastword, mc, passkey), sweeps and --target bisection");
+        "eval", "accuracy against the uncompressed model (ppl, lastword, mc, passkey, code), sweeps and --target bisection");
     app->option_defaults()->always_capture_default();
     options_add_model(*app, o.mo);
-    app->add_option("--task", o.task, "ppl | lastword | mc | passkey")->required()
-        ->check(CLI::IsMember({"ppl", "lastword", "mc", "passkey"}));
-    app->add_option("-f,--data,--file", o.data, "data files: text (ppl, lastword) or JSONL (mc; README gives the schema)");
+    app->add_option("--task", o.task, "ppl | lastword | mc | passkey | code")->required()
+        ->check(CLI::IsMember({"ppl", "lastword", "mc", "passkey", "code"}));
+    app->add_option("-f,--data,--file", o.data, "data files: text (ppl, lastword) or JSONL (mc, code; README gives the schema)");
     app->add_option("--limit,--chunks", o.limit, "at most this many items (ppl: chunks, as llama-perplexity's --chunks; "
                     "0 = all)")->check(CLI::NonNegativeNumber);
     app->add_option("--on-error", o.on_error, "malformed data: stop at the first problem, or skip the item")
@@ -223,6 +233,14 @@ CLI::App* eval_add_subcommand(CLI::App& parent) {
     app->add_option("--seed", o.seed, "passkey: seed of the keys");
     app->add_option("--min-words", o.lw_min_words, "lastword: shortest passage in words");
     app->add_option("--max-words", o.lw_max_words, "lastword: longer paragraphs are cut to this many words");
+    app->add_option("--code-prompt", o.code_prompt, "code: ask through the chat template for a ```python "
+                    "block (chat), or continue the prompt text (raw: fewer tokens, for base models)")->check(CLI::IsMember({"raw", "chat"}));
+    app->add_option("--code-max-tokens", o.code_max_tokens, "code: generated tokens per problem")
+        ->check(CLI::Range(1, 1 << 16));
+    app->add_option("--code-timeout", o.code_limits.wall_s, "code: wall-clock seconds per program in the sandbox")
+        ->check(CLI::Range(0.1, 3600.0));
+    app->add_option("--code-python", o.code_python, "code: absolute path of the python3 run in the sandbox "
+                    "(default /usr/bin/python3)");
     app->add_flag("-q,--quiet", o.quiet, "no progress lines");
     return app;
 }
@@ -364,6 +382,9 @@ int cmd_eval(CLI::App& app) {
     if (eo.task == "passkey")
         st["passkey"] = {{"lengths", eo.pk_lengths}, {"depths", eo.pk_depths}, {"trials", eo.pk_trials}, {"seed", eo.seed}};
     if (eo.task == "lastword") st["lastword"] = {{"min_words", eo.lw_min_words}, {"max_words", eo.lw_max_words}};
+    if (eo.task == "code")
+        st["code"] = {{"prompt", eo.code_prompt}, {"max_tokens", eo.code_max_tokens},
+                      {"timeout_s", eo.code_limits.wall_s}, {"python", eo.code_python}};
     if (eo.sweep || eo.target > 0)
         st["methods"] = {{"names", eo.methods}, {"points", eo.points}, {"steps", eo.steps}, {"grid", eo.grid},
                          {"zack_max_rate", eo.lim.zack_max_rate}, {"evict_policy", eo.lim.evict_policy},
