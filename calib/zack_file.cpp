@@ -22,6 +22,18 @@ zack_spectra zack_calibration_spectra(const zack_calibration& c) {
     return spec;
 }
 
+plan_inputs zack_calibration_plan_inputs(const zack_calibration& c) {
+    if (c.sens.grid.empty()) ZK_THROW("the calibration has no sensitivity curves (--sens-tokens 0)");
+    plan_inputs in;
+    in.curves.n_layer = c.n_layer, in.curves.n_kv = c.n_kv, in.curves.d = c.d;
+    in.curves.grid = c.sens.grid;
+    for (int b = 0; b < 3; b++) in.curves.loss_k[b] = c.sens.k[b];
+    in.curves.loss_v = c.sens.v;
+    in.q8 = c.sens.q8;
+    in.q4 = c.sens.q4;
+    return in;
+}
+
 namespace {
 
 std::string base_name(const std::string& path) {
@@ -61,7 +73,16 @@ void zack_file_write(const model& src, const zack_calibration& c, const zack_wri
     for (const auto& kv : f.kv()) w.set(kv.first, kv.second);
     w.set("zack.version", gguf_value::make_u32(1));
     w.set("zack.source.name", gguf_value::make_str(base_name(f.path())));
-    w.set("zack.source.sha256", gguf_value::make_str(sha256_file_hex(f.path())));
+    const std::string sha = sha256_file_hex(f.path());
+    w.set("zack.source.sha256", gguf_value::make_str(sha));
+    if (!p.plans.empty()) {
+        std::vector<std::string> js;
+        for (kv_plan pl : p.plans) {
+            pl.source_sha256 = sha;
+            js.push_back(pl.to_json().dump());
+        }
+        w.set("zack.plans", gguf_value::make_arr_str(js));
+    }
     w.set("zack.calib.tokens", gguf_value::make_u64((uint64_t)c.n_tokens));
     w.set("zack.calib.ctx", gguf_value::make_u32((uint32_t)c.n_ctx));
     w.set("zack.calib.corpus", gguf_value::make_str(c.corpus));

@@ -16,11 +16,13 @@
 //     f32[n_layer x n_kv x n_grid]; zack.sens.metric str; zack.sens.queries,
 //     zack.sens.tokens u64: the measured loss curves, optional; zack.sens.q8 /
 //     zack.sens.q4 f32[n_layer x n_kv]: the loss of an 8-bit / 4-bit cache at full rank
+//   zack.plans str[]: KV plans as JSON (calib/plan.h), optional
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "calib/plan.h"
 #include "ggml-like/gguf.h"
 
 namespace zk {
@@ -55,6 +57,8 @@ struct zack_calibration {
 struct zack_spectra;
 // The singular values of a calibration as rank selection sees them.
 zack_spectra zack_calibration_spectra(const zack_calibration& c);
+// What plan prediction needs, from a calibration with sensitivity curves.
+plan_inputs zack_calibration_plan_inputs(const zack_calibration& c);
 
 struct zack_write_params {
     int rank_align = 4;
@@ -62,6 +66,8 @@ struct zack_write_params {
     // and for measuring what re-quantization costs).
     bool folded_f32 = false;
     std::vector<float> table_rates = {0.0f, 0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f, 0.7f, 0.8f, 0.9f};
+    // KV plans to record (zack.plans; their source_sha256 is filled in here).
+    std::vector<kv_plan> plans;
 };
 
 // True when the file carries zack.version (a .zack, not a plain source GGUF).

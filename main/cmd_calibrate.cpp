@@ -17,6 +17,7 @@
 #include "calib/compare.h"
 #include "calib/corpus.h"
 #include "calib/ranks.h"
+#include "calib/plan.h"
 #include "calib/sensitivity.h"
 #include "calib/zack_file.h"
 #include "engine/model.h"
@@ -63,6 +64,10 @@ void options_add_calibrate(CLI::App& app, calibrate_opts& o) {
         ->check(CLI::Range(int64_t(0), int64_t(1) << 24));
     app.add_option("--sens-stride", o.sens_stride, "sensitivity pass: every N-th token of a window is a measured query")
         ->check(CLI::Range(1, 1 << 16));
+    app.add_option("--kv-target", o.kv_targets,
+                   "record KV plans (precision + ranks) predicted for these fractions of the f16 cache, each in "
+                   "(0, 1]; run/bench/eval --kv-plan F uses one")
+        ->expected(1, -1)->delimiter(',');
     app.add_flag("-q,--quiet", o.quiet, "no progress lines");
 }
 
@@ -108,6 +113,9 @@ int cmd_calibrate(const calibrate_opts& o) {
     std::free(out_real);
     if (same || o.out_path == o.model_path)
         ZK_THROW("%s: the output would overwrite the source model", o.out_path.c_str());
+    for (double t : o.kv_targets) plan_validate_target(t);
+    if (!o.kv_targets.empty() && o.sens_tokens == 0)
+        ZK_THROW("--kv-target needs the sensitivity pass (--sens-tokens > 0)");
     // Read the corpus (or check the generation sampler) before the model: bad input fails fast.
     std::vector<std::string> texts;
     if (!o.corpus.empty()) texts = corpus_read_files(o.corpus);
@@ -171,6 +179,12 @@ int cmd_calibrate(const calibrate_opts& o) {
     }
     zack_write_params wp;
     wp.rank_align = o.rank_align;
+    for (double t : o.kv_targets) {
+        kv_plan pl = plan_for_target(zack_calibration_plan_inputs(c), t);
+        pl.source = "zack calibrate --kv-target";
+        std::fprintf(stderr, "zack calibrate: plan for %.3f: %s\n", t, pl.describe().c_str());
+        wp.plans.push_back(pl);
+    }
     zack_file_write(*m, c, wp, o.out_path);
     std::fprintf(stderr, "zack calibrate: wrote %s (%lld calibration tokens)\n", o.out_path.c_str(), (long long)fed);
 

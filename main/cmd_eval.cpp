@@ -114,7 +114,7 @@ public:
             throw config_unavailable(std::string("not available in this build: ") + e.what());
         }
         session_params p = options_session_params(mo);
-        if ((mo.kv_rate >= 0 || mo.kv_eps >= 0) && !m_.zack.present)
+        if ((mo.kv_rate >= 0 || mo.kv_eps >= 0 || mo.kv_target > 0 || !mo.kv_plan.empty()) && !m_.zack.present)
             throw config_unavailable("ZACK ranks need a .zack model (zack calibrate); " + m_.file->path() +
                                      " is a plain GGUF");
         options_resolve_ranks(mo, m_, p);
@@ -131,8 +131,10 @@ private:
 nlohmann::json session_json(const session_params& p, const model& m) {
     nlohmann::json j = {{"n_ctx", p.n_ctx}, {"threads", p.n_threads}, {"batch", p.n_batch},
                         {"kv_type", dtype_name(p.kv_type)}};
+    j["kv_bits"] = p.kv_bits;
     if (!p.ranks_k.empty()) {
         j["ranks_k"] = p.ranks_k;
+        if (!p.kbasis.empty()) j["key_basis"] = p.kbasis;
         j["ranks_v"] = p.ranks_v;
         j["zack_rate"] = ranks_rate(p.ranks_k, p.ranks_v, m.hp.head_dim);
     }

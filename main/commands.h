@@ -51,6 +51,7 @@ struct calibrate_opts {
     double compare_rate = 0.5;
     std::string v_stat = "attn";
     int64_t sens_tokens = 2048;  // sensitivity pass (0 = none)
+    std::vector<double> kv_targets;  // plans to record (--kv-target)
     int sens_stride = 4;
     bool quiet = false;
 };

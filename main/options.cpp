@@ -8,6 +8,9 @@
 #include <cstdlib>
 #include <thread>
 
+#include "calib/alloc.h"
+#include "calib/keybasis.h"
+#include "calib/plan.h"
 #include "calib/ranks.h"
 #include "ggml-like/error.h"
 
@@ -110,6 +113,19 @@ void options_add_model(CLI::App& app, model_opts& o) {
         ->group(g);
     app.add_flag("--kv-uniform", o.kv_uniform, "ZACK: same rank for every head instead of adaptive ranks (ablation)")
         ->group(g);
+    app.add_option("--kv-alloc", o.kv_alloc,
+                   "ZACK: how --kv-rate is shared among heads: sensitivity (by the loss measured at calibration; "
+                   "the default when the .zack has it), sigma (the paper's singular-value rule) or uniform")
+        ->check(CLI::IsMember({"sensitivity", "sigma", "uniform"}))->group(g);
+    app.add_option("--kv-key-basis", o.kv_key_basis,
+                   "ZACK: basis of the compressed keys: auto (the best per head, sensitivity), pca, score or pairs")
+        ->check(CLI::IsMember({"auto", "pca", "score", "pairs"}))->group(g);
+    app.add_option("--kv-target", o.kv_target,
+                   "a KV plan (precision + ranks) predicted for this fraction of the f16 cache, in (0, 1] "
+                   "(a .zack with sensitivity curves)")->group(g);
+    app.add_option("--kv-plan", o.kv_plan,
+                   "a KV plan: a plan file (zack eval --target writes one) or the target of a plan the .zack "
+                   "recorded (zack calibrate --kv-target)")->group(g);
 
     g = k_group_llama;
     app.add_option("--cache-type-k", o.cache_type_k,
@@ -305,27 +321,48 @@ void options_resolve_ranks(const model_opts& o, const model& m, session_params& 
         ZK_THROW("--kv-rate %g is out of range [0, 1) (-1 = off)", o.kv_rate);
     if (std::isnan(o.kv_eps) || (o.kv_eps < 0 && o.kv_eps != -1))
         ZK_THROW("--kv-eps %g is out of range [0, 1) (-1 = off)", o.kv_eps);
+    if (std::isnan(o.kv_target) || (o.kv_target != -1 && !(o.kv_target > 0 && o.kv_target <= 1)))
+        ZK_THROW("--kv-target %g is outside (0, 1] (a fraction of the f16 full-rank cache)", o.kv_target);
+    const bool want_plan = o.kv_target > 0 || !o.kv_plan.empty();
     const bool want = o.kv_rate >= 0 || o.kv_eps >= 0;
+    if (want_plan) {
+        if (o.kv_target > 0 && !o.kv_plan.empty()) ZK_THROW("give either --kv-plan or --kv-target, not both");
+        if (want || o.kv_uniform || !o.kv_alloc.empty() || o.kv_key_basis != "auto")
+            ZK_THROW("a KV plan sets the ranks: drop --kv-rate/--kv-eps/--kv-uniform/--kv-alloc/--kv-key-basis");
+        if (p.kv_bits != 16) ZK_THROW("a KV plan sets the cache precision: drop --kv-bits/-ctk/-ctv");
+        if (!m.zack.present)
+            ZK_THROW("%s: KV plans need a .zack model; make one with: zack calibrate -m %s -o MODEL.zack",
+                     m.file->path().c_str(), m.file->path().c_str());
+        const kv_plan plan = o.kv_plan.empty() ? plan_for_target(m, o.kv_target) : plan_load(m, o.kv_plan);
+        if (plan.evict != "none" && o.kv_evict != "none")
+            ZK_THROW("the KV plan sets eviction (%s): drop --kv-evict", plan.evict.c_str());
+        plan_apply(plan, m, p);
+        if (o.verbose) std::fprintf(stderr, "zack: KV plan: %s\n", plan.describe().c_str());
+        return;
+    }
     if (!want) {
         if (o.kv_uniform) ZK_THROW("--kv-uniform needs --kv-rate");
+        if (!o.kv_alloc.empty()) ZK_THROW("--kv-alloc needs --kv-rate");
+        if (o.kv_key_basis != "auto") ZK_THROW("--kv-key-basis needs --kv-rate or --kv-eps");
         return;
     }
     if (o.kv_rate >= 0 && o.kv_eps >= 0) ZK_THROW("give either --kv-rate or --kv-eps, not both");
     if (!m.zack.present)
         ZK_THROW("%s: --kv-rate/--kv-eps need a .zack model; make one with: zack calibrate -m %s -o MODEL.zack",
                  m.file->path().c_str(), m.file->path().c_str());
-    const zack_spectra spec = zack_spectra::from_model(m);
-    zack_ranks r;
-    if (o.kv_rate >= 0) {
-        ranks_validate_rate(o.kv_rate);
-        r = ranks_for_rate(spec, o.kv_rate, m.zack.rank_align, o.kv_uniform);
-    } else {
-        if (o.kv_uniform) ZK_THROW("--kv-uniform works with --kv-rate, not --kv-eps");
-        ranks_validate_eps(o.kv_eps);
-        r = ranks_from_eps(spec, o.kv_eps, m.zack.rank_align);
-    }
+    if (o.kv_uniform && o.kv_eps >= 0) ZK_THROW("--kv-uniform works with --kv-rate, not --kv-eps");
+    if (o.kv_uniform && !o.kv_alloc.empty() && o.kv_alloc != "uniform")
+        ZK_THROW("--kv-uniform is --kv-alloc uniform; it contradicts --kv-alloc %s", o.kv_alloc.c_str());
+    rank_request rq;
+    rq.rate = o.kv_rate;
+    rq.eps = o.kv_eps;
+    if (o.kv_uniform) rq.alloc = rank_alloc::UNIFORM, rq.alloc_set = true;
+    if (!o.kv_alloc.empty()) rq.alloc = rank_alloc_from_name(o.kv_alloc), rq.alloc_set = true;
+    rq.key_basis = o.kv_key_basis == "auto" ? -1 : (int)key_basis_from_name(o.kv_key_basis);
+    const zack_ranks r = ranks_resolve(m, rq);
     p.ranks_k = r.k;
     p.ranks_v = r.v;
+    p.kbasis = r.kb;
 }
 
 }  // namespace zk

@@ -49,6 +49,10 @@ struct model_opts {
     double kv_rate = -1;   // < 0: not set
     double kv_eps = -1;    // < 0: not set
     bool kv_uniform = false;
+    std::string kv_alloc;      // sensitivity | sigma | uniform; "" = sensitivity when the .zack has curves
+    std::string kv_key_basis = "auto";  // auto | pca | score | pairs
+    double kv_target = -1;     // a plan for this fraction of the f16 cache (calib/plan.h); < 0: not set
+    std::string kv_plan;       // a plan file, or the target of a plan the .zack recorded
     bool verbose = false;
     // llama.cpp spellings (k_group_llama): empty = not given
     std::string cache_type_k, cache_type_v;  // -ctk/-ctv: f32 f16 q8_0 q4_0 -> --kv-type/--kv-bits
@@ -91,9 +95,11 @@ const std::vector<option_alias>& options_aliases();
 // after "--".
 std::vector<std::string> options_expand_aliases(int argc, const char* const* argv);
 
-// Resolves --kv-rate / --kv-eps / --kv-uniform into per-head ranks for model m
-// (a .zack file); leaves p.ranks_* empty when none is set. Throws for a plain
-// GGUF given a rate, or values out of range (NaN included).
+// Resolves --kv-rate / --kv-eps / --kv-uniform / --kv-alloc / --kv-key-basis
+// into per-head ranks and key bases for model m (a .zack file), or --kv-plan /
+// --kv-target into a whole plan (precision, ranks, eviction: calib/plan.h);
+// leaves p.ranks_* empty when none is set. Throws for a plain GGUF given a
+// rate, values out of range (NaN included), or conflicting flags.
 void options_resolve_ranks(const model_opts& o, const model& m, session_params& p);
 
 // Turns model options into session parameters (validates thread count, maps
