@@ -19,6 +19,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "calib/alloc.h"
+#include "calib/plan.h"
 #include "calib/ranks.h"
 #include "engine/batch.h"
 #include "engine/model.h"
@@ -173,6 +175,13 @@ void options_add_bench(CLI::App& app, bench_opts& o) {
     app.add_option("--kv-evict", o.kv_evict, "eviction policies, comma list");
     app.add_option("--kv-budget", o.kv_budget, "eviction budgets in tokens, comma list (0 = none)");
     app.add_flag("--kv-gear", o.kv_gear, "GEAR error correction for 4-bit caches");
+    app.add_option("--kv-alloc", o.kv_alloc, "how --kv-rate ranks are allocated: sensitivity, sigma or uniform")
+        ->check(CLI::IsMember({"sensitivity", "sigma", "uniform"}));
+    app.add_option("--kv-plan", o.kv_plan,
+                   "KV plans, comma list: plan files or targets of plans the .zack recorded (each one more "
+                   "configuration)");
+    app.add_option("--kv-target", o.kv_target,
+                   "KV plans predicted for these fractions of the f16 cache, comma list (each one more configuration)");
     const char* g = k_group_llama;
     app.add_option("--cache-type-k", o.cache_type_k, "-ctk: comma list of f16, q8_0, q4_0 (-> --kv-bits 16, 8, 4)")
         ->group(g);
@@ -248,10 +257,13 @@ int cmd_bench(const bench_opts& o) {
                     }
                     if (rate >= 0) {
                         if (!m->zack.present) ZK_THROW("--kv-rate needs a .zack model (zack calibrate makes one)");
-                        ranks_validate_rate(rate);
-                        const zack_ranks r = ranks_for_rate(zack_spectra::from_model(*m), rate, m->zack.rank_align);
+                        rank_request rq;
+                        rq.rate = rate;
+                        if (!o.kv_alloc.empty()) rq.alloc = rank_alloc_from_name(o.kv_alloc), rq.alloc_set = true;
+                        const zack_ranks r = ranks_resolve(*m, rq);
                         c.sp.ranks_k = r.k;
                         c.sp.ranks_v = r.v;
+                        c.sp.kbasis = r.kb;
                         c.desc += strfmt(" zack%.2f", rate);
                     }
                     if (policy != "none") c.desc += strfmt(" %s%lld", policy.c_str(), (long long)budget);
@@ -259,6 +271,32 @@ int cmd_bench(const bench_opts& o) {
                     evict_validate_params(c.sp.evict, n_ctx);
                     kv_configs.push_back(c);
                 }
+
+    // KV plans: one configuration each, with the precision and ranks they set
+    auto add_plan = [&](const kv_plan& pl, const std::string& name) {
+        kv_config c;
+        c.sp.n_ctx = n_ctx;
+        c.sp.kv_type = dtype_from_name(o.kv_type);
+        c.sp.n_batch = 512;
+        plan_apply(pl, *m, c.sp);
+        c.desc = "plan " + name;
+        kv_cache_validate_params(session_kv_params(c.sp));
+        evict_validate_params(c.sp.evict, n_ctx);
+        kv_configs.push_back(c);
+    };
+    if (!o.kv_plan.empty())
+        for (const std::string& spec : split_list(o.kv_plan, "--kv-plan")) add_plan(plan_load(*m, spec), spec);
+    if (!o.kv_target.empty())
+        for (const std::string& t : split_list(o.kv_target, "--kv-target")) {
+            double f = 0;
+            try {
+                f = std::stod(t);
+            } catch (...) {
+                ZK_THROW("--kv-target: '%s' is not a number", t.c_str());
+            }
+            if (!m->zack.present) ZK_THROW("--kv-target needs a .zack model (zack calibrate makes one)");
+            add_plan(plan_for_target(*m, f), "t" + t);
+        }
 
     std::vector<bench_row> rows;
     // one row group per (threads, KV configuration)

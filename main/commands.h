@@ -30,6 +30,9 @@ struct bench_opts {
     std::string kv_evict = "none";
     std::string kv_budget = "0";
     bool kv_gear = false;
+    std::string kv_alloc;           // how --kv-rate ranks are allocated ("" = sensitivity when the .zack has curves)
+    // KV plans (calib/plan.h), each one more configuration: plan specs and targets, comma lists
+    std::string kv_plan, kv_target;
 };
 void options_add_bench(CLI::App& app, bench_opts& o);
 int cmd_bench(const bench_opts& o);
