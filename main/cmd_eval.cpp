@@ -18,6 +18,7 @@
 #include <memory>
 #include <sstream>
 
+#include "calib/plan.h"
 #include "calib/ranks.h"  // ranks_rate for the JSON
 #include "engine/eval/eval_code.h"
 #include "engine/eval/eval_report.h"
@@ -38,6 +39,7 @@ struct eval_opts {
     std::string task;
     std::vector<std::string> data;
     std::string json_path, plot_path, csv_path, on_error = "stop", baseline_model;
+    std::string plan_out;  // --plan-out: the smallest configuration >= --target as a plan file
     std::string kld_base;  // --kl-divergence-base FILE
     bool kld = false;      // --kl-divergence: compare with FILE instead of running a baseline
     int64_t limit = 0;
@@ -132,6 +134,7 @@ nlohmann::json session_json(const session_params& p, const model& m) {
     nlohmann::json j = {{"n_ctx", p.n_ctx}, {"threads", p.n_threads}, {"batch", p.n_batch},
                         {"kv_type", dtype_name(p.kv_type)}};
     j["kv_bits"] = p.kv_bits;
+    if (p.evict.policy != "none") j["evict"] = {{"policy", p.evict.policy}, {"budget", p.evict.budget}};
     if (!p.ranks_k.empty()) {
         j["ranks_k"] = p.ranks_k;
         if (!p.kbasis.empty()) j["key_basis"] = p.kbasis;
@@ -217,7 +220,13 @@ CLI::App* eval_add_subcommand(CLI::App& parent) {
     app->add_option("--target", o.target, "find by bisection, per method, the largest KV reduction keeping this share "
                     "of the baseline (e.g. 0.99)")->check(CLI::Range(0.0, 1.0));
     app->add_option("--methods", o.methods, "families for --sweep/--target: zack evict q4 zack+evict zack+q4 "
-                    "zack+evict+q4 all");
+                    "zack+evict+q4 plan plan+evict all (plan: precision, ranks and key bases chosen together for "
+                    "a byte target from the .zack's curves)");
+    app->add_option("--plan-min", o.lim.plan_min_fraction,
+                    "strongest --kv-target of the plan families (a fraction of the f16 cache)")->check(CLI::Range(0.01, 1.0));
+    app->add_option("--plan-out", o.plan_out,
+                    "--target: write the smallest configuration that keeps the target (over every family) as a "
+                    "plan file for --kv-plan");
     app->add_option("--points", o.points, "--sweep: strengths per family (k/points, k = 1..points)")
         ->check(CLI::Range(1, 64));
     app->add_option("--steps", o.steps, "--target: bisection steps (resolution 1/2^steps of the strength)")
@@ -257,7 +266,8 @@ int cmd_eval(CLI::App& app) {
     if (eo.task != "passkey" && eo.data.empty() && !eo.kld)
         ZK_THROW("--task %s needs --data FILE ... (or -f FILE)", eo.task.c_str());
     // Outputs are checked before the long work (file_out refuses devices, directories).
-    for (const std::string* out : {&eo.json_path, &eo.plot_path, &eo.csv_path})
+    if (!eo.plan_out.empty() && !(eo.target > 0)) ZK_THROW("--plan-out needs --target");
+    for (const std::string* out : {&eo.json_path, &eo.plot_path, &eo.csv_path, &eo.plan_out})
         if (!out->empty()) file_out_check(*out);
     if (!eo.kld_base.empty() && !eo.kld) file_out_check(eo.kld_base);
     // ppl chunks default to llama.cpp's 512 tokens; -c sets them.
@@ -396,6 +406,32 @@ int cmd_eval(CLI::App& app) {
     file_out_stdout(eval_report_table(rep));
     if (!eo.json_path.empty()) file_out_write(eo.json_path, eval_report_json(rep).dump(2) + "\n");
     if (!eo.plot_path.empty()) file_out_write(eo.plot_path, eval_report_svg(rep));
+    if (!eo.plan_out.empty()) {
+        const int64_t best = eval_smallest_passing(rep.runs, eo.target);
+        if (best < 0)
+            ZK_THROW("--plan-out %s: no configuration kept %.1f%% of the baseline; nothing written", eo.plan_out.c_str(),
+                     100 * eo.target);
+        const eval_point& p = rep.runs[best];
+        const nlohmann::json& sj = p.session;
+        kv_plan pl;
+        pl.target = p.kv_fraction;
+        pl.kv_fraction = p.bytes_per_token / ref_bpt;
+        pl.bits = sj.value("kv_bits", 16);
+        pl.ranks_k = sj.value("ranks_k", std::vector<int>{});
+        pl.ranks_v = sj.value("ranks_v", std::vector<int>{});
+        pl.kbasis = sj.value("key_basis", std::vector<int>{});
+        pl.rate = sj.value("zack_rate", 0.0);
+        if (sj.contains("evict")) {
+            pl.evict = sj["evict"]["policy"].get<std::string>();
+            pl.budget = sj["evict"]["budget"].get<int64_t>();
+        }
+        pl.source = "zack eval --task " + eo.task + " --target " + std::to_string(eo.target) + ": " + p.cfg.cli() +
+                    " kept " + std::to_string(100 * p.retention) + "% of the baseline";
+        pl.source_sha256 = m->file->get_str("zack.source.sha256", "");
+        pl.n_layer = m->hp.n_layer, pl.n_kv = m->hp.n_head_kv, pl.head_dim = m->hp.head_dim;
+        file_out_write(eo.plan_out, pl.to_json().dump(2) + "\n");
+        std::fprintf(stderr, "eval: wrote %s (%s)\n", eo.plan_out.c_str(), p.cfg.cli().c_str());
+    }
     if (!eo.csv_path.empty()) file_out_write(eo.csv_path, eval_report_csv(rep));
     return 0;
 }
