@@ -111,8 +111,12 @@ TEST(EvalConfig, MethodsAndGrid) {
     lim.zack_max_rate = 0.75;
     lim.evict_min_keep = 0.125;
     const std::vector<eval_method> all = eval_methods({"all"}, lim);
-    ASSERT_EQ(all.size(), 6u);
+    ASSERT_EQ(all.size(), 8u);
     EXPECT_EQ(all[5].name, "zack+evict+q4");
+    EXPECT_EQ(all[6].name, "plan");
+    EXPECT_EQ(all[7].name, "plan+evict");
+    // t = 1 is the plan for 10% of the f16 cache, on a 1/1024 grid
+    EXPECT_EQ(all[6].at(1.0).cli(), "--kv-target 0.0996094");
     const eval_config c = all[5].at(1.0);
     EXPECT_EQ(c.cli(), "--kv-rate 0.75 --kv-evict h2o --kv-budget 64 --kv-bits 4");
     EXPECT_EQ(all[1].at(0.5).cli(), "--kv-evict h2o --kv-budget 288");
@@ -289,7 +293,8 @@ TEST(EvalReport, SvgHasOneCurvePerMethod) {
     EXPECT_NE(svg.find("</svg>"), std::string::npos);
     size_t n = 0;
     for (size_t at = svg.find("<polyline"); at != std::string::npos; at = svg.find("<polyline", at + 1)) n++;
-    EXPECT_EQ(n, 2u);
+    EXPECT_EQ(n, 3u);  // one curve per method and the Pareto front under them
+    EXPECT_NE(svg.find("Pareto front"), std::string::npos);
     const nlohmann::json j = eval_report_json(r);
     EXPECT_EQ(j["runs"].size(), 4u);
     EXPECT_EQ(j["runs"][0]["config"]["method"], "zack");
