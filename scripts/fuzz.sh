@@ -8,15 +8,18 @@
 #
 #   scripts/fuzz.sh --ci                 every target for a fixed number of
 #                                        executions (CI: .ci/sanitize.sh)
-#   scripts/fuzz.sh --hours N            N hours in all, shared evenly by the
-#                                        targets, one after another; the corpus
-#                                        grows in build-fuzz/fuzz/corpus/<target>
+#   scripts/fuzz.sh --hours N            about N hours of wall time in all, shared
+#                                        evenly by the targets (--jobs at a time);
+#                                        the corpus grows in build-fuzz/fuzz/corpus/<target>
 #   scripts/fuzz.sh --runs N             N executions per target
 #   options: --targets gguf,zack,...     (default: all: gguf zack tokenizer chat eval cli)
 #            --jobs J                    run J targets at a time (default 1)
+#            --timeout S                 an input slower than S seconds fails (default 1;
+#                                        libFuzzer counts wall time, so a run under
+#                                        `nice -n 19` on a busy machine needs more)
 #            --no-build                  use the binaries already in build-fuzz
 # Long runs belong on an otherwise idle machine or under `nice -n 19`.
-# Prints one line per target: "fuzz <target>: <N> executions in <S> s, <C> crashes".
+# Prints one line per target: "fuzz <target>: <N> executions in <S> s, <C> crashes or timeouts".
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
@@ -26,7 +29,7 @@ all_targets=(gguf zack tokenizer chat eval cli)
 # (measured rates: gguf ~4k/s, zack ~2k/s, tokenizer ~8k/s, chat ~600/s, eval ~60/s, cli ~120/s).
 declare -A ci_runs=([gguf]=40000 [zack]=20000 [tokenizer]=60000 [chat]=6000 [eval]=600 [cli]=1500)
 
-mode="" value="" jobs=1 build=1 targets=("${all_targets[@]}")
+mode="" value="" jobs=1 build=1 timeout=1 targets=("${all_targets[@]}")
 while [ $# -gt 0 ]; do
     case "$1" in
         --ci) mode=ci ;;
@@ -34,8 +37,9 @@ while [ $# -gt 0 ]; do
         --runs) mode=runs value="$2"; shift ;;
         --targets) IFS=, read -r -a targets <<< "$2"; shift ;;
         --jobs) jobs="$2"; shift ;;
+        --timeout) timeout="$2"; shift ;;
         --no-build) build=0 ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
         *) echo "fuzz.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -66,13 +70,14 @@ run_target() {
     rm -rf "$art" && mkdir -p "$art"
     if [ "$mode" = hours ]; then
         corpus="$work/corpus/$t"   # kept: a long run continues where the last one stopped
-        limit="-max_total_time=$(awk -v h="$value" -v n="${#targets[@]}" 'BEGIN { printf "%d", h * 3600 / n }')"
+        limit="-max_total_time=$(awk -v h="$value" -v n="${#targets[@]}" -v j="$jobs" \
+            'BEGIN { if (j > n) j = n; printf "%d", h * 3600 * j / n }')"
     else
         corpus="$(mktemp -d)"
         limit="-runs=$([ "$mode" = ci ] && echo "${ci_runs[$t]}" || echo "$value")"
     fi
     mkdir -p "$corpus"
-    local args=("$limit" -timeout=1 -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1
+    local args=("$limit" -timeout="$timeout" -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1
                 -artifact_prefix="$art/" -close_fd_mask=$([ "$t" = cli ] && echo 3 || echo 1))
     case "$t" in gguf|zack) args+=(-dict="$here/tests/fuzz/gguf.dict") ;; esac
     log="$work/$t.log"
@@ -83,7 +88,7 @@ run_target() {
     n="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)"
     s="$(grep -o 'Done [0-9]* runs in [0-9]* second' "$log" | awk '{print $5}' | tail -1)"
     c="$(find "$art" -type f | wc -l)"
-    echo "fuzz $t: ${n:-?} executions in ${s:-?} s, $c crashes$([ $rc -ne 0 ] && echo " (exit $rc, log $log)")"
+    echo "fuzz $t: ${n:-?} executions in ${s:-?} s, $c crashes or timeouts$([ $rc -ne 0 ] && echo " (exit $rc, log $log)")"
     if [ $rc -ne 0 ] || [ "$c" -ne 0 ]; then
         grep -E "ERROR|SUMMARY|runtime error|Test unit written|DEADLY" "$log" | head -20 >&2 || true
         return 1
