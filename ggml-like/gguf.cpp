@@ -18,6 +18,7 @@
 #include <new>
 
 #include "ggml-like/error.h"
+#include "ggml-like/interrupt.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "GGUF I/O assumes a little-endian host");
 
@@ -743,6 +744,7 @@ void gguf_writer::write(const std::string& path) const {
 
     const std::string tmp =
         strfmt("%s.tmp.%d.%u", path.c_str(), (int)getpid(), g_tmp_counter.fetch_add(1));
+    const interrupt_temp removed_on_signal(tmp);  // Ctrl-C while writing leaves nothing
     FILE* f = std::fopen(tmp.c_str(), "wb");
     if (!f) ZK_THROW("%s: cannot create temporary file %s (%s)", path.c_str(), tmp.c_str(), std::strerror(errno));
 

@@ -14,6 +14,7 @@
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "ggml-like/error.h"
+#include "ggml-like/interrupt.h"
 #include "main/commands.h"
 
 namespace zk {
@@ -30,6 +31,7 @@ void on_sigint(int) {
     } else {
         const char nl = '\n';
         (void)!write(STDERR_FILENO, &nl, 1);
+        interrupt_remove_temps();
         _exit(130);
     }
 }

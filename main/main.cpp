@@ -6,12 +6,14 @@
 #include <new>
 
 #include "ggml-like/error.h"
+#include "ggml-like/interrupt.h"
 #include "main/cli.h"
 
 int main(int argc, char** argv) {
     zk::cli_app cli;
     const int rc = cli.parse(argc, argv);
     if (rc >= 0) return rc;
+    zk::interrupt_install();  // Ctrl-C / SIGTERM / a closed stdout: no partial output file
     try {
         return cli.run();
     } catch (const zk::error& e) {

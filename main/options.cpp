@@ -6,6 +6,7 @@
 
 #include "calib/ranks.h"
 #include "ggml-like/error.h"
+#include "ggml-like/interrupt.h"
 
 namespace zk {
 
@@ -122,6 +123,7 @@ void options_resolve_ranks(const model_opts& o, const model& m, session_params& 
 
 void options_write_file(const std::string& path, const std::string& text) {
     const std::string tmp = path + ".tmp";
+    const interrupt_temp removed_on_signal(tmp);  // Ctrl-C while writing leaves nothing
     {
         std::ofstream out(tmp, std::ios::binary);
         if (!out) ZK_THROW("%s: cannot write", tmp.c_str());
