@@ -502,6 +502,11 @@ void gguf_file::parse() {
         if (t.n_bytes > avail - t.offset)
             ZK_THROW("%s: tensor '%s': data truncated (expected %zu bytes at data offset %" PRIu64 ", got %zu)",
                      p, t.name.c_str(), t.n_bytes, t.offset, avail - (size_t)t.offset);
+        // With general.alignment below 4 a tensor can start at an odd address, and
+        // every reader of F32/F16 data (and the kernels) loads whole words.
+        if ((data_offset_ + t.offset) % 4 != 0)
+            ZK_THROW("%s: tensor '%s': data at file offset %zu is not 4-byte aligned (general.alignment is %zu; zack reads tensor data as 4-byte words)",
+                     p, t.name.c_str(), (size_t)(data_offset_ + t.offset), alignment_);
         t.data = map_ + data_offset_ + t.offset;
     }
     // Tensor data may not overlap or alias: writing one tensor (as calibrate's

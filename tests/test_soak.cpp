@@ -57,13 +57,15 @@ struct tiny_files {
 };
 
 const tiny_files& files() {
+    // The atexit handler reads this buffer, not the strings below, which static
+    // destruction has freed by the time it runs.
+    static char dir[32] = "/tmp/zk_soak_XXXXXX";
     static tiny_files t = [] {
-        char tmpl[] = "/tmp/zk_soak_XXXXXX";
-        if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
-        tiny_files f{tmpl, std::string(tmpl) + "/m.gguf", std::string(tmpl) + "/m.zack"};
+        if (!mkdtemp(dir)) throw std::runtime_error("mkdtemp failed");
+        tiny_files f{dir, std::string(dir) + "/m.gguf", std::string(dir) + "/m.zack"};
         zk_test::tiny_model_write(f.gguf, zk_test::tiny_model_params{});
         zk_test::tiny_zack_write(f.gguf, f.zack, 256);
-        std::atexit([] { fs::remove_all(files().dir); });
+        std::atexit([] { fs::remove_all(dir); });
         return f;
     }();
     return t;
