@@ -7,12 +7,21 @@
 #     (scripts/fuzz.sh --ci).
 #  2. build-tsan: clang with ThreadSanitizer: test_threads (thread pool, batched
 #     decoding, the attention scheduler, calibration on the pool).
-# Any test failure or sanitizer report fails the run. Prints the time each part took.
+# Any test failure or sanitizer report fails the run. Prints the wall and CPU time
+# each part took.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 here="$PWD"
-t0=$SECONDS
-stamp() { echo "sanitize: $1 ($((SECONDS - t0)) s so far)" >&2; }
+SECONDS=0
+# "what (wall seconds so far; CPU user+sys of everything run so far)"
+stamp() {
+    local cpu tf
+    tf="$(mktemp)"
+    times > "$tf"  # in this shell: a pipe would run `times` in a fresh subshell
+    cpu="$(tail -1 "$tf" | awk '{ split($0, f, /[ms ]+/); printf "%.0f", f[1] * 60 + f[2] + f[3] * 60 + f[4] }')"
+    rm -f "$tf"
+    echo "sanitize: $1 (${SECONDS}s wall, ${cpu}s CPU so far)" >&2
+}
 
 flags=(-DZACK_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
        -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only")
