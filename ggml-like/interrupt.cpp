@@ -63,7 +63,8 @@ void interrupt_remove_temps() {
         if (s.state.load(std::memory_order_acquire) == ACTIVE) unlink(s.path);
 }
 
-interrupt_temp::interrupt_temp(const std::string& path) {
+void interrupt_temp::track(const std::string& path) {
+    release();
     if (path.size() >= k_max_path) return;
     for (int i = 0; i < k_slots; i++) {
         int expect = FREE;
@@ -75,8 +76,9 @@ interrupt_temp::interrupt_temp(const std::string& path) {
     }
 }
 
-interrupt_temp::~interrupt_temp() {
+void interrupt_temp::release() {
     if (slot_ >= 0) g_slots[slot_].state.store(FREE, std::memory_order_release);
+    slot_ = -1;
 }
 
 }  // namespace zk

@@ -24,14 +24,18 @@ void interrupt_install();
 // Removes every registered temporary file (async-signal-safe).
 void interrupt_remove_temps();
 
-// Registers `path` for removal on a signal for as long as it lives. Create it
-// before creating the file and destroy it after the rename (or the removal on
-// failure). At most 16 at a time and paths under 4 KiB; beyond that the path is
-// simply not registered.
+// Registers a path for removal on a signal while it is tracked: from just
+// after the temporary file is created until after its rename (or its removal on
+// failure). file_out (ggml-like/file_out.h) tracks its temporary this way. At
+// most 16 at a time and paths under 4 KiB; beyond that a path is simply not
+// registered.
 class interrupt_temp {
 public:
-    explicit interrupt_temp(const std::string& path);
-    ~interrupt_temp();
+    interrupt_temp() = default;
+    explicit interrupt_temp(const std::string& path) { track(path); }
+    ~interrupt_temp() { release(); }
+    void track(const std::string& path);  // replaces the path tracked before, if any
+    void release();                       // no longer removed on a signal
     interrupt_temp(const interrupt_temp&) = delete;
     interrupt_temp& operator=(const interrupt_temp&) = delete;
 

@@ -15,10 +15,12 @@ struct cli_app {
     cli_app(const cli_app&) = delete;
     cli_app& operator=(const cli_app&) = delete;
 
-    // Parses argv. Returns -1 when a subcommand is ready to run, else the exit
-    // code: 0 after printing help, 2 after printing a one-line error.
+    // Parses argv (llama.cpp spellings expanded first). Returns -1 when a
+    // subcommand is ready to run, else the exit code: 0 after printing help or
+    // --version, 1 or 2 after printing a one-line error.
     int parse(int argc, const char* const* argv);
-    // Runs the parsed subcommand; throws zk::error (main prints it).
+    // Runs the parsed subcommand, then checks that stdout took every byte;
+    // throws zk::error (main prints it).
     int run();
 
     CLI::App app{"zack: LLM inference with a compressed KV cache (GGUF models)", "zack"};
