@@ -1,6 +1,7 @@
 #include "engine/model.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "ggml-like/error.h"
 
@@ -52,6 +53,15 @@ int need_positive(const gguf_file& f, const std::string& key) {
     const int64_t v = f.get_int(key);
     if (v <= 0 || v > (1 << 24))
         ZK_THROW("%s: key %s = %lld is out of range", f.path().c_str(), key.c_str(), (long long)v);
+    return (int)v;
+}
+
+// An optional integer key, range-checked before it is narrowed to int.
+int opt_int(const gguf_file& f, const std::string& key, int64_t dflt, int64_t lo, int64_t hi) {
+    const int64_t v = f.get_int(key, dflt);
+    if (v < lo || v > hi)
+        ZK_THROW("%s: key %s = %lld is out of range (expected %lld..%lld)", f.path().c_str(), key.c_str(),
+                 (long long)v, (long long)lo, (long long)hi);
     return (int)v;
 }
 
@@ -121,8 +131,8 @@ void model_load_zack(model& m) {
     z.version = (int)f.get_int("zack.version");
     if (z.version != 1)
         ZK_THROW("%s: zack.version %d is not supported (this zack reads version 1)", f.path().c_str(), z.version);
-    z.rank_align = (int)f.get_int("zack.rank_align", 1);
     const int64_t D = hp.head_dim, KV = hp.n_head_kv;
+    z.rank_align = opt_int(f, "zack.rank_align", 1, 1, D);
     for (int il = 0; il < hp.n_layer; il++) {
         const std::string p = "blk." + std::to_string(il) + ".zack.";
         zack_layer zl;
@@ -155,6 +165,12 @@ void model_load_zack(model& m) {
         const size_t n = z.table_rates.size() * hp.n_layer * KV;
         z.table_k = int_array(f, "zack.rank_table.k", n);
         z.table_v = int_array(f, "zack.rank_table.v", n);
+        // A rank is a number of kept dimensions of a head: 1..head_dim.
+        for (const auto* t : {&z.table_k, &z.table_v})
+            for (size_t i = 0; i < n; i++)
+                if ((*t)[i] < 1 || (*t)[i] > D)
+                    ZK_THROW("%s: zack.rank_table.%c[%zu] = %d is out of range (expected 1..%lld, the head dim)",
+                             f.path().c_str(), t == &z.table_k ? 'k' : 'v', i, (*t)[i], (long long)D);
     }
     model_load_sensitivity(m);
 }
@@ -180,27 +196,36 @@ std::unique_ptr<model> model_load(const std::string& path) {
     hp.n_layer = need_positive(f, a + "block_count");
     hp.n_embd = need_positive(f, a + "embedding_length");
     hp.n_head = need_positive(f, a + "attention.head_count");
-    hp.n_head_kv = (int)f.get_int(a + "attention.head_count_kv", hp.n_head);
+    hp.n_head_kv = opt_int(f, a + "attention.head_count_kv", hp.n_head, INT32_MIN, INT32_MAX);
     if (hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0)
         ZK_THROW("%s: %d query heads cannot share %d KV heads evenly", path.c_str(), hp.n_head,
                  hp.n_head_kv);
     hp.n_ff = need_positive(f, a + "feed_forward_length");
-    hp.n_ctx_train = (int)f.get_int(a + "context_length", 2048);
-    hp.head_dim = (int)f.get_int(a + "attention.key_length", hp.n_embd / hp.n_head);
+    hp.n_ctx_train = opt_int(f, a + "context_length", 2048, 1, INT32_MAX);
+    if (!f.find(a + "attention.key_length") && hp.n_embd % hp.n_head != 0)
+        ZK_THROW("%s: %d heads do not divide the embedding width %d (and no attention.key_length gives the head "
+                 "dim)", path.c_str(), hp.n_head, hp.n_embd);
+    hp.head_dim = opt_int(f, a + "attention.key_length", hp.n_embd / hp.n_head, INT32_MIN, INT32_MAX);
     if (hp.head_dim <= 0 || hp.head_dim % 2 != 0 || hp.head_dim > 256)
         ZK_THROW("%s: head dimension %d is not supported (even, at most 256)", path.c_str(), hp.head_dim);
     if (f.get_int(a + "attention.value_length", hp.head_dim) != hp.head_dim)
         ZK_THROW("%s: different key and value head sizes are not supported", path.c_str());
     hp.rms_eps = (float)f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-5);
-    hp.rope.n_dims = (int)f.get_int(a + "rope.dimension_count", hp.head_dim);
+    if (!(hp.rms_eps > 0 && hp.rms_eps < 1))
+        ZK_THROW("%s: attention.layer_norm_rms_epsilon %g is out of range (expected 0 < eps < 1)", path.c_str(),
+                 (double)hp.rms_eps);
+    hp.rope.n_dims = opt_int(f, a + "rope.dimension_count", hp.head_dim, INT32_MIN, INT32_MAX);
     if (hp.rope.n_dims <= 0 || hp.rope.n_dims > hp.head_dim || hp.rope.n_dims % 2)
         ZK_THROW("%s: rope.dimension_count %d is invalid for head dim %d", path.c_str(),
                  hp.rope.n_dims, hp.head_dim);
     hp.rope.freq_base = (float)f.get_float(a + "rope.freq_base", 10000.0);
+    if (!(hp.rope.freq_base > 1 && std::isfinite(hp.rope.freq_base)))
+        ZK_THROW("%s: rope.freq_base %g is out of range (expected a finite base > 1)", path.c_str(),
+                 (double)hp.rope.freq_base);
     const std::string scaling = f.get_str(a + "rope.scaling.type", "none");
     if (scaling == "linear") {
         const double factor = f.get_float(a + "rope.scaling.factor", 1.0);
-        if (factor <= 0) ZK_THROW("%s: rope.scaling.factor must be positive", path.c_str());
+        if (!(factor > 0 && std::isfinite(factor))) ZK_THROW("%s: rope.scaling.factor must be positive", path.c_str());
         hp.rope.freq_scale = (float)(1.0 / factor);
     } else if (scaling != "none" && !scaling.empty()) {
         ZK_THROW("%s: rope scaling '%s' is not supported (none, linear)", path.c_str(), scaling.c_str());

@@ -110,6 +110,7 @@ file_out::file_out(const std::string& path) : path_(path) {
                  file_out_dirname(target_).c_str(), std::strerror(err));
     }
     tmp_ = name.data();
+    on_signal_.track(tmp_);
     if (fchmod(fd_, mode) != 0) fail("chmod", errno);
     buf_.reserve(k_file_out_buffer);
 }
@@ -124,6 +125,7 @@ void file_out::fail(const char* what, int err) {
     fd_ = -1;
     if (!tmp_.empty()) unlink(tmp_.c_str());
     tmp_.clear();
+    on_signal_.release();
     ZK_THROW("%s: %s failed: %s (nothing written)", file_out_name(path_, target_).c_str(), what, std::strerror(err));
 }
 
@@ -159,6 +161,7 @@ void file_out::commit() {
     if (close(fd) != 0) fail("close", errno);
     if (rename(tmp_.c_str(), target_.c_str()) != 0) fail("rename", errno);
     tmp_.clear();
+    on_signal_.release();
 }
 
 void file_out_write(const std::string& path, const std::string& data) {

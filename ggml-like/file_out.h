@@ -23,6 +23,8 @@
 #include <cstddef>
 #include <string>
 
+#include "ggml-like/interrupt.h"
+
 namespace zk {
 
 // Checks, before any long computation, that `path` can be written by the rules
@@ -53,6 +55,7 @@ private:
     void fail(const char* what, int err);  // removes the temporary file and throws
 
     std::string path_, target_, tmp_;
+    interrupt_temp on_signal_;  // tmp_, removed if Ctrl-C / SIGTERM / SIGPIPE ends the process
     int fd_ = -1;
     std::string buf_;  // pending bytes, flushed at k_file_out_buffer
 };

@@ -36,6 +36,15 @@ constexpr uint32_t k_n_value_types = 13;
 constexpr size_t k_max_meta_values = (size_t)1 << 24;
 // Reserve at most this many entries up front; vectors grow as items really parse.
 constexpr size_t k_max_reserve = 4096;
+// Memory the parsed header may take: a metadata value costs ~100 bytes in memory
+// for as little as 1 in the file, so without a bound a small file could ask for
+// a hundred times its size. Real files stay far below (SmolLM2: ~20 MB for a
+// 98 MB file; a vocabulary-only Llama 3 file ~10x its 7.6 MB), so the bound is
+// 16 x the file size plus a floor for small files.
+constexpr size_t k_mem_per_file_byte = 16;
+constexpr size_t k_mem_floor = (size_t)16 << 20;
+// Bookkeeping bytes of one map entry (node, pointers, colour) besides its key.
+constexpr size_t k_map_node_bytes = 64;
 
 // Smallest encodings, used to reject absurd counts before allocating anything.
 constexpr size_t k_min_kv_bytes = 8 + 4 + 1;              // empty key, u8 value
@@ -83,6 +92,15 @@ struct gguf_cursor {
     size_t pos = 0;
     std::string ctx;  // what is being read, for error messages ("key 'x'", "tensor 'y'")
     size_t values_left = k_max_meta_values;  // array elements still allowed in all metadata
+    size_t mem_left = 0;                      // bytes the parsed header may still take in memory
+
+    // Accounts for n bytes of memory the header is about to take, before they are allocated.
+    void charge(size_t n, const char* what) {
+        if (n > mem_left)
+            ZK_THROW("%s: %s%s%s: metadata too large for the file, file corrupt (expected at most %zu more bytes in memory for a %zu-byte file, got %zu)",
+                     path.c_str(), ctx.c_str(), ctx.empty() ? "" : " ", what, mem_left, size, n);
+        mem_left -= n;
+    }
 
     size_t remaining() const { return size - pos; }
 
@@ -104,6 +122,7 @@ struct gguf_cursor {
         if (n > remaining())
             ZK_THROW("%s: %s%s%s: string length too large, file corrupt or truncated, at offset %zu (expected at most %zu, got %" PRIu64 ")",
                      path.c_str(), ctx.c_str(), ctx.empty() ? "" : " ", what, pos - 8, remaining(), n);
+        charge((size_t)n, what);
         std::string s((const char*)base + pos, (size_t)n);
         pos += (size_t)n;
         return s;
@@ -146,6 +165,7 @@ gguf_value gguf_cursor::read_value(gguf_type type, int depth) {
                 ZK_THROW("%s: %s: array length too large (expected at most %zu metadata values in all, got %" PRIu64 " more)",
                          path.c_str(), ctx.c_str(), values_left, n);
             values_left -= (size_t)n;
+            charge((size_t)n * sizeof(gguf_value), "array");
             v.arr.reserve(std::min((size_t)n, k_max_reserve));
             for (uint64_t k = 0; k < n; k++) v.arr.push_back(read_value(v.arr_type, depth + 1));
             break;
@@ -368,6 +388,8 @@ std::unique_ptr<gguf_file> gguf_file::open(const std::string& path) {
 void gguf_file::parse() {
     const char* p = path_.c_str();
     gguf_cursor c{path_, map_, size_, 0, {}};
+    c.mem_left = size_ > (SIZE_MAX - k_mem_floor) / k_mem_per_file_byte ? SIZE_MAX
+                                                                       : size_ * k_mem_per_file_byte + k_mem_floor;
 
     // --- fixed header
     const uint32_t magic = c.read<uint32_t>("magic");
@@ -396,6 +418,7 @@ void gguf_file::parse() {
         std::string key = c.read_str("name");
         c.ctx = "key '" + key + "'";
         if (kv_index_.count(key)) ZK_THROW("%s: duplicate key '%s'", p, key.c_str());
+        c.charge(sizeof(gguf_value) + key.size() + k_map_node_bytes, "key");
         const uint32_t t = c.read<uint32_t>("value type");
         if (!gguf_type_valid(t))
             ZK_THROW("%s: key '%s': unknown value type (expected 0..%u, got %u)", p, key.c_str(),
@@ -424,6 +447,7 @@ void gguf_file::parse() {
         c.ctx = "tensor '" + t.name + "'";
         const char* tn = t.name.c_str();
         if (tensor_index_.count(t.name)) ZK_THROW("%s: duplicate tensor name '%s'", p, tn);
+        c.charge(sizeof(gguf_tensor) + t.name.size() + k_map_node_bytes + k_max_dims * sizeof(int64_t), "tensor info");
         const uint32_t n_dims = c.read<uint32_t>("n_dims");
         if (n_dims < 1 || n_dims > k_max_dims)
             ZK_THROW("%s: tensor '%s': bad n_dims (expected 1..%d, got %u)", p, tn, k_max_dims, n_dims);
@@ -478,7 +502,26 @@ void gguf_file::parse() {
         if (t.n_bytes > avail - t.offset)
             ZK_THROW("%s: tensor '%s': data truncated (expected %zu bytes at data offset %" PRIu64 ", got %zu)",
                      p, t.name.c_str(), t.n_bytes, t.offset, avail - (size_t)t.offset);
+        // With general.alignment below 4 a tensor can start at an odd address, and
+        // every reader of F32/F16 data (and the kernels) loads whole words.
+        if ((data_offset_ + t.offset) % 4 != 0)
+            ZK_THROW("%s: tensor '%s': data at file offset %zu is not 4-byte aligned (general.alignment is %zu; zack reads tensor data as 4-byte words)",
+                     p, t.name.c_str(), (size_t)(data_offset_ + t.offset), alignment_);
         t.data = map_ + data_offset_ + t.offset;
+    }
+    // Tensor data may not overlap or alias: writing one tensor (as calibrate's
+    // folded copies do) must never change another, and every byte has one type.
+    std::vector<const gguf_tensor*> by_offset;
+    by_offset.reserve(tensors_.size());
+    for (const gguf_tensor& t : tensors_) by_offset.push_back(&t);
+    std::sort(by_offset.begin(), by_offset.end(),
+              [](const gguf_tensor* a, const gguf_tensor* b) { return a->offset < b->offset; });
+    for (size_t k = 1; k < by_offset.size(); k++) {
+        const gguf_tensor& a = *by_offset[k - 1];
+        const gguf_tensor& b = *by_offset[k];
+        if (a.offset + a.n_bytes > b.offset)
+            ZK_THROW("%s: tensors '%s' and '%s' overlap in the data section (expected '%s' to start at or after data offset %zu, got %" PRIu64 ")",
+                     p, a.name.c_str(), b.name.c_str(), b.name.c_str(), (size_t)(a.offset + a.n_bytes), b.offset);
     }
 }
 

@@ -54,7 +54,16 @@ struct thread_pool::impl {
     std::atomic<int> pending{0};   // workers (not the caller) still running this generation
     std::atomic<int> sleeping{0};  // workers blocked on cv
     std::atomic<bool> stop{false};
-    bool busy = false;  // a run is in progress (catches re-entrant calls)
+    // A run is in progress. Set by the caller before it writes the job fields
+    // below, so that a job calling run/parallel_for on its own pool (from any
+    // worker) is refused before it could overwrite the job the others are running.
+    std::atomic<bool> busy{false};
+
+    // Claims the pool for one dispatch; throws for a re-entrant call.
+    void claim() {
+        if (busy.exchange(true, std::memory_order_acq_rel))
+            ZK_THROW("thread_pool: run/parallel_for called from inside a running job");
+    }
 
     std::mutex mu;
     std::condition_variable cv;
@@ -116,8 +125,6 @@ struct thread_pool::impl {
 
     // Publishes the job set up by the caller, runs worker 0, waits for the rest.
     void dispatch() {
-        if (busy) ZK_THROW("thread_pool: run/parallel_for called from inside a running job");
-        busy = true;
         err = nullptr;
         pending.store(n - 1, std::memory_order_relaxed);
         generation.fetch_add(1, std::memory_order_seq_cst);
@@ -134,9 +141,9 @@ struct thread_pool::impl {
             // Another process may own the core a worker needs (shared machines).
             if (++spins > 4096) std::this_thread::yield();
         }
-        busy = false;
         fn = nullptr;
         pfor_fn = nullptr;
+        busy.store(false, std::memory_order_release);
         if (err) {
             std::exception_ptr e = err;
             err = nullptr;
@@ -173,6 +180,7 @@ void thread_pool::run(const std::function<void(int ith, int nth)>& fn) {
         fn(0, 1);
         return;
     }
+    p_->claim();
     p_->fn = &fn;
     p_->pfor_fn = nullptr;
     p_->dispatch();
@@ -189,6 +197,7 @@ void thread_pool::parallel_for(int64_t n, int64_t grain,
         fn(0, n, 0);
         return;
     }
+    p_->claim();
     p_->fn = nullptr;
     p_->pfor_fn = &fn;
     p_->pfor_n = n;

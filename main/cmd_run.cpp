@@ -26,6 +26,7 @@
 #include "engine/unicode.h"
 #include "ggml-like/error.h"
 #include "ggml-like/file_out.h"
+#include "ggml-like/interrupt.h"
 #include "main/commands.h"
 #include "main/line_edit.h"
 
@@ -45,6 +46,7 @@ void on_sigint(int) {
     } else {
         const char nl = '\n';
         (void)!write(STDERR_FILENO, &nl, 1);
+        interrupt_remove_temps();
         _exit(130);
     }
 }

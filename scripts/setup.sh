@@ -3,14 +3,16 @@
 # models the tests use (the default SmolLM2 and Qwen2.5-Coder 1.5B and 0.5B, 1.7 GB
 # in all). Safe to re-run: every step skips work that is already done.
 #   apt:  build tools, OpenBLAS/LAPACK, CLI11, nlohmann-json, GoogleTest, Google Benchmark,
-#         bubblewrap (the sandbox that runs model-written code in `zack eval --task code`)
+#         bubblewrap (the sandbox that runs model-written code in `zack eval --task code`),
+#         clang with its sanitizer and libFuzzer runtimes and llvm-symbolizer (.ci/sanitize.sh,
+#         scripts/fuzz.sh)
 #   pip:  numpy, gguf, tokenizers, jinja2 — used only by tests and bench scripts
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 
 apt_pkgs=(build-essential cmake python3 python3-pip libopenblas-dev liblapack-dev libcli11-dev
-          nlohmann-json3-dev libgtest-dev libbenchmark-dev bubblewrap)
+          nlohmann-json3-dev libgtest-dev libbenchmark-dev bubblewrap clang libclang-rt-14-dev llvm)
 missing=()
 for p in "${apt_pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

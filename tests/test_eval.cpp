@@ -272,6 +272,39 @@ TEST_F(EvalData, ItemsAreBuiltAsDocumented) {
     EXPECT_THROW(eval_task_ppl(*m_, {k_data + "gpl3_preamble.txt"}, o, eval_on_error::STOP), error);
 }
 
+// A NaN depth (--passkey-depths nan parses) slipped past "d < 0 || d > 1" and
+// hid the key nowhere; it is refused like any depth outside 0..1.
+TEST_F(EvalData, PasskeyDepthNanIsRefused) {
+    eval_passkey_opts po;
+    po.lengths = {200};
+    po.depths = {std::nan("")};
+    try {
+        eval_task_passkey(*m_, po, eval_on_error::STOP);
+        FAIL() << "no error";
+    } catch (const error& e) {
+        EXPECT_NE(std::string(e.what()).find("is outside 0..1"), std::string::npos) << e.what();
+    }
+}
+
+// Found by fuzzing (tests/data/fuzz/eval/ppl_stride_past_window): a stride over
+// twice the context put the scored part before the window's first token, and
+// the run read tokens in front of the chunk. Strides up to 2c - 2 keep it inside.
+TEST_F(EvalData, PplStrideBeyondTheWindowIsRefused) {
+    eval_ppl_opts o;
+    o.n_ctx = 16;
+    o.stride = 31;
+    try {
+        eval_task_ppl(*m_, {k_data + "gpl3_preamble.txt"}, o, eval_on_error::STOP);
+        FAIL() << "no error";
+    } catch (const error& e) {
+        EXPECT_NE(std::string(e.what()).find("stride 31 is too large for a context of 16 (at most 30)"),
+                  std::string::npos) << e.what();
+    }
+    o.stride = 30;
+    auto t = eval_task_ppl(*m_, {k_data + "gpl3_preamble.txt"}, o, eval_on_error::STOP);
+    EXPECT_EQ(t->n_ctx_needed(), 16 + 15);
+}
+
 // ---- report ----
 
 TEST(EvalReport, SvgHasOneCurvePerMethod) {

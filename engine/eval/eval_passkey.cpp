@@ -65,10 +65,12 @@ public:
         const std::vector<int32_t> intro = voc.encode(k_intro, false, false);
         const std::vector<int32_t> filler = voc.encode(k_filler, false, false);
         const std::vector<int32_t> question = voc.encode(k_question, false, false);
+        if (filler.empty())  // a vocabulary that drops every byte of it: nothing to fill with
+            ZK_THROW("passkey: the filler text tokenizes to nothing with this model's vocabulary");
         uint64_t rng = o.seed;
         for (int64_t len : o.lengths) {
             for (double d : o.depths) {
-                if (d < 0 || d > 1) ZK_THROW("passkey: depth %g is outside 0..1", d);
+                if (!(d >= 0 && d <= 1)) ZK_THROW("passkey: depth %g is outside 0..1", d);  // NaN too
                 for (int t = 0; t < o.trials; t++) {
                     pk_item it;
                     it.length = len;

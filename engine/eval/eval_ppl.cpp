@@ -64,6 +64,11 @@ public:
             first_ = c / 2;
             step_ = c;
         } else {
+            // The scored tail of a window is its last `stride` tokens: it must fit
+            // after the first token (first_ >= 0 below).
+            if (o.stride > 2 * c - 2)
+                ZK_THROW("ppl: stride %lld is too large for a context of %lld (at most %lld)", (long long)o.stride,
+                         (long long)c, (long long)(2 * c - 2));
             window_ = c + o.stride / 2;
             if (n <= window_)
                 ZK_THROW("ppl: the text tokenizes to %lld tokens, not enough for a window of %lld", (long long)n,

@@ -1,0 +1,84 @@
+// Signal handlers and the registry of temporary output files (interrupt.h).
+// The registry is a fixed table so that a signal handler can walk it without
+// locks or allocation: a slot is claimed (FREE -> WRITING), filled, published
+// (-> ACTIVE); the handler only reads ACTIVE slots.
+#include "ggml-like/interrupt.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+
+namespace zk {
+
+namespace {
+
+constexpr int k_slots = 16;
+constexpr size_t k_max_path = 4096;
+enum : int { FREE = 0, WRITING = 1, ACTIVE = 2 };
+
+struct temp_slot {
+    std::atomic<int> state{FREE};
+    char path[k_max_path];
+};
+
+temp_slot g_slots[k_slots];
+
+void write_stderr(const char* s) { (void)!write(STDERR_FILENO, s, std::strlen(s)); }
+
+void on_terminate(int sig) {
+    interrupt_remove_temps();
+    write_stderr("\nzack: interrupted\n");
+    _exit(128 + sig);
+}
+
+// Installed with SA_RESETHAND | SA_NODEFER: the default action is back and the
+// signal unblocked, so raising it again ends the process by SIGPIPE, as a
+// pipeline stage normally ends.
+void on_sigpipe(int sig) {
+    interrupt_remove_temps();
+    raise(sig);
+    _exit(128 + sig);  // not reached
+}
+
+void install(int sig, void (*fn)(int), int flags) {
+    struct sigaction sa = {};
+    sa.sa_handler = fn;
+    sa.sa_flags = flags;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sig, &sa, nullptr);
+}
+
+}  // namespace
+
+void interrupt_install() {
+    install(SIGINT, on_terminate, 0);
+    install(SIGTERM, on_terminate, 0);
+    install(SIGPIPE, on_sigpipe, SA_RESETHAND | SA_NODEFER);
+}
+
+void interrupt_remove_temps() {
+    for (temp_slot& s : g_slots)
+        if (s.state.load(std::memory_order_acquire) == ACTIVE) unlink(s.path);
+}
+
+void interrupt_temp::track(const std::string& path) {
+    release();
+    if (path.size() >= k_max_path) return;
+    for (int i = 0; i < k_slots; i++) {
+        int expect = FREE;
+        if (!g_slots[i].state.compare_exchange_strong(expect, WRITING, std::memory_order_acq_rel)) continue;
+        std::memcpy(g_slots[i].path, path.c_str(), path.size() + 1);
+        g_slots[i].state.store(ACTIVE, std::memory_order_release);
+        slot_ = i;
+        return;
+    }
+}
+
+void interrupt_temp::release() {
+    if (slot_ >= 0) g_slots[slot_].state.store(FREE, std::memory_order_release);
+    slot_ = -1;
+}
+
+}  // namespace zk

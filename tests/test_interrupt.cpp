@@ -1,0 +1,152 @@
+// Signals (ggml-like/interrupt.h), in forked children so that the handlers can
+// really end a process: SIGINT and SIGTERM remove the registered temporary
+// files and exit 130 / 143; SIGPIPE removes them and ends quietly by SIGPIPE;
+// and the GGUF writer's file_out registers its temporary, so Ctrl-C in the
+// middle of writing a model leaves neither the output nor the temporary.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "ggml-like/gguf.h"
+#include "ggml-like/interrupt.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+class Interrupt : public ::testing::Test {
+protected:
+    void SetUp() override {
+        char tmpl[] = "/tmp/zk_interrupt_XXXXXX";
+        ASSERT_NE(mkdtemp(tmpl), nullptr);
+        dir_ = tmpl;
+    }
+    void TearDown() override {
+        std::error_code ec;
+        fs::remove_all(dir_, ec);
+    }
+    std::string path(const std::string& n) const { return dir_ + "/" + n; }
+    std::vector<std::string> files() const {
+        std::vector<std::string> out;
+        for (const auto& e : fs::directory_iterator(dir_)) out.push_back(e.path().filename().string());
+        return out;
+    }
+
+    // Runs fn in a child with the handlers installed; returns its wait status
+    // and what it wrote on stderr.
+    int in_child(const std::function<void()>& fn, std::string* err = nullptr) {
+        int fds[2];
+        EXPECT_EQ(pipe(fds), 0);
+        const pid_t pid = fork();
+        if (pid == 0) {
+            dup2(fds[1], STDERR_FILENO);
+            close(fds[0]);
+            zk::interrupt_install();
+            fn();
+            _exit(0);
+        }
+        close(fds[1]);
+        std::string text;
+        char buf[256];
+        ssize_t n;
+        while ((n = read(fds[0], buf, sizeof buf)) > 0) text.append(buf, (size_t)n);
+        close(fds[0]);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        if (err) *err = text;
+        return status;
+    }
+    std::string dir_;
+};
+
+void touch(const std::string& p) { std::ofstream(p) << "partial"; }
+
+TEST_F(Interrupt, SigintRemovesRegisteredTemporariesAndExits130) {
+    std::string err;
+    const int st = in_child(
+        [&] {
+            touch(path("kept.txt"));
+            touch(path("out.tmp"));
+            zk::interrupt_temp a(path("out.tmp"));
+            { zk::interrupt_temp done(path("kept.txt")); }  // renamed already: no longer registered
+            raise(SIGINT);
+        },
+        &err);
+    ASSERT_TRUE(WIFEXITED(st)) << st;
+    EXPECT_EQ(WEXITSTATUS(st), 130);
+    EXPECT_EQ(files(), std::vector<std::string>{"kept.txt"});
+    EXPECT_NE(err.find("zack: interrupted"), std::string::npos) << err;
+}
+
+TEST_F(Interrupt, SigtermExits143) {
+    const int st = in_child([&] {
+        touch(path("out.tmp"));
+        zk::interrupt_temp a(path("out.tmp"));
+        raise(SIGTERM);
+    });
+    ASSERT_TRUE(WIFEXITED(st)) << st;
+    EXPECT_EQ(WEXITSTATUS(st), 143);
+    EXPECT_TRUE(files().empty());
+}
+
+// A closed pipe on stdout (`zack ... | head`): no message, the temporary goes,
+// and the process ends by SIGPIPE as pipeline stages do.
+TEST_F(Interrupt, SigpipeEndsQuietly) {
+    std::string err;
+    const int st = in_child(
+        [&] {
+            int p[2];
+            if (pipe(p) != 0) _exit(3);
+            close(p[0]);
+            dup2(p[1], STDOUT_FILENO);
+            touch(path("out.tmp"));
+            zk::interrupt_temp a(path("out.tmp"));
+            const char line[] = "tensor table\n";
+            for (int i = 0; i < 100; i++) (void)!write(STDOUT_FILENO, line, sizeof line - 1);
+            _exit(4);  // not reached: the first write raises SIGPIPE
+        },
+        &err);
+    ASSERT_TRUE(WIFSIGNALED(st)) << st;
+    EXPECT_EQ(WTERMSIG(st), SIGPIPE);
+    EXPECT_EQ(err, "");
+    EXPECT_TRUE(files().empty());
+}
+
+// Ctrl-C while gguf_writer streams a 256 MB tensor: the signal arrives as soon
+// as the temporary file shows up, and neither it nor the output remains.
+TEST_F(Interrupt, CtrlCWhileWritingAModelLeavesNothing) {
+    const int st = in_child([&] {
+        std::vector<uint8_t> big((size_t)256 << 20, 1);
+        zk::gguf_writer w;
+        w.set("general.architecture", zk::gguf_value::make_str("llama"));
+        w.add_tensor_ref("t", zk::dtype::F32, {(int64_t)big.size() / 4}, big.data(), big.size());
+        std::thread ctrl_c([&] {
+            const auto t0 = std::chrono::steady_clock::now();
+            for (;;) {
+                for (const auto& e : fs::directory_iterator(dir_))
+                    if (e.path().filename() != "model.gguf") {  // the temporary (file_out)
+                        kill(getpid(), SIGINT);
+                        return;
+                    }
+                if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(60)) _exit(5);
+                std::this_thread::sleep_for(std::chrono::microseconds(200));
+            }
+        });
+        w.write(path("model.gguf"));
+        ctrl_c.join();
+        _exit(6);  // the write finished before the signal landed
+    });
+    ASSERT_TRUE(WIFEXITED(st)) << st;
+    EXPECT_EQ(WEXITSTATUS(st), 130);
+    EXPECT_TRUE(files().empty()) << files().size() << " files left, first " << files()[0];
+}
+
+}  // namespace
