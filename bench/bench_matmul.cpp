@@ -5,12 +5,17 @@
 //
 //   bench_matmul --benchmark_filter='Layer'   one decoder layer's 7 matmuls
 //   bench_matmul --benchmark_filter='Model'   all of a decode step's matmuls, from DRAM
+//   bench_matmul --benchmark_filter='Qwen15'  Qwen2.5-Coder-1.5B Q4_K_M shapes (Q4_K, Q6_K),
+//                                             GGUF layout (packed:0) and packed (packed:1)
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "ggml-like/quant_pack.h"
 #include "ggml-like/quant_ref.h"
 #include "kernels/matmul.h"
 
@@ -141,7 +146,98 @@ void bm_model(benchmark::State& st, int n_threads) {
     st.counters["tok/s"] = benchmark::Counter((double)st.iterations(), benchmark::Counter::kIsRate);
 }
 
+// ---------------------------------------------------------------- Qwen2.5-Coder-1.5B (Q4_K_M)
+// dim 1536, FFN 8960, 12/2 heads of 128; Q4_K everywhere except V and (in half
+// of the layers) the FFN down projection, which are Q6_K, as the output.
+struct qshape {
+    const char* name;
+    dtype t;
+    int64_t rows, cols;
+};
+const qshape k_qwen15[] = {
+    {"q_1536x1536", dtype::Q4_K, 1536, 1536},    {"k_256x1536", dtype::Q4_K, 256, 1536},
+    {"v_256x1536", dtype::Q6_K, 256, 1536},      {"gate_8960x1536", dtype::Q4_K, 8960, 1536},
+    {"down_1536x8960", dtype::Q4_K, 1536, 8960}, {"down_1536x8960", dtype::Q6_K, 1536, 8960},
+};
+
+struct free_deleter {
+    void operator()(void* p) const { std::free(p); }
+};
+
+// A weight as the engine holds it: GGUF bytes, and a packed copy when asked for.
+struct bench_weight {
+    std::vector<uint8_t> gguf;
+    std::unique_ptr<void, free_deleter> packed;
+    weight_view view;
+    bench_weight(dtype t, int64_t rows, int64_t cols, bool pack) : gguf(make_weights(t, rows, cols)) {
+        view = weight_view{t, rows, cols, gguf.data()};
+        if (pack) {
+            packed.reset(std::aligned_alloc(64, (quant_pack_size(t, rows, cols) + 63) / 64 * 64));
+            thread_pool pool(1);
+            view = kernel_matmul_pack(view, packed.get(), pool);
+        }
+    }
+};
+
+void bm_qwen15(benchmark::State& st, qshape s, int64_t n_tok, bool pack, int n_threads) {
+    const bench_weight w(s.t, s.rows, s.cols, pack);
+    const auto x = make_acts(n_tok * s.cols);
+    std::vector<float> y((size_t)(n_tok * s.rows));
+    thread_pool pool(n_threads);
+    matmul_scratch scratch;
+    for (auto _ : st) {
+        kernel_matmul(w.view, x.data(), n_tok, y.data(), pool, scratch);
+        benchmark::DoNotOptimize(y.data());
+    }
+    st.SetBytesProcessed((int64_t)st.iterations() * (int64_t)w.gguf.size());
+    st.counters["MAC/s"] =
+        benchmark::Counter((double)s.rows * s.cols * n_tok * st.iterations(), benchmark::Counter::kIsRate);
+}
+
+// One decoder layer of the 1.5B (the Q6_K-down kind) as the engine runs it:
+// Q/K/V and gate/up as multi-matmuls.
+void bm_qwen15_layer(benchmark::State& st, int64_t n_tok, bool pack, int n_threads) {
+    const int64_t E = 1536, F = 8960;
+    const bench_weight q(dtype::Q4_K, E, E, pack), k(dtype::Q4_K, 256, E, pack), v(dtype::Q6_K, 256, E, pack),
+        o(dtype::Q4_K, E, E, pack), gate(dtype::Q4_K, F, E, pack), up(dtype::Q4_K, F, E, pack),
+        down(dtype::Q6_K, E, F, pack);
+    const auto x = make_acts(n_tok * F);
+    std::vector<float> y0((size_t)(n_tok * F)), y1((size_t)(n_tok * F)), y2((size_t)(n_tok * 256));
+    thread_pool pool(n_threads);
+    matmul_scratch scratch;
+    for (auto _ : st) {
+        const weight_view qkv[3] = {q.view, k.view, v.view};
+        float* qkv_y[3] = {y0.data(), y1.data(), y2.data()};
+        kernel_matmul_multi(qkv, qkv_y, 3, x.data(), n_tok, pool, scratch);
+        kernel_matmul(o.view, x.data(), n_tok, y0.data(), pool, scratch);
+        const weight_view gu[2] = {gate.view, up.view};
+        float* gu_y[2] = {y0.data(), y1.data()};
+        kernel_matmul_multi(gu, gu_y, 2, x.data(), n_tok, pool, scratch);
+        kernel_matmul(down.view, x.data(), n_tok, y0.data(), pool, scratch);
+        benchmark::DoNotOptimize(y0.data());
+    }
+    st.counters["tok/s"] = benchmark::Counter((double)n_tok * st.iterations(), benchmark::Counter::kIsRate);
+}
+
 int register_all() {
+    for (int th : {1, 2})
+        for (bool pack : {false, true}) {
+            if (pack && !quant_pack_supported(dtype::Q4_K)) continue;
+            const std::string suffix = "/packed:" + std::to_string(pack) + "/threads:" + std::to_string(th);
+            for (int64_t n_tok : {1, 64, 512})
+                benchmark::RegisterBenchmark(("Qwen15/layer/tok:" + std::to_string(n_tok) + suffix).c_str(),
+                                             bm_qwen15_layer, n_tok, pack, th)
+                    ->UseRealTime()
+                    ->Unit(benchmark::kMillisecond);
+            for (const qshape& s : k_qwen15)
+                for (int64_t n_tok : {1, 4, 16, 64, 512})
+                    benchmark::RegisterBenchmark((std::string("Qwen15/") + dtype_name(s.t) + "/" + s.name + "/tok:" +
+                                                  std::to_string(n_tok) + suffix)
+                                                     .c_str(),
+                                                 bm_qwen15, s, n_tok, pack, th)
+                        ->UseRealTime()
+                        ->Unit(benchmark::kMicrosecond);
+        }
     for (int th : {1, 2})
         benchmark::RegisterBenchmark(("Model/decode/threads:" + std::to_string(th)).c_str(), bm_model, th)
             ->UseRealTime()
