@@ -24,7 +24,7 @@ void q4_K_pack_scales(const int* sc, const int* m, uint8_t* s) {
     }
 }
 
-void pack_q4_K(const block_q4_K* const* rows, block_q4_Kx8& p) {
+void pack_q4_K(const block_q4_K* const* rows, block_q4_Kp& p) {
     std::memset(&p, 0, sizeof p);
     for (int r = 0; r < k_pack_rows; r++) {
         if (!rows[r]) continue;  // padding row: zero scales, zero output
@@ -44,7 +44,7 @@ void pack_q4_K(const block_q4_K* const* rows, block_q4_Kx8& p) {
     }
 }
 
-void unpack_q4_K(const block_q4_Kx8& p, int r, block_q4_K& b) {
+void unpack_q4_K(const block_q4_Kp& p, int r, block_q4_K& b) {
     b.d = p.d[r];
     b.dmin = p.dmin[r];
     int sc[8], m[8];
@@ -90,7 +90,7 @@ void q6_K_from_codes(const uint8_t* q, block_q6_K& b) {
 // Element e of a packed Q6_K row: group n = e / 16, chunk j = (e / 4) % 4 of
 // the group, byte b = e % 4. Its low 4 bits are in ql[2n + j / 2] (low nibble
 // for even j, high for odd), its high 2 bits in bits 2j..2j+1 of qh[n].
-void pack_q6_K(const block_q6_K* const* rows, block_q6_Kx8& p) {
+void pack_q6_K(const block_q6_K* const* rows, block_q6_Kp& p) {
     std::memset(&p, 0, sizeof p);
     for (int r = 0; r < k_pack_rows; r++) {
         if (!rows[r]) continue;
@@ -107,7 +107,7 @@ void pack_q6_K(const block_q6_K* const* rows, block_q6_Kx8& p) {
     }
 }
 
-void unpack_q6_K(const block_q6_Kx8& p, int r, block_q6_K& b) {
+void unpack_q6_K(const block_q6_Kp& p, int r, block_q6_K& b) {
     b.d = p.d[r];
     for (int n = 0; n < 16; n++) b.scales[n] = p.sc[n][r];
     uint8_t q[256];
@@ -131,7 +131,7 @@ bool quant_pack_supported(dtype t) { return (t == dtype::Q4_K || t == dtype::Q6_
 
 size_t quant_pack_block_bytes(dtype t) {
     check_type(t, "quant_pack_block_bytes");
-    return t == dtype::Q4_K ? sizeof(block_q4_Kx8) : sizeof(block_q6_Kx8);
+    return t == dtype::Q4_K ? sizeof(block_q4_Kp) : sizeof(block_q6_Kp);
 }
 
 size_t quant_pack_size(dtype t, int64_t n_rows, int64_t n_cols) {
@@ -154,9 +154,9 @@ void quant_pack_groups(dtype t, const void* src, int64_t n_rows, int64_t n_cols,
             }
             uint8_t* out = (uint8_t*)dst + (size_t)(g * nb + ib) * bb;
             if (t == dtype::Q4_K)
-                pack_q4_K((const block_q4_K* const*)rows, *(block_q4_Kx8*)out);
+                pack_q4_K((const block_q4_K* const*)rows, *(block_q4_Kp*)out);
             else
-                pack_q6_K((const block_q6_K* const*)rows, *(block_q6_Kx8*)out);
+                pack_q6_K((const block_q6_K* const*)rows, *(block_q6_Kp*)out);
         }
 }
 
@@ -167,9 +167,9 @@ void quant_unpack_row(dtype t, const void* packed, int64_t n_cols, int64_t r, vo
     for (int64_t ib = 0; ib < nb; ib++) {
         const uint8_t* p = (const uint8_t*)packed + (size_t)(g * nb + ib) * bb;
         if (t == dtype::Q4_K)
-            unpack_q4_K(*(const block_q4_Kx8*)p, (int)(r % k_pack_rows), ((block_q4_K*)dst)[ib]);
+            unpack_q4_K(*(const block_q4_Kp*)p, (int)(r % k_pack_rows), ((block_q4_K*)dst)[ib]);
         else
-            unpack_q6_K(*(const block_q6_Kx8*)p, (int)(r % k_pack_rows), ((block_q6_K*)dst)[ib]);
+            unpack_q6_K(*(const block_q6_Kp*)p, (int)(r % k_pack_rows), ((block_q6_K*)dst)[ib]);
     }
 }
 
@@ -211,7 +211,7 @@ float quant_pack_dot_ref(dtype t, int64_t n_cols, const void* group, int r, cons
     float sum = 0.0f;
     for (int64_t ib = 0; ib < nb; ib++) {
         if (t == dtype::Q4_K) {
-            const block_q4_Kx8& p = ((const block_q4_Kx8*)group)[ib];
+            const block_q4_Kp& p = ((const block_q4_Kp*)group)[ib];
             int isum = 0, msum = 0;
             for (int j = 0; j < 8; j++) {
                 int s = 0;
@@ -224,7 +224,7 @@ float quant_pack_dot_ref(dtype t, int64_t n_cols, const void* group, int r, cons
             }
             sum += fp16_to_fp32(p.d[r]) * x[ib].d * (float)isum - fp16_to_fp32(p.dmin[r]) * x[ib].d * (float)msum;
         } else {
-            const block_q6_Kx8& p = ((const block_q6_Kx8*)group)[ib];
+            const block_q6_Kp& p = ((const block_q6_Kp*)group)[ib];
             int isum = 0;
             for (int n = 0; n < 16; n++) {
                 int s = 0;

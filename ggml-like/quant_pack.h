@@ -6,7 +6,8 @@
 // packed layout interleaves k_pack_rows rows at 4-byte granularity: one 32-byte
 // load of weights holds 4 consecutive elements of each of 8 rows, and one
 // dpbusd of it against 4 broadcast activation bytes adds a 4-term dot to all 8
-// rows at once (8 int32 lanes, one per row). Each loaded and unpacked weight
+// rows at once (8 int32 lanes, one per row; 16 rows and 64-byte loads with
+// AVX-512). Each loaded and unpacked weight
 // vector is reused for up to k_pack_toks tokens, and the results of 8 rows come
 // out as one vector, with no horizontal sums. The per-row scales are stored
 // unpacked as bytes ([sub-block][row]), so the kernel scales 8 rows per
@@ -29,35 +30,43 @@
 
 namespace zk {
 
-constexpr int k_pack_rows = 8;  // rows per packed group (one int32 lane each in a 256-bit vector)
+// Rows per packed group: one int32 lane each of the kernels' vectors (16 with
+// AVX-512 VNNI, else 8). The layout exists only in memory, so it follows the build.
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
+constexpr int k_pack_rows = 16;
+#else
+constexpr int k_pack_rows = 8;
+#endif
 constexpr int k_pack_toks = 4;  // tokens per kernel call at most
 
-// Q4_K, 8 rows, one 256-element block (1184 bytes, a multiple of 32 so every
-// weight load of a 32-byte-aligned packed matrix is aligned):
+// Q4_K, R rows, one 256-element block (1184 bytes for 8 rows, 2368 for 16: a
+// multiple of the vector size, so every weight load of an aligned packed
+// matrix is aligned):
 //   qs[k][i][r][b]: low nibble = element 64k + 4i + b of row r (sub-block 2k),
 //                   high nibble = element 64k + 32 + 4i + b (sub-block 2k + 1)
 //   sc[j][r]: 6-bit scale of sub-block j, m[p][r][e]: 6-bit min of sub-block 2p + e
-struct block_q4_Kx8 {
-    uint8_t qs[4][8][8][4];
-    uint16_t d[8];
-    uint16_t dmin[8];
-    uint8_t sc[8][8];
-    uint8_t m[4][8][2];
+struct block_q4_Kp {
+    uint8_t qs[4][8][k_pack_rows][4];
+    uint16_t d[k_pack_rows];
+    uint16_t dmin[k_pack_rows];
+    uint8_t sc[8][k_pack_rows];
+    uint8_t m[4][k_pack_rows][2];
 };
-// Q6_K, 8 rows, one block (1696 bytes: 1680 of data, padded to a multiple of 32).
-// Element e = 16n + 4j + b of row r (group n of 16, chunk j of 4, byte b) has
+// Q6_K, R rows, one block (1680 bytes of data for 8 rows, padded to 1696; 3392
+// for 16). Element e = 16n + 4j + b of row r (group n of 16, chunk j of 4,
+// byte b) has
 //   its low 4 bits in ql[2n + j / 2][r][b] (low nibble for even j, high for odd),
 //   its high 2 bits in bits 2j..2j+1 of qh[n][r][b];
 //   sc[n][r]: int8 scale of group n.
-struct block_q6_Kx8 {
-    uint8_t ql[32][8][4];
-    uint8_t qh[16][8][4];
-    int8_t sc[16][8];
-    uint16_t d[8];
-    uint8_t pad[16];
+struct block_q6_Kp {
+    uint8_t ql[32][k_pack_rows][4];
+    uint8_t qh[16][k_pack_rows][4];
+    int8_t sc[16][k_pack_rows];
+    uint16_t d[k_pack_rows];
+    uint8_t pad[2 * k_pack_rows];
 };
-static_assert(sizeof(block_q4_Kx8) == 1184, "block_q4_Kx8 layout");
-static_assert(sizeof(block_q6_Kx8) == 1696, "block_q6_Kx8 layout");
+static_assert(sizeof(block_q4_Kp) == 148 * k_pack_rows && sizeof(block_q4_Kp) % (4 * k_pack_rows) == 0, "block_q4_Kp layout");
+static_assert(sizeof(block_q6_Kp) == 212 * k_pack_rows && sizeof(block_q6_Kp) % (4 * k_pack_rows) == 0, "block_q6_Kp layout");
 
 // Activations for the packed kernels, per 256 elements (384 bytes).
 struct block_q8_Kp {

@@ -1,7 +1,8 @@
 // SIMD kernels for the packed K-quant layouts of quant_pack.h: one row group
-// (8 rows, one int32 lane each) times up to 4 tokens, and the activation
-// quantizer. x86 AVX2 + FMA + F16C; with AVX512-VNNI (+VL) or AVX-VNNI the
-// 4-byte dot products are one dpbusd each.
+// (k_pack_rows rows, one int32 lane each) times up to 4 tokens, and the
+// activation quantizer. x86 AVX2 + FMA + F16C with 8-row groups; with AVX-512
+// (F, BW, VL, VNNI) 16-row groups in 512-bit vectors; with AVX512-VNNI or
+// AVX-VNNI the 4-byte dot products are one dpbusd each.
 //
 // The kernels are written once over a "dot policy" that says how 4-byte
 // products are summed within a sub-block and then scaled per row:
@@ -11,6 +12,13 @@
 // Both give the exact integer sums of the scalar references; per token the
 // arithmetic is the same whatever the tile's token count, so a token's outputs
 // never depend on which tile it was in (decode vs batched decode).
+// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own
+// _mm512_undefined_* placeholders once inlined (GCC PR 105593); the pragma has
+// to precede the headers, whose locations the warning points at.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 #include "ggml-like/quant_tile_k.h"
 
 #include <cstring>
@@ -31,30 +39,103 @@ namespace {
 
 #define ZK_UNROLL _Pragma("GCC unroll 8")
 
-inline __m256i bcast32(const void* p) {
+inline int32_t load32(const void* p) {
     int32_t v;
     std::memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
+    return v;
 }
 
-#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
+// ---------------------------------------------------------------- vectors
+// One int32 lane per packed row: 256-bit vectors for 8-row groups, 512-bit for
+// 16-row groups (k_pack_rows follows the build, see quant_pack.h).
+
+struct v256 {
+    using vi = __m256i;
+    using vf = __m256;
+    static vi load(const void* p) { return _mm256_loadu_si256((const __m256i*)p); }
+    static vi bcast32(const void* p) { return _mm256_set1_epi32(load32(p)); }
+    static vi set1_8(char c) { return _mm256_set1_epi8(c); }
+    static vi zero() { return _mm256_setzero_si256(); }
+    static vi and_(vi a, vi b) { return _mm256_and_si256(a, b); }
+    static vi or_(vi a, vi b) { return _mm256_or_si256(a, b); }
+    template <int N> static vi srl16(vi a) { return _mm256_srli_epi16(a, N); }
+    template <int N> static vi sll16(vi a) { return _mm256_slli_epi16(a, N); }
+    template <int N> static vi sll32(vi a) { return _mm256_slli_epi32(a, N); }
+    static vi add32(vi a, vi b) { return _mm256_add_epi32(a, b); }
+    static vi sub32(vi a, vi b) { return _mm256_sub_epi32(a, b); }
+    static vi madd16(vi a, vi b) { return _mm256_madd_epi16(a, b); }
+    static vi mullo32(vi a, vi b) { return _mm256_mullo_epi32(a, b); }
+    // one row byte each -> int32 lanes; two row bytes each -> int16 pairs
+    static vi u8_32(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)p)); }
+    static vi s8_32(const int8_t* p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)); }
+    static vi u8_16(const uint8_t* p) { return _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)p)); }
+    static vf f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
+    static vf fzero() { return _mm256_setzero_ps(); }
+    static vf fset1(float x) { return _mm256_set1_ps(x); }
+    static vf cvt(vi a) { return _mm256_cvtepi32_ps(a); }
+    static vf mul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+    static vf fmadd(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+    static vf fnmadd(vf a, vf b, vf c) { return _mm256_fnmadd_ps(a, b, c); }
+    static void store(float* y, vf v) { _mm256_storeu_ps(y, v); }
+};
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
+#define ZK_TILE_K_512 1
+struct v512 {
+    using vi = __m512i;
+    using vf = __m512;
+    static vi load(const void* p) { return _mm512_loadu_si512(p); }
+    static vi bcast32(const void* p) { return _mm512_set1_epi32(load32(p)); }
+    static vi set1_8(char c) { return _mm512_set1_epi8(c); }
+    static vi zero() { return _mm512_setzero_si512(); }
+    static vi and_(vi a, vi b) { return _mm512_and_si512(a, b); }
+    static vi or_(vi a, vi b) { return _mm512_or_si512(a, b); }
+    template <int N> static vi srl16(vi a) { return _mm512_srli_epi16(a, N); }
+    template <int N> static vi sll16(vi a) { return _mm512_slli_epi16(a, N); }
+    template <int N> static vi sll32(vi a) { return _mm512_slli_epi32(a, N); }
+    static vi add32(vi a, vi b) { return _mm512_add_epi32(a, b); }
+    static vi sub32(vi a, vi b) { return _mm512_sub_epi32(a, b); }
+    static vi madd16(vi a, vi b) { return _mm512_madd_epi16(a, b); }
+    static vi mullo32(vi a, vi b) { return _mm512_mullo_epi32(a, b); }
+    static vi u8_32(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)p)); }
+    static vi s8_32(const int8_t* p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)p)); }
+    static vi u8_16(const uint8_t* p) { return _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)p)); }
+    static vf f16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p)); }
+    static vf fzero() { return _mm512_setzero_ps(); }
+    static vf fset1(float x) { return _mm512_set1_ps(x); }
+    static vf cvt(vi a) { return _mm512_cvtepi32_ps(a); }
+    static vf mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+    static vf fmadd(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+    static vf fnmadd(vf a, vf b, vf c) { return _mm512_fnmadd_ps(a, b, c); }
+    static void store(float* y, vf v) { _mm512_storeu_ps(y, v); }
+};
+using V = v512;
+#else
+using V = v256;
+#endif
+static_assert(sizeof(V::vi) == 4 * k_pack_rows, "one int32 lane per packed row");
+
+// ---------------------------------------------------------------- dot policies
+
+#if defined(ZK_TILE_K_512) || defined(__AVX512VNNI__) && defined(__AVX512VL__) || defined(__AVXVNNI__)
 struct dot_policy {
     static constexpr bool int32_sums = true;
-    using sum = __m256i;  // int32 per row
-    static constexpr int max_chunks_4bit = 8;
+    using sum = V::vi;  // int32 per row
     static constexpr int max_chunks_6bit = 4;
-    static sum zero() { return _mm256_setzero_si256(); }
-    static sum add(sum s, __m256i w, __m256i a) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    static sum zero() { return V::zero(); }
+    static sum add(sum s, V::vi w, V::vi a) {
+#if defined(ZK_TILE_K_512)
+        return _mm512_dpbusd_epi32(s, w, a);
+#elif defined(__AVX512VNNI__) && defined(__AVX512VL__)
         return _mm256_dpbusd_epi32(s, w, a);
 #else
         return _mm256_dpbusd_avx_epi32(s, w, a);
 #endif
     }
     // row scales: one int32 per row
-    static __m256i scale_u8(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)p)); }
-    static __m256i scale_s8(const int8_t* p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p)); }
-    static __m256i scaled(sum s, __m256i sc) { return _mm256_mullo_epi32(s, sc); }
+    static V::vi scale_u8(const uint8_t* p) { return V::u8_32(p); }
+    static V::vi scale_s8(const int8_t* p) { return V::s8_32(p); }
+    static V::vi scaled(sum s, V::vi sc) { return V::mullo32(s, sc); }
 };
 #else
 struct dot_policy {
@@ -62,47 +143,46 @@ struct dot_policy {
     using sum = __m256i;  // int16 pairs per row
     // maddubs pairs: 4-bit codes 2 * 15 * 128 = 3840 per int16, 8 chunks 30720;
     // 6-bit codes 2 * 63 * 128 = 16128, 2 chunks 32256.
-    static constexpr int max_chunks_4bit = 8;
     static constexpr int max_chunks_6bit = 2;
     static sum zero() { return _mm256_setzero_si256(); }
     static sum add(sum s, __m256i w, __m256i a) { return _mm256_add_epi16(s, _mm256_maddubs_epi16(w, a)); }
     // row scales: (sc, sc) int16 pairs per row
     static __m256i scale_u8(const uint8_t* p) {
-        const __m256i b = _mm256_set1_epi64x((long long)load64(p));
+        uint64_t v;
+        std::memcpy(&v, p, 8);
         const __m256i idx = _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,  //
                                              4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1);
-        return _mm256_shuffle_epi8(b, idx);
+        return _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)v), idx);
     }
     static __m256i scale_s8(const int8_t* p) {
         const __m256i x = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)p));
         return _mm256_blend_epi16(x, _mm256_slli_epi32(x, 16), 0xAA);
     }
     static __m256i scaled(sum s, __m256i sc) { return _mm256_madd_epi16(s, sc); }
-    static uint64_t load64(const uint8_t* p) {
-        uint64_t v;
-        std::memcpy(&v, p, 8);
-        return v;
+    // (sc[a][r], sc[b][r]) int16 pairs per row
+    static __m256i scale_pairs_s8(const int8_t* a, const int8_t* b) {
+        return _mm256_cvtepi8_epi16(
+            _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i*)a), _mm_loadl_epi64((const __m128i*)b)));
     }
 };
 #endif
 using P = dot_policy;
+using vi = V::vi;
+using vf = V::vf;
 
-inline __m256 f16x8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
-
-// 8 outputs of a row group for one token: all 8 rows, or the first nr.
-inline void store_rows(float* y, __m256 v, int nr) {
+// k_pack_rows outputs of a row group for one token: all, or the first nr.
+inline void store_rows(float* y, vf v, int nr) {
     if (nr == k_pack_rows) {
-        _mm256_storeu_ps(y, v);
+        V::store(y, v);
         return;
     }
-    alignas(32) float tmp[k_pack_rows];
-    _mm256_store_ps(tmp, v);
+    float tmp[k_pack_rows];
+    V::store(tmp, v);
     for (int r = 0; r < nr; r++) y[r] = tmp[r];
 }
 
-// Decode streams each weight from DRAM once per step: touch the block
-// k_pf_blocks ahead (the prefetch address runs ahead of the group pointer by
-// the caller's distance; here only one block's lines per block step).
+// Decode streams each weight from DRAM once per step; the caller may ask for
+// the lines of one block, a fixed distance ahead, to be touched per block.
 template <size_t Bytes>
 inline void prefetch_block(uintptr_t p) {
     ZK_UNROLL for (size_t k = 0; k < Bytes; k += 64) _mm_prefetch((const char*)(p + k), _MM_HINT_T0);
@@ -111,46 +191,45 @@ inline void prefetch_block(uintptr_t p) {
 // ---------------------------------------------------------------- Q4_K
 
 template <int T>
-void tile_q4_K(int64_t nb, const block_q4_Kx8* w, const uint8_t* a, size_t as, float* y, size_t ys, int nr,
+void tile_q4_K(int64_t nb, const block_q4_Kp* w, const uint8_t* a, size_t as, float* y, size_t ys, int nr,
                uintptr_t pf) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc[T];
-    ZK_UNROLL for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    const vi m4 = V::set1_8(0x0F);
+    vf acc[T];
+    ZK_UNROLL for (int t = 0; t < T; t++) acc[t] = V::fzero();
     for (int64_t ib = 0; ib < nb; ib++) {
-        const block_q4_Kx8& p = w[ib];
-        if (T == 1 && pf) prefetch_block<sizeof(block_q4_Kx8)>(pf + ib * sizeof(block_q4_Kx8));
+        const block_q4_Kp& p = w[ib];
+        if (T == 1 && pf) prefetch_block<sizeof(block_q4_Kp)>(pf + ib * sizeof(block_q4_Kp));
         const block_q8_Kp* x[T];
         ZK_UNROLL for (int t = 0; t < T; t++) x[t] = (const block_q8_Kp*)(a + t * as) + ib;
-        __m256i isum[T], msum[T];
-        ZK_UNROLL for (int t = 0; t < T; t++) isum[t] = msum[t] = _mm256_setzero_si256();
+        vi isum[T], msum[T];
+        ZK_UNROLL for (int t = 0; t < T; t++) isum[t] = msum[t] = V::zero();
         ZK_UNROLL for (int k = 0; k < 4; k++) {
             // sub-blocks 2k (low nibbles) and 2k + 1 (high), 8 chunks of 4 each
             P::sum lo[T], hi[T];
             ZK_UNROLL for (int t = 0; t < T; t++) lo[t] = hi[t] = P::zero();
             ZK_UNROLL for (int i = 0; i < 8; i++) {
-                const __m256i q = _mm256_loadu_si256((const __m256i*)p.qs[k][i]);
-                const __m256i wl = _mm256_and_si256(q, m4);
-                const __m256i wh = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                const vi q = V::load(p.qs[k][i]);
+                const vi wl = V::and_(q, m4);
+                const vi wh = V::and_(V::srl16<4>(q), m4);
                 ZK_UNROLL for (int t = 0; t < T; t++) {
-                    lo[t] = P::add(lo[t], wl, bcast32(x[t]->qs + 64 * k + 4 * i));
-                    hi[t] = P::add(hi[t], wh, bcast32(x[t]->qs + 64 * k + 32 + 4 * i));
+                    lo[t] = P::add(lo[t], wl, V::bcast32(x[t]->qs + 64 * k + 4 * i));
+                    hi[t] = P::add(hi[t], wh, V::bcast32(x[t]->qs + 64 * k + 32 + 4 * i));
                 }
             }
-            const __m256i sl = P::scale_u8(p.sc[2 * k]), sh = P::scale_u8(p.sc[2 * k + 1]);
+            const vi sl = P::scale_u8(p.sc[2 * k]), sh = P::scale_u8(p.sc[2 * k + 1]);
             ZK_UNROLL for (int t = 0; t < T; t++)
-                isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(P::scaled(lo[t], sl), P::scaled(hi[t], sh)));
+                isum[t] = V::add32(isum[t], V::add32(P::scaled(lo[t], sl), P::scaled(hi[t], sh)));
         }
         // mins: lane r = m[r][2q] s32[2q] + m[r][2q+1] s32[2q+1]
         ZK_UNROLL for (int q = 0; q < 4; q++) {
-            const __m256i m16 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i*)p.m[q]));
-            ZK_UNROLL for (int t = 0; t < T; t++)
-                msum[t] = _mm256_add_epi32(msum[t], _mm256_madd_epi16(m16, bcast32(x[t]->s32 + 2 * q)));
+            const vi m16 = V::u8_16(p.m[q][0]);
+            ZK_UNROLL for (int t = 0; t < T; t++) msum[t] = V::add32(msum[t], V::madd16(m16, V::bcast32(x[t]->s32 + 2 * q)));
         }
-        const __m256 dw = f16x8(p.d), dm = f16x8(p.dmin);
+        const vf dw = V::f16(p.d), dm = V::f16(p.dmin);
         ZK_UNROLL for (int t = 0; t < T; t++) {
-            const __m256 da = _mm256_set1_ps(x[t]->d);
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, da), acc[t]);
-            acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum[t]), _mm256_mul_ps(dm, da), acc[t]);
+            const vf da = V::fset1(x[t]->d);
+            acc[t] = V::fmadd(V::cvt(isum[t]), V::mul(dw, da), acc[t]);
+            acc[t] = V::fnmadd(V::cvt(msum[t]), V::mul(dm, da), acc[t]);
         }
     }
     ZK_UNROLL for (int t = 0; t < T; t++) store_rows(y + t * ys, acc[t], nr);
@@ -158,65 +237,62 @@ void tile_q4_K(int64_t nb, const block_q4_Kx8* w, const uint8_t* a, size_t as, f
 
 // ---------------------------------------------------------------- Q6_K
 
-template <int T>
-void tile_q6_K(int64_t nb, const block_q6_Kx8* w, const uint8_t* a, size_t as, float* y, size_t ys, int nr,
+// Q is the policy (a template parameter so the branch for the other policy's
+// offset handling need not compile).
+template <int T, class Q = P>
+void tile_q6_K(int64_t nb, const block_q6_Kp* w, const uint8_t* a, size_t as, float* y, size_t ys, int nr,
                uintptr_t pf) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i m2 = _mm256_set1_epi8(0x03), m2s2 = _mm256_set1_epi8(0x0C), m2s4 = _mm256_set1_epi8(0x30);
-    __m256 acc[T];
-    ZK_UNROLL for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    const vi m4 = V::set1_8(0x0F);
+    const vi m2 = V::set1_8(0x03), m2s2 = V::set1_8(0x0C), m2s4 = V::set1_8(0x30);
+    vf acc[T];
+    ZK_UNROLL for (int t = 0; t < T; t++) acc[t] = V::fzero();
     for (int64_t ib = 0; ib < nb; ib++) {
-        const block_q6_Kx8& p = w[ib];
-        if (T == 1 && pf) prefetch_block<sizeof(block_q6_Kx8)>(pf + ib * sizeof(block_q6_Kx8));
+        const block_q6_Kp& p = w[ib];
+        if (T == 1 && pf) prefetch_block<sizeof(block_q6_Kp)>(pf + ib * sizeof(block_q6_Kp));
         const block_q8_Kp* x[T];
         ZK_UNROLL for (int t = 0; t < T; t++) x[t] = (const block_q8_Kp*)(a + t * as) + ib;
-        __m256i isum[T];
-        ZK_UNROLL for (int t = 0; t < T; t++) isum[t] = _mm256_setzero_si256();
+        vi isum[T];
+        ZK_UNROLL for (int t = 0; t < T; t++) isum[t] = V::zero();
         for (int n = 0; n < 16; n++) {
             // the 4 chunks of group n: 6-bit codes 0..63
-            const __m256i h = _mm256_loadu_si256((const __m256i*)p.qh[n]);
-            const __m256i l0 = _mm256_loadu_si256((const __m256i*)p.ql[2 * n]);
-            const __m256i l1 = _mm256_loadu_si256((const __m256i*)p.ql[2 * n + 1]);
-            const __m256i c[4] = {
-                _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                _mm256_slli_epi16(_mm256_and_si256(h, m2s2), 2)),
-                _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(h, m2s4)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                _mm256_and_si256(_mm256_srli_epi16(h, 2), m2s4)),
+            const vi h = V::load(p.qh[n]);
+            const vi l0 = V::load(p.ql[2 * n]);
+            const vi l1 = V::load(p.ql[2 * n + 1]);
+            const vi c[4] = {
+                V::or_(V::and_(l0, m4), V::sll16<4>(V::and_(h, m2))),
+                V::or_(V::and_(V::srl16<4>(l0), m4), V::sll16<2>(V::and_(h, m2s2))),
+                V::or_(V::and_(l1, m4), V::and_(h, m2s4)),
+                V::or_(V::and_(V::srl16<4>(l1), m4), V::and_(V::srl16<2>(h), m2s4)),
             };
-            const __m256i sc = P::scale_s8(p.sc[n]);
+            const vi sc = Q::scale_s8(p.sc[n]);
             ZK_UNROLL for (int t = 0; t < T; t++) {
                 const int8_t* xq = x[t]->qs + 16 * n;
-                if constexpr (P::int32_sums) {
+                if constexpr (Q::int32_sums) {
                     // start from -32 * (sum of the group's activations): the codes' offset
-                    P::sum s = _mm256_set1_epi32(x[t]->n16[n]);
-                    ZK_UNROLL for (int j = 0; j < 4; j++) s = P::add(s, c[j], bcast32(xq + 4 * j));
-                    isum[t] = _mm256_add_epi32(isum[t], P::scaled(s, sc));
+                    typename Q::sum s = V::bcast32(&x[t]->n16[n]);
+                    ZK_UNROLL for (int j = 0; j < 4; j++) s = Q::add(s, c[j], V::bcast32(xq + 4 * j));
+                    isum[t] = V::add32(isum[t], Q::scaled(s, sc));
                 } else {
-                    ZK_UNROLL for (int j = 0; j < 4; j += P::max_chunks_6bit) {
-                        P::sum s = P::zero();
-                        ZK_UNROLL for (int u = 0; u < P::max_chunks_6bit; u++)
-                            s = P::add(s, c[j + u], bcast32(xq + 4 * (j + u)));
-                        isum[t] = _mm256_add_epi32(isum[t], P::scaled(s, sc));
+                    ZK_UNROLL for (int j = 0; j < 4; j += Q::max_chunks_6bit) {
+                        typename Q::sum s = Q::zero();
+                        ZK_UNROLL for (int u = 0; u < Q::max_chunks_6bit; u++)
+                            s = Q::add(s, c[j + u], V::bcast32(xq + 4 * (j + u)));
+                        isum[t] = V::add32(isum[t], Q::scaled(s, sc));
                     }
                 }
             }
         }
-        if constexpr (!P::int32_sums) {
+        if constexpr (!Q::int32_sums) {
             // the offset: isum -= 32 * sum_n sc[n][r] s16[n], two groups per vpmaddwd
             ZK_UNROLL for (int q = 0; q < 8; q++) {
-                const __m128i lo = _mm_loadl_epi64((const __m128i*)p.sc[2 * q]);
-                const __m128i hi = _mm_loadl_epi64((const __m128i*)p.sc[2 * q + 1]);
-                const __m256i pairs = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(lo, hi));
+                const vi pairs = Q::scale_pairs_s8(p.sc[2 * q], p.sc[2 * q + 1]);
                 ZK_UNROLL for (int t = 0; t < T; t++)
-                    isum[t] = _mm256_sub_epi32(isum[t],
-                                               _mm256_slli_epi32(_mm256_madd_epi16(pairs, bcast32(x[t]->s16 + 2 * q)), 5));
+                    isum[t] = V::sub32(isum[t], V::sll32<5>(V::madd16(pairs, V::bcast32(x[t]->s16 + 2 * q))));
             }
         }
-        const __m256 dw = f16x8(p.d);
+        const vf dw = V::f16(p.d);
         ZK_UNROLL for (int t = 0; t < T; t++)
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, _mm256_set1_ps(x[t]->d)), acc[t]);
+            acc[t] = V::fmadd(V::cvt(isum[t]), V::mul(dw, V::fset1(x[t]->d)), acc[t]);
     }
     ZK_UNROLL for (int t = 0; t < T; t++) store_rows(y + t * ys, acc[t], nr);
 }
@@ -229,11 +305,11 @@ void tile_erased(int64_t nb, const void* w, const uint8_t* a, size_t as, float* 
 }
 
 const tile_fn k_q4_K_fns[k_pack_toks] = {
-    tile_erased<block_q4_Kx8, tile_q4_K<1>>, tile_erased<block_q4_Kx8, tile_q4_K<2>>,
-    tile_erased<block_q4_Kx8, tile_q4_K<3>>, tile_erased<block_q4_Kx8, tile_q4_K<4>>};
+    tile_erased<block_q4_Kp, tile_q4_K<1>>, tile_erased<block_q4_Kp, tile_q4_K<2>>,
+    tile_erased<block_q4_Kp, tile_q4_K<3>>, tile_erased<block_q4_Kp, tile_q4_K<4>>};
 const tile_fn k_q6_K_fns[k_pack_toks] = {
-    tile_erased<block_q6_Kx8, tile_q6_K<1>>, tile_erased<block_q6_Kx8, tile_q6_K<2>>,
-    tile_erased<block_q6_Kx8, tile_q6_K<3>>, tile_erased<block_q6_Kx8, tile_q6_K<4>>};
+    tile_erased<block_q6_Kp, tile_q6_K<1>>, tile_erased<block_q6_Kp, tile_q6_K<2>>,
+    tile_erased<block_q6_Kp, tile_q6_K<3>>, tile_erased<block_q6_Kp, tile_q6_K<4>>};
 
 // ---------------------------------------------------------------- activations
 

@@ -152,7 +152,7 @@ TEST(QuantPack, ScalarDotEqualsGgufReference) {
         const int64_t n_rows = 11, n_cols = 512;
         const auto w = random_rows(t, n_rows, n_cols, 21);
         aligned_buf p(quant_pack_size(t, n_rows, n_cols));
-        quant_pack_groups(t, w.data(), n_rows, n_cols, 0, 2, p.data());
+        quant_pack_groups(t, w.data(), n_rows, n_cols, 0, (n_rows + k_pack_rows - 1) / k_pack_rows, p.data());
         const auto x = random_floats(n_cols, 22, -2.0f, 2.0f);
         const auto a = quantize_acts(x, 1, n_cols);
         std::vector<block_q8_K> k(n_cols / 256);
