@@ -269,7 +269,15 @@ void session::forward(const forward_seq* seqs, int n_seqs, const int32_t* tokens
             float* const y[2] = {fb.gate.data(), fb.up.data()};
             kernel_matmul_multi(w, y, 2, xn, n, pool, fb.mm);
         }
-        kernel_swiglu(fb.gate.data(), fb.up.data(), fb.gate.data(), n * hp.n_ff);
+        {
+            // every thread a share of the rows (a prefill chunk is a few M elements)
+            float* g = fb.gate.data();
+            const float* u = fb.up.data();
+            const int64_t F = hp.n_ff;
+            pool.parallel_for(n, 8, [g, u, F](int64_t t0, int64_t t1, int) {
+                kernel_swiglu(g + t0 * F, u + t0 * F, g + t0 * F, (t1 - t0) * F);
+            });
+        }
         kernel_matmul(L.w_down, fb.gate.data(), n, tmp, pool, fb.mm);
         for (int64_t i = 0; i < n * E; i++) x[i] += tmp[i];
     }
