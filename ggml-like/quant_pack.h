@@ -37,7 +37,9 @@ constexpr int k_pack_rows = 16;
 #else
 constexpr int k_pack_rows = 8;
 #endif
-constexpr int k_pack_toks = 4;  // tokens per kernel call at most
+// Tokens per kernel call at most (the kernels' register tiles may be smaller:
+// quant_tile_k.cpp).
+constexpr int k_pack_toks = 8;
 
 // Q4_K, R rows, one 256-element block (1184 bytes for 8 rows, 2368 for 16: a
 // multiple of the vector size, so every weight load of an aligned packed
