@@ -308,11 +308,12 @@ int register_all() {
         benchmark::RegisterBenchmark(("ReadBandwidth/1GiB/threads:" + std::to_string(th)).c_str(), bm_read_bandwidth, th)
             ->UseRealTime()
             ->Unit(benchmark::kMillisecond);
-    for (bool pack : {false, true})
-        benchmark::RegisterBenchmark(("Qwen15/decode/packed:" + std::to_string(pack) + "/threads:2").c_str(),
-                                     bm_qwen15_decode, pack, 2)
-            ->UseRealTime()
-            ->Unit(benchmark::kMillisecond);
+    for (int th : {1, 2})
+        for (bool pack : {false, true})
+            benchmark::RegisterBenchmark(("Qwen15/decode/packed:" + std::to_string(pack) + "/threads:" + std::to_string(th)).c_str(),
+                                         bm_qwen15_decode, pack, th)
+                ->UseRealTime()
+                ->Unit(benchmark::kMillisecond);
     for (int th : {1, 2})
         for (bool pack : {false, true}) {
             if (pack && !quant_pack_supported(dtype::Q4_K)) continue;
