@@ -1,7 +1,8 @@
 // kernel_matmul at the default model's shapes (SmolLM2-135M: dim 576, FFN 1536,
-// KV dim 192, vocab 49152; Q4_1 layers, Q8_0 output), decode (n_tok 1) and a
-// prefill slice (n_tok 64), 1 and 2 threads. Counters: weight bytes/s (decode
-// is bound by it), rows/s and int8 MAC/s.
+// KV dim 192, vocab 49152; Q4_1 layers, Q8_0 output), every weight type at its
+// FFN down shape, and Qwen2.5-Coder 0.5B's shapes and types; decode (n_tok 1)
+// and a prefill slice (n_tok 64), 1 and 2 threads. Counters: weight bytes/s
+// (decode is bound by it), rows/s and int8 MAC/s.
 //
 //   bench_matmul --benchmark_filter='Layer'   one decoder layer's 7 matmuls
 //   bench_matmul --benchmark_filter='Model'   all of a decode step's matmuls, from DRAM
@@ -22,6 +23,7 @@
 #include "ggml-like/quant_pack.h"
 #include "ggml-like/quant_ref.h"
 #include "kernels/matmul.h"
+#include "tests/quant_random.h"
 
 using namespace zk;
 
@@ -36,34 +38,23 @@ const shape k_shapes[] = {
     {"ffn_down_576x1536", 576, 1536}, {"output_49152x576", 49152, 576},
 };
 
+// Qwen2.5-Coder 0.5B (dim 896, FFN 4864, KV dim 128) with its file's types:
+// Q5_0 for most matrices, Q8_0 for attn_v, Q4_K / Q6_K for ffn_down.
+struct typed_shape {
+    dtype t;
+    shape s;
+};
+const typed_shape k_qwen05[] = {
+    {dtype::Q5_0, {"q05_attn_q_896x896", 896, 896}},       {dtype::Q8_0, {"q05_attn_v_128x896", 128, 896}},
+    {dtype::Q5_0, {"q05_ffn_up_4864x896", 4864, 896}},     {dtype::Q4_K, {"q05_ffn_down_896x4864", 896, 4864}},
+    {dtype::Q6_K, {"q05_ffn_down_896x4864", 896, 4864}},
+};
+
 // One decoder layer's 7 matmuls, in the engine's order.
 const shape k_layer[] = {{"q", 576, 576},    {"k", 192, 576},    {"v", 192, 576},   {"o", 576, 576},
                          {"gate", 1536, 576}, {"up", 1536, 576}, {"down", 576, 1536}};
 
-std::vector<uint8_t> make_weights(dtype t, int64_t rows, int64_t cols) {
-    const size_t row = dtype_row_size(t, cols);
-    std::vector<uint8_t> w(row * rows);
-    std::mt19937 rng(1);
-    if (t == dtype::Q4_K || t == dtype::Q6_K) {  // no quantizer: random bytes, sane scales
-        for (auto& b : w) b = (uint8_t)rng();
-        for (size_t off = 0; off < w.size(); off += dtype_get_traits(t).type_size) {
-            if (t == dtype::Q4_K) {
-                ((block_q4_K*)(w.data() + off))->d = fp32_to_fp16(0.01f);
-                ((block_q4_K*)(w.data() + off))->dmin = fp32_to_fp16(0.01f);
-            } else {
-                ((block_q6_K*)(w.data() + off))->d = fp32_to_fp16(0.01f);
-            }
-        }
-        return w;
-    }
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    std::vector<float> x((size_t)cols);
-    for (int64_t r = 0; r < rows; r++) {
-        for (auto& v : x) v = u(rng);
-        dtype_quantize_row(t, x.data(), w.data() + r * row, cols);
-    }
-    return w;
-}
+std::vector<uint8_t> make_weights(dtype t, int64_t rows, int64_t cols) { return quant_random_rows(t, rows, cols, 1); }
 
 std::vector<float> make_acts(int64_t n) {
     std::mt19937 rng(2);
@@ -348,9 +339,16 @@ int register_all() {
                     ->Unit(benchmark::kMicrosecond);
             }
             // Every weight type at the FFN down shape (1536 columns: whole K-quant blocks).
-            for (dtype t : {dtype::F32, dtype::F16, dtype::BF16, dtype::Q4_0, dtype::Q8_0, dtype::Q4_K, dtype::Q6_K})
+            for (dtype t : quant_weight_types()) {
+                if (t == dtype::Q4_1) continue;  // registered above as the model's own
                 benchmark::RegisterBenchmark((std::string("Matmul/") + dtype_name(t) + "/" + k_shapes[3].name + suffix).c_str(),
                                              bm_matmul, t, k_shapes[3], n_tok, th)
+                    ->UseRealTime()
+                    ->Unit(benchmark::kMicrosecond);
+            }
+            for (const typed_shape& ts : k_qwen05)
+                benchmark::RegisterBenchmark((std::string("Matmul/") + dtype_name(ts.t) + "/" + ts.s.name + suffix).c_str(),
+                                             bm_matmul, ts.t, ts.s, n_tok, th)
                     ->UseRealTime()
                     ->Unit(benchmark::kMicrosecond);
             benchmark::RegisterBenchmark(("Layer/Q4_1" + suffix).c_str(), bm_layer, n_tok, th)

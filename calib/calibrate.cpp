@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "calib/blas_threads.h"
 #include "calib/eigen.h"
+#include "calib/keybasis.h"
 #include "calib/progress.h"
 #include "calib/ranks.h"
 #include "engine/session.h"
@@ -13,6 +15,11 @@ namespace zk {
 
 int64_t calib_collect(const model& m, const std::vector<std::vector<int32_t>>& docs, const calib_params& p,
                       gram_accumulator& acc) {
+    return calib_feed(m, docs, p, acc, "statistics");
+}
+
+int64_t calib_feed(const model& m, const std::vector<std::vector<int32_t>>& docs, const calib_params& p,
+                   calib_observer& acc, const char* label) {
     if (p.n_tokens <= 0) ZK_THROW("--tokens must be positive, got %lld", (long long)p.n_tokens);
     if (p.n_ctx < 2) ZK_THROW("--ctx must be at least 2, got %lld", (long long)p.n_ctx);
     const vocab& voc = *m.voc;
@@ -29,8 +36,8 @@ int64_t calib_collect(const model& m, const std::vector<std::vector<int32_t>>& d
     // The session's workers are idle while the observer runs; detach both on any exit.
     struct attach {
         session& s;
-        gram_accumulator& acc;
-        attach(session& s_, gram_accumulator& a) : s(s_), acc(a) {
+        calib_observer& acc;
+        attach(session& s_, calib_observer& a) : s(s_), acc(a) {
             acc.set_pool(&s.pool());
             s.set_observer(&acc);
         }
@@ -39,11 +46,12 @@ int64_t calib_collect(const model& m, const std::vector<std::vector<int32_t>>& d
             acc.set_pool(nullptr);
         }
     } guard(s, acc);
+    const blas_single_thread blas_guard;  // the observers call BLAS from the pool's workers
 
     // Budget estimate for the progress line: windows add a BOS each.
     const int64_t body = p.n_ctx - (bos ? 1 : 0);
     const int64_t est = std::min(p.n_tokens, available + (bos ? (available + body - 1) / body + (int64_t)docs.size() : 0));
-    calib_progress prog("statistics", est, p.progress);
+    calib_progress prog(label, est, p.progress);
     int64_t fed = 0;
     std::vector<int32_t> win;
     for (const auto& doc : docs) {
@@ -78,7 +86,10 @@ zack_calibration calib_decompose(const model& m, const gram_accumulator& acc) {
     c.rv.resize(c.rqk.size());
     c.sigma_k.resize((size_t)L * KV * D);
     c.sigma_v.resize(c.sigma_k.size());
-    std::vector<double> vals, vecs;
+    c.kqa.resize(c.rqk.size());
+    c.kqb.resize(c.rqk.size());
+    c.kpair.resize(c.rqk.size());
+    std::vector<double> vals, vecs, A, B, sv;
     for (int il = 0; il < L; il++) {
         const std::vector<double> wo = gram_wo(m.layers[il].wo, hp.n_head, KV, D);  // [KV x D x D]
         for (int g = 0; g < KV; g++) {
@@ -92,6 +103,12 @@ zack_calibration calib_decompose(const model& m, const gram_accumulator& acc) {
                 double* sig = (kv ? c.sigma_v : c.sigma_k).data() + h * D;
                 for (int j = 0; j < D; j++) sig[j] = std::sqrt(std::max(vals[j], 0.0));
             }
+            const std::vector<double> cq = acc.q(il, g), ck = acc.k(il, g);
+            keybasis_score(D, cq.data(), ck.data(), A, B, sv);
+            std::copy(A.begin(), A.end(), c.kqa.begin() + h * D * D);
+            std::copy(B.begin(), B.end(), c.kqb.begin() + h * D * D);
+            keybasis_pairs(D, hp.rope, cq.data(), ck.data(), A, sv);
+            std::copy(A.begin(), A.end(), c.kpair.begin() + h * D * D);
         }
     }
     return c;

@@ -22,7 +22,12 @@ struct calib_params {
 
 // Feeds the documents (token ids without BOS) in windows of up to n_ctx tokens,
 // each starting with BOS when the vocabulary adds one, until n_tokens tokens have
-// been seen or the documents run out. Statistics go to `acc`; returns the token count.
+// been seen or the documents run out, to an uncompressed session observed by
+// `obs` (which gets the session's pool while it runs). Returns the token count.
+// `label` names the pass in the progress line.
+int64_t calib_feed(const model& m, const std::vector<std::vector<int32_t>>& docs, const calib_params& p,
+                   calib_observer& obs, const char* label);
+// calib_feed into the Gram statistics.
 int64_t calib_collect(const model& m, const std::vector<std::vector<int32_t>>& docs, const calib_params& p,
                       gram_accumulator& acc);
 

@@ -14,4 +14,8 @@ namespace zk {
 // Throws zk::error if LAPACK reports failure (e.g. NaN input).
 void eigen_sym_desc(int n, const double* C, std::vector<double>& vals, std::vector<double>& vecs);
 
+// W: [n x n] row-major. W = U diag(S) V^T with S descending (>= 0) and U, V
+// orthogonal [n x n] row-major (column j = singular direction j). LAPACK dgesvd.
+void svd_square_desc(int n, const double* W, std::vector<double>& U, std::vector<double>& S, std::vector<double>& V);
+
 }  // namespace zk

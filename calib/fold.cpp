@@ -57,9 +57,13 @@ dtype fold_output_type(dtype src, int64_t n_cols) {
             return src;
         case dtype::Q8_0:
             return src;
-        default:
+        case dtype::Q4_0: case dtype::Q4_1: case dtype::Q5_0: case dtype::Q5_1: case dtype::IQ4_NL:
+        case dtype::Q2_K: case dtype::Q3_K: case dtype::Q4_K: case dtype::Q5_K: case dtype::Q6_K:
             return n_cols % dtype_get_traits(dtype::Q8_0).block_size == 0 ? dtype::Q8_0 : dtype::F16;
+        default:
+            break;
     }
+    ZK_THROW("cannot fold a weight of type %s (weight types: %s)", dtype_name(src), dtype_weight_names().c_str());
 }
 
 std::vector<float> fold_dequantize(const gguf_tensor& t) {

@@ -22,8 +22,9 @@ void fold_wv(float* wv, float* bv, const double* rv, int n_kv, int d, int64_t n_
 void fold_wo(float* wo, const double* rv, int n_head, int n_kv, int d, int64_t n_embd);
 
 // The type a folded tensor is stored in: F32/F16/BF16/Q8_0 stay as they are;
-// lower-precision sources (Q4_0, Q4_1, Q4_K, Q6_K) become Q8_0, or F16 when the
-// row length is not a multiple of Q8_0's block of 32.
+// lower-precision sources (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K) become
+// Q8_0 (zack has no quantizer for the others), or F16 when the row length is
+// not a multiple of Q8_0's block of 32. Throws for the activation-only types.
 dtype fold_output_type(dtype src, int64_t n_cols);
 
 // A 2-D tensor as f32 [n_rows x n_cols] (1-D: one row).

@@ -23,7 +23,8 @@ gram_accumulator::gram_accumulator(const model_hparams& hp, thread_pool* pool, g
     : n_layer_(hp.n_layer), n_head_(hp.n_head), n_kv_(hp.n_head_kv), d_(hp.head_dim), pool_(pool),
       v_stat_(v_stat) {
     const size_t per = (size_t)n_layer_ * n_kv_ * d_ * d_;
-    c_qk_.assign(per, 0.0);
+    c_q_.assign(per, 0.0);
+    c_k_.assign(per, 0.0);
     c_v_.assign(per, 0.0);
     set_pool(pool);
 }
@@ -51,23 +52,31 @@ void gram_accumulator::on_qkv(int layer, int64_t n, const int32_t* pos, const fl
         std::vector<double>& a = scratch_[ith];
         const int64_t rows = is_v ? n : n * (G + 1);
         if ((int64_t)a.size() < rows * D) a.resize(rows * D);
-        double* dst = a.data();
-        for (int64_t tok = 0; tok < n; tok++) {
-            if (is_v) {
+        const size_t at = ((size_t)layer * KV + g) * D * D;
+        if (is_v) {
+            double* dst = a.data();
+            for (int64_t tok = 0; tok < n; tok++) {
                 const float* src = v + (tok * KV + g) * D;
                 for (int c = 0; c < D; c++) *dst++ = src[c];
-                continue;
             }
+            // C += A^T A with A [rows x D] row-major: only C's upper triangle is updated.
+            cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, D, (int)n, 1.0, a.data(), D, 1.0, c_v_.data() + at, D);
+            return;
+        }
+        // keys in rows [0, n), the group's queries in rows [n, n (G + 1)): C_k and C_q apart
+        double* dk = a.data();
+        double* dq = a.data() + n * D;
+        for (int64_t tok = 0; tok < n; tok++) {
             const float* ks = k + (tok * KV + g) * D;
-            for (int c = 0; c < D; c++) *dst++ = ks[c];
+            for (int c = 0; c < D; c++) *dk++ = ks[c];
             for (int i = 0; i < G; i++) {
                 const float* qs = q + (tok * H + g * G + i) * D;
-                for (int c = 0; c < D; c++) *dst++ = qs[c];
+                for (int c = 0; c < D; c++) *dq++ = qs[c];
             }
         }
-        double* C = (is_v ? c_v_ : c_qk_).data() + ((size_t)layer * KV + g) * D * D;
-        // C += A^T A with A [rows x D] row-major: only C's upper triangle is updated.
-        cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, D, (int)rows, 1.0, a.data(), D, 1.0, C, D);
+        cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, D, (int)n, 1.0, a.data(), D, 1.0, c_k_.data() + at, D);
+        cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, D, (int)(n * G), 1.0, a.data() + n * D, D, 1.0,
+                    c_q_.data() + at, D);
     };
     if (pool_ && pool_->size() > 1) {
         pool_->parallel_for(2 * KV, 1, [&](int64_t b, int64_t e, int ith) {
@@ -115,7 +124,14 @@ std::vector<double> gram_accumulator::full(const std::vector<double>& upper, int
     return out;
 }
 
-std::vector<double> gram_accumulator::qk(int layer, int g) const { return full(c_qk_, layer, g); }
+std::vector<double> gram_accumulator::qk(int layer, int g) const {
+    std::vector<double> c = full(c_q_, layer, g);
+    const std::vector<double> k = full(c_k_, layer, g);
+    for (size_t i = 0; i < c.size(); i++) c[i] += k[i];
+    return c;
+}
+std::vector<double> gram_accumulator::q(int layer, int g) const { return full(c_q_, layer, g); }
+std::vector<double> gram_accumulator::k(int layer, int g) const { return full(c_k_, layer, g); }
 std::vector<double> gram_accumulator::v(int layer, int g) const { return full(c_v_, layer, g); }
 
 std::vector<double> gram_wo(const weight_view& wo, int n_head, int n_kv, int d) {

@@ -3,6 +3,8 @@
 //
 // For KV head g of layer l (query heads G(g) = g*group .. g*group + group - 1):
 //   C_qk[l][g] = sum_t ( k_g(t) k_g(t)^T + sum_{i in G(g)} q_i(t) q_i(t)^T )   [d x d]
+//   kept as its two halves C_k (keys) and C_q (the group's queries), which the
+//   score-optimal key basis (calib/keybasis.h) needs apart.
 //   C_v [l][g] = sum_t v_g(t) v_g(t)^T                 (v_stat V, the paper's)
 //            or  sum_t sum_{i in G(g)} o_i(t) o_i(t)^T  (v_stat ATTN, the default)
 // where o_i = sum_s p_is v_g(s) is what W_o actually multiplies: attention
@@ -12,7 +14,7 @@
 // q and k are taken after RoPE (the rotation is applied online, see DESIGN.md 3).
 // The W_o half of the V-O pairing does not depend on the corpus and is added
 // by gram_wo() when the decomposition is taken. Memory is fixed
-// (2 x n_layer x n_kv x d x d doubles), whatever the corpus length.
+// (3 x n_layer x n_kv x d x d doubles), whatever the corpus length.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -25,11 +27,17 @@ namespace zk {
 
 class thread_pool;
 
+// An observer of a calibration pass: it gets the session's pool (not owned;
+// nullptr detaches) to spread its own per-layer work while the workers idle.
+struct calib_observer : session_observer {
+    virtual void set_pool(thread_pool* pool) = 0;
+};
+
 enum class gram_v_stat { V, ATTN };
 const char* gram_v_stat_name(gram_v_stat s);
 gram_v_stat gram_v_stat_from_name(const std::string& name);  // "v" | "attn"; throws otherwise
 
-class gram_accumulator : public session_observer {
+class gram_accumulator : public calib_observer {
 public:
     // pool (optional, not owned) spreads each layer's (head, K|V) updates over threads.
     explicit gram_accumulator(const model_hparams& hp, thread_pool* pool = nullptr,
@@ -41,13 +49,15 @@ public:
     gram_v_stat v_stat() const { return v_stat_; }
 
     // Use `pool` (not owned; nullptr = the calling thread only) for later updates.
-    void set_pool(thread_pool* pool);
+    void set_pool(thread_pool* pool) override;
     int64_t n_tokens() const { return n_tokens_; }  // tokens seen (counted at layer 0)
     int n_layer() const { return n_layer_; }
     int n_kv() const { return n_kv_; }
     int head_dim() const { return d_; }
     // Full symmetric [d x d] row-major copies of the sums so far.
-    std::vector<double> qk(int layer, int g) const;
+    std::vector<double> qk(int layer, int g) const;  // C_q + C_k
+    std::vector<double> q(int layer, int g) const;   // sum over the group's query heads of q q^T
+    std::vector<double> k(int layer, int g) const;   // k k^T
     std::vector<double> v(int layer, int g) const;
 
 private:
@@ -56,7 +66,7 @@ private:
     thread_pool* pool_;
     gram_v_stat v_stat_;
     int64_t n_tokens_ = 0;
-    std::vector<double> c_qk_;  // [n_layer x n_kv x d x d], upper triangle maintained by dsyrk
+    std::vector<double> c_q_, c_k_;  // [n_layer x n_kv x d x d], upper triangles maintained by dsyrk
     std::vector<double> c_v_;   // [n_layer x n_kv x d x d]
     std::vector<std::vector<double>> scratch_;  // per thread: [n x (group+1) x d] doubles
 };

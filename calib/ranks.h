@@ -40,8 +40,10 @@ struct zack_spectra {
 
 struct zack_ranks {
     std::vector<int> k, v;  // [n_layer x n_kv] row-major
+    std::vector<int> kb;    // key basis per head (calib/keybasis.h); empty = pca everywhere
     double rate = 0;        // achieved overall rate rho
-    double eps = 0;         // removal rate used (-1 for uniform ranks)
+    double eps = 0;         // removal rate used (-1 for uniform ranks, -2 for an allocation by loss)
+    double loss = -1;       // predicted (summed measured) loss, when allocated by loss
 };
 
 // Smallest r (0..d) with tail sum from r <= eps * total, before alignment.

@@ -1,9 +1,5 @@
 #include "calib/zack_file.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 #include <map>
 
@@ -26,6 +22,18 @@ zack_spectra zack_calibration_spectra(const zack_calibration& c) {
     return spec;
 }
 
+plan_inputs zack_calibration_plan_inputs(const zack_calibration& c) {
+    if (c.sens.grid.empty()) ZK_THROW("the calibration has no sensitivity curves (--sens-tokens 0)");
+    plan_inputs in;
+    in.curves.n_layer = c.n_layer, in.curves.n_kv = c.n_kv, in.curves.d = c.d;
+    in.curves.grid = c.sens.grid;
+    for (int b = 0; b < 3; b++) in.curves.loss_k[b] = c.sens.k[b];
+    in.curves.loss_v = c.sens.v;
+    in.q8 = c.sens.q8;
+    in.q4 = c.sens.q4;
+    return in;
+}
+
 namespace {
 
 std::string base_name(const std::string& path) {
@@ -46,19 +54,6 @@ struct folded {
 
 bool zack_file_is_zack(const gguf_file& f) { return f.find("zack.version") != nullptr; }
 
-void zack_file_check_writable(const std::string& path) {
-    if (path.empty()) ZK_THROW("no output path given (-o OUT.zack)");
-    struct stat st;
-    if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-        ZK_THROW("%s: the output path is a directory", path.c_str());
-    const size_t s = path.find_last_of('/');
-    const std::string dir = s == std::string::npos ? "." : (s == 0 ? "/" : path.substr(0, s));
-    if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-        ZK_THROW("%s: output directory '%s' does not exist", path.c_str(), dir.c_str());
-    if (access(dir.c_str(), W_OK) != 0)
-        ZK_THROW("%s: output directory '%s' is not writable: %s", path.c_str(), dir.c_str(), std::strerror(errno));
-}
-
 void zack_file_write(const model& src, const zack_calibration& c, const zack_write_params& p,
                      const std::string& out_path) {
     const gguf_file& f = *src.file;
@@ -78,7 +73,16 @@ void zack_file_write(const model& src, const zack_calibration& c, const zack_wri
     for (const auto& kv : f.kv()) w.set(kv.first, kv.second);
     w.set("zack.version", gguf_value::make_u32(1));
     w.set("zack.source.name", gguf_value::make_str(base_name(f.path())));
-    w.set("zack.source.sha256", gguf_value::make_str(sha256_file_hex(f.path())));
+    const std::string sha = sha256_file_hex(f.path());
+    w.set("zack.source.sha256", gguf_value::make_str(sha));
+    if (!p.plans.empty()) {
+        std::vector<std::string> js;
+        for (kv_plan pl : p.plans) {
+            pl.source_sha256 = sha;
+            js.push_back(pl.to_json().dump());
+        }
+        w.set("zack.plans", gguf_value::make_arr_str(js));
+    }
     w.set("zack.calib.tokens", gguf_value::make_u64((uint64_t)c.n_tokens));
     w.set("zack.calib.ctx", gguf_value::make_u32((uint32_t)c.n_ctx));
     w.set("zack.calib.corpus", gguf_value::make_str(c.corpus));
@@ -98,6 +102,24 @@ void zack_file_write(const model& src, const zack_calibration& c, const zack_wri
     w.set("zack.rank_table.rates", gguf_value::make_arr_f32(rates));
     w.set("zack.rank_table.k", gguf_value::make_arr_i32(tk));
     w.set("zack.rank_table.v", gguf_value::make_arr_i32(tv));
+    if (!c.sens.grid.empty()) {
+        const size_t n = (size_t)L * KV * c.sens.grid.size();
+        ZK_ASSERT(c.sens.v.size() == n && c.sens.k[0].size() == n);
+        w.set("zack.sens.grid", gguf_value::make_arr_i32(std::vector<int32_t>(c.sens.grid.begin(), c.sens.grid.end())));
+        const char* names[3] = {"zack.sens.k.pca", "zack.sens.k.score", "zack.sens.k.pairs"};
+        for (int b = 0; b < 3; b++)
+            if (!c.sens.k[b].empty()) w.set(names[b], gguf_value::make_arr_f32(to_f32(c.sens.k[b].data(), n)));
+        w.set("zack.sens.v", gguf_value::make_arr_f32(to_f32(c.sens.v.data(), n)));
+        const size_t nh = (size_t)L * KV;
+        if (!c.sens.q8.empty()) {
+            ZK_ASSERT(c.sens.q8.size() == nh && c.sens.q4.size() == nh);
+            w.set("zack.sens.q8", gguf_value::make_arr_f32(to_f32(c.sens.q8.data(), nh)));
+            w.set("zack.sens.q4", gguf_value::make_arr_f32(to_f32(c.sens.q4.data(), nh)));
+        }
+        w.set("zack.sens.metric", gguf_value::make_str(c.sens.metric));
+        w.set("zack.sens.queries", gguf_value::make_u64((uint64_t)c.sens.queries));
+        w.set("zack.sens.tokens", gguf_value::make_u64((uint64_t)c.sens.tokens));
+    }
 
     // Folded W_v, b_v, W_o per layer, keyed by tensor name.
     std::map<std::string, folded> repl;
@@ -144,6 +166,15 @@ void zack_file_write(const model& src, const zack_calibration& c, const zack_wri
         w.add_tensor(pre + "rv", dtype::F32, {D, D, KV}, rv.data(), rv.size() * sizeof(float));
         w.add_tensor(pre + "sigma_k", dtype::F32, {D, KV}, sk.data(), sk.size() * sizeof(float));
         w.add_tensor(pre + "sigma_v", dtype::F32, {D, KV}, sv.data(), sv.size() * sizeof(float));
+        // Alternative key bases, when the calibration has them.
+        const std::pair<const char*, const std::vector<double>*> bases[] = {
+            {"kqa", &c.kqa}, {"kqb", &c.kqb}, {"kpair", &c.kpair}};
+        for (const auto& b : bases) {
+            if (b.second->empty()) continue;
+            ZK_ASSERT(b.second->size() == L * per_rot);
+            const std::vector<float> x = to_f32(b.second->data() + il * per_rot, per_rot);
+            w.add_tensor(pre + b.first, dtype::F32, {D, D, KV}, x.data(), x.size() * sizeof(float));
+        }
     }
     w.write(out_path);
 }
@@ -162,6 +193,7 @@ zack_calibration zack_file_read_calibration(const gguf_file& f) {
     c.d = (int)t0.shape[0];
     c.n_kv = (int)t0.shape[2];
     const bool has_rv = f.find_tensor("blk.0.zack.rv") != nullptr;
+    const bool has_bases = f.find_tensor("blk.0.zack.kqa") != nullptr;
     auto read = [&](const std::string& name, std::vector<int64_t> shape, std::vector<double>& out) {
         const gguf_tensor& t = f.get_tensor(name);
         if (t.type != dtype::F32 || t.shape != shape)
@@ -176,6 +208,11 @@ zack_calibration zack_file_read_calibration(const gguf_file& f) {
         if (has_rv) read(pre + "rv", {c.d, c.d, c.n_kv}, c.rv);
         read(pre + "sigma_k", {c.d, c.n_kv}, c.sigma_k);
         read(pre + "sigma_v", {c.d, c.n_kv}, c.sigma_v);
+        if (has_bases) {
+            read(pre + "kqa", {c.d, c.d, c.n_kv}, c.kqa);
+            read(pre + "kqb", {c.d, c.d, c.n_kv}, c.kqb);
+            read(pre + "kpair", {c.d, c.d, c.n_kv}, c.kpair);
+        }
     }
     return c;
 }

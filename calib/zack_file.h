@@ -10,30 +10,55 @@
 //   blk.N.zack.rqk     F32 GGUF shape [d, d, n_kv]: R[g][i][j], column j = direction j
 //   blk.N.zack.rv      F32 [d, d, n_kv]: the V rotation already folded (for --compare)
 //   blk.N.zack.sigma_k F32 [d, n_kv], descending;  blk.N.zack.sigma_v likewise
+//   blk.N.zack.kqa / .kqb / .kpair  F32 [d, d, n_kv]: the score and pairs key
+//                      bases (calib/keybasis.h), optional
+//   zack.sens.grid i32[n_grid]; zack.sens.k.pca / .k.score / .k.pairs, zack.sens.v
+//     f32[n_layer x n_kv x n_grid]; zack.sens.metric str; zack.sens.queries,
+//     zack.sens.tokens u64: the measured loss curves, optional; zack.sens.q8 /
+//     zack.sens.q4 f32[n_layer x n_kv]: the loss of an 8-bit / 4-bit cache at full rank
+//   zack.plans str[]: KV plans as JSON (calib/plan.h), optional
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "calib/plan.h"
 #include "ggml-like/gguf.h"
 
 namespace zk {
 
 struct model;
 
+// Measured loss curves (calib/sensitivity.h): per (layer, KV head) the loss of
+// the keys in each key basis and of the values at each rank of the grid.
+struct zack_sens_curves {
+    std::vector<int> grid;                 // candidate ranks, ascending, last = d; empty = not measured
+    std::vector<double> k[3], v;           // [n_layer x n_kv x n_grid]; k per key basis (pca, score, pairs)
+    std::vector<double> q8, q4;            // [n_layer x n_kv]: 8-bit / 4-bit cache at full rank; empty = not measured
+    std::string metric;                    // what the numbers are
+    int64_t queries = 0, tokens = 0;       // measured query tokens, tokens fed
+};
+
 // Rotations and singular values of every (layer, KV head).
 struct zack_calibration {
     int n_layer = 0, n_kv = 0, d = 0;
     std::vector<double> rqk, rv;           // [n_layer x n_kv x d x d], R[i][j] column j = direction j
+    // Alternative key bases (calib/keybasis.h), same layout; empty in files from
+    // before they existed: kqa/kqb the score basis (A for queries, B for keys),
+    // kpair the RoPE-pair selection (A = B = kpair).
+    std::vector<double> kqa, kqb, kpair;
     std::vector<double> sigma_k, sigma_v;  // [n_layer x n_kv x d], descending
     int64_t n_tokens = 0;                  // calibration tokens
     int64_t n_ctx = 0;                     // window length of the statistics pass
     std::string corpus;                    // description of the corpus
+    zack_sens_curves sens;                 // optional
 };
 
 struct zack_spectra;
 // The singular values of a calibration as rank selection sees them.
 zack_spectra zack_calibration_spectra(const zack_calibration& c);
+// What plan prediction needs, from a calibration with sensitivity curves.
+plan_inputs zack_calibration_plan_inputs(const zack_calibration& c);
 
 struct zack_write_params {
     int rank_align = 4;
@@ -41,6 +66,8 @@ struct zack_write_params {
     // and for measuring what re-quantization costs).
     bool folded_f32 = false;
     std::vector<float> table_rates = {0.0f, 0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f, 0.7f, 0.8f, 0.9f};
+    // KV plans to record (zack.plans; their source_sha256 is filled in here).
+    std::vector<kv_plan> plans;
 };
 
 // True when the file carries zack.version (a .zack, not a plain source GGUF).
@@ -56,8 +83,5 @@ void zack_file_write(const model& src, const zack_calibration& c, const zack_wri
 // rv is left empty when the file has no blk.N.zack.rv. Throws for a non-.zack file.
 zack_calibration zack_file_read_calibration(const gguf_file& f);
 
-// Throws zk::error early (before a long calibration) when PATH's directory is
-// missing or not writable, or PATH is a directory.
-void zack_file_check_writable(const std::string& path);
 
 }  // namespace zk

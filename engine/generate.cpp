@@ -12,13 +12,24 @@ const char* stop_reason_name(stop_reason r) {
         case stop_reason::LENGTH: return "length";
         case stop_reason::CONTEXT_FULL: return "context full";
         case stop_reason::INTERRUPTED: return "interrupted";
+        case stop_reason::STOP_TEXT: return "reverse prompt";
     }
     return "?";
 }
 
+// True when a stop text ends inside the last `added` bytes of `text`.
+static bool generate_ends_in_stop(const std::string& text, size_t added, const std::vector<std::string>& stops) {
+    for (const std::string& t : stops) {
+        if (t.empty()) continue;
+        const size_t from = text.size() >= added + t.size() ? text.size() - added - t.size() + 1 : 0;
+        if (text.find(t, from) != std::string::npos) return true;
+    }
+    return false;
+}
+
 generate_stats generate_run(session& s, sampler& smp, const std::vector<int32_t>& prompt,
                             int64_t n_predict, const std::function<void(const std::string&)>& on_text,
-                            const std::atomic<bool>* interrupt) {
+                            const std::atomic<bool>* interrupt, const std::vector<std::string>* stop_texts) {
     using clock = std::chrono::steady_clock;
     const vocab& voc = *s.mdl().voc;
     generate_stats st;
@@ -61,6 +72,10 @@ generate_stats generate_run(session& s, sampler& smp, const std::vector<int32_t>
         }
         // Every printed token is fed, so the cache always holds what a chat has shown.
         logits = s.decode(&tok, 1);
+        if (stop_texts && !text.empty() && generate_ends_in_stop(st.text, text.size(), *stop_texts)) {
+            st.reason = stop_reason::STOP_TEXT;
+            break;
+        }
     }
     const std::string rest = out.flush();
     if (!rest.empty()) {

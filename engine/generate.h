@@ -13,7 +13,7 @@
 
 namespace zk {
 
-enum class stop_reason { END_OF_GENERATION, LENGTH, CONTEXT_FULL, INTERRUPTED };
+enum class stop_reason { END_OF_GENERATION, LENGTH, CONTEXT_FULL, INTERRUPTED, STOP_TEXT };
 const char* stop_reason_name(stop_reason r);
 
 struct generate_stats {
@@ -29,9 +29,11 @@ struct generate_stats {
 // Feeds `prompt` (must fit: throws a clear error otherwise), then generates up to
 // n_predict tokens (< 0: until end of generation or a full context). on_text gets
 // each printable UTF-8 chunk. `interrupt` (may be null) stops generation when set.
-// The sampled end-of-generation token is not fed to the cache.
+// `stop_texts` (may be null; llama.cpp's reverse prompts): generation stops, with
+// STOP_TEXT, after the token whose text completes one of them (that token is
+// printed and fed). The sampled end-of-generation token is not fed to the cache.
 generate_stats generate_run(session& s, sampler& smp, const std::vector<int32_t>& prompt,
                             int64_t n_predict, const std::function<void(const std::string&)>& on_text,
-                            const std::atomic<bool>* interrupt);
+                            const std::atomic<bool>* interrupt, const std::vector<std::string>* stop_texts = nullptr);
 
 }  // namespace zk

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <thread>
 
@@ -15,15 +16,10 @@ namespace zk {
 
 namespace {
 
-// Types the matmul kernels accept for weight matrices.
-bool weight_type_ok(dtype t) {
-    switch (t) {
-        case dtype::F32: case dtype::F16: case dtype::BF16: case dtype::Q4_0: case dtype::Q4_1:
-        case dtype::Q8_0: case dtype::Q4_K: case dtype::Q6_K:
-            return true;
-        default:
-            return false;
-    }
+// One line for a tensor whose type zack cannot use where the model needs it.
+[[noreturn]] void refuse_type(const gguf_file& f, const gguf_tensor& t) {
+    ZK_THROW("%s: tensor '%s' has type %s, which zack cannot compute with (supported: %s)",
+             f.path().c_str(), t.name.c_str(), dtype_name(t.type), dtype_weight_names().c_str());
 }
 
 const gguf_tensor& need_tensor(const gguf_file& f, const std::string& name,
@@ -44,10 +40,7 @@ const gguf_tensor& need_tensor(const gguf_file& f, const std::string& name,
 
 weight_view need_matrix(const gguf_file& f, const std::string& name, int64_t n_cols, int64_t n_rows) {
     const gguf_tensor& t = need_tensor(f, name, {n_cols, n_rows});
-    if (!weight_type_ok(t.type))
-        ZK_THROW("%s: tensor '%s' has type %s, which zack cannot multiply (supported: F32, F16, "
-                 "BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K)",
-                 f.path().c_str(), name.c_str(), dtype_name(t.type));
+    if (!dtype_is_weight(t.type)) refuse_type(f, t);
     return weight_view{t.type, n_rows, n_cols, t.data};
 }
 
@@ -81,6 +74,52 @@ std::vector<int32_t> int_array(const gguf_file& f, const std::string& key, size_
     return out;
 }
 
+std::vector<float> float_array(const gguf_file& f, const std::string& key, size_t n) {
+    const gguf_value* v = f.find(key);
+    if (!v || v->type != gguf_type::ARRAY)
+        ZK_THROW("%s: missing array key %s", f.path().c_str(), key.c_str());
+    if (v->arr.size() != n)
+        ZK_THROW("%s: %s has %zu entries, expected %zu", f.path().c_str(), key.c_str(), v->arr.size(), n);
+    std::vector<float> out(n);
+    for (size_t i = 0; i < n; i++) {
+        out[i] = (float)v->arr[i].as_float(key.c_str());
+        if (!std::isfinite(out[i]) || out[i] < 0)
+            ZK_THROW("%s: %s[%zu] = %g is not a finite non-negative loss", f.path().c_str(), key.c_str(), i, out[i]);
+    }
+    return out;
+}
+
+// The optional zack.sens.* keys: the rank grid and the measured loss curves.
+void model_load_sensitivity(model& m) {
+    const gguf_file& f = *m.file;
+    zack_info& z = m.zack;
+    const model_hparams& hp = m.hp;
+    if (!f.find("zack.sens.grid")) return;
+    const gguf_value* g = f.find("zack.sens.grid");
+    if (g->type != gguf_type::ARRAY || g->arr.empty() || g->arr.size() > 1024)
+        ZK_THROW("%s: zack.sens.grid must be a non-empty array of ranks", f.path().c_str());
+    z.sens_grid = int_array(f, "zack.sens.grid", g->arr.size());
+    for (size_t i = 0; i < z.sens_grid.size(); i++)
+        if (z.sens_grid[i] < 1 || z.sens_grid[i] > hp.head_dim || (i && z.sens_grid[i] <= z.sens_grid[i - 1]))
+            ZK_THROW("%s: zack.sens.grid must be ascending ranks within 1..%d (head dim)", f.path().c_str(), hp.head_dim);
+    if (z.sens_grid.back() != hp.head_dim)
+        ZK_THROW("%s: zack.sens.grid must end at the head dim %d", f.path().c_str(), hp.head_dim);
+    const size_t n = (size_t)hp.n_layer * hp.n_head_kv * z.sens_grid.size();
+    const char* kb[3] = {"zack.sens.k.pca", "zack.sens.k.score", "zack.sens.k.pairs"};
+    for (int b = 0; b < 3; b++)
+        if (f.find(kb[b])) z.sens_k[b] = float_array(f, kb[b], n);
+    if (z.sens_k[0].empty()) ZK_THROW("%s: zack.sens.grid without zack.sens.k.pca", f.path().c_str());
+    if ((!z.sens_k[1].empty() || !z.sens_k[2].empty()) && !z.has_key_bases())
+        ZK_THROW("%s: sensitivity curves for the score/pairs key bases but no blk.N.zack.kqa/kqb/kpair tensors",
+                 f.path().c_str());
+    z.sens_v = float_array(f, "zack.sens.v", n);
+    if (f.find("zack.sens.q8") || f.find("zack.sens.q4")) {
+        z.sens_q8 = float_array(f, "zack.sens.q8", (size_t)hp.n_layer * hp.n_head_kv);
+        z.sens_q4 = float_array(f, "zack.sens.q4", (size_t)hp.n_layer * hp.n_head_kv);
+    }
+    z.sens_metric = f.get_str("zack.sens.metric", "");
+}
+
 // The zack.* keys and tensors of a .zack file (models/README.md lists them).
 void model_load_zack(model& m) {
     const gguf_file& f = *m.file;
@@ -101,6 +140,20 @@ void model_load_zack(model& m) {
         for (const char* n : {"rqk", "sigma_k", "sigma_v"})
             if (f.find_tensor(p + n)->type != dtype::F32)
                 ZK_THROW("%s: tensor %s%s must be F32", f.path().c_str(), p.c_str(), n);
+        // optional key bases: all three or none
+        const bool bases = f.find_tensor(p + "kqa") || f.find_tensor(p + "kqb") || f.find_tensor(p + "kpair");
+        if (bases) {
+            const float** dst[3] = {&zl.kqa, &zl.kqb, &zl.kpair};
+            const char* names[3] = {"kqa", "kqb", "kpair"};
+            for (int i = 0; i < 3; i++) {
+                const gguf_tensor& t = need_tensor(f, p + names[i], {D, D, KV});
+                if (t.type != dtype::F32) ZK_THROW("%s: tensor %s%s must be F32", f.path().c_str(), p.c_str(), names[i]);
+                *dst[i] = (const float*)t.data;
+            }
+        }
+        if (il > 0 && bases != (z.layers[0].kqa != nullptr))
+            ZK_THROW("%s: layer %d %s the key-basis tensors that layer 0 %s", f.path().c_str(), il,
+                     bases ? "has" : "lacks", bases ? "lacks" : "has");
         z.layers.push_back(zl);
     }
     if (const gguf_value* rates = f.find("zack.rank_table.rates")) {
@@ -111,6 +164,7 @@ void model_load_zack(model& m) {
         z.table_k = int_array(f, "zack.rank_table.k", n);
         z.table_v = int_array(f, "zack.rank_table.v", n);
     }
+    model_load_sensitivity(m);
 }
 
 // Packs every weight matrix of a supported type into one anonymous mapping
@@ -167,6 +221,10 @@ std::unique_ptr<model> model_load(const std::string& path, const model_load_para
     if (hp.arch != "llama" && hp.arch != "qwen2")
         ZK_THROW("%s: unsupported architecture '%s' (zack runs llama and qwen2)", path.c_str(),
                  hp.arch.c_str());
+    // A file holding a ggml type zack has no kernels for (IQ2_XXS, ...) is
+    // refused here, naming the first such tensor, before any of it is used.
+    for (const gguf_tensor& t : f.tensors())
+        if (!dtype_is_supported((uint32_t)t.type)) refuse_type(f, t);
     const std::string a = hp.arch + ".";
     hp.name = f.get_str("general.name", "");
     hp.n_layer = need_positive(f, a + "block_count");

@@ -53,6 +53,11 @@ struct layer_weights {
 // compression rates. W_v and W_o in a .zack already have the V rotation folded in.
 struct zack_layer {
     const float* rqk = nullptr;      // [n_head_kv x head_dim x head_dim]: R[g][i][j], column j = j-th direction
+    // Alternative key bases (calib/keybasis.h), same layout, null in older files:
+    // the score basis (kqa for queries, kqb for keys) and the RoPE-pair selection.
+    const float* kqa = nullptr;
+    const float* kqb = nullptr;
+    const float* kpair = nullptr;
     const float* sigma_k = nullptr;  // [n_head_kv x head_dim], descending
     const float* sigma_v = nullptr;  // [n_head_kv x head_dim], descending
 };
@@ -65,6 +70,15 @@ struct zack_info {
     std::vector<float> table_rates;      // [n_rates] overall rates of the rank table
     std::vector<int32_t> table_k;        // [n_rates x n_layer x n_head_kv]
     std::vector<int32_t> table_v;        // [n_rates x n_layer x n_head_kv]
+    // Measured sensitivity (calib/sensitivity.h), empty in older files: the
+    // rank grid and the loss curves [n_layer x n_head_kv x n_grid] of the keys
+    // in each key basis (pca, score, pairs; empty where not measured) and of the values.
+    std::vector<int32_t> sens_grid;
+    std::vector<float> sens_k[3];
+    std::vector<float> sens_v;
+    std::vector<float> sens_q8, sens_q4;  // [n_layer x n_head_kv]: 8-bit / 4-bit cache at full rank
+    std::string sens_metric;
+    bool has_key_bases() const { return !layers.empty() && layers[0].kqa && layers[0].kqb && layers[0].kpair; }
 };
 
 // Interleaved copies of the K-quant weight matrices for the tiled matmul

@@ -27,6 +27,10 @@ void sampler_validate_params(const sampler_params& p) {
                  (double)p.repeat_penalty);
     if (p.repeat_last_n < 0)
         ZK_THROW("sampler: repeat_last_n must be >= 0 (0 = off), got %d", (int)p.repeat_last_n);
+    if (!std::isfinite(p.presence_penalty))
+        ZK_THROW("sampler: presence_penalty must be a finite value (0 = off), got %g", (double)p.presence_penalty);
+    if (!std::isfinite(p.frequency_penalty))
+        ZK_THROW("sampler: frequency_penalty must be a finite value (0 = off), got %g", (double)p.frequency_penalty);
 }
 
 static uint64_t sampler_resolve_seed(uint64_t seed) {
@@ -52,7 +56,7 @@ sampler::sampler(const sampler_params& p, int32_t n_vocab)
     cand_.resize((size_t)n_vocab);
     scratch_.resize((size_t)n_vocab);
     history_.assign((size_t)p.repeat_last_n, 0);
-    penalty_stamp_.assign((size_t)n_vocab, 0);
+    penalty_count_.assign((size_t)n_vocab, 0);
 }
 
 void sampler::reset() {
@@ -70,21 +74,20 @@ void sampler::accept(int32_t token) {
     history_size_ = std::min(history_size_ + 1, history_.size());
 }
 
-// Each distinct id in the window is penalized once, however often it occurs
-// (llama.cpp's repeat penalty; frequency/presence penalties are not implemented).
+// Two passes over the window: count each id, then penalize each distinct id once
+// (its count is zeroed as it is done, so penalty_count_ is all zero between calls).
 void sampler::apply_penalties() {
-    if (params_.repeat_penalty == 1.0f || history_size_ == 0) return;
-    if (++stamp_ == 0) {  // wrapped: old stamps could collide with new ones
-        std::fill(penalty_stamp_.begin(), penalty_stamp_.end(), 0u);
-        stamp_ = 1;
-    }
-    const float penalty = params_.repeat_penalty;
+    const float rp = params_.repeat_penalty, fp = params_.frequency_penalty, pp = params_.presence_penalty;
+    if ((rp == 1.0f && fp == 0.0f && pp == 0.0f) || history_size_ == 0) return;
+    for (size_t i = 0; i < history_size_; ++i) penalty_count_[history_[i]]++;
     for (size_t i = 0; i < history_size_; ++i) {
         const int32_t id = history_[i];
-        if (penalty_stamp_[id] == stamp_) continue;
-        penalty_stamp_[id] = stamp_;
+        const uint32_t c = penalty_count_[id];
+        if (c == 0) continue;
+        penalty_count_[id] = 0;
         float& l = cand_[id].logit;  // cand_ is still in id order here
-        l = l <= 0.0f ? l * penalty : l / penalty;
+        if (rp != 1.0f) l = l <= 0.0f ? l * rp : l / rp;
+        l -= (float)c * fp + pp;
     }
 }
 

@@ -1,7 +1,10 @@
 // Token sampler: turns one row of logits [n_vocab] into a token id.
 //
 // Chain (the order of llama.cpp's default chain, minus the samplers zack does not
-// implement): repetition penalty -> top-k -> top-p -> min-p -> temperature -> draw.
+// implement): penalties -> top-k -> top-p -> min-p -> temperature -> draw.
+// Penalties (llama.cpp's semantics) look at the last repeat_last_n accepted ids:
+// for an id seen c > 0 times there, the repeat penalty divides a positive logit
+// (multiplies a negative one) once, then logit -= c * frequency_penalty + presence_penalty.
 // temp == 0 is greedy (argmax of the penalized logits, ties -> lowest id); the
 // truncation filters then do nothing. As in llama.cpp, top-p and min-p judge the
 // probabilities at temperature 1 (softmax of the penalized logits that survived
@@ -31,7 +34,9 @@ struct sampler_params {
     float top_p = 0.95f;          // 1 = off
     float min_p = 0.05f;          // 0 = off
     float repeat_penalty = 1.0f;  // 1 = off (llama.cpp semantics: divide positive logits, multiply negative)
-    int32_t repeat_last_n = 64;   // how many accepted tokens the penalty looks back on; 0 = off
+    int32_t repeat_last_n = 64;   // how many accepted tokens the penalties look back on; 0 = off
+    float presence_penalty = 0.0f;   // subtracted once from every id in that window (0 = off)
+    float frequency_penalty = 0.0f;  // subtracted once per occurrence in that window (0 = off)
     uint64_t seed = 0xFFFFFFFF;   // 0xFFFFFFFF = random seed from the clock
 };
 
@@ -39,7 +44,7 @@ constexpr uint64_t sampler_seed_random = 0xFFFFFFFF;
 
 // Throws zk::error naming the offending field for nonsense: temp < 0 (or NaN),
 // top_p outside (0, 1], min_p outside [0, 1), top_k < 0, repeat_penalty <= 0,
-// repeat_last_n < 0.
+// repeat_last_n < 0, a presence or frequency penalty that is not finite.
 void sampler_validate_params(const sampler_params& p);
 
 class sampler {
@@ -86,8 +91,7 @@ private:
     std::vector<int32_t> history_;        // [repeat_last_n] ring buffer of accepted ids
     size_t history_head_ = 0;             // next slot to write
     size_t history_size_ = 0;             // valid entries (<= repeat_last_n)
-    std::vector<uint32_t> penalty_stamp_; // [n_vocab] last sample() call that penalized the id
-    uint32_t stamp_ = 0;
+    std::vector<uint32_t> penalty_count_; // [n_vocab] occurrences in the window; zero between calls
 };
 
 }  // namespace zk

@@ -109,16 +109,30 @@ session::session(const model& m, const session_params& p) : m_(m), params_(p) {
         rk = p.ranks_k;
         rv = p.ranks_v;
         compressed_ = true;
+        if (!p.kbasis.empty() && p.kbasis.size() != nh)
+            ZK_THROW("the key-basis table must have %zu entries (layers x KV heads), got %zu", nh, p.kbasis.size());
         const int D = hp.head_dim;
-        proj_.resize(nh);
+        proj_q_.resize(nh);
+        proj_k_.resize(nh);
         for (int il = 0; il < hp.n_layer; il++)
             for (int g = 0; g < hp.n_head_kv; g++) {
-                const float* R = m.zack.layers[il].rqk + (size_t)g * D * D;  // R[i][j]
-                // all D rows: exact sinks need the whole rotated q and k
-                std::vector<float>& P = proj_[(size_t)il * hp.n_head_kv + g];
-                P.resize((size_t)D * D);
-                for (int j = 0; j < D; j++)
-                    for (int i = 0; i < D; i++) P[(size_t)j * D + i] = R[(size_t)i * D + j];
+                const size_t h = (size_t)il * hp.n_head_kv + g;
+                const int b = p.kbasis.empty() ? 0 : p.kbasis[h];
+                const zack_layer& zl = m.zack.layers[il];
+                if (b < 0 || b > 2) ZK_THROW("key basis %d of (layer %d, head %d) is not 0, 1 or 2", b, il, g);
+                if (b > 0 && !m.zack.has_key_bases())
+                    ZK_THROW("%s: this .zack has no score/pairs key bases (made by an older zack calibrate)",
+                             m.file->path().c_str());
+                const float* A = b == 0 ? zl.rqk : b == 1 ? zl.kqa : zl.kpair;  // [g][i][j], column j = direction j
+                const float* B = b == 0 ? zl.rqk : b == 1 ? zl.kqb : zl.kpair;
+                // all D rows: exact sinks need the whole projected q and k
+                for (int side = 0; side < 2; side++) {
+                    const float* R = (side ? B : A) + (size_t)g * D * D;
+                    std::vector<float>& P = (side ? proj_k_ : proj_q_)[h];
+                    P.resize((size_t)D * D);
+                    for (int j = 0; j < D; j++)
+                        for (int i = 0; i < D; i++) P[(size_t)j * D + i] = R[(size_t)i * D + j];
+                }
             }
     }
     // KV cache: with eviction it only needs room for the budget plus one chunk
@@ -231,6 +245,8 @@ void session::forward(const forward_seq* seqs, int n_seqs, const int32_t* tokens
     float* tmp = fb.tmp.data();
     for (int il = 0; il < hp.n_layer; il++) {
         const layer_weights& L = m.layers[il];
+        for (int i = 0; i < n_seqs; i++)
+            if (seqs[i].s->observer_) seqs[i].s->observer_->on_layer_input(il, seqs[i].n, x + seqs[i].row0 * E);
         // attention sub-layer
         kernel_rmsnorm(x, L.attn_norm, xn, n, E, hp.rms_eps);
         {
@@ -314,13 +330,14 @@ void session::compress_qk(const forward_seq* seqs, int il, int64_t n, forward_bu
             const int g = (int)(task % KV);
             const session& s = *seqs[fb.row_seq[t]].s;
             if (!s.compressed_) continue;
-            const float* P = s.proj_[(size_t)il * KV + g].data();
+            const float* Pq = s.proj_q_[(size_t)il * KV + g].data();
+            const float* Pk = s.proj_k_[(size_t)il * KV + g].data();
             // the cache keeps r_k channels; exact sinks need all of them, of
             // every query and of their own keys
             const int r_k = s.cache_->block(il, g).r_k, sinks = s.cache_->params().sinks;
             const int rq = sinks > 0 ? D : r_k;
-            kernel_project_head(P, fb.pos[t] < sinks ? D : r_k, D, fb.k.data() + (t * KV + g) * D);
-            for (int j = 0; j < G; j++) kernel_project_head(P, rq, D, fb.q.data() + (t * H + g * G + j) * D);
+            kernel_project_head(Pk, fb.pos[t] < sinks ? D : r_k, D, fb.k.data() + (t * KV + g) * D);
+            for (int j = 0; j < G; j++) kernel_project_head(Pq, rq, D, fb.q.data() + (t * H + g * G + j) * D);
         }
     };
     // the closure holds one reference, so std::function stores it without allocating

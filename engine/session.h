@@ -21,6 +21,8 @@ namespace zk {
 // q [n x n_head x head_dim], k and v [n x n_head_kv x head_dim].
 struct session_observer {
     virtual ~session_observer() = default;
+    // The residual stream entering layer `layer` (before its attention norm), [n x n_embd].
+    virtual void on_layer_input(int layer, int64_t n, const float* x) {}
     virtual void on_qkv(int layer, int64_t n, const int32_t* pos, const float* q, const float* k,
                         const float* v) = 0;
     // The attention output that feeds W_o, [n x n_head x head_dim].
@@ -36,6 +38,9 @@ struct session_params {
     // [n_layer x n_head_kv] row-major. Empty = full head dim (no compression).
     std::vector<int> ranks_k;
     std::vector<int> ranks_v;
+    // Key basis of each compressed head (calib/keybasis.h: 0 pca, 1 score,
+    // 2 pairs), [n_layer x n_head_kv]; empty = pca everywhere.
+    std::vector<int> kbasis;
     // KV cache precision (engine/kv_cache.h): 16 = kv_type rows, 8 or 4-bit.
     int kv_bits = 16;
     int kv_group = 32;            // 4-bit: tokens per key group
@@ -187,11 +192,12 @@ private:
     int64_t n_past_ = 0;
     session_observer* observer_ = nullptr;
 
-    // Compressed heads: per (layer, KV head) the rotation R stored transposed,
-    // [head_dim x head_dim] (row j = direction j, one contiguous dot per output
-    // channel; the first r_k rows are R[:, :r_k]^T, all of them serve exact sinks).
+    // Compressed heads: per (layer, KV head) the key basis's projections
+    // stored transposed, [head_dim x head_dim] (row j = direction j, one
+    // contiguous dot per output channel; the first r_k rows give the r_k-dim
+    // q~ = A[:, :r_k]^T q and k~ = B[:, :r_k]^T k, all of them serve exact sinks).
     bool compressed_ = false;
-    std::vector<std::vector<float>> proj_;  // [n_layer * n_head_kv]
+    std::vector<std::vector<float>> proj_q_, proj_k_;  // [n_layer * n_head_kv]
     std::vector<float> logits_;   // [n_vocab] or [n x n_vocab]
     // Eviction: the policy, and the attention logits of a decode segment shown
     // to it, [n_head_kv x k_session_decode_max_tok x group x capacity].

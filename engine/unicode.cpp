@@ -57,6 +57,14 @@ size_t unicode_utf8_len(uint8_t lead) {
     return 1;
 }
 
+size_t unicode_utf8_invalid_at(std::string_view s) {
+    for (size_t pos = 0; pos < s.size();) {
+        const size_t at = pos;
+        if (unicode_decode_utf8(s, pos) == UNICODE_INVALID) return at;
+    }
+    return std::string_view::npos;
+}
+
 uint32_t unicode_decode_utf8(std::string_view s, size_t& pos) {
     const auto b0 = (uint8_t)s[pos];
     if (b0 < 0x80) {
@@ -271,6 +279,7 @@ const pre_entry k_pre_table[] = {
     {"llama3", unicode_pre::LLAMA3},
     {"llama-v3", unicode_pre::LLAMA3},
     {"qwen2", unicode_pre::QWEN2},
+    {"deepseek-r1-qwen", unicode_pre::QWEN2},  // DeepSeek-R1-Distill-Qwen: Qwen2's tokenizer
 };
 
 }  // namespace

@@ -30,6 +30,9 @@ constexpr uint32_t UNICODE_INVALID = 0xFFFFFFFFu;
 // Decodes the code point at s[pos] and advances pos (by 1 for an invalid byte,
 // which gives UNICODE_INVALID). Requires pos < s.size().
 uint32_t unicode_decode_utf8(std::string_view s, size_t& pos);
+// Byte offset of the first invalid UTF-8 sequence in s (by the rules of
+// unicode_decode_utf8), or std::string_view::npos when s is valid UTF-8.
+size_t unicode_utf8_invalid_at(std::string_view s);
 // Length of the sequence a lead byte starts (1 for continuation/invalid bytes).
 size_t unicode_utf8_len(uint8_t lead);
 void unicode_append_utf8(std::string& out, uint32_t cp);
@@ -45,7 +48,8 @@ int unicode_cpt_to_byte(uint32_t cp);  // -1 if cp stands for no byte
 //           (SmolLM, StarCoder, Refact)
 //   LLAMA3  (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
 //            ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-//   QWEN2   as LLAMA3 with \p{N} (single digits)
+//   QWEN2   as LLAMA3 with \p{N} (single digits); tokenizer.ggml.pre qwen2 and
+//           deepseek-r1-qwen
 enum class unicode_pre { GPT2, DIGITS_GPT2, LLAMA3, QWEN2 };
 
 // tokenizer.ggml.pre name -> pattern; false for an unknown name.

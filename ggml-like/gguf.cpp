@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -18,6 +17,7 @@
 #include <new>
 
 #include "ggml-like/error.h"
+#include "ggml-like/file_out.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "GGUF I/O assumes a little-endian host");
 
@@ -439,9 +439,10 @@ void gguf_file::parse() {
             t.shape.push_back((int64_t)ne);
         }
         const uint32_t type_id = c.read<uint32_t>("type");
-        if (!dtype_is_supported(type_id))
-            ZK_THROW("%s: tensor '%s': unknown or unsupported type id (expected a known ggml type, got %u)",
-                     p, tn, type_id);
+        // Known types zack cannot compute with are laid out like the others (so
+        // `zack info` can show them); model loading refuses them by name.
+        if (!dtype_is_known(type_id))
+            ZK_THROW("%s: tensor '%s': unknown type id (expected a ggml type id, got %u)", p, tn, type_id);
         t.type = (dtype)type_id;
         t.offset = c.read<uint64_t>("data offset");
 
@@ -606,8 +607,6 @@ void put_value(std::vector<uint8_t>& out, const gguf_value& v, const std::string
     }
 }
 
-std::atomic<unsigned> g_tmp_counter{0};
-
 }  // namespace
 
 void gguf_writer::set(const std::string& key, gguf_value v) {
@@ -645,8 +644,8 @@ void gguf_writer::add_tensor_ref(const std::string& name, dtype type,
     if (shape.empty() || shape.size() > (size_t)k_max_dims)
         ZK_THROW("gguf writer: tensor '%s': bad n_dims (expected 1..%d, got %zu)", tn, k_max_dims,
                  shape.size());
-    if (!dtype_is_supported((uint32_t)type))
-        ZK_THROW("gguf writer: tensor '%s': unsupported type id %u", tn, (unsigned)type);
+    if (!dtype_is_known((uint32_t)type))
+        ZK_THROW("gguf writer: tensor '%s': unknown type id %u", tn, (unsigned)type);
     int64_t rows = 1;
     for (size_t d = 0; d < shape.size(); d++) {
         if (shape[d] < 1)
@@ -703,34 +702,17 @@ void gguf_writer::write(const std::string& path) const {
     }
     head.resize(align_up(head.size(), alignment_), 0);
 
-    const std::string tmp =
-        strfmt("%s.tmp.%d.%u", path.c_str(), (int)getpid(), g_tmp_counter.fetch_add(1));
-    FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (!f) ZK_THROW("%s: cannot create temporary file %s (%s)", path.c_str(), tmp.c_str(), std::strerror(errno));
-
-    const char* failed = nullptr;
-    int err = 0;
-    auto put_bytes = [&](const void* p, size_t n) {
-        if (!failed && n && std::fwrite(p, 1, n, f) != n) {
-            failed = "write";
-            err = errno;
-        }
-    };
+    // file_out (ggml-like/file_out.h): a temporary file renamed over the target,
+    // every write and the close checked; non-regular targets are refused.
+    file_out out(path);
     const std::vector<uint8_t> zeros(alignment_, 0);
-    put_bytes(head.data(), head.size());
+    out.write(head.data(), head.size());
     for (size_t k = 0; k < tensors_.size(); k++) {
         const pending& t = tensors_[k];
-        put_bytes(t.owned.empty() ? t.data : t.owned.data(), t.n_bytes);
-        put_bytes(zeros.data(), align_up(t.n_bytes, alignment_) - t.n_bytes);
+        out.write(t.owned.empty() ? t.data : t.owned.data(), t.n_bytes);
+        out.write(zeros.data(), align_up(t.n_bytes, alignment_) - t.n_bytes);
     }
-    if (!failed && std::fflush(f) != 0) failed = "flush", err = errno;
-    if (!failed && fsync(fileno(f)) != 0) failed = "fsync", err = errno;
-    if (std::fclose(f) != 0 && !failed) failed = "close", err = errno;
-    if (!failed && std::rename(tmp.c_str(), path.c_str()) != 0) failed = "rename", err = errno;
-    if (failed) {
-        std::remove(tmp.c_str());
-        ZK_THROW("%s: %s failed while writing GGUF (%s)", path.c_str(), failed, std::strerror(err));
-    }
+    out.commit();
 }
 
 }  // namespace zk

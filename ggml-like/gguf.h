@@ -72,7 +72,7 @@ struct gguf_value {
 
 struct gguf_tensor {
     std::string name;
-    dtype type;
+    dtype type;                  // any known ggml type id (see dtype_is_supported)
     std::vector<int64_t> shape;  // ne[0] (fastest, = row length) first
     uint64_t offset;             // relative to the data section
     size_t n_bytes;
@@ -84,8 +84,10 @@ struct gguf_tensor {
 class gguf_file {
 public:
     // Maps and validates the whole file; throws zk::error "PATH: what" on any
-    // malformation (bad magic/version, truncation, absurd counts, unknown dtype,
-    // offsets out of range or misaligned, duplicate names).
+    // malformation (bad magic/version, truncation, absurd counts, a type id that
+    // is no ggml type, offsets out of range or misaligned, duplicate names).
+    // Tensors of ggml types zack does not compute with (IQ2_XXS, ...) are read
+    // like the others: dtype_is_supported(t.type) tells them apart.
     static std::unique_ptr<gguf_file> open(const std::string& path);
     ~gguf_file();
 
@@ -126,8 +128,9 @@ private:
     std::map<std::string, size_t> tensor_index_;
 };
 
-// Builds a GGUF v3 file in memory order and writes it to PATH.tmp, then renames
-// it to PATH, so a failed write never leaves a half-written file under PATH.
+// Builds a GGUF v3 file in memory order and writes it through file_out
+// (ggml-like/file_out.h), so a failed write never leaves a half-written file
+// under PATH and a device or directory at PATH is refused.
 class gguf_writer {
 public:
     // Keys are written in insertion order; set() on an existing key replaces its
@@ -141,9 +144,9 @@ public:
     // Like add_tensor but keeps a pointer (the caller keeps data alive until write()).
     void add_tensor_ref(const std::string& name, dtype type, const std::vector<int64_t>& shape,
                         const void* data, size_t n_bytes);
-    // Writes PATH.tmp.<pid>.<n> (zero padding after the header and after each
-    // tensor up to the alignment), fsyncs it and renames it over PATH; on any
-    // failure the temporary file is removed and zk::error is thrown.
+    // Writes a temporary file next to PATH (zero padding after the header and
+    // after each tensor up to the alignment), fsyncs it and renames it over PATH;
+    // on any failure the temporary file is removed and zk::error is thrown.
     void write(const std::string& path) const;
 
 private:

@@ -15,6 +15,9 @@
 
 namespace zk {
 
+// IQ4_NL's 16 levels (the format's fixed table, as gguf-py's IQ4_NL.kvalues).
+const int8_t k_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
 namespace {
 
 // Forces the product to be rounded to float before it is used, so the compiler
@@ -140,6 +143,46 @@ void quantize_q8_K(const float* x, block_q8_K* y, int64_t nb) {
     }
 }
 
+// ---------------------------------------------------------------- unpacking
+// Integer quants of one block, shared by the dequantizers and the reference
+// dots (the formats are documented at the block structs in quant_ref.h).
+
+// Q5_0 / Q5_1: 32 quants 0..31.
+inline void q5_unpack(const uint8_t* qh, const uint8_t* qs, int* q /* 32 */) {
+    const uint32_t h = (uint32_t)qh[0] | ((uint32_t)qh[1] << 8) | ((uint32_t)qh[2] << 16) | ((uint32_t)qh[3] << 24);
+    for (int j = 0; j < 16; j++) {
+        q[j] = (qs[j] & 0x0F) | (int)(((h >> j) & 1) << 4);
+        q[j + 16] = (qs[j] >> 4) | (int)(((h >> (j + 16)) & 1) << 4);
+    }
+}
+
+// IQ4_NL: 32 values of the non-linear table.
+inline void iq4_nl_unpack(const uint8_t* qs, int* q /* 32 */) {
+    for (int j = 0; j < 16; j++) {
+        q[j] = k_iq4nl_values[qs[j] & 0x0F];
+        q[j + 16] = k_iq4nl_values[qs[j] >> 4];
+    }
+}
+
+// Q2_K: 256 quants 0..3; Q3_K: the same low bits minus 4 where the high bit is 0.
+inline void q2_K_unpack(const uint8_t* qs, int* q /* 256 */) {
+    for (int e = 0; e < 256; e++) q[e] = (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+}
+
+inline void q3_K_unpack(const block_q3_K& b, int* q /* 256 */) {
+    q2_K_unpack(b.qs, q);
+    for (int e = 0; e < 256; e++) q[e] -= ((b.hmask[e % 32] >> (e / 32)) & 1) ? 0 : 4;
+}
+
+// Q5_K: 256 quants 0..31 (sub-block j = elements 32j..32j+31).
+inline void q5_K_unpack(const block_q5_K& b, int* q /* 256 */) {
+    for (int e = 0; e < 256; e++) {
+        const int j = e / 32, l = e % 32;
+        const uint8_t byte = b.qs[32 * (j / 2) + l];
+        q[e] = ((j & 1) ? (byte >> 4) : (byte & 0x0F)) | (((b.qh[l] >> j) & 1) << 4);
+    }
+}
+
 // ---------------------------------------------------------------- dequantize
 
 void dequantize_q4_0(const block_q4_0* x, float* y, int64_t nb) {
@@ -160,6 +203,34 @@ void dequantize_q4_1(const block_q4_1* x, float* y, int64_t nb) {
             y[j] = mul_rounded(d, (float)(x[i].qs[j] & 0x0F)) + m;
             y[j + 16] = mul_rounded(d, (float)(x[i].qs[j] >> 4)) + m;
         }
+    }
+}
+
+void dequantize_q5_0(const block_q5_0* x, float* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, y += 32) {
+        const float d = fp16_to_fp32(x[i].d);
+        int q[32];
+        q5_unpack(x[i].qh, x[i].qs, q);
+        for (int j = 0; j < 32; j++) y[j] = d * (float)(q[j] - 16);
+    }
+}
+
+void dequantize_q5_1(const block_q5_1* x, float* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, y += 32) {
+        const float d = fp16_to_fp32(x[i].d);
+        const float m = fp16_to_fp32(x[i].m);
+        int q[32];
+        q5_unpack(x[i].qh, x[i].qs, q);
+        for (int j = 0; j < 32; j++) y[j] = mul_rounded(d, (float)q[j]) + m;
+    }
+}
+
+void dequantize_iq4_nl(const block_iq4_nl* x, float* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, y += 32) {
+        const float d = fp16_to_fp32(x[i].d);
+        int q[32];
+        iq4_nl_unpack(x[i].qs, q);
+        for (int j = 0; j < 32; j++) y[j] = d * (float)q[j];
     }
 }
 
@@ -186,6 +257,48 @@ void dequantize_q4_K(const block_q4_K* x, float* y, int64_t nb) {
                 y[l] = mul_rounded(d0, (float)(q[l] & 0x0F)) - dm0;
                 y[l + 32] = mul_rounded(d1, (float)(q[l] >> 4)) - dm1;
             }
+        }
+    }
+}
+
+void dequantize_q2_K(const block_q2_K* x, float* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, y += 256) {
+        const float d = fp16_to_fp32(x[i].d);
+        const float dmin = fp16_to_fp32(x[i].dmin);
+        int q[256];
+        q2_K_unpack(x[i].qs, q);
+        for (int g = 0; g < 16; g++) {
+            const float dl = d * (float)(x[i].scales[g] & 0x0F);
+            const float ml = dmin * (float)(x[i].scales[g] >> 4);
+            for (int l = 0; l < 16; l++) y[16 * g + l] = mul_rounded(dl, (float)q[16 * g + l]) - ml;
+        }
+    }
+}
+
+void dequantize_q3_K(const block_q3_K* x, float* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, y += 256) {
+        const float d = fp16_to_fp32(x[i].d);
+        int sc[16], q[256];
+        q3_K_scales(x[i].scales, sc);
+        q3_K_unpack(x[i], q);
+        for (int g = 0; g < 16; g++) {
+            const float dl = d * (float)sc[g];
+            for (int l = 0; l < 16; l++) y[16 * g + l] = dl * (float)q[16 * g + l];
+        }
+    }
+}
+
+void dequantize_q5_K(const block_q5_K* x, float* y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, y += 256) {
+        const float d = fp16_to_fp32(x[i].d);
+        const float dmin = fp16_to_fp32(x[i].dmin);
+        int q[256];
+        q5_K_unpack(x[i], q);
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            q4_K_scale_min(x[i].scales, j, sc, m);
+            const float dj = d * (float)sc, dm = dmin * (float)m;
+            for (int l = 0; l < 32; l++) y[32 * j + l] = mul_rounded(dj, (float)q[32 * j + l]) - dm;
         }
     }
 }
@@ -248,6 +361,41 @@ float dot_ref_q4_1(const block_q4_1* w, const block_q8_1* a, int64_t nb) {
     return sum;
 }
 
+float dot_ref_q5_0(const block_q5_0* w, const block_q8_0* a, int64_t nb) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        int q[32], sumi = 0;
+        q5_unpack(w[i].qh, w[i].qs, q);
+        for (int j = 0; j < 32; j++) sumi += (q[j] - 16) * a[i].qs[j];
+        sum += (float)sumi * (fp16_to_fp32(w[i].d) * fp16_to_fp32(a[i].d));
+    }
+    return sum;
+}
+
+float dot_ref_q5_1(const block_q5_1* w, const block_q8_1* a, int64_t nb) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        int q[32], sumi = 0;
+        q5_unpack(w[i].qh, w[i].qs, q);
+        for (int j = 0; j < 32; j++) sumi += q[j] * a[i].qs[j];
+        // As Q4_1: the min meets the activation block's sum s = da * sum(qa).
+        sum += (float)sumi * (fp16_to_fp32(w[i].d) * fp16_to_fp32(a[i].d)) +
+               fp16_to_fp32(w[i].m) * fp16_to_fp32(a[i].s);
+    }
+    return sum;
+}
+
+float dot_ref_iq4_nl(const block_iq4_nl* w, const block_q8_0* a, int64_t nb) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        int q[32], sumi = 0;
+        iq4_nl_unpack(w[i].qs, q);
+        for (int j = 0; j < 32; j++) sumi += q[j] * a[i].qs[j];
+        sum += (float)sumi * (fp16_to_fp32(w[i].d) * fp16_to_fp32(a[i].d));
+    }
+    return sum;
+}
+
 float dot_ref_q8_0(const block_q8_0* w, const block_q8_0* a, int64_t nb) {
     float sum = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
@@ -274,6 +422,58 @@ float dot_ref_q4_K(const block_q4_K* w, const block_q8_K* a, int64_t nb) {
         }
         sum += fp16_to_fp32(w[i].d) * a[i].d * (float)isum -
                fp16_to_fp32(w[i].dmin) * a[i].d * (float)msum;
+    }
+    return sum;
+}
+
+// Q2_K: sum_g (d sc_g q - dmin m_g) . a_g = d da sum_g sc_g (q . qa_g) - dmin da sum_g m_g bsums_g.
+float dot_ref_q2_K(const block_q2_K* w, const block_q8_K* a, int64_t nb) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        int q[256], isum = 0, msum = 0;
+        q2_K_unpack(w[i].qs, q);
+        for (int g = 0; g < 16; g++) {
+            int s = 0;
+            for (int l = 0; l < 16; l++) s += q[16 * g + l] * a[i].qs[16 * g + l];
+            isum += (w[i].scales[g] & 0x0F) * s;
+            msum += (w[i].scales[g] >> 4) * a[i].bsums[g];
+        }
+        sum += fp16_to_fp32(w[i].d) * a[i].d * (float)isum - fp16_to_fp32(w[i].dmin) * a[i].d * (float)msum;
+    }
+    return sum;
+}
+
+float dot_ref_q3_K(const block_q3_K* w, const block_q8_K* a, int64_t nb) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        int sc[16], q[256], isum = 0;
+        q3_K_scales(w[i].scales, sc);
+        q3_K_unpack(w[i], q);
+        for (int g = 0; g < 16; g++) {
+            int s = 0;
+            for (int l = 0; l < 16; l++) s += q[16 * g + l] * a[i].qs[16 * g + l];
+            isum += sc[g] * s;
+        }
+        sum += fp16_to_fp32(w[i].d) * a[i].d * (float)isum;
+    }
+    return sum;
+}
+
+// Q5_K: as Q4_K with 5-bit quants.
+float dot_ref_q5_K(const block_q5_K* w, const block_q8_K* a, int64_t nb) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        int q[256], isum = 0, msum = 0;
+        q5_K_unpack(w[i], q);
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            q4_K_scale_min(w[i].scales, j, sc, m);
+            int s = 0;
+            for (int l = 0; l < 32; l++) s += q[32 * j + l] * a[i].qs[32 * j + l];
+            isum += sc * s;
+            msum += m * (a[i].bsums[2 * j] + a[i].bsums[2 * j + 1]);
+        }
+        sum += fp16_to_fp32(w[i].d) * a[i].d * (float)isum - fp16_to_fp32(w[i].dmin) * a[i].d * (float)msum;
     }
     return sum;
 }
@@ -334,13 +534,20 @@ void dtype_dequantize_row(dtype t, const void* src, float* dst, int64_t n) {
             return;
         case dtype::Q4_0: dequantize_q4_0((const block_q4_0*)src, dst, nb); return;
         case dtype::Q4_1: dequantize_q4_1((const block_q4_1*)src, dst, nb); return;
+        case dtype::Q5_0: dequantize_q5_0((const block_q5_0*)src, dst, nb); return;
+        case dtype::Q5_1: dequantize_q5_1((const block_q5_1*)src, dst, nb); return;
         case dtype::Q8_0: dequantize_q8((const block_q8_0*)src, dst, nb); return;
         case dtype::Q8_1: dequantize_q8((const block_q8_1*)src, dst, nb); return;
+        case dtype::IQ4_NL: dequantize_iq4_nl((const block_iq4_nl*)src, dst, nb); return;
+        case dtype::Q2_K: dequantize_q2_K((const block_q2_K*)src, dst, nb); return;
+        case dtype::Q3_K: dequantize_q3_K((const block_q3_K*)src, dst, nb); return;
         case dtype::Q4_K: dequantize_q4_K((const block_q4_K*)src, dst, nb); return;
+        case dtype::Q5_K: dequantize_q5_K((const block_q5_K*)src, dst, nb); return;
         case dtype::Q6_K: dequantize_q6_K((const block_q6_K*)src, dst, nb); return;
         case dtype::Q8_K: dequantize_q8_K((const block_q8_K*)src, dst, nb); return;
     }
-    ZK_THROW("dtype_dequantize_row: unsupported type id %u", (unsigned)t);
+    ZK_THROW("dtype_dequantize_row: zack cannot dequantize %s (supported: %s, Q8_1, Q8_K)", dtype_name(t),
+             dtype_weight_names().c_str());
 }
 
 void quant_quantize_ref(dtype t, const float* src, void* dst, int64_t n) {
@@ -370,18 +577,27 @@ void dtype_quantize_row(dtype t, const float* src, void* dst, int64_t n) {
 
 dtype dtype_vec_dot_type(dtype weight) {
     switch (weight) {
-        case dtype::Q4_0: return dtype::Q8_0;
-        case dtype::Q4_1: return dtype::Q8_1;
-        case dtype::Q8_0: return dtype::Q8_0;
-        case dtype::Q4_K: return dtype::Q8_K;
+        case dtype::Q4_0:
+        case dtype::Q5_0:
+        case dtype::Q8_0:
+        case dtype::IQ4_NL: return dtype::Q8_0;
+        case dtype::Q4_1:
+        case dtype::Q5_1: return dtype::Q8_1;
+        case dtype::Q2_K:
+        case dtype::Q3_K:
+        case dtype::Q4_K:
+        case dtype::Q5_K:
         case dtype::Q6_K: return dtype::Q8_K;
         case dtype::F16:
         case dtype::BF16:
         case dtype::F32: return dtype::F32;
-        default: break;
+        case dtype::Q8_1:
+        case dtype::Q8_K:
+            ZK_THROW("no dot product for weight type %s (only activations are stored as it)",
+                     dtype_name(weight));
     }
-    ZK_THROW("no dot product for weight type %s (only activations are stored as it)",
-             dtype_name(weight));
+    ZK_THROW("no dot product for weight type %s (zack multiplies %s)", dtype_name(weight),
+             dtype_weight_names().c_str());
 }
 
 float quant_dot_ref(dtype weight, const void* w, const void* a, int64_t n) {
@@ -389,8 +605,14 @@ float quant_dot_ref(dtype weight, const void* w, const void* a, int64_t n) {
     switch (weight) {
         case dtype::Q4_0: return dot_ref_q4_0((const block_q4_0*)w, (const block_q8_0*)a, nb);
         case dtype::Q4_1: return dot_ref_q4_1((const block_q4_1*)w, (const block_q8_1*)a, nb);
+        case dtype::Q5_0: return dot_ref_q5_0((const block_q5_0*)w, (const block_q8_0*)a, nb);
+        case dtype::Q5_1: return dot_ref_q5_1((const block_q5_1*)w, (const block_q8_1*)a, nb);
         case dtype::Q8_0: return dot_ref_q8_0((const block_q8_0*)w, (const block_q8_0*)a, nb);
+        case dtype::IQ4_NL: return dot_ref_iq4_nl((const block_iq4_nl*)w, (const block_q8_0*)a, nb);
+        case dtype::Q2_K: return dot_ref_q2_K((const block_q2_K*)w, (const block_q8_K*)a, nb);
+        case dtype::Q3_K: return dot_ref_q3_K((const block_q3_K*)w, (const block_q8_K*)a, nb);
         case dtype::Q4_K: return dot_ref_q4_K((const block_q4_K*)w, (const block_q8_K*)a, nb);
+        case dtype::Q5_K: return dot_ref_q5_K((const block_q5_K*)w, (const block_q8_K*)a, nb);
         case dtype::Q6_K: return dot_ref_q6_K((const block_q6_K*)w, (const block_q8_K*)a, nb);
         case dtype::F16: return dot_ref_half<fp16_to_fp32>((const uint16_t*)w, (const float*)a, n);
         case dtype::BF16: return dot_ref_half<bf16_to_fp32>((const uint16_t*)w, (const float*)a, n);

@@ -33,6 +33,20 @@ struct block_q4_1 {
     uint16_t m;
     uint8_t qs[16];
 };
+// Q5_0 / Q5_1: the low 4 bits as in Q4_0 / Q4_1 (element i in the low nibble
+// of qs[i], element 16+i in the high), the 5th bit of element i in bit i of qh
+// (a little-endian u32 kept as bytes: the struct has no 4-byte alignment).
+struct block_q5_0 {
+    uint16_t d;
+    uint8_t qh[4];
+    uint8_t qs[16];
+};
+struct block_q5_1 {
+    uint16_t d;
+    uint16_t m;
+    uint8_t qh[4];
+    uint8_t qs[16];
+};
 struct block_q8_0 {
     uint16_t d;
     int8_t qs[32];
@@ -51,6 +65,32 @@ struct block_q4_K {
     uint8_t scales[12];
     uint8_t qs[128];
 };
+// Q5_K: Q4_K plus a 5th bit: element 32j + l (sub-block j) has bit j of qh[l].
+struct block_q5_K {
+    uint16_t d;
+    uint16_t dmin;
+    uint8_t scales[12];
+    uint8_t qh[32];
+    uint8_t qs[128];
+};
+// Q2_K: 16 groups of 16 with a 4-bit scale (low nibble of scales[g]) and a
+// 4-bit min (high nibble): x = d * sc_g * q - dmin * m_g, q = 2 bits. Element
+// 128h + 32s + l (h < 2, s < 4, l < 32) is bits 2s..2s+1 of qs[32h + l].
+struct block_q2_K {
+    uint8_t scales[16];
+    uint8_t qs[64];
+    uint16_t d;
+    uint16_t dmin;
+};
+// Q3_K: 16 groups of 16 with 6-bit scales stored +32 (layout in q3_K_scales):
+// x = d * (sc_g - 32) * q, q = low2 - 4 * (1 - high) in -4..3. The low 2 bits
+// are packed as Q2_K's; the high bit of element 32k + l is bit k of hmask[l].
+struct block_q3_K {
+    uint8_t hmask[32];
+    uint8_t qs[64];
+    uint8_t scales[12];
+    uint16_t d;
+};
 // 256 elements = 16 groups of 16 with int8 scales: x = d * sc_g * (q - 32),
 // q = 6 bits: low 4 in ql, high 2 in qh (layout in quant.cpp, q6_K_unpack_half).
 struct block_q6_K {
@@ -67,13 +107,27 @@ struct block_q8_K {
 
 static_assert(sizeof(block_q4_0) == 18, "block_q4_0 layout");
 static_assert(sizeof(block_q4_1) == 20, "block_q4_1 layout");
+static_assert(sizeof(block_q5_0) == 22, "block_q5_0 layout");
+static_assert(sizeof(block_q5_1) == 24, "block_q5_1 layout");
 static_assert(sizeof(block_q8_0) == 34, "block_q8_0 layout");
 static_assert(sizeof(block_q8_1) == 36, "block_q8_1 layout");
+static_assert(sizeof(block_q2_K) == 84, "block_q2_K layout");
+static_assert(sizeof(block_q3_K) == 110, "block_q3_K layout");
 static_assert(sizeof(block_q4_K) == 144, "block_q4_K layout");
+static_assert(sizeof(block_q5_K) == 176, "block_q5_K layout");
 static_assert(sizeof(block_q6_K) == 210, "block_q6_K layout");
 static_assert(sizeof(block_q8_K) == 292, "block_q8_K layout");
 
-// Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K block.
+// IQ4_NL: like Q4_0's nibbles, but each nibble indexes this table of int8
+// values (non-uniform, denser near 0): x = d * k_iq4nl_values[q].
+struct block_iq4_nl {
+    uint16_t d;
+    uint8_t qs[16];
+};
+static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl layout");
+extern const int8_t k_iq4nl_values[16];
+
+// Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block.
 inline void q4_K_scale_min(const uint8_t* s, int j, int& sc, int& m) {
     if (j < 4) {
         sc = s[j] & 63;
@@ -81,6 +135,17 @@ inline void q4_K_scale_min(const uint8_t* s, int j, int& sc, int& m) {
     } else {
         sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
         m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+// The 16 6-bit scales of a Q3_K block, stored +32 (returned as -32..31). Scale
+// g's low 4 bits are the low nibble of s[g] for g < 8, the high nibble of
+// s[g - 8] for g >= 8; its high 2 bits are bits 2(g / 4)..+1 of s[8 + g % 4].
+inline void q3_K_scales(const uint8_t* s, int* sc /* 16 */) {
+    for (int g = 0; g < 16; g++) {
+        const int lo = g < 8 ? (s[g] & 0x0F) : (s[g - 8] >> 4);
+        const int hi = (s[8 + g % 4] >> (2 * (g / 4))) & 3;
+        sc[g] = (lo | (hi << 4)) - 32;
     }
 }
 

@@ -1,15 +1,19 @@
 // SIMD dot products for the weight types (x86: AVX2 + FMA + F16C, with
-// AVX-VNNI / AVX512-VNNI's dpbusd where the build targets it). Dispatch is at
+// AVX-VNNI / AVX512-VNNI's dpbusd and AVX512-BW's byte masks for the Q5 high
+// bits where the build targets them). Dispatch is at
 // compile time on the compiler's predefined macros: the default build uses
 // -march=native, so this file is compiled for the host. Without AVX2 every
 // entry point falls back to the scalar references in quant.cpp.
 //
-// The 32-element block types (Q4_0, Q4_1, Q8_0) share one tiled kernel,
-// parameterised by a small "block kernel" struct, that computes up to 4 rows x
-// 4 tokens per pass so each unpacked weight block and each activation block is
-// loaded once per tile instead of once per dot product.
+// The 32-element block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) share one
+// tiled kernel, parameterised by a small "block kernel" struct, that computes
+// up to 4 rows x 4 tokens per pass so each unpacked weight block and each
+// activation block is loaded once per tile instead of once per dot product.
+// The K-quants (256-element blocks) have one dot product per pair.
 
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "ggml-like/error.h"
 #include "ggml-like/quant_ref.h"
@@ -60,28 +64,52 @@ inline __m256i load32(const int8_t* p) { return _mm256_loadu_si256((const __m256
 inline __m256 f16_bcast8(uint16_t h) { return _mm256_cvtph_ps(_mm_set1_epi16((short)h)); }
 inline __m128 f16_bcast4(uint16_t h) { return _mm_cvtph_ps(_mm_set1_epi16((short)h)); }
 
+// 32 bytes 0 / 0x10: byte i is 0x10 where bit i of the little-endian u32 at qh
+// is set (the 5th bit of element i of a Q5_0 / Q5_1 block).
+inline __m256i unpack_bit4(const uint8_t* qh) {
+    uint32_t h;
+    std::memcpy(&h, qh, 4);
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+    return _mm256_maskz_mov_epi8((__mmask32)h, _mm256_set1_epi8(0x10));  // the bits are a byte mask
+#else
+    // Byte i takes byte i / 8 of h, then tests bit i % 8 of it.
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32((int)h),
+        _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+#endif
+}
+
 // ---------------------------------------------------------------- 32-element block kernels
 // Each provides: wblock/ablock types, prep_w (once per row and block), prep_a
 // (once per token and block) and acc (once per row x token pair), which adds
 // the block's contribution to a vector accumulator and to a scalar one kept in
-// every lane of an __m128 (only Q4_1 uses it; the others leave it zero).
+// every lane of an __m128 (only the types with a min use it; the others leave
+// it zero). Three shapes cover the six weight types, each varied only by how
+// a block's quants are unpacked into 32 bytes.
 
-struct bk_q4_0 {
-    using wblock = block_q4_0;
+// Unsigned quants q with x = d (q - Off) (Q4_0: 4 bits, Off 8; Q5_0: 5 bits,
+// Off 16) against Q8_0: q . a - Off sum(a), the second term once per
+// activation block (as a per-lane-group vector, so the sums stay integer).
+template <class U, int Off>
+struct bk_offset {
+    using wblock = typename U::block;
     using ablock = block_q8_0;
     struct wp {
-        __m256i q;  // 0..15
+        __m256i q;  // 0..2 Off - 1
         __m256 d;
     };
     struct ap {
         __m256i q;
-        __m256i off;  // 8 * sum(q) per lane group: (q_w - 8) . a = q_w . a - 8 sum a
+        __m256i off;  // Off * sum(q) per lane group
         __m256 d;
     };
-    static wp prep_w(const wblock& b) { return {unpack_nibbles(b.qs), f16_bcast8(b.d)}; }
+    static wp prep_w(const wblock& b) { return {U::unpack(b), f16_bcast8(b.d)}; }
     static ap prep_a(const ablock& b) {
         const __m256i q = load32(b.qs);
-        return {q, dot_u8s8(_mm256_set1_epi8(8), q), f16_bcast8(b.d)};
+        return {q, dot_u8s8(_mm256_set1_epi8(Off), q), f16_bcast8(b.d)};
     }
     static void acc(const wp& w, const ap& a, __m256& acc, __m128&) {
         const __m256i s = _mm256_sub_epi32(dot_u8s8(w.q, a.q), a.off);
@@ -89,11 +117,14 @@ struct bk_q4_0 {
     }
 };
 
-struct bk_q4_1 {
-    using wblock = block_q4_1;
+// Unsigned quants with a min, x = d q + m (Q4_1, Q5_1), against Q8_1 whose s =
+// da sum(qa) turns the min's term into one product per block pair.
+template <class U>
+struct bk_min {
+    using wblock = typename U::block;
     using ablock = block_q8_1;
     struct wp {
-        __m256i q;  // 0..15
+        __m256i q;
         __m256 d;
         __m128 m;
     };
@@ -102,7 +133,7 @@ struct bk_q4_1 {
         __m256 d;
         __m128 s;
     };
-    static wp prep_w(const wblock& b) { return {unpack_nibbles(b.qs), f16_bcast8(b.d), f16_bcast4(b.m)}; }
+    static wp prep_w(const wblock& b) { return {U::unpack(b), f16_bcast8(b.d), f16_bcast4(b.m)}; }
     static ap prep_a(const ablock& b) { return {load32(b.qs), f16_bcast8(b.d), f16_bcast4(b.s)}; }
     static void acc(const wp& w, const ap& a, __m256& acc, __m128& extra) {
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(w.q, a.q)), _mm256_mul_ps(w.d, a.d), acc);
@@ -110,8 +141,12 @@ struct bk_q4_1 {
     }
 };
 
-struct bk_q8_0 {
-    using wblock = block_q8_0;
+// Signed int8 weights x = d q (Q8_0; IQ4_NL after its table lookup, |q| <= 127)
+// against Q8_0: |w| . (a with w's sign), the unsigned x signed form dpbusd /
+// maddubs take.
+template <class U>
+struct bk_signed {
+    using wblock = typename U::block;
     using ablock = block_q8_0;
     struct wp {
         __m256i q;
@@ -123,7 +158,7 @@ struct bk_q8_0 {
         __m256 d;
     };
     static wp prep_w(const wblock& b) {
-        const __m256i q = load32(b.qs);
+        const __m256i q = U::unpack(b);
         return {q, _mm256_sign_epi8(q, q), f16_bcast8(b.d)};
     }
     static ap prep_a(const ablock& b) { return {load32(b.qs), f16_bcast8(b.d)}; }
@@ -132,6 +167,36 @@ struct bk_q8_0 {
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(w.d, a.d), acc);
     }
 };
+
+// Unpackers: a weight block's 32 quants as 32 bytes in element order.
+template <class B>
+struct up_q4 {  // Q4_0, Q4_1: 0..15
+    using block = B;
+    static __m256i unpack(const B& b) { return unpack_nibbles(b.qs); }
+};
+template <class B>
+struct up_q5 {  // Q5_0, Q5_1: 0..31
+    using block = B;
+    static __m256i unpack(const B& b) { return _mm256_or_si256(unpack_nibbles(b.qs), unpack_bit4(b.qh)); }
+};
+struct up_q8_0 {
+    using block = block_q8_0;
+    static __m256i unpack(const block& b) { return load32(b.qs); }
+};
+struct up_iq4_nl {  // the nibbles index the 16 table values (one byte shuffle)
+    using block = block_iq4_nl;
+    static __m256i unpack(const block& b) {
+        const __m128i t = _mm_loadu_si128((const __m128i*)k_iq4nl_values);
+        return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(t), unpack_nibbles(b.qs));
+    }
+};
+
+using bk_q4_0 = bk_offset<up_q4<block_q4_0>, 8>;
+using bk_q5_0 = bk_offset<up_q5<block_q5_0>, 16>;
+using bk_q4_1 = bk_min<up_q4<block_q4_1>>;
+using bk_q5_1 = bk_min<up_q5<block_q5_1>>;
+using bk_q8_0 = bk_signed<up_q8_0>;
+using bk_iq4_nl = bk_signed<up_iq4_nl>;
 
 // The r/t loops must be fully unrolled so acc, extra and wp live in registers;
 // the build's -O2 does not do that by itself, hence the pragmas.
@@ -199,21 +264,120 @@ float dot_block32(const void* w, const void* a, int64_t nb) {
 
 // ---------------------------------------------------------------- K-quants
 
-float dot_q4_K(const block_q4_K* w, const block_q8_K* a, int64_t nb) {
+// int16 lanes 0..7 = scale g, lanes 8..15 = scale g + 1, from 8 int16 scales
+// held in both 128-bit halves of s (g even, 0..6): the per-group scale vector
+// of a 32-byte product whose two halves belong to consecutive 16-element groups.
+inline __m256i scale_pair(__m256i s, int g) {
+    const short lo = (short)(((2 * g + 1) << 8) | (2 * g));
+    const short hi = (short)(((2 * g + 3) << 8) | (2 * g + 2));
+    return _mm256_shuffle_epi8(s, _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo)));
+}
+
+// Q2_K and Q3_K share the 2-bit packing (element 128h + 32s + l in bits 2s of
+// qs[32h + l]) and 16 groups of 16 with integer scales sc (16 x int16). Sums
+// sum_g sc_g (q' . qa)_g over a block, where q' = the 2 low bits plus, for
+// Q3_K, 4 * the high bit (bit 4h + s of hmask[l]): 0..3 or 0..7, unsigned.
+template <bool HighBit>
+__m256i sum_q23_K(const uint8_t* qs, const uint8_t* hmask, const int8_t* q8, __m256i sc) {
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m256i sc_lo = _mm256_permute2x128_si256(sc, sc, 0x00);  // scales 0..7 in both halves
+    const __m256i sc_hi = _mm256_permute2x128_si256(sc, sc, 0x11);  // scales 8..15
+    __m256i hm = HighBit ? _mm256_loadu_si256((const __m256i*)hmask) : _mm256_setzero_si256();
+    __m256i isum = _mm256_setzero_si256();
+    for (int h = 0; h < 2; h++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i*)(qs + 32 * h));
+        const __m256i sch = h ? sc_hi : sc_lo;
+        for (int s = 0; s < 4; s++) {
+            __m256i v = _mm256_and_si256(_mm256_srli_epi16(q, 2 * s), m3);
+            if (HighBit) {  // bit 0 of hm (shifted down one step per sub-block) -> bit 2
+                v = _mm256_or_si256(v, _mm256_slli_epi16(_mm256_and_si256(hm, _mm256_set1_epi8(1)), 2));
+                hm = _mm256_srli_epi16(hm, 1);
+            }
+            const __m256i p = _mm256_maddubs_epi16(v, load32(q8 + 128 * h + 32 * s));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, scale_pair(sch, 2 * s)));
+        }
+    }
+    return isum;
+}
+
+// Q2_K: d da sum_g sc_g (q . qa)_g - dmin da sum_g m_g bsums_g, 4-bit sc and m.
+float dot_q2_K(const block_q2_K* w, const block_q8_K* a, int64_t nb) {
+    __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const __m128i sm = _mm_loadu_si128((const __m128i*)w[i].scales);
+        const __m256i sc = _mm256_cvtepu8_epi16(_mm_and_si128(sm, _mm_set1_epi8(0x0F)));
+        const __m256i m = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sm, 4), _mm_set1_epi8(0x0F)));
+        const __m256i msum = _mm256_madd_epi16(m, _mm256_loadu_si256((const __m256i*)a[i].bsums));
+        const __m256i isum = sum_q23_K<false>(w[i].qs, nullptr, a[i].qs, sc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_load(w[i].d) * a[i].d), _mm256_cvtepi32_ps(isum), acc);
+        acc_m = _mm256_fmadd_ps(_mm256_set1_ps(fp16_load(w[i].dmin) * a[i].d), _mm256_cvtepi32_ps(msum), acc_m);
+    }
+    return hsum(_mm256_sub_ps(acc, acc_m));
+}
+
+// Q3_K's 16 scales (quant_ref.h, q3_K_scales) as 16 x int16, -32..31.
+inline __m256i q3_K_scales16(const uint8_t* s) {
+    uint64_t lo8;
+    uint32_t hi4;
+    std::memcpy(&lo8, s, 8);
+    std::memcpy(&hi4, s + 8, 4);
+    const __m128i x = _mm_set_epi64x((long long)hi4, (long long)lo8);
+    const __m128i m4 = _mm_set1_epi8(0x0F), m2 = _mm_set1_epi8(3);
+    // Low 4 bits: bytes 0..7 low nibbles (scales 0..7), high nibbles (8..15).
+    const __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(x, m4), _mm_and_si128(_mm_srli_epi16(x, 4), m4));
+    // High 2 bits: byte 8 + g % 4 of s at bits 2 (g / 4): the 4 bytes in every
+    // dword, dword k shifted by 2k.
+    const __m128i h = _mm_shuffle_epi8(x, _mm_set1_epi32(0x0b0a0908));
+    __m128i hi = _mm_and_si128(h, m2);
+    hi = _mm_blend_epi32(hi, _mm_and_si128(_mm_srli_epi16(h, 2), m2), 0x2);
+    hi = _mm_blend_epi32(hi, _mm_and_si128(_mm_srli_epi16(h, 4), m2), 0x4);
+    hi = _mm_blend_epi32(hi, _mm_and_si128(_mm_srli_epi16(h, 6), m2), 0x8);
+    const __m128i sc = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+    return _mm256_cvtepi8_epi16(sc);
+}
+
+// Q3_K: q = q' - 4 with q' in 0..7, so sum_g sc_g (q . qa)_g = sum_g sc_g (q' . qa)_g
+// - 4 sum_g sc_g bsums_g; signed 6-bit scales.
+float dot_q3_K(const block_q3_K* w, const block_q8_K* a, int64_t nb) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const __m256i sc = q3_K_scales16(w[i].scales);
+        const __m256i offset = _mm256_madd_epi16(sc, _mm256_loadu_si256((const __m256i*)a[i].bsums));
+        const __m256i isum = _mm256_sub_epi32(sum_q23_K<true>(w[i].qs, w[i].hmask, a[i].qs, sc),
+                                              _mm256_slli_epi32(offset, 2));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16_load(w[i].d) * a[i].d), _mm256_cvtepi32_ps(isum), acc);
+    }
+    return hsum(acc);
+}
+
+// Q4_K and Q5_K (Q5_K adds bit 4 of each quant from qh): d da sum_j sc_j (q . qa)_j
+// - dmin da sum_j m_j (bsums of sub-block j), 8 sub-blocks of 32.
+template <class B>
+float dot_q45_K(const B* w, const block_q8_K* a, int64_t nb) {
+    constexpr bool five = std::is_same<B, block_q5_K>::value;
     __m256 acc = _mm256_setzero_ps();
     float mins = 0.0f;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i b4 = _mm256_set1_epi8(0x10);
     for (int64_t i = 0; i < nb; i++) {
         int sc[8], m[8], msum = 0;
         for (int j = 0; j < 8; j++) {
             q4_K_scale_min(w[i].scales, j, sc[j], m[j]);
             msum += m[j] * (a[i].bsums[2 * j] + a[i].bsums[2 * j + 1]);
         }
+        __m256i qh = _mm256_setzero_si256();
+        if constexpr (five) qh = _mm256_loadu_si256((const __m256i*)w[i].qh);
         __m256i isum = _mm256_setzero_si256();
         for (int k = 0; k < 4; k++) {
             const __m256i q = _mm256_loadu_si256((const __m256i*)(w[i].qs + 32 * k));
-            const __m256i lo = _mm256_and_si256(q, m4);                        // sub-block 2k
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);  // sub-block 2k+1
+            __m256i lo = _mm256_and_si256(q, m4);                        // sub-block 2k
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);  // sub-block 2k+1
+            if constexpr (five) {
+                // Bits 2k and 2k+1 of qh[l] (bits 0 and 1 after k steps of 2) -> bit 4.
+                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(qh, 4), b4));
+                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(qh, 3), b4));
+                qh = _mm256_srli_epi16(qh, 2);
+            }
             const __m256i p0 = _mm256_maddubs_epi16(lo, load32(a[i].qs + 64 * k));
             const __m256i p1 = _mm256_maddubs_epi16(hi, load32(a[i].qs + 64 * k + 32));
             isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p0, _mm256_set1_epi16((short)sc[2 * k])));
@@ -360,8 +524,14 @@ bool quant_has_simd(dtype weight) {
     switch (weight) {
         case dtype::Q4_0:
         case dtype::Q4_1:
+        case dtype::Q5_0:
+        case dtype::Q5_1:
         case dtype::Q8_0:
+        case dtype::IQ4_NL:
+        case dtype::Q2_K:
+        case dtype::Q3_K:
         case dtype::Q4_K:
+        case dtype::Q5_K:
         case dtype::Q6_K:
         case dtype::F16:
         case dtype::BF16:
@@ -374,8 +544,14 @@ float quant_dot_simd(dtype weight, const void* w, const void* a, int64_t n) {
     switch (weight) {
         case dtype::Q4_0: return dot_block32<bk_q4_0>(w, a, n / 32);
         case dtype::Q4_1: return dot_block32<bk_q4_1>(w, a, n / 32);
+        case dtype::Q5_0: return dot_block32<bk_q5_0>(w, a, n / 32);
+        case dtype::Q5_1: return dot_block32<bk_q5_1>(w, a, n / 32);
         case dtype::Q8_0: return dot_block32<bk_q8_0>(w, a, n / 32);
-        case dtype::Q4_K: return dot_q4_K((const block_q4_K*)w, (const block_q8_K*)a, n / 256);
+        case dtype::IQ4_NL: return dot_block32<bk_iq4_nl>(w, a, n / 32);
+        case dtype::Q2_K: return dot_q2_K((const block_q2_K*)w, (const block_q8_K*)a, n / 256);
+        case dtype::Q3_K: return dot_q3_K((const block_q3_K*)w, (const block_q8_K*)a, n / 256);
+        case dtype::Q4_K: return dot_q45_K((const block_q4_K*)w, (const block_q8_K*)a, n / 256);
+        case dtype::Q5_K: return dot_q45_K((const block_q5_K*)w, (const block_q8_K*)a, n / 256);
         case dtype::Q6_K: return dot_q6_K((const block_q6_K*)w, (const block_q8_K*)a, n / 256);
         case dtype::F32:
             return dot_float<float, load8_f32, id_f32>((const float*)w, (const float*)a, n);
@@ -393,7 +569,10 @@ void quant_dot_tile(dtype weight, int64_t n, const void* w, size_t w_stride, int
     switch (weight) {
         case dtype::Q4_0: return tile_dispatch<bk_q4_0>(n / 32, w, w_stride, nr, a, a_stride, nt, y, y_stride);
         case dtype::Q4_1: return tile_dispatch<bk_q4_1>(n / 32, w, w_stride, nr, a, a_stride, nt, y, y_stride);
+        case dtype::Q5_0: return tile_dispatch<bk_q5_0>(n / 32, w, w_stride, nr, a, a_stride, nt, y, y_stride);
+        case dtype::Q5_1: return tile_dispatch<bk_q5_1>(n / 32, w, w_stride, nr, a, a_stride, nt, y, y_stride);
         case dtype::Q8_0: return tile_dispatch<bk_q8_0>(n / 32, w, w_stride, nr, a, a_stride, nt, y, y_stride);
+        case dtype::IQ4_NL: return tile_dispatch<bk_iq4_nl>(n / 32, w, w_stride, nr, a, a_stride, nt, y, y_stride);
         default: break;
     }
     // K-quants and float weights: one dot product per pair (their blocks are

@@ -12,17 +12,21 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "calib/alloc.h"
+#include "calib/plan.h"
 #include "calib/ranks.h"
 #include "engine/batch.h"
 #include "engine/model.h"
 #include "engine/session.h"
 #include "ggml-like/error.h"
+#include "ggml-like/file_out.h"
 #include "main/commands.h"
 
 namespace zk {
@@ -113,6 +117,36 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+nlohmann::json row_json(const bench_row& r) {
+    return {{"test", r.test}, {"n_tokens", r.n_tokens}, {"depth", r.depth}, {"batch", r.batch},
+            {"threads", r.threads}, {"kv", r.kv}, {"tokens_per_s", r.mean_tps}, {"tokens_per_s_std", r.std_tps},
+            {"ms", r.mean_ms}, {"ms_std", r.std_ms},
+            {"ms_meaning", r.test.rfind("pp", 0) == 0 ? "time to first token" : "time per decode step (batch tokens)"},
+            {"kv_bytes_per_token", r.kv_bytes_per_token}, {"kv_bytes_allocated", r.kv_bytes},
+            {"kv_bytes_used", r.kv_bytes_used},
+            {"kv_bytes_meaning", "per_token: one sequence; allocated, used: all batch sequences"},
+            {"peak_rss_bytes", r.peak_rss}};
+}
+
+// -ctk/-ctv lists (llama-bench) as a --kv-bits list; "" when neither is given.
+std::string bench_bits_from_cache_types(const bench_opts& o) {
+    if (o.cache_type_k.empty() && o.cache_type_v.empty()) return "";
+    const std::vector<std::string> k = split_list(o.cache_type_k.empty() ? "f16" : o.cache_type_k, "-ctk");
+    const std::vector<std::string> v = split_list(o.cache_type_v.empty() ? "f16" : o.cache_type_v, "-ctv");
+    if (k != v)
+        ZK_THROW("-ctk %s and -ctv %s differ: zack stores K and V at one precision; give both the same list",
+                 o.cache_type_k.c_str(), o.cache_type_v.c_str());
+    std::string bits;
+    for (const std::string& t : k) {
+        std::string type = o.kv_type;
+        int b = 16;
+        options_cache_type(t, "-ctk", &type, &b);
+        if (type != o.kv_type) ZK_THROW("-ctk %s: bench takes one element type; use --kv-type %s", t.c_str(), t.c_str());
+        bits += (bits.empty() ? "" : ",") + std::to_string(b);
+    }
+    return bits;
+}
+
 std::string fmt_bytes(size_t b) {
     if (b >= (size_t)1 << 20) return strfmt("%.2f MiB", b / 1048576.0);
     if (b >= 1024) return strfmt("%.1f KiB", b / 1024.0);
@@ -133,12 +167,30 @@ void options_add_bench(CLI::App& app, bench_opts& o) {
     app.add_option("-c,--ctx-size", o.n_ctx, "context size (0 = just enough for the largest test)")
         ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
     app.add_option("--kv-type", o.kv_type, "KV cache element type")->check(CLI::IsMember({"f32", "f16"}));
-    app.add_option("-o,--output", o.format, "output format")->check(CLI::IsMember({"md", "csv", "json"}));
+    app.add_option("-o,--output", o.format, "output format (jsonl: one JSON object per test, printed as it ends)")
+        ->check(CLI::IsMember({"md", "csv", "json", "jsonl"}));
+    app.add_option("--output-file", o.output_file, "write the results to this file instead of stdout");
     app.add_option("--kv-rate", o.kv_rate, "ZACK compression rates, comma list (-1 = uncompressed; needs a .zack)");
     app.add_option("--kv-bits", o.kv_bits, "KV precisions, comma list of 16, 8, 4");
     app.add_option("--kv-evict", o.kv_evict, "eviction policies, comma list");
     app.add_option("--kv-budget", o.kv_budget, "eviction budgets in tokens, comma list (0 = none)");
     app.add_flag("--kv-gear", o.kv_gear, "GEAR error correction for 4-bit caches");
+    app.add_option("--kv-alloc", o.kv_alloc, "how --kv-rate ranks are allocated: sensitivity, sigma or uniform")
+        ->check(CLI::IsMember({"sensitivity", "sigma", "uniform"}));
+    app.add_option("--kv-plan", o.kv_plan,
+                   "KV plans, comma list: plan files or targets of plans the .zack recorded (each one more "
+                   "configuration)");
+    app.add_option("--kv-target", o.kv_target,
+                   "KV plans predicted for these fractions of the f16 cache, comma list (each one more configuration)");
+    const char* g = k_group_llama;
+    app.add_option("--cache-type-k", o.cache_type_k, "-ctk: comma list of f16, q8_0, q4_0 (-> --kv-bits 16, 8, 4)")
+        ->group(g);
+    app.add_option("--cache-type-v", o.cache_type_v, "-ctv: the same list as -ctk (K and V share one precision)")
+        ->group(g);
+    app.add_option("--n-gpu-layers,--gpu-layers", o.n_gpu_layers, "-ngl: accepted; no effect in a CPU build")
+        ->group(g);
+    app.add_option("--flash-attn", o.flash_attn, "-fa: accepted; zack's attention is always one fused pass")
+        ->expected(0, 1)->group(g);
 }
 
 int cmd_bench(const bench_opts& o) {
@@ -146,9 +198,25 @@ int cmd_bench(const bench_opts& o) {
     const auto gens = parse_list(o.gen, "--n-gen", 0);
     const auto depths = parse_list(o.depth, "--depth", 0);
     const auto batches = parse_list(o.batch, "--batch", 1);
-    const auto threads = parse_list(o.threads, "--threads", 1);
+    std::vector<int64_t> threads = parse_list(o.threads, "--threads", 0);
+    for (int64_t& t : threads)  // 0 = all hardware threads, as in zack run
+        if (t == 0) t = std::max(1u, std::thread::hardware_concurrency());
+    std::string kv_bits_list = o.kv_bits;
+    const std::string ct_bits = bench_bits_from_cache_types(o);
+    if (!ct_bits.empty()) {
+        if (o.kv_bits != "16") ZK_THROW("give --kv-bits or -ctk/-ctv, not both");
+        kv_bits_list = ct_bits;
+    }
+    if (!o.output_file.empty()) file_out_check(o.output_file);
 
     auto m = model_load(o.model_path);
+    // llama-bench's jsonl: one object per test, with the model in every line
+    auto jsonl_line = [&](const bench_row& r) {
+        nlohmann::json j = row_json(r);
+        j["model"] = o.model_path;
+        j["model_desc"] = model_describe(*m);
+        return j.dump();
+    };
     int64_t need = 1;
     for (int64_t d : depths) {
         for (int64_t p : prompts) need = std::max(need, d + p);
@@ -169,7 +237,7 @@ int cmd_bench(const bench_opts& o) {
     };
     std::vector<kv_config> kv_configs;
     for (const std::string& rate_s : split_list(o.kv_rate, "--kv-rate"))
-        for (int64_t bits : parse_list(o.kv_bits, "--kv-bits", 4))
+        for (int64_t bits : parse_list(kv_bits_list, "--kv-bits", 4))
             for (const std::string& policy : split_list(o.kv_evict, "--kv-evict"))
                 for (int64_t budget : parse_list(o.kv_budget, "--kv-budget", 0)) {
                     kv_config c;
@@ -189,10 +257,13 @@ int cmd_bench(const bench_opts& o) {
                     }
                     if (rate >= 0) {
                         if (!m->zack.present) ZK_THROW("--kv-rate needs a .zack model (zack calibrate makes one)");
-                        ranks_validate_rate(rate);
-                        const zack_ranks r = ranks_for_rate(zack_spectra::from_model(*m), rate, m->zack.rank_align);
+                        rank_request rq;
+                        rq.rate = rate;
+                        if (!o.kv_alloc.empty()) rq.alloc = rank_alloc_from_name(o.kv_alloc), rq.alloc_set = true;
+                        const zack_ranks r = ranks_resolve(*m, rq);
                         c.sp.ranks_k = r.k;
                         c.sp.ranks_v = r.v;
+                        c.sp.kbasis = r.kb;
                         c.desc += strfmt(" zack%.2f", rate);
                     }
                     if (policy != "none") c.desc += strfmt(" %s%lld", policy.c_str(), (long long)budget);
@@ -200,6 +271,32 @@ int cmd_bench(const bench_opts& o) {
                     evict_validate_params(c.sp.evict, n_ctx);
                     kv_configs.push_back(c);
                 }
+
+    // KV plans: one configuration each, with the precision and ranks they set
+    auto add_plan = [&](const kv_plan& pl, const std::string& name) {
+        kv_config c;
+        c.sp.n_ctx = n_ctx;
+        c.sp.kv_type = dtype_from_name(o.kv_type);
+        c.sp.n_batch = 512;
+        plan_apply(pl, *m, c.sp);
+        c.desc = "plan " + name;
+        kv_cache_validate_params(session_kv_params(c.sp));
+        evict_validate_params(c.sp.evict, n_ctx);
+        kv_configs.push_back(c);
+    };
+    if (!o.kv_plan.empty())
+        for (const std::string& spec : split_list(o.kv_plan, "--kv-plan")) add_plan(plan_load(*m, spec), spec);
+    if (!o.kv_target.empty())
+        for (const std::string& t : split_list(o.kv_target, "--kv-target")) {
+            double f = 0;
+            try {
+                f = std::stod(t);
+            } catch (...) {
+                ZK_THROW("--kv-target: '%s' is not a number", t.c_str());
+            }
+            if (!m->zack.present) ZK_THROW("--kv-target needs a .zack model (zack calibrate makes one)");
+            add_plan(plan_for_target(*m, f), "t" + t);
+        }
 
     std::vector<bench_row> rows;
     // one row group per (threads, KV configuration)
@@ -244,7 +341,13 @@ int cmd_bench(const bench_opts& o) {
                 for (int rep = d > 0 ? 0 : -1; rep < o.reps; rep++) {
                     for (int64_t i = 0; i < batch; i++) {
                         ptrs[i]->reset();
-                        if (d > 0) ptrs[i]->decode(ctx[i].data(), d);
+                        // A long depth takes a while: say how far the prefill is.
+                        for (int64_t at = 0; at < d; at += 512) {
+                            if (d > 512)
+                                std::fprintf(stderr, "\rbench: %s depth %lld: prefilling sequence %lld, %lld/%lld tokens   ",
+                                             row.test.c_str(), (long long)d, (long long)i, (long long)at, (long long)d);
+                            ptrs[i]->decode(ctx[i].data() + at, std::min<int64_t>(512, d - at));
+                        }
                     }
                     std::fprintf(stderr, "\rbench: %s depth %lld batch %lld threads %lld rep %d/%d   ",
                                  row.test.c_str(), (long long)d, (long long)batch, (long long)nt, rep + 1, o.reps);
@@ -273,6 +376,10 @@ int cmd_bench(const bench_opts& o) {
                 }
                 row.peak_rss = peak_rss_bytes();
                 rows.push_back(row);
+                if (o.format == "jsonl" && o.output_file.empty()) {
+                    std::fprintf(stderr, "\r%100s\r", "");
+                    file_out_stdout(jsonl_line(row) + "\n");
+                }
             };
             for (int64_t p : prompts)
                 if (p > 0) run_test(true, p, 1);
@@ -281,40 +388,42 @@ int cmd_bench(const bench_opts& o) {
                     for (int64_t b : batches) run_test(false, g, b);
         }
     }
-    std::fprintf(stderr, "\r%80s\r", "");
+    std::fprintf(stderr, "\r%100s\r", "");
 
+    std::string out;
     if (o.format == "json") {
         nlohmann::json j;
         j["model"] = o.model_path;
         j["model_desc"] = model_describe(*m);
         j["n_ctx"] = n_ctx;
-        for (const auto& r : rows)
-            j["results"].push_back({{"test", r.test}, {"n_tokens", r.n_tokens}, {"depth", r.depth},
-                                    {"batch", r.batch}, {"threads", r.threads}, {"kv", r.kv},
-                                    {"tokens_per_s", r.mean_tps}, {"tokens_per_s_std", r.std_tps},
-                                    {"ms", r.mean_ms}, {"ms_std", r.std_ms},
-                                    {"ms_meaning", r.test.rfind("pp", 0) == 0 ? "time to first token" : "time per decode step (batch tokens)"},
-                                    {"kv_bytes_per_token", r.kv_bytes_per_token}, {"kv_bytes_allocated", r.kv_bytes},
-                                    {"kv_bytes_used", r.kv_bytes_used},
-                                    {"kv_bytes_meaning", "per_token: one sequence; allocated, used: all batch sequences"},
-                                    {"peak_rss_bytes", r.peak_rss}});
-        std::printf("%s\n", j.dump(2).c_str());
+        j["results"] = nlohmann::json::array();
+        for (const auto& r : rows) j["results"].push_back(row_json(r));
+        out = j.dump(2) + "\n";
+    } else if (o.format == "jsonl") {
+        for (const auto& r : rows) out += jsonl_line(r) + "\n";
     } else if (o.format == "csv") {
-        std::printf("test,n_tokens,depth,batch,threads,kv,tokens_per_s,tokens_per_s_std,ms,ms_std,kv_bytes_per_token,kv_bytes_allocated,kv_bytes_used,peak_rss_bytes\n");
+        out = "test,n_tokens,depth,batch,threads,kv,tokens_per_s,tokens_per_s_std,ms,ms_std,kv_bytes_per_token,"
+              "kv_bytes_allocated,kv_bytes_used,peak_rss_bytes\n";
         for (const auto& r : rows)
-            std::printf("%s,%lld,%lld,%lld,%d,%s,%.3f,%.3f,%.4f,%.4f,%zu,%zu,%zu,%zu\n", r.test.c_str(),
-                        (long long)r.n_tokens, (long long)r.depth, (long long)r.batch, r.threads, r.kv.c_str(),
-                        r.mean_tps, r.std_tps, r.mean_ms, r.std_ms, r.kv_bytes_per_token, r.kv_bytes,
-                        r.kv_bytes_used, r.peak_rss);
+            out += strfmt("%s,%lld,%lld,%lld,%d,%s,%.3f,%.3f,%.4f,%.4f,%zu,%zu,%zu,%zu\n", r.test.c_str(),
+                          (long long)r.n_tokens, (long long)r.depth, (long long)r.batch, r.threads, r.kv.c_str(),
+                          r.mean_tps, r.std_tps, r.mean_ms, r.std_ms, r.kv_bytes_per_token, r.kv_bytes,
+                          r.kv_bytes_used, r.peak_rss);
     } else {
-        std::printf("model: %s\n\n", model_describe(*m).c_str());
-        std::printf("| test | depth | batch | threads | kv | tokens/s (all seqs) | ms (TTFT or per step) | KV bytes/token (per seq) | KV bytes used (all seqs) | peak RSS |\n");
-        std::printf("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|\n");
+        out = "model: " + model_describe(*m) + "\n\n";
+        out += "| test | depth | batch | threads | kv | tokens/s (all seqs) | ms (TTFT or per step) | KV bytes/token (per seq) | KV bytes used (all seqs) | peak RSS |\n";
+        out += "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|\n";
         for (const auto& r : rows)
-            std::printf("| %s | %lld | %lld | %d | %s | %.2f ± %.2f | %.3f ± %.3f | %zu | %s | %s |\n", r.test.c_str(),
-                        (long long)r.depth, (long long)r.batch, r.threads, r.kv.c_str(), r.mean_tps, r.std_tps,
-                        r.mean_ms, r.std_ms, r.kv_bytes_per_token, fmt_bytes(r.kv_bytes_used).c_str(),
-                        fmt_bytes(r.peak_rss).c_str());
+            out += strfmt("| %s | %lld | %lld | %d | %s | %.2f ± %.2f | %.3f ± %.3f | %zu | %s | %s |\n", r.test.c_str(),
+                          (long long)r.depth, (long long)r.batch, r.threads, r.kv.c_str(), r.mean_tps, r.std_tps,
+                          r.mean_ms, r.std_ms, r.kv_bytes_per_token, fmt_bytes(r.kv_bytes_used).c_str(),
+                          fmt_bytes(r.peak_rss).c_str());
+    }
+    if (!o.output_file.empty()) {
+        file_out_write(o.output_file, out);
+        std::fprintf(stderr, "bench: wrote %s\n", o.output_file.c_str());
+    } else if (o.format != "jsonl") {  // jsonl rows went out as they finished
+        file_out_stdout(out);
     }
     return 0;
 }

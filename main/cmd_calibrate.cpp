@@ -8,6 +8,7 @@
 //                  [--gen-repeat-penalty R] [--gen-len N] [--gen-parallel N] [--save-corpus FILE]
 //   zack calibrate -m A.zack --compare B.zack       (compare only; no -o)
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <thread>
@@ -16,9 +17,12 @@
 #include "calib/compare.h"
 #include "calib/corpus.h"
 #include "calib/ranks.h"
+#include "calib/plan.h"
+#include "calib/sensitivity.h"
 #include "calib/zack_file.h"
 #include "engine/model.h"
 #include "ggml-like/error.h"
+#include "ggml-like/file_out.h"
 #include "main/commands.h"
 
 namespace zk {
@@ -55,6 +59,15 @@ void options_add_calibrate(CLI::App& app, calibrate_opts& o) {
     app.add_option("--v-stat", o.v_stat,
                    "V statistic: attn (attention outputs, what W_o multiplies) or v (value vectors, as the paper)")
         ->check(CLI::IsMember({"attn", "v"}));
+    app.add_option("--sens-tokens", o.sens_tokens,
+                   "tokens of the corpus for the sensitivity pass that --kv-alloc sensitivity uses (0 = none)")
+        ->check(CLI::Range(int64_t(0), int64_t(1) << 24));
+    app.add_option("--sens-stride", o.sens_stride, "sensitivity pass: every N-th token of a window is a measured query")
+        ->check(CLI::Range(1, 1 << 16));
+    app.add_option("--kv-target", o.kv_targets,
+                   "record KV plans (precision + ranks) predicted for these fractions of the f16 cache, each in "
+                   "(0, 1]; run/bench/eval --kv-plan F uses one")
+        ->expected(1, -1)->delimiter(',');
     app.add_flag("-q,--quiet", o.quiet, "no progress lines");
 }
 
@@ -90,8 +103,19 @@ int cmd_calibrate(const calibrate_opts& o) {
         return run_compare(o.model_path, o.compare_path, o.compare_rate, o.rank_align);
     }
     if (!o.compare_path.empty()) ranks_validate_rate(o.compare_rate);
-    zack_file_check_writable(o.out_path);
-    if (o.out_path == o.model_path) ZK_THROW("%s: the output would overwrite the source model", o.out_path.c_str());
+    // Outputs are checked before the long work (file_out refuses devices, directories).
+    const std::string out_target = file_out_check(o.out_path);
+    if (!o.save_corpus.empty()) file_out_check(o.save_corpus);
+    char* src_real = realpath(o.model_path.c_str(), nullptr);
+    char* out_real = realpath(out_target.c_str(), nullptr);
+    const bool same = src_real && out_real && std::string(src_real) == out_real;
+    std::free(src_real);
+    std::free(out_real);
+    if (same || o.out_path == o.model_path)
+        ZK_THROW("%s: the output would overwrite the source model", o.out_path.c_str());
+    for (double t : o.kv_targets) plan_validate_target(t);
+    if (!o.kv_targets.empty() && o.sens_tokens == 0)
+        ZK_THROW("--kv-target needs the sensitivity pass (--sens-tokens > 0)");
     // Read the corpus (or check the generation sampler) before the model: bad input fails fast.
     std::vector<std::string> texts;
     if (!o.corpus.empty()) texts = corpus_read_files(o.corpus);
@@ -120,7 +144,7 @@ int cmd_calibrate(const calibrate_opts& o) {
         const std::vector<std::string> samples = corpus_generate(*m, gp);
         corpus_desc = corpus_describe_generation(gp, samples.size());
         texts = {corpus_join(samples)};
-        if (!o.save_corpus.empty()) options_write_file(o.save_corpus, texts[0]);
+        if (!o.save_corpus.empty()) file_out_write(o.save_corpus, texts[0]);
     } else {
         corpus_desc = "files: " + join_names(o.corpus);
     }
@@ -143,8 +167,24 @@ int cmd_calibrate(const calibrate_opts& o) {
     zack_calibration c = calib_decompose(*m, acc);
     c.n_ctx = o.n_ctx;
     c.corpus = corpus_desc + "; V statistic: " + o.v_stat;
+    if (o.sens_tokens > 0) {
+        // Loss curves per head and rank for the allocation (--kv-alloc sensitivity), on the
+        // start of the same corpus.
+        calib_params sp = cp;
+        sp.n_tokens = o.sens_tokens;
+        sens_params sens;
+        sens.query_stride = o.sens_stride;
+        sens.ranks = sens_default_ranks(m->hp.head_dim, o.rank_align);
+        c.sens = calib_sensitivity(*m, c, docs, sp, sens);
+    }
     zack_write_params wp;
     wp.rank_align = o.rank_align;
+    for (double t : o.kv_targets) {
+        kv_plan pl = plan_for_target(zack_calibration_plan_inputs(c), t);
+        pl.source = "zack calibrate --kv-target";
+        std::fprintf(stderr, "zack calibrate: plan for %.3f: %s\n", t, pl.describe().c_str());
+        wp.plans.push_back(pl);
+    }
     zack_file_write(*m, c, wp, o.out_path);
     std::fprintf(stderr, "zack calibrate: wrote %s (%lld calibration tokens)\n", o.out_path.c_str(), (long long)fed);
 

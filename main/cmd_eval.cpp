@@ -1,5 +1,5 @@
 // `zack eval`: accuracy of compressed KV caches against the uncompressed model on
-// the same items (ppl, lastword, mc, passkey), sweeps over compression flags and
+// the same items (ppl, lastword, mc, passkey, code), sweeps over compression flags and
 // the bisection for the largest KV reduction that keeps a target share of the
 // baseline.
 //
@@ -18,13 +18,16 @@
 #include <memory>
 #include <sstream>
 
+#include "calib/plan.h"
 #include "calib/ranks.h"  // ranks_rate for the JSON
+#include "engine/eval/eval_code.h"
 #include "engine/eval/eval_report.h"
 #include "engine/eval/eval_sweep.h"
 #include "engine/eval/eval_task.h"
 #include "engine/model.h"
 #include "engine/session.h"
 #include "ggml-like/error.h"
+#include "ggml-like/file_out.h"
 #include "main/commands.h"
 
 namespace zk {
@@ -35,7 +38,10 @@ struct eval_opts {
     model_opts mo;
     std::string task;
     std::vector<std::string> data;
-    std::string json_path, plot_path, on_error = "stop", baseline_model;
+    std::string json_path, plot_path, csv_path, on_error = "stop", baseline_model;
+    std::string plan_out;  // --plan-out: the smallest configuration >= --target as a plan file
+    std::string kld_base;  // --kl-divergence-base FILE
+    bool kld = false;      // --kl-divergence: compare with FILE instead of running a baseline
     int64_t limit = 0;
     int64_t ppl_stride = 0;
     int64_t ppl_piece = 32;
@@ -51,6 +57,10 @@ struct eval_opts {
     int pk_trials = 2;
     uint64_t seed = 1234;
     int lw_min_words = 20, lw_max_words = 120;
+    std::string code_prompt = "chat";
+    int code_max_tokens = 512;
+    sandbox_limits code_limits;
+    std::string code_python;
     bool quiet = false;
 };
 
@@ -68,7 +78,10 @@ eval_config user_config(const CLI::App& app) {
     for (const CLI::Option* o : app.get_options()) {
         if (o->count() == 0) continue;
         const auto& ln = o->get_lnames();
-        auto it = std::find_if(ln.begin(), ln.end(), [](const std::string& n) { return n.rfind("kv-", 0) == 0; });
+        // zack's --kv-* flags and llama.cpp's --cache-type-k/v, which map onto them
+        auto it = std::find_if(ln.begin(), ln.end(), [](const std::string& n) {
+            return n.rfind("kv-", 0) == 0 || n.rfind("cache-type-", 0) == 0;
+        });
         if (it == ln.end()) continue;
         const std::string flag = "--" + *it;
         if (o->get_items_expected_max() == 0) {  // a flag: no value
@@ -103,7 +116,7 @@ public:
             throw config_unavailable(std::string("not available in this build: ") + e.what());
         }
         session_params p = options_session_params(mo);
-        if ((mo.kv_rate >= 0 || mo.kv_eps >= 0) && !m_.zack.present)
+        if ((mo.kv_rate >= 0 || mo.kv_eps >= 0 || mo.kv_target > 0 || !mo.kv_plan.empty()) && !m_.zack.present)
             throw config_unavailable("ZACK ranks need a .zack model (zack calibrate); " + m_.file->path() +
                                      " is a plain GGUF");
         options_resolve_ranks(mo, m_, p);
@@ -120,8 +133,11 @@ private:
 nlohmann::json session_json(const session_params& p, const model& m) {
     nlohmann::json j = {{"n_ctx", p.n_ctx}, {"threads", p.n_threads}, {"batch", p.n_batch},
                         {"kv_type", dtype_name(p.kv_type)}};
+    j["kv_bits"] = p.kv_bits;
+    if (p.evict.policy != "none") j["evict"] = {{"policy", p.evict.policy}, {"budget", p.evict.budget}};
     if (!p.ranks_k.empty()) {
         j["ranks_k"] = p.ranks_k;
+        if (!p.kbasis.empty()) j["key_basis"] = p.kbasis;
         j["ranks_v"] = p.ranks_v;
         j["zack_rate"] = ranks_rate(p.ranks_k, p.ranks_v, m.hp.head_dim);
     }
@@ -143,16 +159,31 @@ std::vector<std::pair<std::string, std::vector<std::string>>> parse_grid(const s
     return axes;
 }
 
-std::unique_ptr<eval_task> make_task(const model& m, const eval_opts& eo, int64_t ppl_ctx) {
+std::unique_ptr<eval_task> make_task(const model& m, const eval_opts& eo, int64_t ppl_ctx, bool ctx_set_by_user) {
     const eval_on_error pol = eval_on_error_from_name(eo.on_error);
-    if (eo.task == "ppl") return eval_task_ppl(m, eo.data, {ppl_ctx, eo.ppl_stride, eo.limit, eo.ppl_piece}, pol);
+    if (eo.task == "ppl") {
+        eval_ppl_opts po;
+        po.n_ctx = ppl_ctx;
+        po.stride = eo.ppl_stride;
+        po.limit = eo.limit;
+        po.piece = eo.ppl_piece;
+        po.logits_path = eo.kld_base;
+        po.kl_compare = eo.kld;
+        po.ctx_set_by_user = ctx_set_by_user;
+        return eval_task_ppl(m, eo.data, po, pol);
+    }
     if (eo.task == "lastword") return eval_task_lastword(m, eo.data, {eo.lw_min_words, eo.lw_max_words, eo.limit}, pol);
     if (eo.task == "mc") return eval_task_mc(m, eo.data, {eo.limit}, pol);
     if (eo.task == "passkey") {
         if (!eo.data.empty()) ZK_THROW("passkey builds its own items; it takes no --data");
         return eval_task_passkey(m, {eo.pk_lengths, eo.pk_depths, eo.pk_trials, eo.seed, eo.limit}, pol);
     }
-    ZK_THROW("unknown task '%s' (ppl, lastword, mc, passkey)", eo.task.c_str());
+    if (eo.task == "code")
+        return eval_task_code(m, eo.data,
+                              {eo.limit, code_prompt_mode_from_name(eo.code_prompt), eo.code_max_tokens,
+                               eo.code_limits, eo.code_python},
+                              pol);
+    ZK_THROW("unknown task '%s' (ppl, lastword, mc, passkey, code)", eo.task.c_str());
 }
 
 }  // namespace
@@ -160,17 +191,25 @@ std::unique_ptr<eval_task> make_task(const model& m, const eval_opts& eo, int64_
 CLI::App* eval_add_subcommand(CLI::App& parent) {
     eval_opts& o = g_eo;
     CLI::App* app = parent.add_subcommand(
-        "eval", "accuracy against the uncompressed model (ppl, lastword, mc, passkey), sweeps and --target bisection");
+        "eval", "accuracy against the uncompressed model (ppl, lastword, mc, passkey, code), sweeps and --target bisection");
     app->option_defaults()->always_capture_default();
     options_add_model(*app, o.mo);
-    app->add_option("--task", o.task, "ppl | lastword | mc | passkey")->required()
-        ->check(CLI::IsMember({"ppl", "lastword", "mc", "passkey"}));
-    app->add_option("--data", o.data, "data files: text (ppl, lastword) or JSONL (mc)");
-    app->add_option("--limit", o.limit, "at most this many items (ppl: chunks; 0 = all)")->check(CLI::NonNegativeNumber);
+    app->add_option("--task", o.task, "ppl | lastword | mc | passkey | code")->required()
+        ->check(CLI::IsMember({"ppl", "lastword", "mc", "passkey", "code"}));
+    app->add_option("-f,--data,--file", o.data, "data files: text (ppl, lastword) or JSONL (mc, code; README gives the schema)");
+    app->add_option("--limit,--chunks", o.limit, "at most this many items (ppl: chunks, as llama-perplexity's --chunks; "
+                    "0 = all)")->check(CLI::NonNegativeNumber);
     app->add_option("--on-error", o.on_error, "malformed data: stop at the first problem, or skip the item")
         ->check(CLI::IsMember({"stop", "skip"}));
     app->add_option("--json", o.json_path, "write every number and the exact configurations to this JSON file");
     app->add_option("--plot", o.plot_path, "write an SVG chart of accuracy vs KV size (one curve per method)");
+    app->add_option("--csv", o.csv_path, "write one CSV row per configuration (the baseline first)");
+    app->add_option("--kl-divergence-base", o.kld_base,
+                    "ppl: save the baseline's log-probabilities to this file (llama-perplexity's workflow); with "
+                    "--kl-divergence, read them back as the baseline");
+    app->add_flag("--kl-divergence", o.kld,
+                  "ppl: compare -m (and its KV flags) with the baseline saved in --kl-divergence-base; the tokens "
+                  "come from that file, no --data");
     app->add_option("--baseline-model", o.baseline_model,
                     "model for the uncompressed baseline (default: -m with no compression flags)");
     app->add_option("--ppl-stride", o.ppl_stride, "ppl: llama.cpp's strided mode (0 = chunks of -c, second half scored)")
@@ -181,7 +220,13 @@ CLI::App* eval_add_subcommand(CLI::App& parent) {
     app->add_option("--target", o.target, "find by bisection, per method, the largest KV reduction keeping this share "
                     "of the baseline (e.g. 0.99)")->check(CLI::Range(0.0, 1.0));
     app->add_option("--methods", o.methods, "families for --sweep/--target: zack evict q4 zack+evict zack+q4 "
-                    "zack+evict+q4 all");
+                    "zack+evict+q4 plan plan+evict all (plan: precision, ranks and key bases chosen together for "
+                    "a byte target from the .zack's curves)");
+    app->add_option("--plan-min", o.lim.plan_min_fraction,
+                    "strongest --kv-target of the plan families (a fraction of the f16 cache)")->check(CLI::Range(0.01, 1.0));
+    app->add_option("--plan-out", o.plan_out,
+                    "--target: write the smallest configuration that keeps the target (over every family) as a "
+                    "plan file for --kv-plan");
     app->add_option("--points", o.points, "--sweep: strengths per family (k/points, k = 1..points)")
         ->check(CLI::Range(1, 64));
     app->add_option("--steps", o.steps, "--target: bisection steps (resolution 1/2^steps of the strength)")
@@ -199,18 +244,41 @@ CLI::App* eval_add_subcommand(CLI::App& parent) {
     app->add_option("--seed", o.seed, "passkey: seed of the keys");
     app->add_option("--min-words", o.lw_min_words, "lastword: shortest passage in words");
     app->add_option("--max-words", o.lw_max_words, "lastword: longer paragraphs are cut to this many words");
+    app->add_option("--code-prompt", o.code_prompt, "code: ask through the chat template for a ```python "
+                    "block (chat), or continue the prompt text (raw: fewer tokens, for base models)")->check(CLI::IsMember({"raw", "chat"}));
+    app->add_option("--code-max-tokens", o.code_max_tokens, "code: generated tokens per problem")
+        ->check(CLI::Range(1, 1 << 16));
+    app->add_option("--code-timeout", o.code_limits.wall_s, "code: wall-clock seconds per program in the sandbox")
+        ->check(CLI::Range(0.1, 3600.0));
+    app->add_option("--code-python", o.code_python, "code: absolute path of the python3 run in the sandbox "
+                    "(default /usr/bin/python3)");
     app->add_flag("-q,--quiet", o.quiet, "no progress lines");
     return app;
 }
 
 int cmd_eval(CLI::App& app) {
     eval_opts& eo = g_eo;
-    if (eo.task != "passkey" && eo.data.empty()) ZK_THROW("--task %s needs --data FILE ...", eo.task.c_str());
+    if (eo.kld && eo.kld_base.empty()) ZK_THROW("--kl-divergence needs --kl-divergence-base FILE (the saved baseline)");
+    if (!eo.kld_base.empty() && eo.task != "ppl")
+        ZK_THROW("--kl-divergence-base works with --task ppl, not %s", eo.task.c_str());
+    if (eo.kld && !eo.baseline_model.empty())
+        ZK_THROW("--kl-divergence takes its baseline from %s; drop --baseline-model", eo.kld_base.c_str());
+    if (eo.task != "passkey" && eo.data.empty() && !eo.kld)
+        ZK_THROW("--task %s needs --data FILE ... (or -f FILE)", eo.task.c_str());
+    // Outputs are checked before the long work (file_out refuses devices, directories).
+    if (!eo.plan_out.empty() && !(eo.target > 0)) ZK_THROW("--plan-out needs --target");
+    for (const std::string* out : {&eo.json_path, &eo.plot_path, &eo.csv_path, &eo.plan_out})
+        if (!out->empty()) file_out_check(*out);
+    if (!eo.kld_base.empty() && !eo.kld) file_out_check(eo.kld_base);
     // ppl chunks default to llama.cpp's 512 tokens; -c sets them.
-    const int64_t ppl_ctx = app.get_option("--ctx-size")->count() ? eo.mo.n_ctx : 512;
+    const bool ctx_set = app.get_option("--ctx-size")->count() > 0;
+    const int64_t ppl_ctx = ctx_set ? eo.mo.n_ctx : 512;
     const session_params defaults = options_session_params(eo.mo);
     eo.mo.n_threads = defaults.n_threads;
 
+    if (app.count("--flash-attn") > 0 && eo.mo.flash_attn.empty()) eo.mo.flash_attn = "on";  // a bare -fa
+    if (eo.mo.verbose)
+        for (const std::string& n : options_llama_notes(eo.mo)) std::fprintf(stderr, "note: %s\n", n.c_str());
     auto m = model_load(eo.mo.model_path);
     std::unique_ptr<model> mb;
     if (!eo.baseline_model.empty()) {
@@ -218,7 +286,7 @@ int cmd_eval(CLI::App& app) {
         if (mb->hp.n_vocab != m->hp.n_vocab)
             ZK_THROW("--baseline-model has %d tokens in its vocabulary, -m has %d", mb->hp.n_vocab, m->hp.n_vocab);
     }
-    std::unique_ptr<eval_task> task = make_task(*m, eo, ppl_ctx);
+    std::unique_ptr<eval_task> task = make_task(*m, eo, ppl_ctx, ctx_set);
     const int64_t n_ctx = task->n_ctx_needed();
     eo.lim.n_tokens = task->n_tokens_typical();
     if (!eo.quiet)
@@ -239,8 +307,17 @@ int cmd_eval(CLI::App& app) {
     rep.task = task->name();
     rep.target = eo.target;
 
-    // Baseline: no compression flags.
-    {
+    // Baseline: no compression flags, or the saved one (--kl-divergence).
+    if (task->has_stored_baseline()) {
+        eval_point& b = rep.baseline;
+        b.cfg.name = "baseline";
+        b.cfg.method = "baseline";
+        b.score = task->stored_baseline();
+        b.session = {{"logits_file", eo.kld_base}};
+        b.retention = 1;
+        b.bytes_per_token = ref_bpt;  // what it ran with is not recorded: counted as an f16 cache
+        b.kv_fraction = 1;
+    } else {
         eval_point& b = rep.baseline;
         b.cfg.name = "baseline";
         b.cfg.method = "baseline";
@@ -279,7 +356,12 @@ int cmd_eval(CLI::App& app) {
         return p;
     });
 
-    const eval_config user = user_config(app);
+    eval_config user = user_config(app);
+    if (eo.kld && user.flags.empty()) {  // the model as given, against the saved baseline
+        const size_t sl = eo.mo.model_path.find_last_of('/');
+        user.name = "-m " + (sl == std::string::npos ? eo.mo.model_path : eo.mo.model_path.substr(sl + 1));
+        runs.get(user);
+    }
     if (!user.flags.empty()) runs.get(user);
     const std::vector<eval_method> methods = eval_methods(eo.methods, eo.lim);
     if (eo.sweep) {
@@ -303,20 +385,54 @@ int cmd_eval(CLI::App& app) {
     st["baseline_model"] = eo.baseline_model.empty() ? eo.mo.model_path : eo.baseline_model;
     st["user_config"] = user.to_json();
     st["reference_f16_bytes_per_token"] = ref_bpt;
-    if (eo.task == "ppl") st["ppl"] = {{"chunk", ppl_ctx}, {"stride", eo.ppl_stride}, {"piece", eo.ppl_piece}};
+    if (eo.task == "ppl") {
+        st["ppl"] = {{"chunk", ppl_ctx}, {"stride", eo.ppl_stride}, {"piece", eo.ppl_piece}};
+        if (eo.kld) st["ppl"] = {{"window", n_ctx}, {"piece", eo.ppl_piece}};  // chunking from the file
+        if (!eo.kld_base.empty())
+            st["ppl"]["kl_divergence_base"] = {{"file", eo.kld_base}, {"mode", eo.kld ? "compare" : "save"}};
+    }
     if (eo.task == "passkey")
         st["passkey"] = {{"lengths", eo.pk_lengths}, {"depths", eo.pk_depths}, {"trials", eo.pk_trials}, {"seed", eo.seed}};
     if (eo.task == "lastword") st["lastword"] = {{"min_words", eo.lw_min_words}, {"max_words", eo.lw_max_words}};
+    if (eo.task == "code")
+        st["code"] = {{"prompt", eo.code_prompt}, {"max_tokens", eo.code_max_tokens},
+                      {"timeout_s", eo.code_limits.wall_s}, {"python", eo.code_python}};
     if (eo.sweep || eo.target > 0)
         st["methods"] = {{"names", eo.methods}, {"points", eo.points}, {"steps", eo.steps}, {"grid", eo.grid},
                          {"zack_max_rate", eo.lim.zack_max_rate}, {"evict_policy", eo.lim.evict_policy},
                          {"evict_min_keep", eo.lim.evict_min_keep}, {"evict_tokens_typical", eo.lim.n_tokens},
                          {"quant_bits", eo.lim.quant_bits}};
 
-    std::fputs(eval_report_table(rep).c_str(), stdout);
-    std::fflush(stdout);
-    if (!eo.json_path.empty()) options_write_file(eo.json_path, eval_report_json(rep).dump(2) + "\n");
-    if (!eo.plot_path.empty()) options_write_file(eo.plot_path, eval_report_svg(rep));
+    file_out_stdout(eval_report_table(rep));
+    if (!eo.json_path.empty()) file_out_write(eo.json_path, eval_report_json(rep).dump(2) + "\n");
+    if (!eo.plot_path.empty()) file_out_write(eo.plot_path, eval_report_svg(rep));
+    if (!eo.plan_out.empty()) {
+        const int64_t best = eval_smallest_passing(rep.runs, eo.target);
+        if (best < 0)
+            ZK_THROW("--plan-out %s: no configuration kept %.1f%% of the baseline; nothing written", eo.plan_out.c_str(),
+                     100 * eo.target);
+        const eval_point& p = rep.runs[best];
+        const nlohmann::json& sj = p.session;
+        kv_plan pl;
+        pl.target = p.kv_fraction;
+        pl.kv_fraction = p.bytes_per_token / ref_bpt;
+        pl.bits = sj.value("kv_bits", 16);
+        pl.ranks_k = sj.value("ranks_k", std::vector<int>{});
+        pl.ranks_v = sj.value("ranks_v", std::vector<int>{});
+        pl.kbasis = sj.value("key_basis", std::vector<int>{});
+        pl.rate = sj.value("zack_rate", 0.0);
+        if (sj.contains("evict")) {
+            pl.evict = sj["evict"]["policy"].get<std::string>();
+            pl.budget = sj["evict"]["budget"].get<int64_t>();
+        }
+        pl.source = "zack eval --task " + eo.task + " --target " + std::to_string(eo.target) + ": " + p.cfg.cli() +
+                    " kept " + std::to_string(100 * p.retention) + "% of the baseline";
+        pl.source_sha256 = m->file->get_str("zack.source.sha256", "");
+        pl.n_layer = m->hp.n_layer, pl.n_kv = m->hp.n_head_kv, pl.head_dim = m->hp.head_dim;
+        file_out_write(eo.plan_out, pl.to_json().dump(2) + "\n");
+        std::fprintf(stderr, "eval: wrote %s (%s)\n", eo.plan_out.c_str(), p.cfg.cli().c_str());
+    }
+    if (!eo.csv_path.empty()) file_out_write(eo.csv_path, eval_report_csv(rep));
     return 0;
 }
 

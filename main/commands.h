@@ -20,13 +20,19 @@ struct bench_opts {
     int reps = 3;
     int64_t n_ctx = 0;
     std::string kv_type = "f16";
-    std::string format = "md";
+    std::string format = "md";       // md | csv | json | jsonl (llama-bench's -o)
+    std::string output_file;         // write the results here (file_out) instead of stdout
+    // llama-bench spellings: -ctk/-ctv lists map onto --kv-bits; -ngl/-fa are accepted
+    std::string cache_type_k, cache_type_v, n_gpu_layers, flash_attn;
     // KV cache configurations: every combination of these lists is benchmarked
     std::string kv_rate = "-1";     // ZACK overall rate (a .zack model); -1 = uncompressed
     std::string kv_bits = "16";
     std::string kv_evict = "none";
     std::string kv_budget = "0";
     bool kv_gear = false;
+    std::string kv_alloc;           // how --kv-rate ranks are allocated ("" = sensitivity when the .zack has curves)
+    // KV plans (calib/plan.h), each one more configuration: plan specs and targets, comma lists
+    std::string kv_plan, kv_target;
 };
 void options_add_bench(CLI::App& app, bench_opts& o);
 int cmd_bench(const bench_opts& o);
@@ -47,6 +53,9 @@ struct calibrate_opts {
     int gen_parallel = corpus_gen_params{}.n_parallel;
     double compare_rate = 0.5;
     std::string v_stat = "attn";
+    int64_t sens_tokens = 2048;  // sensitivity pass (0 = none)
+    std::vector<double> kv_targets;  // plans to record (--kv-target)
+    int sens_stride = 4;
     bool quiet = false;
 };
 void options_add_calibrate(CLI::App& app, calibrate_opts& o);

@@ -2,18 +2,36 @@
 // Subcommands are declared here; errors from anywhere below are caught once and
 // printed as one line.
 #include <cstdio>
+#include <cstring>
 #include <exception>
 
 #include <CLI/CLI.hpp>
 
 #include "ggml-like/error.h"
+#include "ggml-like/file_out.h"
 #include "main/commands.h"
+#include "main/version.h"
+
+namespace {
+
+// A bare "-fa" / "--color" (an option with an optional value) means "on".
+void main_bare_means_on(const CLI::App& app, const char* name, std::string& value) {
+    if (app.count(name) > 0 && value.empty()) value = "on";
+}
+
+int main_parse_error(const char* sub, const std::string& what) {
+    std::fprintf(stderr, "zack: error: %s (see zack%s%s --help)\n", what.c_str(), sub ? " " : "", sub ? sub : "");
+    return 2;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
     CLI::App app{"zack: LLM inference with a compressed KV cache (GGUF models)", "zack"};
     app.option_defaults()->always_capture_default();
     app.require_subcommand(1);
     app.set_help_all_flag("--help-all", "help for every subcommand");
+    app.set_version_flag("--version", "", "print the version, git commit, CPU features and CUDA support");
 
     zk::model_opts mo;
     zk::sampler_params sp;
@@ -43,34 +61,52 @@ int main(int argc, char** argv) {
     CLI::App* eval = zk::eval_add_subcommand(app);
 
     // CLI11 would only say "a subcommand is required"; name the word it did not know.
-    bool known = false;
+    const char* sub = nullptr;
     for (const CLI::App* sc : app.get_subcommands([](const CLI::App*) { return true; }))
-        known = known || (argc > 1 && sc->get_name() == argv[1]);
-    if (argc > 1 && argv[1][0] != '-' && !known) {
+        if (argc > 1 && sc->get_name() == argv[1]) sub = argv[1];
+    if (argc > 1 && argv[1][0] != '-' && !sub) {
         std::fprintf(stderr, "zack: error: unknown subcommand '%s' (see zack --help)\n", argv[1]);
         return 2;
     }
     try {
-        app.parse(argc, argv);
+        std::vector<std::string> args = zk::options_expand_aliases(argc, argv);
+        std::reverse(args.begin(), args.end());  // CLI11 takes the vector last argument first
+        app.parse(args);
     } catch (const CLI::CallForHelp& e) {
         return app.exit(e);
     } catch (const CLI::CallForAllHelp& e) {
         return app.exit(e);
+    } catch (const CLI::CallForVersion&) {
+        try {
+            zk::file_out_stdout(zk::version_text());
+        } catch (const zk::error& e) {
+            std::fprintf(stderr, "zack: error: %s\n", e.what());
+            return 1;
+        }
+        return 0;
     } catch (const CLI::ParseError& e) {
-        // one line, like every other error
-        std::fprintf(stderr, "zack: error: %s (see zack --help)\n", e.what());
-        return 2;
+        return main_parse_error(sub, e.what());  // one line, like every other error
     }
 
     try {
+        int rc = 0;
         if (run->parsed()) {
             ro.has_prompt = run->count("--prompt") > 0;
-            return zk::cmd_run(mo, sp, ro);
+            main_bare_means_on(*run, "--color", ro.color);
+            main_bare_means_on(*run, "--flash-attn", mo.flash_attn);
+            rc = zk::cmd_run(mo, sp, ro);
+        } else if (info->parsed()) {
+            rc = zk::cmd_info(info_path, info_json);
+        } else if (bench->parsed()) {
+            main_bare_means_on(*bench, "--flash-attn", bo.flash_attn);
+            rc = zk::cmd_bench(bo);
+        } else if (calibrate->parsed()) {
+            rc = zk::cmd_calibrate(co);
+        } else if (eval->parsed()) {
+            rc = zk::cmd_eval(*eval);  // its bare -fa is only reported (options_llama_notes)
         }
-        if (info->parsed()) return zk::cmd_info(info_path, info_json);
-        if (bench->parsed()) return zk::cmd_bench(bo);
-        if (calibrate->parsed()) return zk::cmd_calibrate(co);
-        if (eval->parsed()) return zk::cmd_eval(*eval);
+        zk::file_out_stdout_finish();  // a failed write to stdout (> /dev/full) is an error too
+        return rc;
     } catch (const zk::error& e) {
         std::fprintf(stderr, "zack: error: %s\n", e.what());
         return 1;
@@ -81,5 +117,4 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "zack: error: %s\n", e.what());
         return 1;
     }
-    return 0;
 }

@@ -1,70 +1,223 @@
+// The CLI option table; see options.h.
 #include "main/options.h"
 
+#include <cctype>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
-#include <fstream>
+#include <cstdlib>
 #include <thread>
 
+#include "calib/alloc.h"
+#include "calib/keybasis.h"
+#include "calib/plan.h"
 #include "calib/ranks.h"
 #include "ggml-like/error.h"
 
 namespace zk {
 
+const char* const k_group_model = "Model and context";
+const char* const k_group_kv = "KV cache (zack's own flags)";
+const char* const k_group_llama = "llama.cpp spellings (mapped onto zack's options)";
+const char* const k_group_run = "Prompt and chat";
+const char* const k_group_sample = "Sampling";
+
+// ---------------------------------------------------------------------------
+// llama.cpp's multi-letter short flags
+// ---------------------------------------------------------------------------
+
+const std::vector<option_alias>& options_aliases() {
+    static const std::vector<option_alias> table = {
+        {"-ngl", "--n-gpu-layers"},    {"-fa", "--flash-attn"},         {"-ctk", "--cache-type-k"},
+        {"-ctv", "--cache-type-v"},    {"-sys", "--system-prompt"},     {"-cnv", "--conversation"},
+        {"-no-cnv", "--no-conversation"}, {"-if", "--interactive-first"}, {"-co", "--color"},
+        {"-mli", "--multiline-input"},
+    };
+    return table;
+}
+
+std::vector<std::string> options_expand_aliases(int argc, const char* const* argv) {
+    std::vector<std::string> out;
+    bool options_end = false;
+    for (int i = 1; i < argc; i++) {
+        std::string a = argv[i];
+        if (options_end || a.size() < 3 || a[0] != '-' || a[1] == '-') {
+            options_end = options_end || a == "--";
+            out.push_back(a);
+            continue;
+        }
+        const size_t eq = a.find('=');
+        const std::string name = a.substr(0, eq);
+        const option_alias* hit = nullptr;
+        for (const option_alias& al : options_aliases())
+            if (name == al.short_name) hit = &al;
+        if (hit) {
+            out.push_back(hit->long_name + (eq == std::string::npos ? std::string() : a.substr(eq)));
+            continue;
+        }
+        // "-xyz": CLI11 would read bundled one-letter flags (-x -y -z, or -x with
+        // the value "yz"), which gives misleading errors for llama.cpp flags zack
+        // does not have; name the word instead.
+        bool letters = true;
+        for (size_t c = 1; c < name.size(); c++)
+            letters = letters && (std::isalpha((unsigned char)name[c]) || (c > 1 && name[c] == '-'));
+        if (letters && eq == std::string::npos) throw CLI::ExtrasError("unknown flag " + a, CLI::ExitCodes::ExtrasError);
+        out.push_back(a);
+    }
+    return out;
+}
+
+// ---------------------------------------------------------------------------
+// Option groups
+// ---------------------------------------------------------------------------
+
 void options_add_model(CLI::App& app, model_opts& o) {
-    app.add_option("-m,--model", o.model_path, "model file (.gguf or .zack)")->required();
+    app.add_option("-m,--model", o.model_path, "model file (.gguf or .zack)")->required()->group(k_group_model);
     app.add_option("-t,--threads", o.n_threads, "threads (0 = all hardware threads)")
-        ->check(CLI::Range(0, 512));
-    app.add_option("-c,--ctx-size", o.n_ctx, "context size in tokens")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+        ->check(CLI::Range(0, 512))->group(k_group_model);
+    app.add_option("-c,--ctx-size", o.n_ctx, "context size in tokens")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 20))->group(k_group_model);
     app.add_option("-b,--batch-size", o.n_batch, "tokens per forward chunk during prompt processing")
-        ->check(CLI::Range(int64_t(1), int64_t(1) << 16));
-    app.add_option("--kv-type", o.kv_type, "KV cache element type")->check(CLI::IsMember({"f32", "f16"}));
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 16))->group(k_group_model);
+    app.add_flag("-v,--verbose", o.verbose, "print model, cache and timing details to stderr")->group(k_group_model);
+
     // The KV flags are validated by the engine (zk::error with the flag name),
     // not by CLI11, so that every front end gets the same messages.
-    app.add_option("--kv-bits", o.kv_bits, "KV cache precision: 16 (--kv-type rows), 8 or 4 (KIVI layout)");
-    app.add_option("--kv-group", o.kv_group, "4-bit: tokens per per-channel key quantization group");
+    const char* g = k_group_kv;
+    app.add_option("--kv-type", o.kv_type, "KV cache element type")->check(CLI::IsMember({"f32", "f16"}))->group(g);
+    app.add_option("--kv-bits", o.kv_bits, "KV cache precision: 16 (--kv-type rows), 8 or 4 (KIVI layout)")->group(g);
+    app.add_option("--kv-group", o.kv_group, "4-bit: tokens per per-channel key quantization group")->group(g);
     app.add_option("--kv-residual", o.kv_residual,
                    "4-bit: newest tokens kept in full precision, a multiple of the group (0 = 128 tokens, "
-                   "or one group if larger)");
-    app.add_flag("--kv-gear", o.kv_gear, "4-bit: GEAR error correction (low-rank + sparse outliers per group)");
-    app.add_option("--kv-gear-rank", o.kv_gear_rank, "GEAR: rank of the residual approximation");
-    app.add_option("--kv-gear-outliers", o.kv_gear_outliers, "GEAR: fraction of elements kept exactly");
-    app.add_option("--kv-evict", o.kv_evict, "token eviction policy: none, streaming, h2o, snapkv, keyformer");
-    app.add_option("--kv-budget", o.kv_budget, "tokens kept per (layer, KV head) with --kv-evict");
+                   "or one group if larger)")->group(g);
+    app.add_flag("--kv-gear", o.kv_gear, "4-bit: GEAR error correction (low-rank + sparse outliers per group)")
+        ->group(g);
+    app.add_option("--kv-gear-rank", o.kv_gear_rank, "GEAR: rank of the residual approximation")->group(g);
+    app.add_option("--kv-gear-outliers", o.kv_gear_outliers, "GEAR: fraction of elements kept exactly")->group(g);
+    app.add_option("--kv-evict", o.kv_evict, "token eviction policy: none, streaming, h2o, snapkv, keyformer")
+        ->group(g);
+    app.add_option("--kv-budget", o.kv_budget, "tokens kept per (layer, KV head) with --kv-evict (-1 = not set)")
+        ->group(g);
     app.add_option("--kv-sinks", o.kv_sinks,
                    "attention sinks: the first tokens, never evicted and kept exact (f32, full head dim) in a "
-                   "quantized or compressed cache (0 = none)");
-    app.add_option("--kv-recent", o.kv_recent, "eviction: newest tokens always kept (-1 = min(32, budget/4))");
+                   "quantized or compressed cache (0 = none)")->group(g);
+    app.add_option("--kv-recent", o.kv_recent, "eviction: newest tokens always kept (-1 = min(32, budget/4))")
+        ->group(g);
     app.add_option("--kv-crush", o.kv_crush,
-                   "KVCrush: fraction of the budget for representatives of evicted tokens (0 = off, < 1)");
-    app.add_option("--kv-crush-anchor", o.kv_crush_anchor, "KVCrush anchor: mean, random or alternate");
+                   "KVCrush: fraction of the budget for representatives of evicted tokens (0 = off, < 1)")->group(g);
+    app.add_option("--kv-crush-anchor", o.kv_crush_anchor, "KVCrush anchor: mean, random or alternate")->group(g);
     app.add_option("--kv-rate", o.kv_rate,
-                   "ZACK: overall fraction of K/V dimensions removed, in [0, 1) (needs a .zack model; -1 = off)");
-    app.add_option("--kv-eps", o.kv_eps, "ZACK: singular-value removal rate shared by all heads, in [0, 1) (-1 = off)");
-    app.add_flag("--kv-uniform", o.kv_uniform, "ZACK: same rank for every head instead of adaptive ranks (ablation)");
-    app.add_flag("-v,--verbose", o.verbose, "print model, cache and timing details to stderr");
+                   "ZACK: overall fraction of K/V dimensions removed, in [0, 1) (needs a .zack model; -1 = off)")
+        ->group(g);
+    app.add_option("--kv-eps", o.kv_eps, "ZACK: singular-value removal rate shared by all heads, in [0, 1) (-1 = off)")
+        ->group(g);
+    app.add_flag("--kv-uniform", o.kv_uniform, "ZACK: same rank for every head instead of adaptive ranks (ablation)")
+        ->group(g);
+    app.add_option("--kv-alloc", o.kv_alloc,
+                   "ZACK: how --kv-rate is shared among heads: sensitivity (by the loss measured at calibration; "
+                   "the default when the .zack has it), sigma (the paper's singular-value rule) or uniform")
+        ->check(CLI::IsMember({"sensitivity", "sigma", "uniform"}))->group(g);
+    app.add_option("--kv-key-basis", o.kv_key_basis,
+                   "ZACK: basis of the compressed keys: auto (the best per head, sensitivity), pca, score or pairs")
+        ->check(CLI::IsMember({"auto", "pca", "score", "pairs"}))->group(g);
+    app.add_option("--kv-target", o.kv_target,
+                   "a KV plan (precision + ranks) predicted for this fraction of the f16 cache, in (0, 1] "
+                   "(a .zack with sensitivity curves)")->group(g);
+    app.add_option("--kv-plan", o.kv_plan,
+                   "a KV plan: a plan file (zack eval --target writes one) or the target of a plan the .zack "
+                   "recorded (zack calibrate --kv-target)")->group(g);
+
+    g = k_group_llama;
+    app.add_option("--cache-type-k", o.cache_type_k,
+                   "-ctk: K cache type f32, f16, q8_0 or q4_0 (-> --kv-type / --kv-bits 16, 8, 4; zack stores K "
+                   "and V alike, so give -ctv the same)")->group(g);
+    app.add_option("--cache-type-v", o.cache_type_v, "-ctv: V cache type, as -ctk")->group(g);
+    app.add_option("--n-gpu-layers,--gpu-layers", o.n_gpu_layers,
+                   "-ngl: layers on the GPU; accepted, no effect in a CPU build (-v says so)")->group(g);
+    app.add_option("--flash-attn", o.flash_attn,
+                   "-fa [on|off|auto]: accepted, no effect: zack's attention is always one fused pass")
+        ->expected(0, 1)->group(g);
 }
 
 void options_add_sampling(CLI::App& app, sampler_params& p) {
-    app.add_option("--temp", p.temp, "sampling temperature (0 = greedy)")->check(CLI::Range(0.0f, 100.0f));
-    app.add_option("--top-k", p.top_k, "keep the k most likely tokens (0 = off)")->check(CLI::Range(0, 1 << 24));
+    const char* g = k_group_sample;
+    app.add_option("--temp", p.temp, "sampling temperature (0 = greedy)")->check(CLI::Range(0.0f, 100.0f))->group(g);
+    app.add_option("--top-k", p.top_k, "keep the k most likely tokens (0 = off)")->check(CLI::Range(0, 1 << 24))
+        ->group(g);
     app.add_option("--top-p", p.top_p, "nucleus sampling: keep tokens up to this probability mass (1 = off)")
-        ->check(CLI::Range(0.0f, 1.0f));
+        ->check(CLI::Range(0.0f, 1.0f))->group(g);
     app.add_option("--min-p", p.min_p, "drop tokens below min-p x the top probability (0 = off)")
-        ->check(CLI::Range(0.0f, 1.0f));
+        ->check(CLI::Range(0.0f, 1.0f))->group(g);
     app.add_option("--repeat-penalty", p.repeat_penalty, "penalty for repeated tokens (1 = off)")
-        ->check(CLI::Range(0.0f, 100.0f));
-    app.add_option("--repeat-last-n", p.repeat_last_n, "how many recent tokens the penalty looks at")
-        ->check(CLI::Range(0, 1 << 20));
-    app.add_option("-s,--seed", p.seed, "random seed (4294967295 = from the clock)");
+        ->check(CLI::Range(0.0f, 100.0f))->group(g);
+    app.add_option("--repeat-last-n", p.repeat_last_n,
+                   "how many recent tokens the repeat, presence and frequency penalties look at")
+        ->check(CLI::Range(0, 1 << 20))->group(g);
+    app.add_option("--presence-penalty", p.presence_penalty,
+                   "subtracted from the logit of every token seen in the last --repeat-last-n (0 = off)")->group(g);
+    app.add_option("--frequency-penalty", p.frequency_penalty,
+                   "subtracted from a token's logit once per occurrence in the last --repeat-last-n (0 = off)")
+        ->group(g);
+    // -1 (llama.cpp) and 4294967295 both mean a random seed; -v prints the seed used.
+    app.add_option_function<std::string>(
+           "-s,--seed",
+           [&p](const std::string& v) {
+               if (v == "-1") {
+                   p.seed = sampler_seed_random;
+                   return;
+               }
+               char* end = nullptr;
+               errno = 0;
+               const unsigned long long x = std::strtoull(v.c_str(), &end, 10);
+               if (v.empty() || !std::isdigit((unsigned char)v[0]) || *end || errno == ERANGE)
+                   throw CLI::ValidationError("--seed", "'" + v + "' is not -1 or a number in [0, 2^64)");
+               p.seed = x;
+           },
+           "random seed (-1 = random; -v prints the seed used)")
+        ->default_str("-1")->group(g);
 }
 
 void options_add_run(CLI::App& app, run_opts& o) {
-    app.add_option("-p,--prompt", o.prompt, "answer this prompt as one chat turn and exit (without it: interactive chat)");
-    app.add_option("-n,--n-predict", o.n_predict, "tokens to generate per reply (-1 = until the model stops)")
-        ->check(CLI::Range(int64_t(-1), int64_t(1) << 30));
-    app.add_flag("--raw", o.raw, "with -p: continue the prompt as plain text, no chat template");
-    app.add_option("--system", o.system, "system message (default: the template's own, if any)");
+    const char* g = k_group_run;
+    app.add_option("-p,--prompt", o.prompt, "answer this prompt as one chat turn and exit (without it: interactive chat)")
+        ->group(g);
+    app.add_option("-f,--file", o.prompt_file, "read the prompt from this file (as -p; one final newline dropped)")
+        ->group(g);
+    app.add_option("-n,--n-predict,--predict", o.n_predict, "tokens to generate per reply (-1 = until the model stops)")
+        ->check(CLI::Range(int64_t(-1), int64_t(1) << 30))->group(g);
+    app.add_flag("--raw,--no-conversation", o.raw,
+                 "with -p: continue the prompt as plain text, no chat template (-no-cnv)")->group(g);
+    app.add_option("--system,--system-prompt", o.system, "system message (-sys; default: the template's own, if any)")
+        ->group(g);
     app.add_option("--chat-template", o.chat_template,
-                   "override the chat template: chatml, llama3, llama2, gemma (default: from the model)");
+                   "override the chat template: chatml, llama3, llama2, gemma (default: from the model)")->group(g);
+    app.add_flag("-i,--interactive,--interactive-first,--conversation", o.interactive,
+                 "chat; with -p/-f the prompt is the first turn and the chat goes on (-if, -cnv)")->group(g);
+    app.add_option("-r,--reverse-prompt", o.reverse,
+                   "stop a reply when it produces this text (repeatable); in a chat, it is then your turn")
+        ->group(g);
+    app.add_flag("-e,--escape", o.escape, "process escapes (\\n \\t \\\\ \\\" \\xHH ...) in -p, -f, --system and -r")
+        ->group(g);
+    app.add_flag("--no-escape", o.no_escape, "do not process escapes (the default)")->group(g);
+    app.add_option("--color", o.color, "-co [on|off|auto]: colour the chat prompt and your input (bare: on; default off)")
+        ->expected(0, 1)->group(g);
+    app.add_flag("--multiline-input", o.multiline,
+                 "-mli: accepted; multi-line input is always on (end a line with \\ or paste a block)")->group(g);
+}
+
+void options_cache_type(const std::string& name, const char* flag, std::string* kv_type, int* kv_bits) {
+    // zack's 8- and 4-bit caches are its own KIVI-style layouts (engine/kv_cache.h),
+    // not llama.cpp's q8_0/q4_0 blocks: the names map onto the same precision.
+    if (name == "f32" || name == "f16") {
+        *kv_type = name;
+        *kv_bits = 16;
+    } else if (name == "q8_0") {
+        *kv_bits = 8;
+    } else if (name == "q4_0") {
+        *kv_bits = 4;
+    } else {
+        ZK_THROW("%s %s: zack's KV cache takes f32, f16, q8_0 or q4_0 (or --kv-bits 16|8|4)", flag, name.c_str());
+    }
 }
 
 session_params options_session_params(const model_opts& o) {
@@ -72,15 +225,37 @@ session_params options_session_params(const model_opts& o) {
     p.n_threads = o.n_threads > 0 ? o.n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
     p.n_ctx = o.n_ctx;
     p.n_batch = o.n_batch;
-    p.kv_type = dtype_from_name(o.kv_type);
-    p.kv_bits = o.kv_bits;
+    std::string kv_type = o.kv_type;
+    int kv_bits = o.kv_bits;
+    if (!o.cache_type_k.empty() || !o.cache_type_v.empty()) {
+        const std::string k = o.cache_type_k.empty() ? "f16" : o.cache_type_k;
+        const std::string v = o.cache_type_v.empty() ? "f16" : o.cache_type_v;
+        std::string tk = kv_type, tv = kv_type;
+        int bk = kv_bits, bv = kv_bits;
+        options_cache_type(k, "-ctk", &tk, &bk);
+        options_cache_type(v, "-ctv", &tv, &bv);
+        if (tk != tv || bk != bv)
+            ZK_THROW("-ctk %s and -ctv %s differ: zack stores K and V at one precision; give both the same type",
+                     k.c_str(), v.c_str());
+        if (o.kv_bits != 16 && o.kv_bits != bk)
+            ZK_THROW("--kv-bits %d and -ctk/-ctv %s disagree; give one of them", o.kv_bits, k.c_str());
+        kv_type = tk;
+        kv_bits = bk;
+    }
+    p.kv_type = dtype_from_name(kv_type);
+    p.kv_bits = kv_bits;
     p.kv_group = o.kv_group;
     p.kv_residual = o.kv_residual;
     p.kv_gear = o.kv_gear;
     p.kv_gear_rank = o.kv_gear_rank;
     p.kv_gear_outliers = o.kv_gear_outliers;
     p.evict.policy = o.kv_evict;
-    p.evict.budget = o.kv_budget;
+    // An explicit --kv-budget without a policy would be ignored: say so instead.
+    if (o.kv_budget >= 0 && o.kv_evict == "none")
+        ZK_THROW("--kv-budget %lld does nothing without an eviction policy (--kv-evict streaming|h2o|snapkv|keyformer)",
+                 (long long)o.kv_budget);
+    if (o.kv_budget < -1) ZK_THROW("--kv-budget must be a number of tokens, got %lld", (long long)o.kv_budget);
+    p.evict.budget = o.kv_budget < 0 ? 0 : o.kv_budget;
     p.evict.n_sink = o.kv_sinks;
     p.evict.n_recent = o.kv_recent;
     p.evict.crush = o.kv_crush;
@@ -90,52 +265,104 @@ session_params options_session_params(const model_opts& o) {
     return p;
 }
 
-}  // namespace zk
+std::vector<std::string> options_llama_notes(const model_opts& o) {
+    std::vector<std::string> notes;
+    if (!o.n_gpu_layers.empty()) {
+#ifdef ZACK_WITH_CUDA
+        notes.push_back("-ngl " + o.n_gpu_layers + ": accepted; the CUDA backend does not run whole layers yet, all "
+                        "layers run on the CPU");
+#else
+        notes.push_back("-ngl " + o.n_gpu_layers + ": accepted; this build has no GPU backend, all layers run on the CPU");
+#endif
+    }
+    if (!o.flash_attn.empty())
+        notes.push_back("-fa " + o.flash_attn + ": accepted; zack's attention is always one fused pass over the cache");
+    return notes;
+}
 
-namespace zk {
+std::string options_unescape(const std::string& s) {
+    std::string out;
+    out.reserve(s.size());
+    for (size_t i = 0; i < s.size(); i++) {
+        if (s[i] != '\\' || i + 1 >= s.size()) {
+            out += s[i];
+            continue;
+        }
+        const char e = s[++i];
+        switch (e) {
+            case 'n': out += '\n'; break;
+            case 'r': out += '\r'; break;
+            case 't': out += '\t'; break;
+            case 'a': out += '\a'; break;
+            case 'b': out += '\b'; break;
+            case 'f': out += '\f'; break;
+            case 'v': out += '\v'; break;
+            case '0': out += '\0'; break;
+            case '\\': case '\'': case '"': case '?': out += e; break;
+            case 'x': {
+                int v = 0, n = 0;
+                while (n < 2 && i + 1 < s.size() && std::isxdigit((unsigned char)s[i + 1])) {
+                    const char h = s[++i];
+                    v = v * 16 + (std::isdigit((unsigned char)h) ? h - '0' : std::tolower((unsigned char)h) - 'a' + 10);
+                    n++;
+                }
+                if (n == 0) out += "\\x";
+                else out += (char)v;
+                break;
+            }
+            default: out += '\\', out += e;
+        }
+    }
+    return out;
+}
 
 void options_resolve_ranks(const model_opts& o, const model& m, session_params& p) {
-    if (o.kv_rate < 0 && o.kv_rate != -1) ZK_THROW("--kv-rate %g is out of range [0, 1) (-1 = off)", o.kv_rate);
-    if (o.kv_eps < 0 && o.kv_eps != -1) ZK_THROW("--kv-eps %g is out of range [0, 1) (-1 = off)", o.kv_eps);
+    if (std::isnan(o.kv_rate) || (o.kv_rate < 0 && o.kv_rate != -1))
+        ZK_THROW("--kv-rate %g is out of range [0, 1) (-1 = off)", o.kv_rate);
+    if (std::isnan(o.kv_eps) || (o.kv_eps < 0 && o.kv_eps != -1))
+        ZK_THROW("--kv-eps %g is out of range [0, 1) (-1 = off)", o.kv_eps);
+    if (std::isnan(o.kv_target) || (o.kv_target != -1 && !(o.kv_target > 0 && o.kv_target <= 1)))
+        ZK_THROW("--kv-target %g is outside (0, 1] (a fraction of the f16 full-rank cache)", o.kv_target);
+    const bool want_plan = o.kv_target > 0 || !o.kv_plan.empty();
     const bool want = o.kv_rate >= 0 || o.kv_eps >= 0;
+    if (want_plan) {
+        if (o.kv_target > 0 && !o.kv_plan.empty()) ZK_THROW("give either --kv-plan or --kv-target, not both");
+        if (want || o.kv_uniform || !o.kv_alloc.empty() || o.kv_key_basis != "auto")
+            ZK_THROW("a KV plan sets the ranks: drop --kv-rate/--kv-eps/--kv-uniform/--kv-alloc/--kv-key-basis");
+        if (p.kv_bits != 16) ZK_THROW("a KV plan sets the cache precision: drop --kv-bits/-ctk/-ctv");
+        if (!m.zack.present)
+            ZK_THROW("%s: KV plans need a .zack model; make one with: zack calibrate -m %s -o MODEL.zack",
+                     m.file->path().c_str(), m.file->path().c_str());
+        const kv_plan plan = o.kv_plan.empty() ? plan_for_target(m, o.kv_target) : plan_load(m, o.kv_plan);
+        if (plan.evict != "none" && o.kv_evict != "none")
+            ZK_THROW("the KV plan sets eviction (%s): drop --kv-evict", plan.evict.c_str());
+        plan_apply(plan, m, p);
+        if (o.verbose) std::fprintf(stderr, "zack: KV plan: %s\n", plan.describe().c_str());
+        return;
+    }
     if (!want) {
         if (o.kv_uniform) ZK_THROW("--kv-uniform needs --kv-rate");
+        if (!o.kv_alloc.empty()) ZK_THROW("--kv-alloc needs --kv-rate");
+        if (o.kv_key_basis != "auto") ZK_THROW("--kv-key-basis needs --kv-rate or --kv-eps");
         return;
     }
     if (o.kv_rate >= 0 && o.kv_eps >= 0) ZK_THROW("give either --kv-rate or --kv-eps, not both");
     if (!m.zack.present)
         ZK_THROW("%s: --kv-rate/--kv-eps need a .zack model; make one with: zack calibrate -m %s -o MODEL.zack",
                  m.file->path().c_str(), m.file->path().c_str());
-    const zack_spectra spec = zack_spectra::from_model(m);
-    zack_ranks r;
-    if (o.kv_rate >= 0) {
-        ranks_validate_rate(o.kv_rate);
-        r = ranks_for_rate(spec, o.kv_rate, m.zack.rank_align, o.kv_uniform);
-    } else {
-        if (o.kv_uniform) ZK_THROW("--kv-uniform works with --kv-rate, not --kv-eps");
-        ranks_validate_eps(o.kv_eps);
-        r = ranks_from_eps(spec, o.kv_eps, m.zack.rank_align);
-    }
+    if (o.kv_uniform && o.kv_eps >= 0) ZK_THROW("--kv-uniform works with --kv-rate, not --kv-eps");
+    if (o.kv_uniform && !o.kv_alloc.empty() && o.kv_alloc != "uniform")
+        ZK_THROW("--kv-uniform is --kv-alloc uniform; it contradicts --kv-alloc %s", o.kv_alloc.c_str());
+    rank_request rq;
+    rq.rate = o.kv_rate;
+    rq.eps = o.kv_eps;
+    if (o.kv_uniform) rq.alloc = rank_alloc::UNIFORM, rq.alloc_set = true;
+    if (!o.kv_alloc.empty()) rq.alloc = rank_alloc_from_name(o.kv_alloc), rq.alloc_set = true;
+    rq.key_basis = o.kv_key_basis == "auto" ? -1 : (int)key_basis_from_name(o.kv_key_basis);
+    const zack_ranks r = ranks_resolve(m, rq);
     p.ranks_k = r.k;
     p.ranks_v = r.v;
-}
-
-void options_write_file(const std::string& path, const std::string& text) {
-    const std::string tmp = path + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::binary);
-        if (!out) ZK_THROW("%s: cannot write", tmp.c_str());
-        out << text;
-        out.flush();
-        if (!out) {
-            std::remove(tmp.c_str());
-            ZK_THROW("%s: write failed", tmp.c_str());
-        }
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        std::remove(tmp.c_str());
-        ZK_THROW("%s: cannot rename to %s", tmp.c_str(), path.c_str());
-    }
+    p.kbasis = r.kb;
 }
 
 }  // namespace zk

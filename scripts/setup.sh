@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Installs what zack needs on a fresh Debian 12 machine, builds it and fetches the
-# default model. Safe to re-run: every step skips work that is already done.
-#   apt:  build tools, OpenBLAS/LAPACK, CLI11, nlohmann-json, GoogleTest, Google Benchmark
+# models the tests use (the default SmolLM2 and Qwen2.5-Coder 1.5B and 0.5B, 1.7 GB
+# in all). Safe to re-run: every step skips work that is already done.
+#   apt:  build tools, OpenBLAS/LAPACK, CLI11, nlohmann-json, GoogleTest, Google Benchmark,
+#         bubblewrap (the sandbox that runs model-written code in `zack eval --task code`)
 #   pip:  numpy, gguf, tokenizers, jinja2 — used only by tests and bench scripts
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 
 apt_pkgs=(build-essential cmake python3 python3-pip libopenblas-dev liblapack-dev libcli11-dev
-          nlohmann-json3-dev libgtest-dev libbenchmark-dev)
+          nlohmann-json3-dev libgtest-dev libbenchmark-dev bubblewrap)
 missing=()
 for p in "${apt_pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -31,5 +33,5 @@ build="${ZACK_BUILD_DIR:-$here/build}"
 cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release >&2
 cmake --build "$build" -j"$(nproc)" >&2
 
-bash "$here/scripts/fetch_model.sh" >/dev/null
+bash "$here/scripts/fetch_model.sh" smollm2 qwen2.5-coder-1.5b qwen2.5-coder-0.5b >/dev/null
 echo "setup: done; try: $build/zack run -m models/SmolLM2-135M-Instruct.Q4_1.gguf" >&2

@@ -65,8 +65,40 @@ def main():
     r = zack("bench", "-m", MODEL, "-p", "8", "-n", "2", "-r", "1")
     check(r.returncode == 0 and "| pp8 |" in r.stdout and "| tg2 |" in r.stdout, "markdown table")
 
+    # llama-bench's jsonl: one JSON object per test on its own line, the model in each
+    r = zack("bench", "-m", MODEL, "-p", "8", "-n", "2", "-r", "1", "-o", "jsonl", "-t", "0", "-ngl", "99", "-fa", "1",
+             "-ctk", "f16,q8_0", "-ctv", "f16,q8_0")
+    lines = r.stdout.splitlines()
+    objs = [json.loads(l) for l in lines]
+    check(r.returncode == 0 and len(objs) == 4 and all(o["model"] == MODEL for o in objs),
+          f"jsonl: one object per test ({len(objs)} lines; {r.stderr.strip()[-200:]})")
+    check([o["kv"] for o in objs] == ["f16", "f16", "q8", "q8"], "-ctk/-ctv f16,q8_0 = --kv-bits 16,8")
+    check(all(o["threads"] == os.cpu_count() for o in objs), f"-t 0 = all hardware threads ({os.cpu_count()})")
+    # --output-file: the same format written through file_out; devices refused before any work
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "bench.csv")
+        r = zack("bench", "-m", MODEL, "-p", "8", "-n", "0", "-r", "1", "-o", "csv", "--output-file", out)
+        rows = list(csv.DictReader(open(out)))
+        check(r.returncode == 0 and r.stdout == "" and len(rows) == 1 and rows[0]["test"] == "pp8",
+              "--output-file: the csv goes to the file, nothing to stdout")
+        check(sorted(os.listdir(tmp)) == ["bench.csv"], "--output-file: no temporary file left")
+    r = zack("bench", "-m", MODEL, "-p", "8", "-n", "0", "-r", "1", "--output-file", "/dev/full")
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    check(r.returncode != 0 and len(lines) == 1 and "character device" in lines[0], f"--output-file /dev/full: {lines}")
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([ZACK, "bench", "-m", MODEL, "-p", "8", "-n", "0", "-r", "1"], stdout=full,
+                           stderr=subprocess.PIPE, text=True, timeout=600)
+    check(r.returncode != 0 and "standard output" in r.stderr, "bench > /dev/full fails")
+    # a long depth reports its prefill as it goes
+    r = zack("bench", "-m", MODEL, "-p", "0", "-n", "1", "-d", "1024", "-r", "1", "-o", "jsonl")
+    check(r.returncode == 0 and "depth 1024: prefilling sequence 0, 512/1024 tokens" in r.stderr,
+          "bench: progress while prefilling a depth")
+    r = zack("bench", "-m", MODEL, "-ctk", "q8_0", "-ctv", "q4_0")
+    check(r.returncode != 0 and "differ" in r.stderr, "-ctk and -ctv lists must match")
+
     for args, needle in [(["-p", "-5"], "minimum"), (["-p", "1,x"], "integers"), (["-d", "4096", "-c", "1024"], "context"),
-                         (["-n", ""], "empty"), (["-t", "0"], "minimum"), (["-r", "0"], "repetitions"),
+                         (["-n", ""], "empty"), (["-t", "-1"], "minimum"), (["-r", "0"], "repetitions"),
                          (["-b", "0"], "minimum"), (["-b", "1,-2"], "minimum")]:
         r = zack("bench", "-m", MODEL, *args)
         lines = [l for l in r.stderr.splitlines() if l.strip()]

@@ -306,6 +306,11 @@ TEST(Fold, OutputTypes) {
     EXPECT_EQ(fold_output_type(dtype::BF16, 576), dtype::BF16);
     EXPECT_EQ(fold_output_type(dtype::F32, 576), dtype::F32);
     EXPECT_EQ(fold_output_type(dtype::Q4_0, 80), dtype::F16);
+    for (dtype t : {dtype::Q5_0, dtype::Q5_1, dtype::IQ4_NL, dtype::Q2_K, dtype::Q3_K, dtype::Q5_K, dtype::Q6_K}) {
+        EXPECT_EQ(fold_output_type(t, 896), dtype::Q8_0) << dtype_name(t);
+        EXPECT_EQ(fold_output_type(t, 80), dtype::F16) << dtype_name(t);
+    }
+    EXPECT_THROW(fold_output_type(dtype::Q8_K, 256), zk::error);
 }
 
 TEST(Compare, ProjectorDistance) {

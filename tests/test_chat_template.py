@@ -3,7 +3,10 @@
 package rendering the real template texts.
 
 Reference: jinja2 set up as transformers' apply_chat_template does, rendering
-  (a) the SmolLM2 template read from the default model's GGUF key tokenizer.chat_template,
+  (a) the templates read from the GGUF key tokenizer.chat_template of the default
+      model (SmolLM2) and of both Qwen2.5-Coder files (1.5B and 0.5B: each carries
+      its template; the two differ only inside the tool-calling branch, which
+      zack does not render);
   (b) the official Llama 3, Llama 2, Gemma 3, Gemma 2, generic ChatML and Qwen2.5
       templates in tests/data/chat_templates/ (provenance in its README.md).
 Checks, for several conversations and add_generation_prompt true/false:
@@ -13,7 +16,8 @@ Checks, for several conversations and add_generation_prompt true/false:
     template inserts (the expected text is taken from jinja2's own rendering);
   - prefix property: rendering(history, gen=False) is a prefix of the rendering of
     any extension of history, for every family.
-Environment: ZACK_BUILD (tools in $ZACK_BUILD/tests/), ZACK_MODEL, ZACK_SOURCE.
+Environment: ZACK_BUILD (tools in $ZACK_BUILD/tests/), ZACK_MODEL, ZACK_MODEL_QWEN15,
+ZACK_MODEL_QWEN05, ZACK_SOURCE.
 Exits non-zero on any failure.
 """
 import atexit
@@ -58,6 +62,11 @@ if not os.path.isfile(TOOL):
     fatal(f"tool_chat not found at {TOOL}; build the tool_chat target")
 if not MODEL or not os.path.isfile(MODEL):
     fatal(f"model file not found: ZACK_MODEL={MODEL!r} (run scripts/fetch_model.sh)")
+QWEN_MODELS = {}
+for var, fetch in (("ZACK_MODEL_QWEN15", "qwen2.5-coder-1.5b"), ("ZACK_MODEL_QWEN05", "qwen2.5-coder-0.5b")):
+    QWEN_MODELS[fetch] = os.environ.get(var)
+    if not QWEN_MODELS[fetch] or not os.path.isfile(QWEN_MODELS[fetch]):
+        fatal(f"model file not found: {var}={QWEN_MODELS[fetch]!r} (run scripts/fetch_model.sh {fetch})")
 TEMPLATE_DIR = os.path.join(SOURCE, "tests", "data", "chat_templates")
 
 # ---------------------------------------------------------------------------
@@ -202,6 +211,7 @@ def read_template(name):
 
 
 smollm_src, smollm_bos, smollm_eos = read_gguf_template(MODEL)
+qwen_templates = {name: read_gguf_template(path) for name, path in QWEN_MODELS.items()}
 
 # name -> (source, bos, eos, expected kind, accepts a system message)
 TEMPLATES = {
@@ -213,6 +223,8 @@ TEMPLATES = {
     "chatml": (read_template("chatml.jinja"), "", "", "chatml", True),
     "qwen2.5": (read_template("qwen2.5.jinja"), "", "", "chatml", True),
 }
+for name, (src, bos, eos) in qwen_templates.items():
+    TEMPLATES[name] = (src, bos, eos, "chatml", True)
 
 
 def M(role, content):
@@ -303,6 +315,12 @@ for tname, (src, bos, eos, kind, _) in TEMPLATES.items():
 smollm_system = jinja_default_system(smollm_src)
 check(smollm_system == "You are a helpful AI assistant named SmolLM, trained by Hugging Face",
       f"SmolLM2's template default system text is {smollm_system!r}")
+# Qwen2.5's default system text, as its template writes it (the test above already
+# compares zack's detection with jinja2's rendering; this pins what that text is).
+for name in qwen_templates:
+    qwen_system = jinja_default_system(TEMPLATES[name][0])
+    check(qwen_system == "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
+          f"{name}'s template default system text is {qwen_system!r}")
 
 # The SmolLM2 template with its default-system literal written in other ways
 # (double quotes and escapes, split literals, raw text): detection must still find
@@ -351,12 +369,13 @@ rc, out, err = run_tool({"template": "", "name": "vicuna", "messages": []})
 check(rc != 0 and "chatml, llama3, llama2, gemma" in err, f"unknown name must fail listing the valid names: {err!r}")
 
 # ---------------------------------------------------------------------------
-# 4. prefix property, for every family (and SmolLM2's default system text)
+# 4. prefix property, for every family (and the SmolLM2 and Qwen default system texts)
 
 n_prefix = 0
 renders = {}
 batch = Batch()
-for tname in ("smollm2", "chatml", "llama3", "llama2", "gemma3"):
+PREFIX_TEMPLATES = ("smollm2", "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "chatml", "llama3", "llama2", "gemma3")
+for tname in PREFIX_TEMPLATES:
     src = TEMPLATES[tname][0]
     for cname in ("multi_turn", "system_multi_turn", "whitespace_unicode", "empty_content"):
         msgs = CONVERSATIONS[cname]
@@ -366,7 +385,7 @@ for tname in ("smollm2", "chatml", "llama3", "llama2", "gemma3"):
                     renders[key] = got
                 batch.add(src, msgs[:k], gen, store)
 batch.run()
-for tname in ("smollm2", "chatml", "llama3", "llama2", "gemma3"):
+for tname in PREFIX_TEMPLATES:
     for cname in ("multi_turn", "system_multi_turn", "whitespace_unicode", "empty_content"):
         msgs = CONVERSATIONS[cname]
         for k in range(len(msgs)):

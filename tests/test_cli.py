@@ -137,7 +137,14 @@ def main():
           "info: architecture and tensor table")
     r = zack("info", MODEL, "--json")
     j = json.loads(r.stdout)
-    check(len(j["tensors"]) == 272 and j["metadata"]["general.architecture"] == '"llama"', "info --json parses")
+    check(len(j["tensors"]) == 272 and j["metadata"]["general.architecture"] == "llama", "info --json parses")
+    md = j["metadata"]
+    check(md["llama.block_count"] == 30 and md["llama.attention.layer_norm_rms_epsilon"] == 1e-05
+          and md["tokenizer.ggml.add_bos_token"] is False,
+          "info --json: numbers and booleans as JSON values, f32 as its shortest decimal")
+    toks = md["tokenizer.ggml.tokens"]
+    check(toks["array_length"] == 49152 and toks["elem_type"] == "string" and toks["first"][:2] == ["<|endoftext|>", "<|im_start|>"]
+          and md["general.languages"] == ["en"], "info --json: long arrays summarized, short ones whole")
 
     # --- help lists every flag with its default
     r = zack("run", "--help")
@@ -158,17 +165,32 @@ def main():
         other = os.path.join(tmp, "gpt2.gguf")
         write_gguf(other, arch="gpt2")
         one_line_error(zack("run", "-m", other, "-p", "hi"), "unsupported architecture", "architecture")
-        # a copy of a tiny file whose tensor type id is unknown (Q5_0 = 6 is not supported)
-        bad = os.path.join(tmp, "q5.gguf")
-        write_gguf(bad)
-        data = bytearray(open(bad, "rb").read())
-        name = b"token_embd.weight"
-        i = data.find(name) + len(name)
-        n_dims = int.from_bytes(data[i:i + 4], "little")
-        t = i + 4 + 8 * n_dims
-        data[t:t + 4] = (6).to_bytes(4, "little")
-        open(bad, "wb").write(bytes(data))
-        one_line_error(zack("run", "-m", bad, "-p", "hi"), "unsupported tensor type", "type")
+        # copies of a tiny file with the tensor's type id patched: a ggml type zack
+        # cannot compute with (MXFP4 = 39: shown by info, refused by run, named),
+        # and an id that is no ggml type (4 = Q4_2, dropped before GGUF)
+        def patched(type_id):
+            bad = os.path.join(tmp, f"type{type_id}.gguf")
+            write_gguf(bad)
+            data = bytearray(open(bad, "rb").read())
+            name = b"token_embd.weight"
+            i = data.find(name) + len(name)
+            n_dims = int.from_bytes(data[i:i + 4], "little")
+            t = i + 4 + 8 * n_dims
+            data[t:t + 4] = type_id.to_bytes(4, "little")
+            open(bad, "wb").write(bytes(data))
+            return bad
+        mx = patched(39)
+        r = zack("info", mx)
+        check(r.returncode == 0 and "MXFP4*" in r.stdout and "unsupported: 1 tensor" in r.stdout,
+              f"info shows a tensor of an unsupported type, marked ({r.stdout[-300:]!r} {r.stderr!r})")
+        j = json.loads(zack("info", mx, "--json").stdout)
+        check(j["tensors"][0]["type"] == "MXFP4" and j["tensors"][0]["supported"] is False
+              and j["unsupported_tensors"] == 1, "info --json marks the unsupported tensor")
+        r = zack("run", "-m", mx, "-p", "hi")
+        one_line_error(r, "unsupported tensor type", "tensor 'token_embd.weight' has type MXFP4")
+        check("supported: F32" in r.stderr and "Q5_0" in r.stderr, "the refusal lists the supported types")
+        one_line_error(zack("run", "-m", patched(4), "-p", "hi"), "unknown tensor type id", "unknown type id")
+        one_line_error(zack("info", patched(4)), "info: unknown tensor type id", "got 4")
     long_prompt = "word " * 400
     one_line_error(zack("run", "-m", MODEL, "-p", long_prompt, "-c", "64"), "prompt longer than the context", "context")
     one_line_error(zack("run", "-m", MODEL, "-p", "hi", "-t", "-1"), "negative threads", "threads")

@@ -149,6 +149,123 @@ def test_target_vs_sweep():
     check(s.startswith("<svg") and s.rstrip().endswith("</svg>") and "<polyline" in s, "plot: an SVG with a curve")
 
 
+def read_logits(path):
+    """The baseline logits file by its documented format (engine/eval/eval_logits.h)."""
+    import struct
+    import numpy as np
+    with open(path, "rb") as f:
+        raw = f.read()
+    check(raw[:8] == b"ZKLOGITS", "logits: magic")
+    version, n_vocab = struct.unpack_from("<II", raw, 8)
+    (vocab_hash,) = struct.unpack_from("<Q", raw, 16)
+    window, stride, step, first, per_chunk, n_chunks = struct.unpack_from("<6q", raw, 24)
+    bos, model_len = struct.unpack_from("<iI", raw, 72)
+    at = 80 + model_len
+    (n_tokens,) = struct.unpack_from("<q", raw, at)
+    tokens = np.frombuffer(raw, dtype="<i4", count=n_tokens, offset=at + 8)
+    data = (at + 8 + 4 * n_tokens + 63) // 64 * 64
+    check(len(raw) == data + n_chunks * per_chunk * n_vocab * 2, "logits: size = data offset + f16 rows")
+    lp = np.frombuffer(raw, dtype="<f2", offset=data).astype(np.float64).reshape(n_chunks, per_chunk, n_vocab)
+    return dict(version=version, n_vocab=n_vocab, window=window, stride=stride, step=step, first=first,
+                per_chunk=per_chunk, n_chunks=n_chunks, bos=bos, model=raw[80:80 + model_len].decode(),
+                tokens=tokens, lp=lp)
+
+
+def test_kl_divergence_file():
+    """llama-perplexity's workflow: save the baseline's log-probabilities once (-f, --chunks as its spellings),
+    then compare later runs with the file instead of running the baseline again."""
+    import numpy as np
+    text = os.path.join(DATA, "gpl3_preamble.txt")
+    base = os.path.join(TMP, "base.logits")
+    a = run_json("kld_save", ["--task", "ppl", "-f", text, "-c", "64", "--chunks", "2", "--kl-divergence-base", base])
+    same = run_json("kld_plain", ["--task", "ppl", "--data", text, "-c", "64", "--limit", "2"])
+    check(a["baseline"]["value"] == same["baseline"]["value"], "-f/--chunks are --data/--limit")
+    h = read_logits(base)
+    check(h["version"] == 1 and h["n_vocab"] == 49152 and (h["window"], h["stride"], h["step"], h["first"],
+          h["per_chunk"], h["n_chunks"]) == (64, 0, 64, 32, 31, 2), "logits: header fields %r" % (
+          [h[k] for k in ("window", "stride", "step", "first", "per_chunk", "n_chunks")],))
+    check(MODEL in h["model"], "logits: names the baseline model")
+    lse = np.log(np.exp(h["lp"]).sum(axis=2))
+    check(np.abs(lse).max() < 2e-3, "logits: each row is a log-softmax (max |logsumexp| %.2g)" % np.abs(lse).max())
+    # The baseline perplexity from the file alone, by the documented positions: chunk i scores
+    # tokens[i*step + first + j + 1] with row j.
+    nll = [-h["lp"][i, j, h["tokens"][i * h["step"] + h["first"] + j + 1]]
+           for i in range(h["n_chunks"]) for j in range(h["per_chunk"])]
+    ppl = math.exp(sum(nll) / len(nll))
+    check(abs(ppl / a["baseline"]["value"] - 1) < 2e-3, "logits: PPL from the file %.4f = the run's %.4f" % (
+          ppl, a["baseline"]["value"]))
+
+    # the same model against its saved self: KLD ~ 0 (f16 rounding), no --data needed
+    b = run_json("kld_self", ["--task", "ppl", "--kl-divergence-base", base, "--kl-divergence"])
+    check(abs(b["baseline"]["value"] / a["baseline"]["value"] - 1) < 2e-3, "kld: saved baseline PPL reported")
+    v = b["runs"][0]["detail"]["vs_baseline"]
+    check(v["kld_mean"] < 1e-5 and v["same_top_p"] >= 0.98, "kld: self against the file: KLD %.2g, same top %.3f" % (
+          v["kld_mean"], v["same_top_p"]))
+    # a 4-bit cache: the file gives the KLD the in-memory baseline gives
+    c = run_json("kld_q4", ["--task", "ppl", "--kl-divergence-base", base, "--kl-divergence", "--kv-bits", "4"])
+    d = run_json("mem_q4", ["--task", "ppl", "--data", text, "-c", "64", "--limit", "2", "--kv-bits", "4"])
+    kf, km = c["runs"][0]["detail"]["vs_baseline"]["kld_mean"], d["runs"][0]["detail"]["vs_baseline"]["kld_mean"]
+    check(km > 1e-4 and abs(kf - km) < 0.02 * km + 1e-5, "kld: 4-bit KLD from the file %.6f = in memory %.6f" % (kf, km))
+    check(c["runs"][0]["config"]["cli"] == "--kv-bits 4", "kld: the typed flags are the compared configuration")
+    ct = run_json("kld_ctk", ["--task", "ppl", "--kl-divergence-base", base, "--kl-divergence", "-ctk", "q4_0", "-ctv",
+                              "q4_0"])
+    check(ct["runs"][0]["config"]["cli"] == "--cache-type-k q4_0 --cache-type-v q4_0" and
+          ct["runs"][0]["detail"]["vs_baseline"]["kld_mean"] == kf, "kld: -ctk/-ctv q4_0 is --kv-bits 4 in eval too")
+    e = run_json("kld_one", ["--task", "ppl", "--kl-divergence-base", base, "--kl-divergence", "--chunks", "1"])
+    check(e["baseline"]["n_items"] == 1 and e["runs"][0]["n_items"] == 1, "kld: --chunks limits the saved chunks")
+    # bad uses: one line each
+    junk = os.path.join(TMP, "junk.logits")
+    with open(junk, "wb") as f:
+        f.write(b"not logits at all" * 10)
+    cut = os.path.join(TMP, "cut.logits")
+    with open(base, "rb") as f, open(cut, "wb") as g:
+        g.write(f.read()[:-100])
+    for args, needle in [(["--kl-divergence"], "--kl-divergence-base"),
+                         (["--kl-divergence-base", base, "--kl-divergence", "-f", text], "no --data"),
+                         (["--kl-divergence-base", base, "--kl-divergence", "-c", "128"], "-c 64"),
+                         (["--kl-divergence-base", junk, "--kl-divergence"], "not a zack logits file"),
+                         (["--kl-divergence-base", cut, "--kl-divergence"], "truncated"),
+                         (["--kl-divergence-base", "/dev/full", "-f", text], "character device")]:
+        p = run(["--task", "ppl"] + args, ok=False)
+        lines = [l for l in p.stderr.splitlines() if l.strip()]
+        check(p.returncode != 0 and len(lines) == 1 and needle in lines[0], "kld error %s: %s" % (needle, lines))
+
+
+def test_outputs():
+    """--json/--plot/--csv never clobber: devices and directories refused before the run, a symlink's target
+    replaced with the link kept; binary data and write errors on stdout are errors."""
+    text = os.path.join(DATA, "gpl3_preamble.txt")
+    args = ["--task", "ppl", "--data", text, "-c", "64", "--limit", "1"]
+    for out in ("/dev/full", TMP):
+        p = run(args + ["--json", out], ok=False)
+        lines = [l for l in p.stderr.splitlines() if l.strip()]
+        check(p.returncode != 0 and len(lines) == 1 and ("device" in lines[0] or "directory" in lines[0]),
+              "--json %s refused: %s" % (out, lines))
+    check(os.path.exists("/dev/full") and not os.path.isfile("/dev/full"), "/dev/full is still a device")
+    real = os.path.join(TMP, "real.json")
+    link = os.path.join(TMP, "link.json")
+    with open(real, "w") as f:
+        f.write("old")
+    os.symlink("real.json", link)
+    csv_path = os.path.join(TMP, "out.csv")
+    run(args + ["--json", link, "--csv", csv_path])
+    check(os.path.islink(link) and json.load(open(real))["task"] == "ppl", "--json through a symlink: target replaced")
+    rows = open(csv_path).read().splitlines()
+    check(rows[0].startswith("config,method,metric,value,retention") and rows[1].startswith("baseline,baseline,ppl,"),
+          "--csv: header and baseline row (%r)" % rows[:2])
+    binary = os.path.join(TMP, "binary.bin")
+    with open(binary, "wb") as f:
+        f.write(bytes(range(256)) * 40)
+    p = run(["--task", "ppl", "--data", binary], ok=False)
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    check(p.returncode != 0 and len(lines) == 1 and "binary.bin:1: not UTF-8 text" in lines[0],
+          "binary data is refused, naming the file (%s)" % lines)
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([BIN, "eval", "-m", MODEL, "-t", "2", "-q"] + args, stdout=full, stderr=subprocess.PIPE,
+                           text=True, timeout=600)
+    check(p.returncode != 0 and "standard output" in p.stderr, "eval > /dev/full fails")
+
+
 def main():
     if not BIN or not os.path.exists(BIN):
         print("FAIL: ZACK_BIN not set or missing (%r)" % BIN)
@@ -156,7 +273,8 @@ def main():
     if not MODEL or not os.path.exists(MODEL):
         print("FAIL: the default model is missing (ZACK_MODEL=%r); run scripts/fetch_model.sh" % MODEL)
         return 1
-    tests = [test_ppl_self, test_lastword, test_mc, test_passkey, test_malformed, test_target_vs_sweep]
+    tests = [test_ppl_self, test_lastword, test_mc, test_passkey, test_malformed, test_target_vs_sweep,
+             test_kl_divergence_file, test_outputs]
     for t in tests:
         try:
             t()

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model.h"
 #include "ggml-like/error.h"
 #include "ggml-like/gguf.h"
 
@@ -545,8 +546,14 @@ TEST_F(GgufTest, CorruptedFilesAreRejected) {
         {"offset out of range", [](raw_gguf& r) { r.put_u64("tc_offset", 1 << 20); }, "out of range"},
         {"offset past the end", [](raw_gguf& r) { r.put_u64("tc_offset", ~0ull << 5); }, "out of range"},
         {"misaligned offset", [](raw_gguf& r) { r.put_u64("tb_offset", 65); }, "misaligned"},
-        {"unknown type id", [](raw_gguf& r) { r.put_u32("ta_type", 99); }, "tensor 't.a': unknown or unsupported type id (expected a known ggml type, got 99)"},
-        {"unsupported type id (Q5_0)", [](raw_gguf& r) { r.put_u32("ta_type", 6); }, "got 6"},
+        {"unknown type id", [](raw_gguf& r) { r.put_u32("ta_type", 99); }, "tensor 't.a': unknown type id (expected a ggml type id, got 99)"},
+        {"type id of Q4_2 (dropped before GGUF)", [](raw_gguf& r) { r.put_u32("ta_type", 4); }, "unknown type id (expected a ggml type id, got 4)"},
+        {"type id past the last ggml type", [](raw_gguf& r) { r.put_u32("ta_type", 42); }, "got 42"},
+        {"type id 2^32 - 1", [](raw_gguf& r) { r.put_u32("ta_type", ~0u); }, "got 4294967295"},
+        {"known type, row not a multiple of its block (IQ2_XXS)", [](raw_gguf& r) { r.put_u32("tc_type", 16); },
+         "row length is not a multiple of the IQ2_XXS block size (expected a multiple of 256, got 32)"},
+        {"known type laid out by its block size (TQ1_0 [256, 2] is 108 B, 68 in the file)",
+         [](raw_gguf& r) { r.put_u64("tc_ne0", 256), r.put_u32("tc_type", 34); }, "(expected 108 bytes at data offset 160, got 68)"},
         {"absurd n_tensors", [&](raw_gguf& r) { r.put_u64("n_tensors", huge); }, "tensor count"},
         {"absurd n_kv", [&](raw_gguf& r) { r.put_u64("n_kv", huge); }, "key count"},
         {"absurd key string length", [](raw_gguf& r) { r.put_u64("key0_len", 1ull << 62); }, "string length"},
@@ -579,6 +586,65 @@ TEST_F(GgufTest, CorruptedFilesAreRejected) {
         EXPECT_NE(msg.find(c.expect), std::string::npos) << msg;
         EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
     }
+}
+
+// Tensors of ggml types zack has no kernels for are laid out from the format's
+// block size (sizes from gguf-py's GGML_QUANT_SIZES, written out here), named,
+// and readable, so `zack info` can show them; loading the file as a model is
+// refused with one line naming the first such tensor, its type and the types
+// zack computes with.
+TEST_F(GgufTest, KnownUnsupportedTypesAreReadAndRefusedByModelLoading) {
+    struct spec {
+        const char* name;
+        uint32_t id;
+        const char* type_name;
+        int64_t ne0, ne1;
+        size_t bytes;  // ne1 rows of ne0 / block x block bytes
+    };
+    const spec specs[] = {
+        {"token_embd.weight", 39, "MXFP4", 64, 3, 3 * 2 * 17},  // 32 elements in 17 B
+        {"blk.0.attn_q.weight", 16, "IQ2_XXS", 512, 2, 2 * 2 * 66},
+        {"blk.0.attn_k.weight", 34, "TQ1_0", 256, 1, 54},
+        {"blk.0.attn_v.weight", 28, "F64", 5, 1, 40},
+        {"blk.0.attn_output.weight", 33, "Q4_0_8_8", 32, 8, 8 * 18},
+        {"blk.0.ffn_up.weight", 6, "Q5_0", 64, 2, 2 * 2 * 22},  // supported, for contrast
+    };
+    gguf_writer w;
+    w.set("general.architecture", gguf_value::make_str("llama"));
+    std::vector<std::vector<uint8_t>> data;
+    for (const spec& sp : specs) {
+        data.push_back(random_bytes(sp.bytes, sp.id));
+        w.add_tensor(sp.name, (dtype)sp.id, {sp.ne0, sp.ne1}, data.back().data(), sp.bytes);
+    }
+    const std::string p = path("unsupported.gguf");
+    w.write(p);
+
+    auto f = gguf_file::open(p);
+    ASSERT_EQ(f->tensors().size(), std::size(specs));
+    for (size_t i = 0; i < std::size(specs); i++) {
+        const zk::gguf_tensor& t = f->tensors()[i];
+        SCOPED_TRACE(specs[i].name);
+        EXPECT_EQ((uint32_t)t.type, specs[i].id);
+        EXPECT_STREQ(zk::dtype_name(t.type), specs[i].type_name);
+        EXPECT_EQ(t.n_bytes, specs[i].bytes);
+        EXPECT_EQ(std::memcmp(t.data, data[i].data(), t.n_bytes), 0);
+        EXPECT_EQ(zk::dtype_is_supported(specs[i].id), specs[i].id == 6);
+    }
+
+    std::string msg;
+    try {
+        zk::model_load(p);
+    } catch (const zk::error& e) {
+        msg = e.what();
+    }
+    EXPECT_EQ(msg, p + ": tensor 'token_embd.weight' has type MXFP4, which zack cannot compute with (supported: "
+                       "F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, BF16)");
+
+    // The writer refuses an id that is no ggml type.
+    gguf_writer w2;
+    const auto b = random_bytes(64, 1);
+    EXPECT_THROW(w2.add_tensor("x", (dtype)4, {32}, b.data(), 18), zk::error);
+    EXPECT_THROW(w2.add_tensor("x", (dtype)42, {32}, b.data(), 18), zk::error);
 }
 
 // Every cut of a valid file (header, padding, data) is rejected with zk::error.

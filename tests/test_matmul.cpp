@@ -17,6 +17,7 @@
 #include "ggml-like/quant_ref.h"
 #include "ggml-like/threadpool.h"
 #include "kernels/matmul.h"
+#include "tests/quant_random.h"
 
 using namespace zk;
 
@@ -30,33 +31,10 @@ std::vector<float> random_floats(int64_t n, uint32_t seed, float lo = -1.0f, flo
     return v;
 }
 
-// Weight matrix [n_rows x n_cols] of type t: quantized random floats, or for the
-// K-quants (no quantizer) random bytes with sane f16 super-block scales.
+// Weight matrix [n_rows x n_cols] of type t (tests/quant_random.h).
 std::vector<uint8_t> random_weights(dtype t, int64_t n_rows, int64_t n_cols, uint32_t seed) {
-    const size_t row = dtype_row_size(t, n_cols);
-    std::vector<uint8_t> w(row * n_rows);
-    if (t == dtype::Q4_K || t == dtype::Q6_K) {
-        std::mt19937 rng(seed);
-        std::uniform_real_distribution<float> u(0.001f, 0.01f);
-        for (auto& b : w) b = (uint8_t)rng();
-        const size_t bs = dtype_get_traits(t).type_size;
-        for (size_t off = 0; off < w.size(); off += bs) {
-            if (t == dtype::Q4_K) {
-                ((block_q4_K*)(w.data() + off))->d = fp32_to_fp16(u(rng));
-                ((block_q4_K*)(w.data() + off))->dmin = fp32_to_fp16(u(rng));
-            } else {
-                ((block_q6_K*)(w.data() + off))->d = fp32_to_fp16(u(rng));
-            }
-        }
-        return w;
-    }
-    const auto x = random_floats(n_rows * n_cols, seed);
-    for (int64_t r = 0; r < n_rows; r++) dtype_quantize_row(t, x.data() + r * n_cols, w.data() + r * row, n_cols);
-    return w;
+    return quant_random_rows(t, n_rows, n_cols, seed);
 }
-
-const dtype k_weight_types[] = {dtype::F32, dtype::F16,  dtype::BF16, dtype::Q4_0,
-                                dtype::Q4_1, dtype::Q8_0, dtype::Q4_K, dtype::Q6_K};
 
 // A packed copy of a weight (quant_pack.h), owned by the test.
 struct packed_weight {
@@ -71,7 +49,7 @@ struct packed_weight {
 // Types with a packed kernel in this build (the packed tests name them).
 std::vector<dtype> packed_types() {
     std::vector<dtype> v;
-    for (dtype t : {dtype::Q4_K, dtype::Q6_K})
+    for (dtype t : quant_weight_types())
         if (quant_pack_supported(t)) v.push_back(t);
     return v;
 }
@@ -81,7 +59,7 @@ std::vector<dtype> packed_types() {
 // Tolerance per output, derived from what the kernel is allowed to lose:
 //   sum_i |w_i| |x_i - a_i|     the activation quantization (a = dequantized
 //                               quantized x, computed here from the data),
-//   + (Q4_1) sum_b |m_b| |sum_b a| 2^-10   the f16 block sums s,
+//   + (Q4_1, Q5_1) sum_b |m_b| |sum_b a| 2^-10   the f16 block sums s,
 //   + 1e-5 sum_i |w_i x_i|      float accumulation.
 namespace {
 
@@ -92,7 +70,7 @@ void check_against_reference(dtype t, bool pack) {
         int64_t rows, cols;
     };
     const shape shapes[] = {{5, 256}, {37, 512}, {130, 768}};
-    const dtype at = dtype_vec_dot_type(t);  // packed activations hold the same values (Q8_K)
+    const dtype at = dtype_vec_dot_type(t);  // packed activations hold the same values
     for (const shape& s : shapes) {
         const auto wdata = random_weights(t, s.rows, s.cols, 1000 + (uint32_t)s.rows);
         weight_view w{t, s.rows, s.cols, wdata.data()};
@@ -130,12 +108,15 @@ void check_against_reference(dtype t, bool pack) {
                         double tol = 0;
                         for (int64_t i = 0; i < s.cols; i++)
                             tol += std::fabs(wr[i]) * std::fabs(xk[i] - ak[i]) + 1e-5 * std::fabs(wr[i] * xk[i]);
-                        if (t == dtype::Q4_1) {
-                            const auto* wb = (const block_q4_1*)(wdata.data() + r * dtype_row_size(t, s.cols));
+                        if (t == dtype::Q4_1 || t == dtype::Q5_1) {
+                            const uint8_t* wrow = wdata.data() + r * dtype_row_size(t, s.cols);
+                            const size_t bs = dtype_get_traits(t).type_size;
                             for (int64_t b = 0; b < s.cols / 32; b++) {
+                                const uint16_t m = t == dtype::Q4_1 ? ((const block_q4_1*)(wrow + b * bs))->m
+                                                                    : ((const block_q5_1*)(wrow + b * bs))->m;
                                 double sum = 0;
                                 for (int j = 0; j < 32; j++) sum += ak[32 * b + j];
-                                tol += std::fabs(fp16_to_fp32(wb[b].m) * sum) * std::ldexp(1.0, -10);
+                                tol += std::fabs(fp16_to_fp32(m) * sum) * std::ldexp(1.0, -10);
                             }
                         }
                         ASSERT_NEAR(y[k * s.rows + r], ref[k * s.rows + r], tol)
@@ -150,7 +131,7 @@ void check_against_reference(dtype t, bool pack) {
 }  // namespace
 
 TEST(Matmul, MatchesReferenceEveryType) {
-    for (dtype t : k_weight_types) check_against_reference(t, false);
+    for (dtype t : quant_weight_types()) check_against_reference(t, false);
 }
 
 // The packed kernels (quant_pack.h) against the same reference, with row counts
@@ -184,7 +165,8 @@ TEST(Matmul, PackedTokensIndependentOfBatch) {
 // Threads and tiling only change which thread computes an output, never its
 // value: every output equals the single dot product of its row and token.
 TEST(Matmul, EqualsSingleDotsExactly) {
-    for (dtype t : {dtype::Q4_0, dtype::Q4_1, dtype::Q8_0, dtype::Q4_K, dtype::Q6_K, dtype::F16}) {
+    for (dtype t : quant_weight_types()) {
+        if (t == dtype::F32 || t == dtype::BF16) continue;  // F16 stands for the float path
         const int64_t rows = 67, cols = 512, n_tok = 9;
         const dtype at = dtype_vec_dot_type(t);
         const auto wdata = random_weights(t, rows, cols, 5);
@@ -217,6 +199,9 @@ TEST(Matmul, MultiEqualsSeparateCallsExactly) {
         {{dtype::Q4_1, 40}, {dtype::Q4_1, 14}, {dtype::Q4_1, 14}},
         {{dtype::Q8_0, 33}, {dtype::Q8_0, 7}},
         {{dtype::Q4_0, 12}, {dtype::F32, 9}, {dtype::Q4_0, 0}, {dtype::Q4_0, 5}},
+        // Qwen2.5-Coder 0.5B's Q/K/V: Q5_0, Q5_0, Q8_0 (one shared Q8_0 activation copy)
+        {{dtype::Q5_0, 14}, {dtype::Q5_0, 2}, {dtype::Q8_0, 2}},
+        {{dtype::IQ4_NL, 9}, {dtype::Q5_1, 6}, {dtype::Q4_1, 3}},
     };
     thread_pool pool(3);
     matmul_scratch sa, sb;

@@ -11,11 +11,14 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "ggml-like/dtype.h"
 #include "ggml-like/error.h"
 #include "ggml-like/quant_ref.h"
+#include "tests/quant_random.h"
 
 #if defined(__F16C__)
 #include <immintrin.h>
@@ -33,40 +36,14 @@ std::vector<float> random_floats(int64_t n, uint32_t seed, float lo = -1.0f, flo
     return v;
 }
 
-// A row of `t` holding n elements: quantized from random floats where we have
-// a quantizer, otherwise random bytes with sane f16 scales (every bit pattern
-// of the quants and 6-bit/8-bit sub-scales is a valid K-quant block).
-std::vector<uint8_t> random_row(dtype t, int64_t n, uint32_t seed) {
-    std::vector<uint8_t> row(dtype_row_size(t, n));
-    if (t == dtype::Q4_K || t == dtype::Q6_K) {
-        std::mt19937 rng(seed);
-        for (auto& b : row) b = (uint8_t)rng();
-        std::uniform_real_distribution<float> u(0.001f, 0.01f);
-        const size_t bs = dtype_get_traits(t).type_size;
-        for (size_t off = 0; off < row.size(); off += bs) {
-            if (t == dtype::Q4_K) {
-                auto* b = (block_q4_K*)(row.data() + off);
-                b->d = fp32_to_fp16(u(rng));
-                b->dmin = fp32_to_fp16(u(rng));
-            } else {
-                ((block_q6_K*)(row.data() + off))->d = fp32_to_fp16(u(rng));
-            }
-        }
-        return row;
-    }
-    const auto x = random_floats(n, seed);
-    dtype_quantize_row(t, x.data(), row.data(), n);
-    return row;
-}
+// A row of `t` holding n elements (tests/quant_random.h).
+std::vector<uint8_t> random_row(dtype t, int64_t n, uint32_t seed) { return quant_random_rows(t, 1, n, seed); }
 
 std::vector<float> dequant(dtype t, const std::vector<uint8_t>& row, int64_t n) {
     std::vector<float> y((size_t)n);
     dtype_dequantize_row(t, row.data(), y.data(), n);
     return y;
 }
-
-const dtype k_weight_types[] = {dtype::F32, dtype::F16,  dtype::BF16, dtype::Q4_0,
-                                dtype::Q4_1, dtype::Q8_0, dtype::Q4_K, dtype::Q6_K};
 
 }  // namespace
 
@@ -234,6 +211,125 @@ TEST(Dequant, HandBuiltBlocks) {
     }
 }
 
+// The 5-bit, non-linear and 2/3/5-bit K-quant layouts, element by element from
+// the format definitions (gguf-py's quants.py), on blocks with every field set.
+TEST(Dequant, HandBuiltBlocksMoreTypes) {
+    std::mt19937 rng(21);
+    auto fill = [&](uint8_t* p, size_t n) {
+        for (size_t i = 0; i < n; i++) p[i] = (uint8_t)rng();
+    };
+    // Element e (< 32) of a 32-block: the low nibble of qs[e] for e < 16, the high
+    // nibble of qs[e - 16] after; Q5's 5th bit is bit e of the little-endian u32 qh.
+    auto nib = [](const uint8_t* qs, int e) { return e < 16 ? (qs[e] & 15) : (qs[e - 16] >> 4); };
+    auto bit5 = [](const uint8_t* qh, int e) { return ((qh[e / 8] >> (e % 8)) & 1) << 4; };
+    {
+        block_q5_0 b;
+        fill((uint8_t*)&b, sizeof b);
+        b.d = fp32_to_fp16(0.5f);
+        float y[32];
+        dtype_dequantize_row(dtype::Q5_0, &b, y, 32);
+        for (int e = 0; e < 32; e++) EXPECT_EQ(y[e], 0.5f * ((nib(b.qs, e) | bit5(b.qh, e)) - 16)) << e;
+    }
+    {
+        block_q5_1 b;
+        fill((uint8_t*)&b, sizeof b);
+        b.d = fp32_to_fp16(0.25f);
+        b.m = fp32_to_fp16(-1.5f);
+        float y[32];
+        dtype_dequantize_row(dtype::Q5_1, &b, y, 32);
+        for (int e = 0; e < 32; e++) EXPECT_EQ(y[e], 0.25f * (nib(b.qs, e) | bit5(b.qh, e)) - 1.5f) << e;
+    }
+    {
+        const int table[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+        block_iq4_nl b;
+        for (int j = 0; j < 16; j++) b.qs[j] = (uint8_t)(j | ((15 - j) << 4));  // every level both halves
+        b.d = fp32_to_fp16(2.0f);
+        float y[32];
+        dtype_dequantize_row(dtype::IQ4_NL, &b, y, 32);
+        for (int e = 0; e < 32; e++) EXPECT_EQ(y[e], 2.0f * table[nib(b.qs, e)]) << e;
+    }
+    // K-quants: element e = 128h + 32s + l has its 2 low bits at bits 2s of qs[32h + l].
+    auto low2 = [](const uint8_t* qs, int e) { return (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3; };
+    {
+        block_q2_K b;
+        fill((uint8_t*)&b, sizeof b);
+        b.d = fp32_to_fp16(0.5f);
+        b.dmin = fp32_to_fp16(0.25f);
+        float y[256];
+        dtype_dequantize_row(dtype::Q2_K, &b, y, 256);
+        for (int e = 0; e < 256; e++) {
+            const int sc = b.scales[e / 16] & 15, m = b.scales[e / 16] >> 4;
+            EXPECT_EQ(y[e], 0.5f * sc * low2(b.qs, e) - 0.25f * m) << e;
+        }
+    }
+    {
+        // 16 6-bit scales stored +32: low 4 bits in the nibbles of bytes 0-7
+        // (groups 0-7 low, 8-15 high), high 2 bits in bytes 8-11 at bits 2(g / 4).
+        block_q3_K b;
+        fill((uint8_t*)&b, sizeof b);
+        int sc[16];
+        for (int g = 0; g < 16; g++) sc[g] = (g * 37 + 5) % 64;
+        std::memset(b.scales, 0, sizeof b.scales);
+        for (int g = 0; g < 16; g++) {
+            b.scales[g % 8] |= (uint8_t)((sc[g] & 15) << (g < 8 ? 0 : 4));
+            b.scales[8 + g % 4] |= (uint8_t)((sc[g] >> 4) << (2 * (g / 4)));
+        }
+        b.d = fp32_to_fp16(0.125f);
+        float y[256];
+        dtype_dequantize_row(dtype::Q3_K, &b, y, 256);
+        for (int e = 0; e < 256; e++) {
+            const int high = (b.hmask[e % 32] >> (e / 32)) & 1;  // a set bit means no -4
+            EXPECT_EQ(y[e], 0.125f * (sc[e / 16] - 32) * (low2(b.qs, e) - (high ? 0 : 4))) << e;
+        }
+    }
+    {
+        // Q5_K: Q4_K's scales and nibbles plus bit j of qh[l] for element 32j + l.
+        block_q5_K b;
+        fill((uint8_t*)&b, sizeof b);
+        b.d = fp32_to_fp16(1.0f);
+        b.dmin = fp32_to_fp16(0.5f);
+        float y[256];
+        dtype_dequantize_row(dtype::Q5_K, &b, y, 256);
+        for (int e = 0; e < 256; e++) {
+            const int j = e / 32, l = e % 32;
+            int sc, m;
+            q4_K_scale_min(b.scales, j, sc, m);  // checked against the packing in HandBuiltBlocks
+            const int byte = b.qs[32 * (j / 2) + l];
+            const int q = ((j % 2 == 0) ? (byte & 15) : (byte >> 4)) | (((b.qh[l] >> j) & 1) << 4);
+            EXPECT_EQ(y[e], 1.0f * sc * q - 0.5f * m) << e;
+        }
+    }
+}
+
+// dtype.cpp's table: sizes equal the block structs, every ggml type known.
+TEST(Dtype, TableMatchesBlockStructs) {
+    const std::pair<dtype, size_t> structs[] = {
+        {dtype::Q4_0, sizeof(block_q4_0)}, {dtype::Q4_1, sizeof(block_q4_1)}, {dtype::Q5_0, sizeof(block_q5_0)},
+        {dtype::Q5_1, sizeof(block_q5_1)}, {dtype::Q8_0, sizeof(block_q8_0)}, {dtype::Q8_1, sizeof(block_q8_1)},
+        {dtype::Q2_K, sizeof(block_q2_K)}, {dtype::Q3_K, sizeof(block_q3_K)}, {dtype::Q4_K, sizeof(block_q4_K)},
+        {dtype::Q5_K, sizeof(block_q5_K)}, {dtype::Q6_K, sizeof(block_q6_K)}, {dtype::Q8_K, sizeof(block_q8_K)},
+        {dtype::IQ4_NL, sizeof(block_iq4_nl)},
+    };
+    for (const auto& [t, size] : structs) {
+        EXPECT_EQ(dtype_get_traits(t).type_size, size) << dtype_name(t);
+        EXPECT_TRUE(dtype_is_supported((uint32_t)t)) << dtype_name(t);
+    }
+    // Known but not computed with: laid out, named, refused by the math.
+    EXPECT_TRUE(dtype_is_known(16));
+    EXPECT_FALSE(dtype_is_supported(16));
+    EXPECT_STREQ(dtype_name((dtype)16), "IQ2_XXS");
+    EXPECT_EQ(dtype_get_traits((dtype)34).type_size, 54u);  // TQ1_0
+    EXPECT_EQ(dtype_from_name("iq2_xxs"), (dtype)16);
+    // Not ggml types at all: Q4_2 / Q4_3 (dropped before GGUF), past the end.
+    for (uint32_t id : {4u, 5u, 42u, 1000u}) {
+        EXPECT_FALSE(dtype_is_known(id)) << id;
+        EXPECT_THROW(dtype_get_traits((dtype)id), zk::error) << id;
+    }
+    EXPECT_EQ(dtype_weight_names(), "F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, BF16");
+    EXPECT_FALSE(dtype_is_weight(dtype::Q8_K));
+    EXPECT_FALSE(dtype_is_weight((dtype)16));
+}
+
 // ---------------------------------------------------------------- quantize -> dequantize error
 
 // Largest |x - x'| each format allows for one block, from its step size. The
@@ -333,6 +429,20 @@ TEST(Quantize, UnsupportedCombosThrow) {
     EXPECT_THROW(dtype_quantize_row(dtype::Q6_K, x.data(), buf.data(), 256), zk::error);
     EXPECT_THROW(dtype_quantize_row(dtype::Q8_0, x.data(), buf.data(), 33), zk::error);
     EXPECT_THROW(dtype_dequantize_row(dtype::Q4_K, buf.data(), x.data(), 128), zk::error);
+    EXPECT_THROW(dtype_quantize_row(dtype::Q5_0, x.data(), buf.data(), 256), zk::error);
+    // A known type zack does not compute with: the message names it.
+    try {
+        dtype_dequantize_row((dtype)16, buf.data(), x.data(), 256);
+        ADD_FAILURE() << "IQ2_XXS dequantized";
+    } catch (const zk::error& e) {
+        EXPECT_NE(std::string(e.what()).find("IQ2_XXS"), std::string::npos) << e.what();
+    }
+    try {
+        dtype_vec_dot_type((dtype)23);
+        ADD_FAILURE() << "IQ4_XS has a dot type";
+    } catch (const zk::error& e) {
+        EXPECT_NE(std::string(e.what()).find("IQ4_XS"), std::string::npos) << e.what();
+    }
     EXPECT_THROW(dtype_vec_dot_type(dtype::Q8_1), zk::error);
     EXPECT_THROW(dtype_vec_dot_type(dtype::Q8_K), zk::error);
     EXPECT_THROW(dtype_vec_dot(dtype::Q8_K, buf.data(), buf.data(), 256), zk::error);
@@ -342,16 +452,22 @@ TEST(Quantize, UnsupportedCombosThrow) {
     EXPECT_EQ(dtype_vec_dot_type(dtype::Q8_0), dtype::Q8_0);
     EXPECT_EQ(dtype_vec_dot_type(dtype::Q4_K), dtype::Q8_K);
     EXPECT_EQ(dtype_vec_dot_type(dtype::Q6_K), dtype::Q8_K);
+    EXPECT_EQ(dtype_vec_dot_type(dtype::Q5_0), dtype::Q8_0);
+    EXPECT_EQ(dtype_vec_dot_type(dtype::IQ4_NL), dtype::Q8_0);
+    EXPECT_EQ(dtype_vec_dot_type(dtype::Q5_1), dtype::Q8_1);
+    EXPECT_EQ(dtype_vec_dot_type(dtype::Q2_K), dtype::Q8_K);
+    EXPECT_EQ(dtype_vec_dot_type(dtype::Q3_K), dtype::Q8_K);
+    EXPECT_EQ(dtype_vec_dot_type(dtype::Q5_K), dtype::Q8_K);
     EXPECT_EQ(dtype_vec_dot_type(dtype::BF16), dtype::F32);
 }
 
 // ---------------------------------------------------------------- dot products
 
 // dot(w, a) against the double dot of the dequantized operands. Tolerance:
-// 1e-5 of sum |w'||a'| (float accumulation) plus, for Q4_1, the f16 rounding
-// of the activation block sums s that multiply the weight mins.
+// 1e-5 of sum |w'||a'| (float accumulation) plus, for Q4_1 and Q5_1, the f16
+// rounding of the activation block sums s that multiply the weight mins.
 TEST(VecDot, MatchesDequantizedDot) {
-    for (dtype t : k_weight_types) {
+    for (dtype t : quant_weight_types()) {
         const dtype at = dtype_vec_dot_type(t);
         for (int64_t n : {256, 512, 1536, 4096}) {
             for (uint32_t seed = 1; seed <= 3; seed++) {
@@ -367,12 +483,15 @@ TEST(VecDot, MatchesDequantizedDot) {
                     mag += std::fabs((double)w[i] * a[i]);
                 }
                 double tol = 1e-5 * mag + 1e-30;
-                if (t == dtype::Q4_1) {
-                    const auto* wb = (const block_q4_1*)wrow.data();
+                if (t == dtype::Q4_1 || t == dtype::Q5_1) {
+                    const size_t bs = dtype_get_traits(t).type_size;
                     for (int64_t b = 0; b < n / 32; b++) {
+                        // m sits after d in both layouts
+                        const uint16_t m = t == dtype::Q4_1 ? ((const block_q4_1*)(wrow.data() + b * bs))->m
+                                                            : ((const block_q5_1*)(wrow.data() + b * bs))->m;
                         double s = 0;
                         for (int j = 0; j < 32; j++) s += a[32 * b + j];
-                        tol += std::fabs(fp16_to_fp32(wb[b].m) * s) * std::ldexp(1.0, -10);
+                        tol += std::fabs(fp16_to_fp32(m) * s) * std::ldexp(1.0, -10);
                     }
                 }
                 const float simd = dtype_vec_dot(t, wrow.data(), arow.data(), n);
@@ -389,7 +508,7 @@ TEST(VecDot, MatchesDequantizedDot) {
 // The tiled kernel must give, for every (row, token), exactly the single dot.
 TEST(VecDot, TileEqualsSingleDots) {
     const int64_t n = 512;
-    for (dtype t : k_weight_types) {
+    for (dtype t : quant_weight_types()) {
         const dtype at = dtype_vec_dot_type(t);
         const size_t ws = dtype_row_size(t, n), as = dtype_row_size(at, n);
         std::vector<uint8_t> w, a;
@@ -416,7 +535,7 @@ TEST(VecDot, TileEqualsSingleDots) {
 }
 
 TEST(VecDot, ReportsSimdCoverage) {
-    for (dtype t : k_weight_types)
+    for (dtype t : quant_weight_types())
         std::printf("  %-5s dot: %s\n", dtype_name(t), quant_has_simd(t) ? "SIMD" : "scalar");
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
     std::printf("  int8 dots use AVX512-VNNI\n");

@@ -280,6 +280,87 @@ TEST(sampler, repetition_penalty_changes_argmax) {
     }
 }
 
+// llama.cpp's penalties: for an id seen c > 0 times in the window, the repeat
+// penalty once, then logit -= c * frequency + presence.
+TEST(sampler, presence_and_frequency_penalties) {
+    auto p = params_off(0.0f);
+    p.repeat_last_n = 8;
+    {
+        // frequency scales with the count: 2.0 - 3 x 0.4 = 0.8 < 1.0, 2.0 - 2 x 0.4 = 1.2 > 1.0
+        auto q = p;
+        q.frequency_penalty = 0.4f;
+        std::vector<float> l = {2.0f, 1.0f};
+        zk::sampler s(q, 2);
+        s.accept(0), s.accept(0);
+        EXPECT_EQ(s.sample(l.data()), 0);
+        s.accept(0);
+        EXPECT_EQ(s.sample(l.data()), 1);
+    }
+    {
+        // presence counts once: 2.0 - 0.4 = 1.6 > 1.5 however often 0 was seen; 2.0 - 0.6 < 1.5
+        auto q = p;
+        q.presence_penalty = 0.4f;
+        std::vector<float> l = {2.0f, 1.5f};
+        zk::sampler s(q, 2);
+        for (int i = 0; i < 5; i++) s.accept(0);
+        EXPECT_EQ(s.sample(l.data()), 0);
+        q.presence_penalty = 0.6f;
+        zk::sampler s2(q, 2);
+        s2.accept(0);
+        EXPECT_EQ(s2.sample(l.data()), 1);
+    }
+    {
+        // order: divided by the repeat penalty first, then the frequency term:
+        // 3.0 / 1.5 - 2 x 0.3 = 1.4 < 1.5 (the other order would give 1.6)
+        auto q = p;
+        q.repeat_penalty = 1.5f;
+        q.frequency_penalty = 0.3f;
+        std::vector<float> l = {3.0f, 1.5f};
+        zk::sampler s(q, 2);
+        s.accept(0), s.accept(0);
+        EXPECT_EQ(s.sample(l.data()), 1);
+    }
+    {
+        // negative penalties reward repeats
+        auto q = p;
+        q.presence_penalty = -1.0f;
+        std::vector<float> l = {1.0f, 1.5f};
+        zk::sampler s(q, 2);
+        s.accept(0);
+        EXPECT_EQ(s.sample(l.data()), 0);
+    }
+    // Random logits and windows against the definition, greedy: the argmax of the
+    // reference penalized logits (ties to the lowest id).
+    std::mt19937 gen(11);
+    for (int trial = 0; trial < 200; trial++) {
+        const int n = 50;
+        auto q = p;
+        q.repeat_last_n = 1 + trial % 12;
+        q.repeat_penalty = 1.0f + 0.1f * (trial % 5);
+        q.frequency_penalty = 0.05f * (trial % 7);
+        q.presence_penalty = 0.1f * (trial % 3) - 0.05f;
+        auto l = random_logits(n, 100 + trial, 1.0f);
+        zk::sampler s(q, n);
+        std::vector<int32_t> hist;
+        for (int i = 0; i < 20; i++) {
+            const int32_t t = (int32_t)(gen() % 6);  // few ids, so they repeat
+            s.accept(t);
+            hist.push_back(t);
+        }
+        std::vector<int> count(n, 0);
+        for (size_t i = hist.size() - q.repeat_last_n; i < hist.size(); i++) count[hist[i]]++;
+        std::vector<float> ref = l;
+        for (int id = 0; id < n; id++) {
+            if (count[id] == 0) continue;
+            float& x = ref[id];
+            x = x <= 0.0f ? x * q.repeat_penalty : x / q.repeat_penalty;
+            x -= (float)count[id] * q.frequency_penalty + q.presence_penalty;
+        }
+        const int32_t want = (int32_t)(std::max_element(ref.begin(), ref.end()) - ref.begin());
+        ASSERT_EQ(s.sample(l.data()), want) << "trial " << trial;
+    }
+}
+
 TEST(sampler, invalid_params_throw) {
     auto bad = [](auto mutate) {
         zk::sampler_params p;
@@ -297,6 +378,8 @@ TEST(sampler, invalid_params_throw) {
     bad([](zk::sampler_params& p) { p.repeat_penalty = 0.0f; });
     bad([](zk::sampler_params& p) { p.repeat_penalty = -1.0f; });
     bad([](zk::sampler_params& p) { p.repeat_last_n = -1; });
+    bad([](zk::sampler_params& p) { p.presence_penalty = NAN; });
+    bad([](zk::sampler_params& p) { p.frequency_penalty = INFINITY; });
 
     EXPECT_NO_THROW(zk::sampler_validate_params(zk::sampler_params{}));
     EXPECT_THROW(zk::sampler(zk::sampler_params{}, 0), zk::error);

@@ -1,11 +1,19 @@
 #!/usr/bin/env python3
 """zack's tokenizer against an independent reference: HF `tokenizers`.
 
-The reference is built here from the GGUF's own tokenizer metadata (read with the
-`gguf` package, not with zack): models.BPE(vocab, merges), the byte-level
-pre-tokenizer configured as SmolLM2's tokenizer.json does
-(Sequence([Digits(individual_digits=True), ByteLevel(add_prefix_space=False)])),
-a ByteLevel decoder, control tokens added as special AddedTokens.
+Two vocabularies: SmolLM2's (ZACK_MODEL, 49,152 tokens) and Qwen2.5's
+(ZACK_MODEL_QWEN15, 151,936 tokens, pre-tokenizer qwen2; the 0.5B file holds the
+same vocabulary and merges, byte for byte). For each, the reference is built here
+from the GGUF's own tokenizer metadata (read with the `gguf` package, not with
+zack): models.BPE(vocab, merges), the pre-tokenizer as the model's tokenizer.json
+configures it (SmolLM2: Sequence([Digits(individual_digits=True),
+ByteLevel(add_prefix_space=False)]); Qwen2: Sequence([Split(Regex(QWEN2_PATTERN),
+"isolated"), ByteLevel(add_prefix_space=False, use_regex=False)])), a ByteLevel
+decoder, control tokens (type 3) added as special AddedTokens and user-defined ones
+(type 4: Qwen's <tool_call>, </tool_call>) as non-special AddedTokens, which are
+matched whether or not special tokens are parsed, as in Qwen's tokenizer.json.
+Qwen's tokenizer.json also has an NFC normalizer, which GGUF files do not record
+and llama.cpp does not apply; neither does zack, so the reference has none.
 
 Checks, for every file in tests/data/tokenizer (licences, source code,
 multilingual text, whitespace and digits, chat markup):
@@ -16,13 +24,16 @@ multilingual text, whitespace and digits, chat markup):
     with a vocabulary of single digits);
   * special tokens are split out with --special and left as text without it;
   * bytes the vocabulary has no token for are dropped as HF does (ids only).
-The same runs again with tokenizer.ggml.pre switched to gpt2, llama-bpe and
-qwen2: a small temporary GGUF holds the same vocabulary and merges (no tensors)
-and the reference uses the matching pattern (Split(Regex) + ByteLevel without
-its own regex; Llama-3 also with ignore_merges, as its tokenizer.json has).
+For SmolLM2 the same runs again with tokenizer.ggml.pre switched to gpt2,
+llama-bpe and qwen2, for Qwen with deepseek-r1-qwen (the name llama.cpp's
+converter writes for DeepSeek-R1-Distill-Qwen, the same pattern): a small
+temporary GGUF holds the same vocabulary and merges (no tensors) and the reference
+uses the matching pattern (Split(Regex) + ByteLevel without its own regex; Llama-3
+also with ignore_merges, as its tokenizer.json has).
 
-Env: ZACK_MODEL (the GGUF), ZACK_BUILD (build dir with tests/tool_tokenize).
-Exits non-zero with a summary on any failure, and when an input is missing.
+Env: ZACK_MODEL, ZACK_MODEL_QWEN15 (the GGUFs), ZACK_BUILD (build dir with
+tests/tool_tokenize). Exits non-zero with a summary on any failure, and when an
+input is missing.
 """
 import os
 import subprocess
@@ -31,17 +42,15 @@ import tempfile
 from pathlib import Path
 
 import gguf
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "ref"))
+import ref_tokenizer  # noqa: E402  (the reference builder, shared with the forward tests)
+import tokenizers  # noqa: E402
 
 SOURCE = Path(os.environ.get("ZACK_SOURCE", Path(__file__).resolve().parent.parent))
 DATA = SOURCE / "tests" / "data" / "tokenizer"
 
-# Patterns as the models' tokenizer.json files write them.
-LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
-                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
-                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-TOKEN_CONTROL = 3
+TOKEN_CONTROL = ref_tokenizer.TOKEN_TYPE_CONTROL
 
 failures = []
 
@@ -72,29 +81,12 @@ class Meta:
         self.ids = {k: scalar("tokenizer.ggml.%s_token_id" % k)
                     for k in ("bos", "eos", "unknown", "padding")}
         self.add_bos = scalar("tokenizer.ggml.add_bos_token", False)
+        self.pre = (bytes(f["tokenizer.ggml.pre"].parts[f["tokenizer.ggml.pre"].data[0]]).decode()
+                    if "tokenizer.ggml.pre" in f else "default")
 
 
 def build_reference(meta, pre):
-    vocab = {}
-    for i, t in enumerate(meta.tokens):
-        vocab.setdefault(t, i)  # first id wins, as in zack
-    merges = [tuple(m.split(" ", 1)) for m in meta.merges]
-    tok = Tokenizer(models.BPE(vocab, merges, ignore_merges=(pre == "llama-bpe")))
-    if pre == "smollm":
-        tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Digits(individual_digits=True),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
-    elif pre == "gpt2":
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    else:
-        pattern = LLAMA3_PATTERN if pre == "llama-bpe" else QWEN2_PATTERN
-        tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                            for t, ty in zip(meta.tokens, meta.types) if ty == TOKEN_CONTROL])
-    return tok
+    return ref_tokenizer.build_tokenizer(meta.tokens, meta.types, meta.merges, pre)
 
 
 def write_variant(meta, pre, path):
@@ -224,12 +216,41 @@ def check_specials(label, tool, model, tok, meta, chat_file):
         os.unlink(fh.name)
 
 
+def check_vocab(label, model, pres, tool, files, texts, tmp, summary):
+    """Compares zack with the reference on `model` (its own tokenizer.ggml.pre,
+    pres[0]) and on temporary copies of its vocabulary with pres[1:]."""
+    meta = Meta(model)
+    if meta.model != "gpt2":
+        fail("%s has tokenizer model %r; this test needs byte-level BPE" % (model, meta.model))
+        return
+    if meta.pre != pres[0]:
+        fail("%s has tokenizer.ggml.pre %r, expected %r" % (model, meta.pre, pres[0]))
+        return
+    for k, pre in enumerate(pres):
+        gguf_path = model
+        if k > 0:
+            gguf_path = Path(tmp) / ("vocab-%s-%s.gguf" % (label, pre))
+            write_variant(meta, pre, gguf_path)
+        tag = "%s/%s" % (label, pre)
+        tok = build_reference(meta, pre)
+        n_bytes, n_tokens = compare_variant(tag, tool, gguf_path, tok, files, texts)
+        n_pieces = compare_pretok(tag, tool, gguf_path, tok, files, texts)
+        for chat in ("chat_special.txt", "chat_qwen.txt"):
+            check_specials(tag, tool, gguf_path, tok, meta, DATA / chat)
+        check_missing_bytes(tag, tool, gguf_path, tok)
+        summary.append("  %-24s ids identical on %6.1f KB, %6d tokens; %6d pre-token pieces compared"
+                       % (tag, n_bytes / 1024, n_tokens, n_pieces))
+
+
 def main():
     model = Path(os.environ.get("ZACK_MODEL", SOURCE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    qwen = Path(os.environ.get("ZACK_MODEL_QWEN15",
+                               SOURCE / "models" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"))
     build = os.environ.get("ZACK_BUILD")
-    if not model.is_file():
-        print("FAIL: model file %s is missing (set ZACK_MODEL or run scripts/fetch_model.sh)" % model)
-        return 1
+    for m, var in ((model, "ZACK_MODEL"), (qwen, "ZACK_MODEL_QWEN15")):
+        if not m.is_file():
+            print("FAIL: model file %s is missing (set %s or run scripts/fetch_model.sh)" % (m, var))
+            return 1
     if not build:
         print("FAIL: ZACK_BUILD is not set (the build dir holding tests/tool_tokenize)")
         return 1
@@ -239,30 +260,18 @@ def main():
         return 1
     files = sorted(DATA.glob("*.txt"))
     texts = [p.read_bytes().decode("utf-8") for p in files]
-    if sum(len(t) for t in texts) < 50_000:
+    if sum(len(t.encode("utf-8")) for t in texts) < 50_000:
         print("FAIL: test texts in %s hold under 50 KB" % DATA)
         return 1
 
-    meta = Meta(model)
-    if meta.model != "gpt2":
-        print("FAIL: %s has tokenizer model %r; this test needs byte-level BPE" % (model, meta.model))
-        return 1
     summary = []
     with tempfile.TemporaryDirectory() as tmp:
-        for pre in ("smollm", "gpt2", "llama-bpe", "qwen2"):
-            gguf_path = model
-            if pre != "smollm":
-                gguf_path = Path(tmp) / ("vocab-%s.gguf" % pre)
-                write_variant(meta, pre, gguf_path)
-            tok = build_reference(meta, pre)
-            n_bytes, n_tokens = compare_variant(pre, tool, gguf_path, tok, files, texts)
-            n_pieces = compare_pretok(pre, tool, gguf_path, tok, files, texts)
-            check_specials(pre, tool, gguf_path, tok, meta, DATA / "chat_special.txt")
-            check_missing_bytes(pre, tool, gguf_path, tok)
-            summary.append("  %-9s ids identical on %6.1f KB, %6d tokens; %6d pre-token pieces compared"
-                           % (pre, n_bytes / 1024, n_tokens, n_pieces))
+        check_vocab("smollm2", model, ("smollm", "gpt2", "llama-bpe", "qwen2"), tool, files, texts, tmp,
+                    summary)
+        check_vocab("qwen2.5", qwen, ("qwen2", "deepseek-r1-qwen"), tool, files, texts, tmp, summary)
 
-    print("tokenizer vs HF tokenizers %s, %d files:" % (sys.modules["tokenizers"].__version__, len(files)))
+    print("tokenizer vs HF tokenizers %s, %d files, %.1f KB:" % (
+        tokenizers.__version__, len(files), sum(len(t.encode("utf-8")) for t in texts) / 1024))
     print("\n".join(summary))
     if failures:
         print("%d FAILURES" % len(failures))

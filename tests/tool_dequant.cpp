@@ -1,6 +1,10 @@
-// tool_dequant MODEL TENSOR_NAME OUT.f32
-//   Writes the tensor dequantized to float32, row-major (ne[0] fastest), for
-//   tests/test_dequant_ref.py to compare with gguf-py. Prints "TYPE ne0 ne1 ...".
+// tool_dequant MODEL TENSOR_NAME OUT.f32 [ROW0 N_ROWS]
+//   Writes the tensor (or rows ROW0 .. ROW0 + N_ROWS - 1 of it) dequantized to
+//   float32, row-major (ne[0] fastest), for tests/test_dequant_ref.py to compare
+//   with gguf-py. Prints "TYPE ne0 ne1 ...".
+// tool_dequant --types
+//   Prints dtype.cpp's table, one "ID NAME BLOCK_SIZE TYPE_SIZE supported|-" line
+//   per known ggml type id.
 // tool_dequant --quantize TYPE N_COLS IN.f32 OUT.bin
 //   Quantizes rows of N_COLS floats with dtype_quantize_row (to compare the
 //   bytes with gguf.quants.quantize).
@@ -45,9 +49,22 @@ void quantize_file(const char* type, const char* cols, const char* in, const cha
     write_file(out, q.data(), q.size());
 }
 
+void print_types() {
+    for (uint32_t id = 0; id < 1024; id++) {
+        if (!zk::dtype_is_known(id)) continue;
+        const zk::dtype_traits& tr = zk::dtype_get_traits((zk::dtype)id);
+        std::printf("%u %s %lld %zu %s\n", id, tr.name, (long long)tr.block_size, tr.type_size,
+                    zk::dtype_is_supported(id) ? "supported" : "-");
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+    if (argc == 2 && std::string(argv[1]) == "--types") {
+        print_types();
+        return 0;
+    }
     if (argc == 6 && std::string(argv[1]) == "--quantize") {
         try {
             quantize_file(argv[2], argv[3], argv[4], argv[5]);
@@ -57,25 +74,33 @@ int main(int argc, char** argv) {
         }
         return 0;
     }
-    if (argc != 4) {
-        std::fprintf(stderr, "usage: %s MODEL TENSOR_NAME OUT.f32\n       %s --quantize TYPE N_COLS IN.f32 OUT.bin\n",
-                     argv[0], argv[0]);
+    if (argc != 4 && argc != 6) {
+        std::fprintf(stderr,
+                     "usage: %s MODEL TENSOR_NAME OUT.f32 [ROW0 N_ROWS]\n       %s --quantize TYPE N_COLS IN.f32 OUT.bin\n"
+                     "       %s --types\n",
+                     argv[0], argv[0], argv[0]);
         return 2;
     }
     try {
         const auto file = zk::gguf_file::open(argv[1]);
         const zk::gguf_tensor& t = file->get_tensor(argv[2]);
         const int64_t n_cols = t.shape.empty() ? 1 : t.shape[0];
-        const int64_t n_rows = t.n_rows();
+        int64_t row0 = 0, n_rows = t.n_rows();
+        if (argc == 6) {
+            row0 = std::atoll(argv[4]);
+            n_rows = std::atoll(argv[5]);
+            if (row0 < 0 || n_rows < 1 || row0 + n_rows > t.n_rows())
+                ZK_THROW("rows %s + %s out of range (tensor has %lld)", argv[4], argv[5], (long long)t.n_rows());
+        }
         const size_t row_bytes = zk::dtype_row_size(t.type, n_cols);
-        if (row_bytes * (size_t)n_rows != t.n_bytes)
+        if (row_bytes * (size_t)t.n_rows() != t.n_bytes)
             ZK_THROW("%s: tensor %s has %zu bytes, expected %zu", argv[1], argv[2], t.n_bytes,
-                     row_bytes * (size_t)n_rows);
+                     row_bytes * (size_t)t.n_rows());
         std::FILE* out = std::fopen(argv[3], "wb");
         if (!out) ZK_THROW("cannot open %s for writing", argv[3]);
         std::vector<float> row((size_t)n_cols);
         for (int64_t r = 0; r < n_rows; r++) {
-            zk::dtype_dequantize_row(t.type, t.data + r * row_bytes, row.data(), n_cols);
+            zk::dtype_dequantize_row(t.type, t.data + (row0 + r) * row_bytes, row.data(), n_cols);
             if (std::fwrite(row.data(), sizeof(float), row.size(), out) != row.size()) {
                 std::fclose(out);
                 ZK_THROW("short write to %s", argv[3]);

@@ -5,8 +5,9 @@
 // time (decode, eviction in chunks) and the distributions after each of them
 // are compared: mean KL(base || config) in nats and top-1 agreement. CONFIG is
 // key=value pairs separated by commas: bits, group, residual, gear, gear_rank,
-// evict, budget, crush, anchor, sinks, krank / vrank (one rank for all heads), full_layer (after a rate), rate (ZACK adaptive), urate (ZACK uniform), eps, e.g. "bits=4,gear=1" or "evict=h2o,budget=128".
+// evict, budget, crush, anchor, sinks, krank / vrank (one rank for all heads), full_layer (after a rate), rate (ZACK adaptive), urate (ZACK uniform), eps, srate (sensitivity allocation, key basis per head; srate0/1/2: pca/score/pairs only), head=K/l/g/r, ranks=FILE, e.g. "bits=4,gear=1" or "evict=h2o,budget=128".
 // One line per config: config=... bytes_per_token=... kl=... top1=...
+#include "calib/alloc.h"
 #include "calib/ranks.h"
 #include <algorithm>
 #include <cmath>
@@ -60,6 +61,44 @@ zk::session_params parse_config(const std::string& cfg, zk::session_params sp, c
             const int il = std::stoi(v), KV = m.hp.n_head_kv;
             if (il < 0 || il >= m.hp.n_layer || sp.ranks_k.empty()) ZK_THROW("full_layer=%d needs a rate and a layer", il);
             for (int g = 0; g < KV; g++) sp.ranks_k[il * KV + g] = sp.ranks_v[il * KV + g] = m.hp.head_dim;
+        }
+        else if (k == "srate" || k == "srate0" || k == "srate1" || k == "srate2") {  // sensitivity allocation
+            zk::rank_request rq;
+            rq.rate = std::stod(v);
+            rq.alloc = zk::rank_alloc::SENSITIVITY;
+            rq.alloc_set = true;
+            rq.key_basis = k == "srate" ? -1 : k[5] - '0';
+            const zk::zack_ranks r = zk::ranks_resolve(m, rq);
+            sp.ranks_k = r.k;
+            sp.ranks_v = r.v;
+            sp.kbasis = r.kb;
+        }
+        else if (k == "head") {  // head=K/layer/g/rank (or V/...): one head's rank, the rest as set (or full)
+            char kind = 0;
+            int il = -1, g = -1, r = -1;
+            if (std::sscanf(v.c_str(), "%c/%d/%d/%d", &kind, &il, &g, &r) != 4 || (kind != 'K' && kind != 'V') ||
+                il < 0 || il >= m.hp.n_layer || g < 0 || g >= m.hp.n_head_kv)
+                ZK_THROW("config '%s': head=%s is not K|V/layer/head/rank", cfg.c_str(), v.c_str());
+            const size_t nh = (size_t)m.hp.n_layer * m.hp.n_head_kv;
+            if (sp.ranks_k.empty()) sp.ranks_k.assign(nh, m.hp.head_dim), sp.ranks_v.assign(nh, m.hp.head_dim);
+            (kind == 'K' ? sp.ranks_k : sp.ranks_v)[(size_t)il * m.hp.n_head_kv + g] = r;
+        }
+        else if (k == "ranks") {  // ranks=FILE: lines "layer head r_k r_v [key basis]" (an allocation to try)
+            std::ifstream rf(v);
+            if (!rf) ZK_THROW("config '%s': cannot open %s", cfg.c_str(), v.c_str());
+            const size_t nh = (size_t)m.hp.n_layer * m.hp.n_head_kv;
+            sp.ranks_k.assign(nh, m.hp.head_dim), sp.ranks_v.assign(nh, m.hp.head_dim);
+            sp.kbasis.assign(nh, 0);
+            std::string line;
+            while (std::getline(rf, line)) {
+                int il, g, rk, rv, kb = 0;
+                const int got = std::sscanf(line.c_str(), "%d %d %d %d %d", &il, &g, &rk, &rv, &kb);
+                if (got < 4) continue;
+                if (il < 0 || il >= m.hp.n_layer || g < 0 || g >= m.hp.n_head_kv) ZK_THROW("%s: bad head %d %d", v.c_str(), il, g);
+                sp.ranks_k[(size_t)il * m.hp.n_head_kv + g] = rk;
+                sp.ranks_v[(size_t)il * m.hp.n_head_kv + g] = rv;
+                sp.kbasis[(size_t)il * m.hp.n_head_kv + g] = kb;
+            }
         }
         else if (k == "krank" || k == "vrank") {  // one side at one rank for every head, the other full
             const size_t nh = (size_t)m.hp.n_layer * m.hp.n_head_kv;

@@ -1,7 +1,10 @@
-// tool_logits MODEL IDS_FILE OUT_FILE [--threads N]
+// tool_logits MODEL IDS_FILE OUT_FILE [--threads N] [--batch N] [--kv-type T] [--greedy N]
 // Runs zack's forward pass over the whitespace-separated token ids in IDS_FILE
 // (one prefill chunk per --batch tokens) and writes the logits of every position
-// as raw little-endian float32 [n_tok x n_vocab] to OUT_FILE. Used by the python
+// as raw little-endian float32 [n_tok x n_vocab] to OUT_FILE. With --greedy N it
+// then decodes N more tokens one at a time, each the argmax of the previous logits
+// (lowest id on ties, as the greedy sampler picks; no stop at end-of-generation
+// tokens), and prints their ids on stdout, space separated. Used by the python
 // reference tests.
 #include <cstdio>
 #include <cstring>
@@ -15,16 +18,19 @@
 
 int main(int argc, char** argv) {
     if (argc < 4) {
-        std::fprintf(stderr, "usage: tool_logits MODEL IDS_FILE OUT_FILE [--threads N] [--batch N] [--kv-type f16|f32]\n");
+        std::fprintf(stderr, "usage: tool_logits MODEL IDS_FILE OUT_FILE [--threads N] [--batch N] [--kv-type f16|f32] "
+                     "[--greedy N]\n");
         return 2;
     }
     try {
         zk::session_params sp;
         sp.n_threads = 2;
+        int64_t n_greedy = 0;
         for (int i = 4; i + 1 < argc; i += 2) {
             if (!std::strcmp(argv[i], "--threads")) sp.n_threads = std::stoi(argv[i + 1]);
             if (!std::strcmp(argv[i], "--batch")) sp.n_batch = std::stoi(argv[i + 1]);
             if (!std::strcmp(argv[i], "--kv-type")) sp.kv_type = zk::dtype_from_name(argv[i + 1]);
+            if (!std::strcmp(argv[i], "--greedy")) n_greedy = std::stoll(argv[i + 1]);
         }
         std::ifstream in(argv[2]);
         if (!in) ZK_THROW("%s: cannot open", argv[2]);
@@ -32,14 +38,24 @@ int main(int argc, char** argv) {
         for (long v; in >> v;) ids.push_back((int32_t)v);
         if (ids.empty()) ZK_THROW("%s: no token ids", argv[2]);
         auto m = zk::model_load(argv[1]);
-        sp.n_ctx = (int64_t)ids.size();
+        sp.n_ctx = (int64_t)ids.size() + n_greedy;
         zk::session s(*m, sp);
         const float* logits = s.decode(ids.data(), (int64_t)ids.size(), true);
+        const int64_t n_vocab = m->hp.n_vocab;
         FILE* f = std::fopen(argv[3], "wb");
         if (!f) ZK_THROW("%s: cannot write", argv[3]);
-        const size_t n = ids.size() * (size_t)m->hp.n_vocab;
+        const size_t n = ids.size() * (size_t)n_vocab;
         const bool ok = std::fwrite(logits, sizeof(float), n, f) == n;
         if (std::fclose(f) != 0 || !ok) ZK_THROW("%s: write failed", argv[3]);
+        const float* last = logits + (ids.size() - 1) * (size_t)n_vocab;
+        for (int64_t k = 0; k < n_greedy; k++) {
+            int32_t best = 0;
+            for (int32_t v = 1; v < n_vocab; v++)
+                if (last[v] > last[best]) best = v;
+            std::printf(k ? " %d" : "%d", best);
+            last = s.decode(&best, 1);
+        }
+        if (n_greedy > 0) std::printf("\n");
     } catch (const std::exception& e) {
         std::fprintf(stderr, "tool_logits: error: %s\n", e.what());
         return 1;

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <map>
 
+#include "ggml-like/error.h"
+
 namespace zk {
 
 namespace {
@@ -65,6 +67,35 @@ nlohmann::json eval_point_json(const eval_point& p) {
     j["session"] = p.session;
     j["detail"] = p.score.detail;
     return j;
+}
+
+static std::string csv_field(const std::string& s) {
+    if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+    std::string q = "\"";
+    for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return q + "\"";
+}
+
+std::string eval_report_csv(const eval_report& r) {
+    std::string out = "config,method,metric,value,retention,kv_fraction,bytes_per_token,tokens_kept,n_items,kld_mean,"
+                      "same_top_p,error\n";
+    std::vector<eval_point> rows{r.baseline};
+    rows.insert(rows.end(), r.runs.begin(), r.runs.end());
+    for (const eval_point& p : rows) {
+        out += csv_field(p.cfg.name) + "," + csv_field(p.cfg.method) + ",";
+        if (!p.ok()) {
+            out += ",,,,,,,,," + csv_field(p.error) + "\n";
+            continue;
+        }
+        const nlohmann::json vs = p.score.detail.value("vs_baseline", nlohmann::json::object());
+        auto num = [](double v) { return std::isfinite(v) ? strfmt("%.9g", v) : std::string(); };
+        out += csv_field(p.score.metric) + "," + num(p.score.value) + "," + num(p.retention) + "," +
+               num(p.kv_fraction) + "," + num(p.bytes_per_token) + "," + num(p.score.tokens_kept) + "," +
+               std::to_string(p.score.n_items) + "," +
+               (vs.contains("kld_mean") ? num(vs["kld_mean"].get<double>()) : "") + "," +
+               (vs.contains("same_top_p") ? num(vs["same_top_p"].get<double>()) : "") + ",\n";
+    }
+    return out;
 }
 
 std::string eval_report_table(const eval_report& r) {
@@ -128,6 +159,32 @@ std::string eval_report_table(const eval_report& r) {
             out += line;
         }
     }
+    {
+        // every evaluated configuration (and the baseline) that no other beats in both size and accuracy
+        std::vector<eval_point> all{r.baseline};
+        all.insert(all.end(), r.runs.begin(), r.runs.end());
+        const std::vector<size_t> front = eval_pareto_front(all);
+        if (front.size() > 1) {
+            out += "\nPareto front (no configuration is both smaller and better):\n";
+            for (size_t i : front) {
+                const eval_point& p = all[i];
+                std::snprintf(line, sizeof line, "  KV %6s%%  %8s%% of baseline  %-34s [%s]\n",
+                              f("%.1f", 100 * p.kv_fraction).c_str(), f("%.2f", 100 * p.retention).c_str(),
+                              p.cfg.name.empty() ? "baseline" : p.cfg.name.c_str(), p.cfg.cli().c_str());
+                out += line;
+            }
+        }
+        if (r.target > 0) {
+            const int64_t best = eval_smallest_passing(r.runs, r.target);
+            if (best >= 0) {
+                const eval_point& p = r.runs[best];
+                std::snprintf(line, sizeof line, "smallest configuration keeping >= %s: KV %s%% of f16, %s of baseline [%s]\n",
+                              f("%.1f%%", 100 * r.target).c_str(), f("%.1f", 100 * p.kv_fraction).c_str(),
+                              f("%.2f%%", 100 * p.retention).c_str(), p.cfg.cli().c_str());
+                out += line;
+            }
+        }
+    }
     if (!r.issues.empty()) {
         out += "\n" + std::to_string(r.issues.size()) + " data problem(s) skipped:\n";
         for (const eval_data_issue& i : r.issues) out += "  " + i.describe() + "\n";
@@ -153,6 +210,16 @@ nlohmann::json eval_report_json(const eval_report& r) {
             for (const eval_point& p : t.tried) o["tried"].push_back(p.cfg.cli());
             j["targets"].push_back(o);
         }
+    }
+    std::vector<eval_point> all{r.baseline};
+    all.insert(all.end(), r.runs.begin(), r.runs.end());
+    j["pareto"] = nlohmann::json::array();
+    for (size_t i : eval_pareto_front(all))
+        j["pareto"].push_back({{"config", all[i].cfg.cli()}, {"name", all[i].cfg.name.empty() ? "baseline" : all[i].cfg.name},
+                               {"kv_fraction", all[i].kv_fraction}, {"retention", all[i].retention}});
+    if (r.target > 0) {
+        const int64_t best = eval_smallest_passing(r.runs, r.target);
+        j["smallest_passing"] = best >= 0 ? eval_point_json(r.runs[best]) : nlohmann::json();
     }
     j["issues"] = nlohmann::json::array();
     for (const eval_data_issue& i : r.issues)
@@ -247,6 +314,34 @@ std::string eval_report_svg(const eval_report& r) {
                       L + pw + 14, T + 10 + 18.0 * i, L + pw + 34, T + 10 + 18.0 * i, col, L + pw + 40, T + 14 + 18.0 * i,
                       xml_escape(order[i]).c_str());
         s += b;
+    }
+    {
+        // the Pareto front over every configuration, as a grey step line under the curves
+        std::vector<eval_point> all{r.baseline};
+        all.insert(all.end(), r.runs.begin(), r.runs.end());
+        const std::vector<size_t> front = eval_pareto_front(all);
+        if (front.size() > 1) {
+            std::string path;
+            double py = 0;
+            for (size_t k = 0; k < front.size(); k++) {
+                const double x = 100 * all[front[k]].kv_fraction, y = 100 * all[front[k]].retention;
+                if (k) {
+                    std::snprintf(b, sizeof b, " %.1f,%.1f", X(x), Y(py));
+                    path += b;
+                }
+                std::snprintf(b, sizeof b, "%s%.1f,%.1f", path.empty() ? "" : " ", X(x), Y(y));
+                path += b;
+                py = y;
+            }
+            s += "<polyline fill=\"none\" stroke=\"#555\" stroke-width=\"5\" stroke-opacity=\"0.25\" points=\"" + path +
+                 "\"/>\n";
+            std::snprintf(b, sizeof b,
+                          "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#555\" stroke-width=\"5\" "
+                          "stroke-opacity=\"0.25\"/><text x=\"%.1f\" y=\"%.1f\">Pareto front</text>\n",
+                          L + pw + 14, T + 10 + 18.0 * order.size(), L + pw + 34, T + 10 + 18.0 * order.size(),
+                          L + pw + 40, T + 14 + 18.0 * order.size());
+            s += b;
+        }
     }
     s += "</svg>\n";
     return s;

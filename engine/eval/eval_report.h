@@ -24,6 +24,11 @@ struct eval_report {
 
 std::string eval_report_table(const eval_report& r);
 nlohmann::json eval_report_json(const eval_report& r);
+// One row per configuration (the baseline first): config, method, metric, value,
+// retention, kv_fraction, bytes_per_token, tokens_kept, n_items, kld_mean,
+// same_top_p (ppl against the baseline; empty otherwise), error. Fields with a
+// comma, quote or newline are quoted as RFC 4180 says.
+std::string eval_report_csv(const eval_report& r);
 // y = share of the baseline kept (%), x = KV size (% of an f16 full-rank cache).
 std::string eval_report_svg(const eval_report& r);
 nlohmann::json eval_point_json(const eval_point& p);

@@ -57,14 +57,22 @@ eval_config eval_method::at(double t) const {
         c.flags.push_back({"--kv-bits", std::to_string(lim.quant_bits)});
         parts.push_back(std::to_string(lim.quant_bits) + "-bit");
     }
+    if (plan) {
+        // targets on a 1/1024 grid so that equal strengths give equal flags
+        const double target = std::round((1.0 - t * (1.0 - lim.plan_min_fraction)) * 1024.0) / 1024.0;
+        c.flags.push_back({"--kv-target", fmt("%.6g", target)});
+        parts.insert(parts.begin(), fmt("plan %.3f", target));
+    }
     for (size_t i = 0; i < parts.size(); i++) c.name += (i ? " + " : "") + parts[i];
     return c;
 }
 
 std::vector<eval_method> eval_methods(const std::vector<std::string>& names, const eval_method_limits& lim) {
-    static const struct { const char* name; bool z, e, q; } k_all[] = {
-        {"zack", true, false, false},      {"evict", false, true, false},   {"q4", false, false, true},
-        {"zack+evict", true, true, false}, {"zack+q4", true, false, true}, {"zack+evict+q4", true, true, true}};
+    static const struct { const char* name; bool z, e, q, p; } k_all[] = {
+        {"zack", true, false, false, false},      {"evict", false, true, false, false},
+        {"q4", false, false, true, false},        {"zack+evict", true, true, false, false},
+        {"zack+q4", true, false, true, false},    {"zack+evict+q4", true, true, true, false},
+        {"plan", false, false, false, true},      {"plan+evict", false, true, false, true}};
     std::vector<eval_method> out;
     for (const std::string& n : names) {
         bool hit = false;
@@ -73,11 +81,12 @@ std::vector<eval_method> eval_methods(const std::vector<std::string>& names, con
                 hit = true;
                 if (std::any_of(out.begin(), out.end(), [&](const eval_method& m) { return m.name == a.name; }))
                     continue;
-                out.push_back({a.name, a.z, a.e, a.q, lim});
+                out.push_back({a.name, a.z, a.e, a.q, a.p, lim});
             }
         }
         if (!hit)
-            ZK_THROW("unknown method '%s' (zack, evict, q4, zack+evict, zack+q4, zack+evict+q4, all)", n.c_str());
+            ZK_THROW("unknown method '%s' (zack, evict, q4, zack+evict, zack+q4, zack+evict+q4, plan, plan+evict, all)",
+                     n.c_str());
     }
     return out;
 }
@@ -201,6 +210,38 @@ eval_target_result eval_find_target(const eval_method& m, double target, int ste
         r.note = "does not keep the target even at the weakest setting";
     }
     return r;
+}
+
+}  // namespace zk
+
+namespace zk {
+
+std::vector<size_t> eval_pareto_front(const std::vector<eval_point>& pts) {
+    std::vector<size_t> ok;
+    for (size_t i = 0; i < pts.size(); i++)
+        if (pts[i].ok() && std::isfinite(pts[i].retention) && std::isfinite(pts[i].kv_fraction)) ok.push_back(i);
+    // smallest first; at equal size the best first, so one pass keeps the front
+    std::sort(ok.begin(), ok.end(), [&](size_t a, size_t b) {
+        if (pts[a].kv_fraction != pts[b].kv_fraction) return pts[a].kv_fraction < pts[b].kv_fraction;
+        return pts[a].retention > pts[b].retention;
+    });
+    std::vector<size_t> front;
+    double best = -INFINITY;
+    for (size_t i : ok)
+        if (pts[i].retention > best) front.push_back(i), best = pts[i].retention;
+    return front;
+}
+
+int64_t eval_smallest_passing(const std::vector<eval_point>& pts, double target) {
+    int64_t best = -1;
+    for (size_t i = 0; i < pts.size(); i++) {
+        const eval_point& p = pts[i];
+        if (!p.ok() || !(p.retention >= target)) continue;
+        if (best < 0 || p.kv_fraction < pts[best].kv_fraction ||
+            (p.kv_fraction == pts[best].kv_fraction && p.retention > pts[best].retention))
+            best = (int64_t)i;
+    }
+    return best;
 }
 
 }  // namespace zk

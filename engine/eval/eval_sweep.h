@@ -38,21 +38,25 @@ struct eval_method_limits {
     double evict_min_keep = 0.0625;   // t = 1 -> budget of 1/16 of the typical item
     int64_t n_tokens = 512;           // typical item length in tokens
     int quant_bits = 4;               // --kv-bits of the quantized methods
+    double plan_min_fraction = 0.1;   // plan families: t = 1 -> --kv-target of this fraction of the f16 cache
 };
 
 // One family: which of ZACK, eviction and quantization it combines. Quantization
 // has no knob (a fixed --kv-bits); the family is continuous when it has ZACK or
-// eviction, and then both move with t together.
+// eviction, and then both move with t together. The plan families move a byte
+// target instead (--kv-target 1 - t (1 - plan_min_fraction)): at each target
+// the .zack's curves choose the precision and every head's rank and key basis
+// together (calib/plan.h), and plan+evict adds eviction moving with t.
 struct eval_method {
-    std::string name;  // zack, evict, q4, zack+evict, zack+q4, zack+evict+q4
-    bool zack = false, evict = false, quant = false;
+    std::string name;  // zack, evict, q4, zack+evict, zack+q4, zack+evict+q4, plan, plan+evict
+    bool zack = false, evict = false, quant = false, plan = false;
     eval_method_limits lim;
-    bool continuous() const { return zack || evict; }
+    bool continuous() const { return zack || evict || plan; }
     eval_config at(double t) const;
 };
 
 // The standard families by name; "all" in names = every standard family, in the
-// order zack, evict, q4, zack+evict, zack+q4, zack+evict+q4.
+// order zack, evict, q4, zack+evict, zack+q4, zack+evict+q4, plan, plan+evict.
 std::vector<eval_method> eval_methods(const std::vector<std::string>& names, const eval_method_limits& lim);
 
 // One evaluated configuration.
@@ -112,5 +116,12 @@ struct eval_target_result {
 };
 // For one family: the strongest configuration with retention >= target.
 eval_target_result eval_find_target(const eval_method& m, double target, int steps, eval_run_cache& runs);
+
+// The Pareto front of the evaluated points (those that ran): no other point is
+// at least as small (kv_fraction) and at least as good (retention) and better in
+// one. Indices into pts, smallest KV first.
+std::vector<size_t> eval_pareto_front(const std::vector<eval_point>& pts);
+// The smallest point (kv_fraction) with retention >= target, or -1.
+int64_t eval_smallest_passing(const std::vector<eval_point>& pts, double target);
 
 }  // namespace zk

@@ -8,6 +8,7 @@
 #include <limits>
 #include <sstream>
 
+#include "engine/unicode.h"
 #include "ggml-like/error.h"
 
 namespace zk {
@@ -102,6 +103,16 @@ std::string eval_read_text(const std::string& path, eval_issues& issues) {
         }
     if (blank) {
         issues.report(path, 0, "the file is empty");
+        return "";
+    }
+    // A binary file would otherwise tokenize to nonsense and a huge perplexity.
+    size_t bad = unicode_utf8_invalid_at(text);
+    const size_t nul = text.find('\0');
+    if (nul < bad) bad = nul;
+    if (bad != std::string::npos) {
+        const int64_t line = 1 + (int64_t)std::count(text.begin(), text.begin() + (long)bad, '\n');
+        issues.report(path, line, strfmt("not UTF-8 text: byte 0x%02x at offset %zu (a binary file?)",
+                                         (unsigned)(unsigned char)text[bad], bad));
         return "";
     }
     return text;

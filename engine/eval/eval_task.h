@@ -99,6 +99,10 @@ public:
     virtual eval_score run(session& s, bool is_baseline, eval_progress& prog) = 0;
     // Data problems met while preparing items (with --on-error skip).
     const std::vector<eval_data_issue>& issues() const { return issues_.all(); }
+    // A baseline read from a file (ppl with --kl-divergence): run() is then only
+    // called for comparisons, and stored_baseline() gives the baseline's score.
+    virtual bool has_stored_baseline() const { return false; }
+    virtual eval_score stored_baseline() { return {}; }
 
 protected:
     explicit eval_task(eval_on_error policy) : issues_(policy) {}
@@ -112,6 +116,13 @@ struct eval_ppl_opts {
     int64_t stride = 0;   // 0: llama.cpp's default chunking; > 0: its strided mode
     int64_t limit = 0;    // max chunks (0 = all)
     int64_t piece = 32;   // the scored part of a chunk is fed this many tokens at a time
+    // llama-perplexity's --kl-divergence-base FILE (eval_logits.h): without
+    // kl_compare the baseline run saves its log-probabilities there; with it, the
+    // tokens, chunking and baseline come from FILE (files must be empty, and
+    // n_ctx / stride, when set_by_user, must match the file).
+    std::string logits_path;
+    bool kl_compare = false;
+    bool ctx_set_by_user = false;
 };
 // Perplexity over the concatenated files; against the baseline also KL divergence,
 // top-1 agreement and RMS of the probability change (eval_ppl.cpp gives the definitions).

@@ -1,18 +1,29 @@
 #!/usr/bin/env python3
 """Reference tokenizer built with the HF `tokenizers` library from GGUF metadata.
 
-Covers byte-level BPE models (tokenizer.ggml.model == "gpt2") whose pre-tokenizer
-is SmolLM2's (tokenizer.ggml.pre == "smollm"), set up as SmolLM2's tokenizer.json:
-  pre_tokenizer = Sequence([Digits(individual_digits=True),
-                            ByteLevel(add_prefix_space=False, use_regex=True)])
-  decoder       = ByteLevel
+Covers byte-level BPE models (tokenizer.ggml.model == "gpt2"); the pre-tokenizer
+is set up as the model family's tokenizer.json does, by tokenizer.ggml.pre:
+  smollm            Sequence([Digits(individual_digits=True),
+                              ByteLevel(add_prefix_space=False, use_regex=True)])
+  gpt2              ByteLevel(add_prefix_space=False, use_regex=True)
+  llama-bpe         Sequence([Split(Regex(LLAMA3_PATTERN), "isolated"),
+                              ByteLevel(add_prefix_space=False, use_regex=False)]),
+                    and BPE(ignore_merges=True)
+  qwen2, deepseek-r1-qwen
+                    as llama-bpe with QWEN2_PATTERN (single digits), merges not ignored
+  decoder           ByteLevel
 Tokens with token_type 3 (control, e.g. <|im_start|>) are registered as special
-AddedTokens, so their texts inside a prompt map to their single ids.
+AddedTokens, those with type 4 (user-defined, e.g. Qwen's <tool_call>) as
+non-special ones, so their texts inside a prompt map to their single ids.
+(Qwen's tokenizer.json also normalizes to NFC; GGUF files do not record that and
+llama.cpp does not do it, so this reference does not either.)
 
 The GGUF vocabulary strings are already in byte-level alphabet form (e.g. "Ġthe"),
-and merges are "left right" strings, exactly what models.BPE takes.
+and merges are "left right" strings, exactly what models.BPE takes. Where a token
+text occurs twice, the first id wins (as in zack and llama.cpp).
 
 API:
+    build_tokenizer(tokens, types, merges, pre) -> tokenizers.Tokenizer
     tok = load(model_path)                  # tokenizers.Tokenizer, cached
     info(model_path) -> dict(bos=, eos=, add_bos=, add_eos=, n_vocab=, control=)
     control_ids(model_path) -> list[int]    # token_type 3
@@ -26,11 +37,54 @@ from __future__ import annotations
 
 import sys
 
-import gguf
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+import ref_gguf
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
 TOKEN_TYPE_CONTROL = 3
-SUPPORTED_PRE = ("smollm",)
+TOKEN_TYPE_USER_DEFINED = 4
+# Patterns as the models' tokenizer.json files write them.
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+SUPPORTED_PRE = ("smollm", "gpt2", "llama-bpe", "qwen2", "deepseek-r1-qwen")
+
+
+def build_tokenizer(tokens, types, merges, pre: str) -> Tokenizer:
+    """The reference for a byte-level BPE vocabulary with pre-tokenizer `pre`."""
+    if pre not in SUPPORTED_PRE:
+        raise ValueError(f"tokenizer.ggml.pre '{pre}' not supported by the reference "
+                         f"tokenizer (supported: {', '.join(SUPPORTED_PRE)})")
+    if len(tokens) != len(types):
+        raise ValueError(f"{len(tokens)} tokens but {len(types)} token types")
+    vocab = {}
+    for i, t in enumerate(tokens):
+        vocab.setdefault(t, i)
+    merge_pairs = []
+    for m in merges:
+        a, sep, b = m.partition(" ")
+        if not sep:
+            raise ValueError(f"malformed merge '{m}'")
+        merge_pairs.append((a, b))
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merge_pairs, ignore_merges=(pre == "llama-bpe")))
+    if pre == "smollm":
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    elif pre == "gpt2":
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    else:
+        pattern = LLAMA3_PATTERN if pre == "llama-bpe" else QWEN2_PATTERN
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                            for t, ty in zip(tokens, types) if ty == TOKEN_TYPE_CONTROL])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False)
+                    for t, ty in zip(tokens, types) if ty == TOKEN_TYPE_USER_DEFINED])
+    return tok
+
 
 _CACHE: dict[str, tuple[Tokenizer, dict]] = {}
 
@@ -41,38 +95,18 @@ def _field(reader, key, default=None):
 
 
 def _build(path: str) -> tuple[Tokenizer, dict]:
-    reader = gguf.GGUFReader(path)
+    reader = ref_gguf.reader(path)
     model = _field(reader, "tokenizer.ggml.model")
     pre = _field(reader, "tokenizer.ggml.pre", "default")
     if model != "gpt2":
         raise ValueError(f"{path}: tokenizer.ggml.model '{model}' not supported by the "
                          f"reference tokenizer (only byte-level BPE 'gpt2')")
-    if pre not in SUPPORTED_PRE:
-        raise ValueError(f"{path}: tokenizer.ggml.pre '{pre}' not supported by the reference "
-                         f"tokenizer (supported: {', '.join(SUPPORTED_PRE)})")
     tokens = _field(reader, "tokenizer.ggml.tokens")
     types = _field(reader, "tokenizer.ggml.token_type")
-    merges = _field(reader, "tokenizer.ggml.merges")
-    if len(tokens) != len(types):
-        raise ValueError(f"{path}: {len(tokens)} tokens but {len(types)} token types")
-    vocab = {t: i for i, t in enumerate(tokens)}
-    merge_pairs = []
-    for m in merges:
-        a, sep, b = m.partition(" ")
-        if not sep:
-            raise ValueError(f"{path}: malformed merge '{m}'")
-        merge_pairs.append((a, b))
-
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merge_pairs))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-    ])
-    tok.decoder = decoders.ByteLevel()
-    special = [AddedToken(t, special=True, normalized=False)
-               for t, ty in zip(tokens, types) if ty == TOKEN_TYPE_CONTROL]
-    tok.add_special_tokens(special)
-
+    try:
+        tok = build_tokenizer(tokens, types, _field(reader, "tokenizer.ggml.merges"), pre)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
     meta = dict(
         bos=_field(reader, "tokenizer.ggml.bos_token_id"),
         eos=_field(reader, "tokenizer.ggml.eos_token_id"),
@@ -82,6 +116,8 @@ def _build(path: str) -> tuple[Tokenizer, dict]:
         control=[i for i, ty in enumerate(types) if ty == TOKEN_TYPE_CONTROL],
     )
     meta["control_set"] = frozenset(meta["control"])
+    meta["text_set"] = frozenset(i for i, ty in enumerate(types)
+                                 if ty in (TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED))
     return tok, meta
 
 
@@ -121,10 +157,10 @@ _ALPHABET = _byte_level_alphabet()
 
 def token_bytes(path: str, token_id: int) -> bytes:
     """The bytes one token stands for (may be part of a UTF-8 sequence); a
-    control token gives its text."""
+    control or user-defined token gives its text."""
     tok, meta = _get(path)
     text = tok.id_to_token(int(token_id))
-    if int(token_id) in meta["control_set"]:
+    if int(token_id) in meta["text_set"]:
         return text.encode("utf-8")
     return bytes(_ALPHABET[c] for c in text)
 

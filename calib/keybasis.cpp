@@ -1,0 +1,120 @@
+#include "calib/keybasis.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "calib/eigen.h"
+#include "ggml-like/error.h"
+
+namespace zk {
+
+const char* key_basis_name(key_basis b) {
+    switch (b) {
+        case key_basis::PCA: return "pca";
+        case key_basis::SCORE: return "score";
+        case key_basis::PAIRS: return "pairs";
+    }
+    return "?";
+}
+
+key_basis key_basis_from_name(const std::string& s) {
+    for (int i = 0; i < k_key_basis_count; i++)
+        if (s == key_basis_name((key_basis)i)) return (key_basis)i;
+    ZK_THROW("unknown key basis '%s' (pca, score, pairs)", s.c_str());
+}
+
+namespace {
+
+// C = U diag(lambda) U^T (C regularised by a tiny multiple of its mean
+// eigenvalue, so a direction no vector ever takes stays invertible). Returns
+// L^-T = U diag(lambda^-1/2) and L^T = diag(lambda^1/2) U^T, both [d x d].
+void whitening(int d, const double* C, std::vector<double>& l_inv_t, std::vector<double>& l_t) {
+    std::vector<double> c(C, C + (size_t)d * d);
+    double tr = 0;
+    for (int i = 0; i < d; i++) tr += c[(size_t)i * d + i];
+    const double reg = std::max(1e-30, 1e-6 * tr / d);
+    for (int i = 0; i < d; i++) c[(size_t)i * d + i] += reg;
+    std::vector<double> lam, U;
+    eigen_sym_desc(d, c.data(), lam, U);
+    l_inv_t.assign((size_t)d * d, 0);
+    l_t.assign((size_t)d * d, 0);
+    for (int j = 0; j < d; j++) {
+        const double s = std::sqrt(std::max(lam[j], reg));
+        for (int i = 0; i < d; i++) {
+            l_inv_t[(size_t)i * d + j] = U[(size_t)i * d + j] / s;
+            l_t[(size_t)j * d + i] = U[(size_t)i * d + j] * s;
+        }
+    }
+}
+
+// C = A B, all [d x d] row-major.
+void matmul(int d, const double* A, const double* B, double* C) {
+    for (int i = 0; i < d; i++)
+        for (int j = 0; j < d; j++) {
+            double s = 0;
+            for (int k = 0; k < d; k++) s += A[(size_t)i * d + k] * B[(size_t)k * d + j];
+            C[(size_t)i * d + j] = s;
+        }
+}
+
+}  // namespace
+
+void keybasis_score(int d, const double* Cq, const double* Ck, std::vector<double>& A, std::vector<double>& B,
+                    std::vector<double>& sv) {
+    std::vector<double> lq_inv_t, lq_t, lk_inv_t, lk_t;
+    whitening(d, Cq, lq_inv_t, lq_t);
+    whitening(d, Ck, lk_inv_t, lk_t);
+    // W = L_q^T L_k, with L_k = (L_k^T)^T
+    std::vector<double> lk((size_t)d * d), W((size_t)d * d);
+    for (int i = 0; i < d; i++)
+        for (int j = 0; j < d; j++) lk[(size_t)i * d + j] = lk_t[(size_t)j * d + i];
+    matmul(d, lq_t.data(), lk.data(), W.data());
+    std::vector<double> X, Y;
+    svd_square_desc(d, W.data(), X, sv, Y);
+    // Balanced: both sides get S^1/2 so q~ and k~ have comparable magnitudes.
+    for (int i = 0; i < d; i++)
+        for (int j = 0; j < d; j++) {
+            const double s = std::sqrt(std::max(sv[j], 0.0));
+            X[(size_t)i * d + j] *= s;
+            Y[(size_t)i * d + j] *= s;
+        }
+    A.assign((size_t)d * d, 0);
+    B.assign((size_t)d * d, 0);
+    matmul(d, lq_inv_t.data(), X.data(), A.data());
+    matmul(d, lk_inv_t.data(), Y.data(), B.data());
+}
+
+void keybasis_pairs(int d, const rope_params& rope, const double* Cq, const double* Ck, std::vector<double>& P,
+                    std::vector<double>& energy) {
+    // Channel groups: the rotated pairs, then each unrotated channel alone.
+    std::vector<std::vector<int>> groups;
+    const int nr = std::min(rope.n_dims, d), half = nr / 2;
+    for (int f = 0; f < half; f++) {
+        if (rope.style == rope_style::NEOX) groups.push_back({f, f + half});
+        else groups.push_back({2 * f, 2 * f + 1});
+    }
+    for (int c = nr; c < d; c++) groups.push_back({c});
+    // Expected score energy of a group under independent q and k: tr(C_q,f C_k,f).
+    std::vector<double> e(groups.size(), 0.0);
+    for (size_t f = 0; f < groups.size(); f++)
+        for (int a : groups[f])
+            for (int b : groups[f]) e[f] += Cq[(size_t)a * d + b] * Ck[(size_t)b * d + a];
+    std::vector<size_t> order(groups.size());
+    std::iota(order.begin(), order.end(), 0);
+    // by energy per channel: a rank counts channels, and single unrotated channels compete with pairs
+    for (size_t f = 0; f < groups.size(); f++) e[f] /= (double)groups[f].size();
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return e[x] > e[y]; });
+    P.assign((size_t)d * d, 0);
+    energy.assign(d, 0);
+    int j = 0;
+    for (size_t f : order)
+        for (int c : groups[f]) {
+            P[(size_t)c * d + j] = 1.0;
+            energy[j] = e[f];
+            j++;
+        }
+    ZK_ASSERT(j == d);
+}
+
+}  // namespace zk

@@ -1,0 +1,266 @@
+#include "calib/plan.h"
+
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "calib/alloc.h"
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "engine/session.h"
+#include "ggml-like/error.h"
+
+namespace zk {
+
+void plan_validate_target(double target) {
+    if (!(target > 0.0 && target <= 1.0))
+        ZK_THROW("KV target %g is outside (0, 1] (a fraction of the f16 full-rank cache)", target);
+}
+
+nlohmann::json kv_plan::to_json() const {
+    nlohmann::json j;
+    j["zack_plan"] = 1;
+    j["model"] = {{"source_sha256", source_sha256}, {"n_layer", n_layer}, {"n_kv", n_kv}, {"head_dim", head_dim}};
+    j["target"] = target;
+    j["kv_fraction"] = kv_fraction;
+    j["bits"] = bits;
+    j["rate"] = rate;
+    j["ranks_k"] = ranks_k;
+    j["ranks_v"] = ranks_v;
+    j["key_basis"] = kbasis;
+    j["evict"] = evict;
+    j["budget"] = budget;
+    j["loss"] = loss;
+    j["source"] = source;
+    return j;
+}
+
+kv_plan kv_plan::from_json(const nlohmann::json& j, const std::string& where) {
+    kv_plan p;
+    try {
+        if (!j.is_object() || !j.contains("zack_plan")) ZK_THROW("%s: not a zack plan (no zack_plan key)", where.c_str());
+        if (j.at("zack_plan").get<int>() != 1)
+            ZK_THROW("%s: plan version %d is not supported (this zack reads 1)", where.c_str(), j.at("zack_plan").get<int>());
+        const nlohmann::json& mj = j.at("model");
+        p.source_sha256 = mj.value("source_sha256", "");
+        p.n_layer = mj.at("n_layer").get<int>();
+        p.n_kv = mj.at("n_kv").get<int>();
+        p.head_dim = mj.at("head_dim").get<int>();
+        p.target = j.value("target", 0.0);
+        p.kv_fraction = j.value("kv_fraction", 1.0);
+        p.bits = j.at("bits").get<int>();
+        p.rate = j.value("rate", 0.0);
+        p.ranks_k = j.at("ranks_k").get<std::vector<int>>();
+        p.ranks_v = j.at("ranks_v").get<std::vector<int>>();
+        p.kbasis = j.value("key_basis", std::vector<int>{});
+        p.evict = j.value("evict", std::string("none"));
+        p.budget = j.value("budget", (int64_t)0);
+        p.loss = j.value("loss", -1.0);
+        p.source = j.value("source", std::string());
+    } catch (const nlohmann::json::exception& e) {
+        ZK_THROW("%s: malformed plan (%s)", where.c_str(), e.what());
+    }
+    if (p.bits != 16 && p.bits != 8 && p.bits != 4) ZK_THROW("%s: plan bits %d is not 16, 8 or 4", where.c_str(), p.bits);
+    if (p.n_layer <= 0 || p.n_kv <= 0 || p.head_dim <= 0) ZK_THROW("%s: plan model shapes must be positive", where.c_str());
+    const size_t nh = (size_t)p.n_layer * p.n_kv;
+    if (p.ranks_k.size() != p.ranks_v.size() || (!p.ranks_k.empty() && p.ranks_k.size() != nh))
+        ZK_THROW("%s: plan ranks must have %zu entries each (layers x KV heads) or none", where.c_str(), nh);
+    if (!p.kbasis.empty() && p.kbasis.size() != nh)
+        ZK_THROW("%s: plan key_basis must have %zu entries or none", where.c_str(), nh);
+    for (size_t i = 0; i < p.ranks_k.size(); i++)
+        if (p.ranks_k[i] < 1 || p.ranks_k[i] > p.head_dim || p.ranks_v[i] < 1 || p.ranks_v[i] > p.head_dim)
+            ZK_THROW("%s: plan rank of head %zu is outside 1..%d", where.c_str(), i, p.head_dim);
+    for (int b : p.kbasis)
+        if (b < 0 || b > 2) ZK_THROW("%s: plan key basis %d is not 0, 1 or 2", where.c_str(), b);
+    if (p.budget < 0) ZK_THROW("%s: plan budget %lld is negative", where.c_str(), (long long)p.budget);
+    if ((p.evict == "none") != (p.budget == 0))
+        ZK_THROW("%s: plan eviction '%s' and budget %lld do not go together", where.c_str(), p.evict.c_str(),
+                 (long long)p.budget);
+    return p;
+}
+
+std::string kv_plan::describe() const {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%d-bit, ZACK rate %.3f, %.1f%% of the f16 cache%s%s", bits, rate,
+                  100.0 * kv_fraction, evict == "none" ? "" : (", " + evict + " " + std::to_string(budget) + " tokens").c_str(),
+                  loss >= 0 ? (", predicted loss " + std::to_string(loss)).c_str() : "");
+    return buf;
+}
+
+plan_inputs plan_inputs::from_model(const model& m) {
+    plan_inputs in;
+    in.curves = rank_curves::from_model(m);
+    in.q8.assign(m.zack.sens_q8.begin(), m.zack.sens_q8.end());
+    in.q4.assign(m.zack.sens_q4.begin(), m.zack.sens_q4.end());
+    in.source_sha256 = m.file->get_str("zack.source.sha256", "");
+    return in;
+}
+
+double plan_f16_bytes(int n_layer, int n_kv, int head_dim) { return (double)n_layer * n_kv * 4.0 * head_dim; }
+
+double plan_bytes(int n_layer, int n_kv, int head_dim, int bits, const std::vector<int>& ranks_k,
+                  const std::vector<int>& ranks_v) {
+    const std::vector<int> full((size_t)n_layer * n_kv, head_dim);
+    kv_cache_params kp;
+    kp.bits = bits;
+    // a small cache: the per-token bytes do not depend on the capacity
+    kv_cache c(n_layer, n_kv, 256, kp, ranks_k.empty() ? full : ranks_k, ranks_v.empty() ? full : ranks_v);
+    return c.bytes_per_token_exact();
+}
+
+double plan_predicted_loss(const plan_inputs& in, int bits, const std::vector<int>& ranks_k,
+                           const std::vector<int>& ranks_v, const std::vector<int>& kbasis) {
+    double loss = ranks_k.empty() ? 0.0 : ranks_loss(in.curves, ranks_k, ranks_v, kbasis);
+    if (bits != 16) {
+        const std::vector<double>& q = bits == 8 ? in.q8 : in.q4;
+        if (q.empty()) ZK_THROW("no measured loss of the %d-bit cache (a .zack from an older zack calibrate)", bits);
+        for (double x : q) loss += x;
+    }
+    return loss;
+}
+
+kv_plan plan_for_target(const plan_inputs& in, double target) {
+    plan_validate_target(target);
+    const rank_curves& c = in.curves;
+    c.validate();
+    const double f16 = plan_f16_bytes(c.n_layer, c.n_kv, c.d);
+    const double max_rate = 1.0 - double(c.grid[0]) / c.d;
+    auto bytes = [&](int bits, const std::vector<int>& k, const std::vector<int>& v) {
+        return plan_bytes(c.n_layer, c.n_kv, c.d, bits, k, v);
+    };
+    kv_plan best;
+    bool found = false;
+    double least_fraction = 1e30;
+    for (int bits : {16, 8, 4}) {
+        if (bits != 16 && (bits == 8 ? in.q8 : in.q4).empty()) continue;
+        auto fraction_at = [&](double rate, zack_ranks* out) {
+            const zack_ranks r = ranks_by_loss(c, rate, 7u);
+            if (out) *out = r;
+            return bytes(bits, r.k, r.v) / f16;
+        };
+        const double at_max = fraction_at(max_rate, nullptr);
+        least_fraction = std::min(least_fraction, at_max);
+        if (at_max > target) continue;  // this precision cannot reach the target
+        // the least rate that fits (the fraction falls as the rate grows): bisection
+        zack_ranks r;
+        if (fraction_at(0.0, &r) > target) {
+            double lo = 0.0, hi = max_rate;
+            for (int it = 0; it < 30 && hi - lo > 1e-4; it++) {
+                const double mid = 0.5 * (lo + hi);
+                (fraction_at(mid, nullptr) <= target ? hi : lo) = mid;
+            }
+            fraction_at(hi, &r);
+        }
+        kv_plan p;
+        p.bits = bits;
+        p.rate = r.rate;
+        if (r.rate > 0) p.ranks_k = r.k, p.ranks_v = r.v, p.kbasis = r.kb;
+        p.kv_fraction = bytes(bits, p.ranks_k, p.ranks_v) / f16;
+        p.loss = plan_predicted_loss(in, bits, p.ranks_k, p.ranks_v, p.kbasis);
+        if (!found || p.loss < best.loss) best = p, found = true;
+    }
+    if (!found)
+        ZK_THROW("no plan fits %.1f%% of the f16 cache: the least is %.1f%% (%s at the highest rate); "
+                 "eviction (--kv-evict, --kv-budget) goes further",
+                 100.0 * target, 100.0 * least_fraction, in.q4.empty() ? "16-bit" : "4-bit");
+    best.target = target;
+    best.source = "predicted from the .zack's sensitivity curves";
+    best.source_sha256 = in.source_sha256;
+    best.n_layer = c.n_layer, best.n_kv = c.n_kv, best.head_dim = c.d;
+    return best;
+}
+
+kv_plan plan_for_target(const model& m, double target) {
+    plan_validate_target(target);
+    return plan_for_target(plan_inputs::from_model(m), target);
+}
+
+void plan_check_model(const kv_plan& p, const model& m, const std::string& where) {
+    if (p.n_layer != m.hp.n_layer || p.n_kv != m.hp.n_head_kv || p.head_dim != m.hp.head_dim)
+        ZK_THROW("%s: the plan is for %d layers x %d KV heads of %d, %s has %d x %d of %d", where.c_str(), p.n_layer,
+                 p.n_kv, p.head_dim, m.file->path().c_str(), m.hp.n_layer, m.hp.n_head_kv, m.hp.head_dim);
+    const std::string sha = m.file->get_str("zack.source.sha256", "");
+    if (!p.source_sha256.empty() && !sha.empty() && p.source_sha256 != sha)
+        ZK_THROW("%s: the plan was made for another model (source sha256 %.12s..., %s was made from %.12s...)",
+                 where.c_str(), p.source_sha256.c_str(), m.file->path().c_str(), sha.c_str());
+    if (!p.ranks_k.empty() && !m.zack.present)
+        ZK_THROW("%s: the plan has ZACK ranks; %s is not a .zack model", where.c_str(), m.file->path().c_str());
+    for (int b : p.kbasis)
+        if (b > 0 && !m.zack.has_key_bases())
+            ZK_THROW("%s: the plan uses score/pairs key bases, which %s does not have", where.c_str(),
+                     m.file->path().c_str());
+}
+
+std::vector<kv_plan> plan_list(const model& m) {
+    std::vector<kv_plan> out;
+    const gguf_value* v = m.file->find("zack.plans");
+    if (!v) return out;
+    if (v->type != gguf_type::ARRAY) ZK_THROW("%s: zack.plans must be an array of JSON strings", m.file->path().c_str());
+    for (size_t i = 0; i < v->arr.size(); i++) {
+        const std::string where = m.file->path() + ": zack.plans[" + std::to_string(i) + "]";
+        if (v->arr[i].type != gguf_type::STRING) ZK_THROW("%s must be a JSON string", where.c_str());
+        nlohmann::json j;
+        try {
+            j = nlohmann::json::parse(v->arr[i].s);
+        } catch (const nlohmann::json::exception& e) {
+            ZK_THROW("%s is not JSON (%s)", where.c_str(), e.what());
+        }
+        out.push_back(kv_plan::from_json(j, where));
+    }
+    return out;
+}
+
+kv_plan plan_load(const model& m, const std::string& spec) {
+    struct stat st;
+    if (stat(spec.c_str(), &st) == 0) {
+        if (!S_ISREG(st.st_mode)) ZK_THROW("--kv-plan %s: not a regular file", spec.c_str());
+        std::ifstream in(spec);
+        if (!in) ZK_THROW("--kv-plan %s: cannot open", spec.c_str());
+        std::stringstream ss;
+        ss << in.rdbuf();
+        nlohmann::json j;
+        try {
+            j = nlohmann::json::parse(ss.str());
+        } catch (const nlohmann::json::exception& e) {
+            ZK_THROW("%s: not JSON (%s)", spec.c_str(), e.what());
+        }
+        kv_plan p = kv_plan::from_json(j, spec);
+        plan_check_model(p, m, spec);
+        return p;
+    }
+    // a recorded plan by its target
+    char* end = nullptr;
+    const double t = std::strtod(spec.c_str(), &end);
+    if (end == spec.c_str() || *end)
+        ZK_THROW("--kv-plan %s: no such file, and not a target of a recorded plan", spec.c_str());
+    const std::vector<kv_plan> plans = plan_list(m);
+    std::string have;
+    for (const kv_plan& p : plans) {
+        if (std::fabs(p.target - t) < 1e-6) {
+            plan_check_model(p, m, m.file->path() + ": zack.plans");
+            return p;
+        }
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%s%g", have.empty() ? "" : ", ", p.target);
+        have += buf;
+    }
+    ZK_THROW("--kv-plan %s: %s recorded no plan for that target (%s; --kv-target computes one)", spec.c_str(),
+             m.file->path().c_str(), have.empty() ? "it has none" : ("it has " + have).c_str());
+}
+
+void plan_apply(const kv_plan& p, const model& m, session_params& sp) {
+    plan_check_model(p, m, "plan");
+    sp.kv_bits = p.bits;
+    sp.ranks_k = p.ranks_k;
+    sp.ranks_v = p.ranks_v;
+    sp.kbasis = p.ranks_k.empty() ? std::vector<int>{} : p.kbasis;
+    if (p.evict != "none") {
+        sp.evict.policy = p.evict;
+        sp.evict.budget = p.budget;
+    }
+}
+
+}  // namespace zk

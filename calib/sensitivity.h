@@ -1,0 +1,112 @@
+// Measured sensitivity of every (layer, KV head, K|V) to its rank: how much the
+// layer's output moves when that one head keeps only its first r dimensions.
+//
+// A session_observer on an uncompressed session of the source model. For a
+// sample of query tokens (every `query_stride`-th position of each window) and
+// every KV head g it recomputes the group's attention exactly as the engine
+// would at each candidate rank r, with everything else exact:
+//   K at rank r:  scores from the first r dims of the projected q~ and k~
+//                 (q~ = A^T q, k~ = B^T k; A = B = R_qk for the post-RoPE PCA)
+//   V at rank r:  values keep their first r rotated dims (v^ = R_v^T v)
+// and maps the change of the group's attention outputs through the (V-folded)
+// W_o columns it feeds, dy = sum_i W_o,i R_v (o^_i(r) - o^_i) [n_embd]: the
+// perturbation the residual stream receives. Per (layer, head, kind, rank) it
+// sums ||dy||^2 (abs) and ||dy||^2 / ||x||^2 (rel, x = the residual stream the
+// layer's attention adds to, i.e. the perturbation relative to the signal that
+// the next RMSNorm rescales).
+//
+// Layout of the curves: [n_layer x n_kv x n_ranks], ranks ascending, the last
+// one = head_dim (loss 0 by construction).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "calib/calibrate.h"
+#include "calib/keybasis.h"
+#include "calib/zack_file.h"
+#include "engine/model.h"
+#include "engine/session.h"
+
+namespace zk {
+
+class thread_pool;
+
+struct sens_params {
+    std::vector<int> ranks;  // candidate ranks, ascending, last = head_dim (empty: sens_default_ranks)
+    int query_stride = 4;    // every query_stride-th position of a window is a measured query
+    // Quantized caches simulated at full rank (keys in the pca basis), as the
+    // engine lays them out (engine/kv_cache.h): 8-bit every token; 4-bit KIVI,
+    // keys per channel over groups of `group` tokens once they leave the newest
+    // `residual` tokens. The first `sinks` positions stay exact.
+    bool quant = true;
+    int group = 32, residual = 128, sinks = 4;
+};
+
+// A grid of about 16 ranks: multiples of max(align, d / 16), ending at d.
+std::vector<int> sens_default_ranks(int d, int align);
+
+struct zack_sensitivity {
+    int n_layer = 0, n_kv = 0, d = 0;
+    std::vector<int> ranks;                 // [n_r]
+    // Keys per basis (calib/keybasis.h; empty: not measured), values:
+    // [n_layer x n_kv x n_r] each: mean ||dy||^2 (abs) and ||dy||^2 / ||x||^2 (rel) per query.
+    std::vector<double> abs_k[k_key_basis_count], rel_k[k_key_basis_count];
+    std::vector<double> abs_v, rel_v;
+    // Quantized caches at full rank, [n_layer x n_kv] rel: index 0 = 8-bit, 1 = 4-bit (empty: not measured).
+    std::vector<double> rel_q[2];
+    int64_t n_queries = 0;                  // measured query tokens (per layer)
+    int n_r() const { return (int)ranks.size(); }
+    size_t at(int layer, int g, int ri) const { return ((size_t)layer * n_kv + g) * ranks.size() + ri; }
+};
+
+class sensitivity_observer : public calib_observer {
+public:
+    // c: the rotations (rqk, rv) of the calibration being measured. The model is
+    // the source (unfolded) model the session runs.
+    sensitivity_observer(const model& m, const zack_calibration& c, const sens_params& p, int64_t max_ctx);
+    void on_layer_input(int layer, int64_t n, const float* x) override;
+    void on_qkv(int layer, int64_t n, const int32_t* pos, const float* q, const float* k, const float* v) override;
+    void set_pool(thread_pool* pool) override { pool_ = pool; }
+    // Means over the measured queries.
+    zack_sensitivity result() const;
+
+private:
+    void prepare_wo(int layer);
+    void quantize_window(int layer, int64_t from, int64_t to);
+    const model& m_;
+    const zack_calibration& c_;
+    sens_params p_;
+    int64_t max_ctx_;
+    thread_pool* pool_ = nullptr;
+    int L_, H_, KV_, G_, D_, E_;
+    // Per basis and layer: window keys projected by B (k~); per layer values
+    // rotated (v^); [max_ctx x n_kv x d] floats, filled as chunks arrive
+    // (windows restart at position 0).
+    std::vector<std::vector<float>> kt_[k_key_basis_count], vt_;
+    // The same window as the 8-bit and 4-bit caches would return it, pca basis:
+    // [2][layer][max_ctx x n_kv x d] (4-bit keys only for complete groups).
+    std::vector<std::vector<float>> ktq_[2], vtq_[2];
+    std::vector<int64_t> n_win_;
+    std::vector<float> xnorm_;        // ||x||^2 of the current chunk's rows [n]
+    std::vector<float> wo_;           // current layer's W_o with R_v folded in, [n_embd x n_head*d]
+    int wo_layer_ = -1;
+    // Per basis: A (queries) and B (keys), and R_v; float [n_layer x n_kv x d x d].
+    std::vector<int> bases_;  // the bases measured (those the calibration has)
+    std::vector<float> a_[k_key_basis_count], b_[k_key_basis_count], rv_;
+    zack_sensitivity acc_;
+};
+
+// The sensitivity pass of `zack calibrate`: feeds the documents (calib_feed,
+// windows of p.n_ctx) to the uncompressed source model with c's rotations and
+// returns the curves to store in the .zack (the rel metric: mean over measured
+// queries of ||dy||^2 / ||x||^2, which predicts end-to-end KL better than
+// ||dy||^2 itself; see bench/RESULTS.md). Keys are measured in every basis c has.
+// Cuts the documents into windows of `body` tokens and keeps about n_tokens of
+// them evenly spaced over the whole corpus (all of them when there are fewer).
+std::vector<std::vector<int32_t>> calib_spread_windows(const std::vector<std::vector<int32_t>>& docs, int64_t body,
+                                                       int64_t n_tokens);
+zack_sens_curves calib_sensitivity(const model& m, const zack_calibration& c,
+                                   const std::vector<std::vector<int32_t>>& docs, const calib_params& p,
+                                   const sens_params& sp);
+
+}  // namespace zk

@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+"""Qwen2.5-Coder 1.5B (Q4_K_M) and 0.5B against the independent numpy reference:
+perplexity on real text and greedy continuations.
+
+For each model (ZACK_MODEL_QWEN15, ZACK_MODEL_QWEN05) and each text in
+tests/data/qwen_ref/*.txt (Python code and English prose, used byte for byte):
+  1. ids = the text tokenized by tests/ref/ref_tokenizer.py (HF `tokenizers`
+     built from the GGUF; test_tokenizer_ref.py shows zack's ids are the same);
+  2. zack: `tests/tool_logits MODEL IDS OUT --greedy 32` gives the logits of every
+     position and then 32 greedy ids G (argmax, lowest id on ties);
+  3. reference: tests/ref/ref_forward.py in stream mode (weights dequantized by
+     gguf-py one layer at a time, so peak memory stays ~1 GB for the 1.5B), one
+     pass holding three kinds of lanes: the exact float32 reference on ids + G
+     per text, and the same reference rounding like llama.cpp's CPU path on ids
+     per text (8-bit activation blocks: Q8_K, 256 values with an f32 scale,
+     before k-quant weights, Q8_0 before Q5_0/Q8_0; f16 Q/K/V and
+     probabilities), see ref_forward.act_rounding;
+  4. `zack run -m MODEL --raw -p TEXT -n 32 --temp 0` must print exactly the text
+     of G (up to an end-of-generation token, where it stops).
+
+Checks, with the figures that set their bounds
+----------------------------------------------
+Perplexity over every position of all texts together (ppl = exp(mean NLL of each
+next token), the first token unscored).
+  * |ppl_zack / ppl_llamacpp_rounding - 1| <= 0.5% (issue #15's bound).
+  * |ppl_zack / ppl_exact - 1| <= |ppl_llamacpp_rounding / ppl_exact - 1| + 0.5%:
+    8-bit activations cost perplexity by themselves, most on the 1.5B, whose
+    first-token activations are huge and share 256-value Q8_K blocks. Measured
+    on these texts (249 tokens scored), with llama.cpp itself through
+    llama-cpp-python 0.3.36 on the same ids for comparison (not run here):
+                 exact    rounding ref        llama.cpp           zack
+      1.5B       9.9904   10.2279 (+2.38%)    10.2561 (+2.66%)    10.2355 (+2.45%)
+      0.5B      18.4442   18.4656 (+0.12%)    18.3906 (-0.29%)    18.4699 (+0.14%)
+    zack is +0.075% / +0.023% from the rounding reference, -0.20% / +0.43% from
+    llama.cpp. Against the exact reference alone a 0.5% bound would fail
+    llama.cpp too on the 1.5B.
+Logits at every position against the exact reference, bounded by what the
+rounding reference itself shows in the same run (no fixed constants):
+  * mean over positions of max|zack - exact| / max|exact| <= 2x the rounding
+    reference's (both ~0.03 on the 1.5B);
+  * argmax flips against the exact reference <= 2x the rounding reference's + 2.
+Greedy: G must be the exact reference's greedy continuation, i.e. at every step
+G[k] is the argmax of the reference's logits after ids + G[:k] (one batched pass
+checks all 32 steps). A step where G[k] is not the argmax passes only as a
+near tie: the reference's top logit beats its logit for G[k] by at most
+NEAR_TIE = 0.02 x max|logit| (over 300 positions of prose on the 1.5B, the
+largest honest argmax flip against the exact reference was 0.0145 x max|logit|
+for the rounding reference, 0.0123 for zack, 0.0074 for llama.cpp), and at most
+MAX_NEAR steps per continuation; every such step is printed with its margin.
+Later steps are then checked on zack's own tokens. (zack's continuations are
+identical on both models and texts; llama.cpp's on the 1.5B code text is not:
+see the report of issue #15.)
+
+Env: ZACK_MODEL_QWEN15, ZACK_MODEL_QWEN05 (GGUFs), ZACK_BUILD (tests/tool_logits),
+ZACK_BIN (zack). A missing model or tool fails the test.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # one BLAS thread: ctest runs two tests at once
+import numpy as np  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "ref"))
+import ref_forward  # noqa: E402
+import ref_gguf  # noqa: E402
+import ref_tokenizer  # noqa: E402
+
+MODELS = (("qwen2.5-coder-1.5b", "ZACK_MODEL_QWEN15"), ("qwen2.5-coder-0.5b", "ZACK_MODEL_QWEN05"))
+TEXT_DIR = HERE / "data" / "qwen_ref"
+GREEDY_N = 32
+PPL_TOL = 0.005
+NEAR_TIE = 0.02
+MAX_NEAR = 2
+
+
+class Fail(Exception):
+    pass
+
+
+def nll(logits: np.ndarray, targets) -> np.ndarray:
+    """-log softmax(logits[i])[targets[i]] in float64; logits [n, n_vocab]."""
+    lg = logits.astype(np.float64)
+    mx = lg.max(-1, keepdims=True)
+    lse = np.log(np.exp(lg - mx).sum(-1)) + mx[:, 0]
+    return lse - lg[np.arange(len(targets)), np.asarray(targets)]
+
+
+def zack_logits_greedy(tool, model, ids, n_vocab, tmp):
+    ids_file, out_file = Path(tmp) / "ids.txt", Path(tmp) / "logits.f32"
+    ids_file.write_text(" ".join(str(i) for i in ids))
+    if out_file.exists():
+        out_file.unlink()
+    r = subprocess.run([str(tool), str(model), str(ids_file), str(out_file), "--threads", "2",
+                        "--greedy", str(GREEDY_N)], capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise Fail(f"tool_logits exited {r.returncode}: {r.stderr.strip()[-500:]}")
+    a = np.fromfile(out_file, dtype="<f4")
+    if a.size != len(ids) * n_vocab:
+        raise Fail(f"tool_logits wrote {a.size} floats, expected {len(ids)} x {n_vocab}")
+    if not np.all(np.isfinite(a)):
+        raise Fail("tool_logits wrote non-finite logits")
+    g = [int(x) for x in r.stdout.split()]
+    if len(g) != GREEDY_N:
+        raise Fail(f"tool_logits printed {len(g)} greedy ids, expected {GREEDY_N}")
+    return a.reshape(len(ids), n_vocab), g
+
+
+def zack_run_text(zbin, model, text) -> bytes:
+    cmd = [zbin, "run", "-m", str(model), "--raw", "-p", text, "-n", str(GREEDY_N), "--temp", "0", "-t", "2"]
+    r = subprocess.run(cmd, capture_output=True, timeout=300)
+    if r.returncode != 0:
+        raise Fail(f"zack run exited {r.returncode}: {r.stderr.decode(errors='replace').strip()[-500:]}")
+    return r.stdout
+
+
+def expected_run_output(model, g) -> bytes:
+    """What `zack run` prints for the greedy ids g: the tokens' bytes up to the
+    first end-of-generation token (Qwen: <|im_end|>, <|endoftext|>)."""
+    info = ref_tokenizer.info(model)
+    tok = ref_tokenizer.load(model)
+    eog = {info["eos"]} | {tok.token_to_id(t) for t in ("<|im_end|>", "<|endoftext|>")}
+    control = set(info["control"])
+    out = b""
+    for t in g:
+        if t in eog:
+            break
+        if t not in control:
+            out += ref_tokenizer.token_bytes(model, t)
+    return out
+
+
+def check_greedy(label, ref_rows, g):
+    """ref_rows[k] = the exact reference's logits for predicting g[k], after
+    ids + g[:k]. Returns (report lines, errors)."""
+    near, errors, n_hard = [], [], 0
+    for k, t in enumerate(g):
+        row = ref_rows[k]
+        top = int(np.argmax(row))
+        if top == t:
+            continue
+        scale = float(np.abs(row).max())
+        margin = float(row[top] - row[t])
+        if margin <= NEAR_TIE * scale:
+            near.append(f"step {k}: zack {t}, reference {top}, margin {margin:.4f} "
+                        f"= {margin / scale:.4f} x max|logit| (near tie)")
+        else:
+            n_hard += 1
+            if n_hard <= 3:
+                errors.append(f"{label}: greedy step {k}: zack chose {t}, the reference's argmax is {top} "
+                              f"by {margin:.4f} = {margin / scale:.4f} x max|logit| (near tie <= {NEAR_TIE})")
+    if len(near) > MAX_NEAR:
+        errors.append(f"{label}: {len(near)} near-tie steps in one continuation (allowed {MAX_NEAR})")
+    srt = np.sort(ref_rows, -1)
+    gaps = srt[:, -1] - srt[:, -2]
+    k = int(np.argmin(gaps))
+    if n_hard:
+        status = f"NOT the reference's continuation: {n_hard} step(s) beyond a near tie"
+    elif near:
+        status = f"{len(near)} near-tie step(s): " + "; ".join(near)
+    else:
+        status = f"identical to the reference's greedy continuation ({GREEDY_N} tokens)"
+    lines = [status, f"smallest top-2 gap on the path: {gaps[k]:.4f} at step {k}"]
+    return lines, errors
+
+
+def check_model(name, model, tool, zbin, texts, tmp):
+    t0 = time.time()
+    errors = []
+    ids = {p.name: ref_tokenizer.encode(model, text) for p, text in texts}
+    info = ref_tokenizer.info(model)
+    zack = {}
+    for p, text in texts:
+        zack[p.name] = zack_logits_greedy(tool, model, ids[p.name], info["n_vocab"], tmp)
+    t_zack = time.time() - t0
+
+    ref = ref_forward.Model(str(model), stream=True)
+    lanes = [(ids[p.name] + zack[p.name][1], False) for p, _ in texts]
+    lanes += [(ids[p.name], True) for p, _ in texts]
+    out = ref.forward_lanes(lanes)
+    exact = {p.name: out[i] for i, (p, _) in enumerate(texts)}
+    rounding = {p.name: out[len(texts) + i] for i, (p, _) in enumerate(texts)}
+    t_ref = time.time() - t0 - t_zack
+
+    # perplexity over all texts together
+    nz, ne, nr = [], [], []
+    stats = dict(rel_zack=[], rel_round=[], flips_zack=0, flips_round=0, n=0)
+    for p, _ in texts:
+        n = len(ids[p.name])
+        tgt = ids[p.name][1:]
+        z, e, r = zack[p.name][0], exact[p.name][:n], rounding[p.name]
+        nz.append(nll(z[:-1], tgt))
+        ne.append(nll(e[:-1], tgt))
+        nr.append(nll(r[:-1], tgt))
+        scale = np.abs(e).max(-1)
+        stats["rel_zack"].append(np.abs(z - e).max(-1) / scale)
+        stats["rel_round"].append(np.abs(r - e).max(-1) / scale)
+        stats["flips_zack"] += int((z.argmax(-1) != e.argmax(-1)).sum())
+        stats["flips_round"] += int((r.argmax(-1) != e.argmax(-1)).sum())
+        stats["n"] += n
+    ppl = {k: float(np.exp(np.concatenate(v).mean())) for k, v in (("zack", nz), ("exact", ne), ("round", nr))}
+    n_scored = sum(len(v) for v in nz)
+    d_round = ppl["zack"] / ppl["round"] - 1
+    d_exact = ppl["zack"] / ppl["exact"] - 1
+    d_rounding_exact = ppl["round"] / ppl["exact"] - 1
+    print(f"\n{name}: {n_scored} tokens scored in {len(texts)} texts")
+    print(f"  perplexity: zack {ppl['zack']:.4f}, reference with llama.cpp rounding {ppl['round']:.4f} "
+          f"({d_round:+.3%}), exact reference {ppl['exact']:.4f} ({d_exact:+.3%}; the rounding "
+          f"reference {d_rounding_exact:+.3%})")
+    if abs(d_round) > PPL_TOL:
+        errors.append(f"{name}: perplexity {ppl['zack']:.4f} is {d_round:+.3%} from the llama.cpp-rounding "
+                      f"reference's {ppl['round']:.4f} (bound {PPL_TOL:.1%})")
+    if abs(d_exact) > abs(d_rounding_exact) + PPL_TOL:
+        errors.append(f"{name}: perplexity {ppl['zack']:.4f} is {d_exact:+.3%} from the exact reference's "
+                      f"{ppl['exact']:.4f}, more than rounding explains ({d_rounding_exact:+.3%}) + {PPL_TOL:.1%}")
+    rel_z = float(np.concatenate(stats["rel_zack"]).mean())
+    rel_r = float(np.concatenate(stats["rel_round"]).mean())
+    print(f"  logits vs exact: mean max|diff|/max|ref| zack {rel_z:.4f}, rounding reference {rel_r:.4f}; "
+          f"argmax flips zack {stats['flips_zack']}, rounding reference {stats['flips_round']} "
+          f"of {stats['n']} positions")
+    if rel_z > 2 * rel_r:
+        errors.append(f"{name}: mean relative logit error {rel_z:.4f} > 2x the rounding reference's {rel_r:.4f}")
+    if stats["flips_zack"] > 2 * stats["flips_round"] + 2:
+        errors.append(f"{name}: {stats['flips_zack']} argmax flips against the exact reference, more than "
+                      f"2x the rounding reference's {stats['flips_round']} + 2")
+
+    for p, text in texts:
+        n = len(ids[p.name])
+        g = zack[p.name][1]
+        lines, errs = check_greedy(f"{name}/{p.name}", exact[p.name][n - 1:n - 1 + GREEDY_N], g)
+        errors += errs
+        print(f"  greedy after {p.name} ({n} tokens): " + "\n    ".join(lines))
+        print(f"    {ref_tokenizer.decode(model, g)!r}")
+        want = expected_run_output(model, g)
+        got = zack_run_text(zbin, model, text)
+        if got != want:
+            errors.append(f"{name}/{p.name}: `zack run --raw -n {GREEDY_N} --temp 0` printed {got!r}, "
+                          f"the greedy ids give {want!r}")
+    print(f"  ({t_zack:.1f} s zack logits, {t_ref:.1f} s reference, {time.time() - t0:.1f} s in all)")
+    ref_gguf.release(str(model))  # the next model's pages need not stay mapped
+    return errors
+
+
+def main() -> int:
+    build = os.environ.get("ZACK_BUILD")
+    if not build:
+        print("FAIL: ZACK_BUILD is not set (run through ctest, or export ZACK_BUILD=<build dir>)")
+        return 1
+    tool = Path(build) / "tests" / "tool_logits"
+    zbin = os.environ.get("ZACK_BIN", str(Path(build) / "zack"))
+    for path, what in ((tool, "build the tool_logits target"), (Path(zbin), "set ZACK_BIN")):
+        if not path.is_file():
+            print(f"FAIL: {path} not found ({what})")
+            return 1
+    texts = [(p, p.read_bytes().decode("utf-8")) for p in sorted(TEXT_DIR.glob("*.txt"))]
+    if len(texts) < 2:
+        print(f"FAIL: expected the texts in {TEXT_DIR}")
+        return 1
+    errors = []
+    with tempfile.TemporaryDirectory(prefix="zack_qwen_ref_") as tmp:
+        problems = ref_forward.selftest(tmp)
+        print("reference selftest: " + ("; ".join(problems) if problems else "ok"))
+        errors += [f"reference selftest: {p}" for p in problems]
+        for name, var in MODELS:
+            model = os.environ.get(var)
+            if not model or not Path(model).is_file():
+                errors.append(f"{name}: model file not found: {var}={model!r} "
+                              f"(run scripts/fetch_model.sh {name})")
+                continue
+            try:
+                errors += check_model(name, Path(model), tool, zbin, texts, tmp)
+            except (Fail, subprocess.TimeoutExpired) as e:
+                errors.append(f"{name}: {e}")
+    if errors:
+        print("\nFAILURES:")
+        for e in errors:
+            print("  - " + e)
+        return 1
+    print("\ntest_qwen_ref: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

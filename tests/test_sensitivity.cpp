@@ -1,0 +1,252 @@
+// The sensitivity observer (calib/sensitivity.h) against a plain double
+// re-implementation of its definition on a synthetic layer: random q, k, v,
+// rotations, key bases and W_o, fed in two chunks of one window. Tolerance:
+// 1e-3 relative (the observer works in float with BLAS).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "calib/eigen.h"
+#include "calib/keybasis.h"
+#include "calib/sensitivity.h"
+#include "engine/kv_quant.h"
+#include "ggml-like/error.h"
+#include "kernels/attention.h"
+
+namespace {
+
+using vec = std::vector<double>;
+
+vec random_orthogonal(int n, std::mt19937& rng) {
+    std::normal_distribution<double> g(0.0, 1.0);
+    vec m((size_t)n * n);
+    for (double& x : m) x = g(rng);
+    vec U, S, V;
+    zk::svd_square_desc(n, m.data(), U, S, V);
+    return U;
+}
+
+vec random_spd(int n, std::mt19937& rng) {
+    std::normal_distribution<double> g(0.0, 1.0);
+    vec m((size_t)n * n), c((size_t)n * n, 0.0);
+    for (double& x : m) x = g(rng);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++)
+            for (int k = 0; k < n; k++) c[i * n + j] += m[i * n + k] * m[j * n + k];
+    return c;
+}
+
+TEST(Sensitivity, MatchesDefinition) {
+    const int L = 1, H = 4, KV = 2, G = 2, D = 8, E = 12, N = 12, stride = 3;
+    std::mt19937 rng(17);
+    std::normal_distribution<double> g(0.0, 1.0);
+    std::vector<float> wo((size_t)E * H * D), q((size_t)N * H * D), k((size_t)N * KV * D), v((size_t)N * KV * D),
+        x((size_t)N * E);
+    for (auto* a : {&wo, &q, &k, &v, &x})
+        for (float& f : *a) f = (float)g(rng);
+    zk::model m;
+    m.hp.n_layer = L, m.hp.n_head = H, m.hp.n_head_kv = KV, m.hp.head_dim = D, m.hp.n_embd = E;
+    zk::layer_weights lw{};
+    lw.wo = zk::weight_view{zk::dtype::F32, E, (int64_t)H * D, wo.data()};
+    m.layers.push_back(lw);
+    zk::zack_calibration c;
+    c.n_layer = L, c.n_kv = KV, c.d = D;
+    zk::rope_params rp;
+    rp.n_dims = D;
+    rp.style = zk::rope_style::NEOX;
+    for (int h = 0; h < KV; h++) {
+        const vec r1 = random_orthogonal(D, rng), r2 = random_orthogonal(D, rng);
+        c.rqk.insert(c.rqk.end(), r1.begin(), r1.end());
+        c.rv.insert(c.rv.end(), r2.begin(), r2.end());
+        const vec cq = random_spd(D, rng), ck = random_spd(D, rng);
+        vec A, B, sv, P, e;
+        zk::keybasis_score(D, cq.data(), ck.data(), A, B, sv);
+        zk::keybasis_pairs(D, rp, cq.data(), ck.data(), P, e);
+        c.kqa.insert(c.kqa.end(), A.begin(), A.end());
+        c.kqb.insert(c.kqb.end(), B.begin(), B.end());
+        c.kpair.insert(c.kpair.end(), P.begin(), P.end());
+    }
+    zk::sens_params sp;
+    sp.ranks = {2, 4, 6, 8};
+    sp.query_stride = stride;
+    sp.group = 2, sp.residual = 4, sp.sinks = 1;  // small enough that the window has every kind of slot
+    zk::sensitivity_observer obs(m, c, sp, N);
+    std::vector<int32_t> pos(N);
+    for (int t = 0; t < N; t++) pos[t] = t;
+    for (int c0 : {0, 6}) {  // one window in two chunks
+        obs.on_layer_input(0, 6, x.data() + (size_t)c0 * E);
+        obs.on_qkv(0, 6, pos.data() + c0, q.data() + (size_t)c0 * H * D, k.data() + (size_t)c0 * KV * D,
+                   v.data() + (size_t)c0 * KV * D);
+    }
+    const zk::zack_sensitivity got = obs.result();
+    ASSERT_EQ(got.n_queries, N / stride);
+
+    // The definition, in double.
+    const int NR = 4;
+    const double scale = 1.0 / std::sqrt((double)D);
+    const std::vector<double>* bases[3][2] = {{&c.rqk, &c.rqk}, {&c.kqa, &c.kqb}, {&c.kpair, &c.kpair}};
+    auto proj = [&](const std::vector<double>& R, int g2, const float* a, vec& out) {  // out = R_g^T a
+        out.assign(D, 0.0);
+        for (int j = 0; j < D; j++)
+            for (int i = 0; i < D; i++) out[j] += R[((size_t)g2 * D + i) * D + j] * a[i];
+    };
+    auto dy_norm = [&](int g2, const std::vector<vec>& dOhat) {  // ||sum_i W_o,i R_v dO^_i||^2
+        double s = 0;
+        for (int e = 0; e < E; e++) {
+            double y = 0;
+            for (int i = 0; i < G; i++) {
+                const int h = g2 * G + i;
+                for (int j = 0; j < D; j++) {
+                    double w = 0;  // (W_o,h R_v)[e][j]
+                    for (int a = 0; a < D; a++) w += wo[(size_t)e * H * D + h * D + a] * c.rv[((size_t)g2 * D + a) * D + j];
+                    y += w * dOhat[i][j];
+                }
+            }
+            s += y * y;
+        }
+        return s;
+    };
+    for (int b = 0; b < 3; b++)
+        for (int g2 = 0; g2 < KV; g2++)
+            for (int ri = 0; ri < NR; ri++) {
+                double want_k = 0, want_v = 0;
+                for (int t = stride - 1; t < N; t += stride) {
+                    double xn = 0;
+                    for (int e = 0; e < E; e++) xn += (double)x[(size_t)t * E + e] * x[(size_t)t * E + e];
+                    std::vector<vec> dk(G), dv(G);
+                    for (int i = 0; i < G; i++) {
+                        vec qt, kt, vh;
+                        proj(*bases[b][0], g2, q.data() + ((size_t)t * H + g2 * G + i) * D, qt);
+                        vec o_r(D, 0.0), o_f(D, 0.0);
+                        for (int pass = 0; pass < 2; pass++) {
+                            const int r = pass ? D : sp.ranks[ri];
+                            std::vector<double> s(t + 1);
+                            double mx = -1e300, z = 0;
+                            for (int s2 = 0; s2 <= t; s2++) {
+                                proj(*bases[b][1], g2, k.data() + ((size_t)s2 * KV + g2) * D, kt);
+                                double d = 0;
+                                for (int j = 0; j < r; j++) d += qt[j] * kt[j];
+                                s[s2] = d * scale;
+                                mx = std::max(mx, s[s2]);
+                            }
+                            for (int s2 = 0; s2 <= t; s2++) z += s[s2] = std::exp(s[s2] - mx);
+                            vec& o = pass ? o_f : o_r;
+                            for (int s2 = 0; s2 <= t; s2++) {
+                                proj(c.rv, g2, v.data() + ((size_t)s2 * KV + g2) * D, vh);
+                                for (int j = 0; j < D; j++) o[j] += s[s2] / z * vh[j];
+                            }
+                        }
+                        dk[i].resize(D), dv[i].assign(D, 0.0);
+                        for (int j = 0; j < D; j++) dk[i][j] = o_r[j] - o_f[j];
+                        for (int j = sp.ranks[ri]; j < D; j++) dv[i][j] = -o_f[j];
+                    }
+                    want_k += dy_norm(g2, dk) / xn;
+                    want_v += dy_norm(g2, dv) / xn;
+                }
+                want_k /= got.n_queries;
+                want_v /= got.n_queries;
+                const size_t a = got.at(0, g2, ri);
+                EXPECT_NEAR(got.rel_k[b][a], want_k, 1e-3 * want_k + 1e-9) << "basis " << b << " head " << g2 << " rank " << sp.ranks[ri];
+                if (b == 0) {
+                    EXPECT_NEAR(got.rel_v[a], want_v, 1e-3 * want_v + 1e-9) << "head " << g2 << " rank " << sp.ranks[ri];
+                }
+            }
+
+    // Quantized caches: every key and value as the 8-bit / 4-bit cache returns it
+    // (pca basis), exact for the sinks and the 4-bit residual window.
+    for (int bits = 0; bits < 2; bits++)
+        for (int g2 = 0; g2 < KV; g2++) {
+            // the window's rotated rows and their quantized copies, [N x D]
+            std::vector<float> kr((size_t)N * D), vr((size_t)N * D), kq((size_t)N * D), vq((size_t)N * D);
+            for (int t = 0; t < N; t++) {
+                vec kt, vh;
+                proj(c.rqk, g2, k.data() + ((size_t)t * KV + g2) * D, kt);
+                proj(c.rv, g2, v.data() + ((size_t)t * KV + g2) * D, vh);
+                for (int j = 0; j < D; j++) kr[t * D + j] = (float)kt[j], vr[t * D + j] = (float)vh[j];
+            }
+            std::vector<int8_t> c8(D);
+            std::vector<uint8_t> c4(64);
+            std::vector<uint16_t> s1(D), s2(D);
+            for (int t = 0; t < N; t++) {
+                if (bits == 0) {
+                    zk::kvq_quantize_q8_row(&kr[t * D], D, c8.data(), s1.data());
+                    zk::kvq_dequantize_q8_row(c8.data(), s1.data(), D, &kq[t * D]);
+                    zk::kvq_quantize_q8_row(&vr[t * D], D, c8.data(), s1.data());
+                    zk::kvq_dequantize_q8_row(c8.data(), s1.data(), D, &vq[t * D]);
+                } else {
+                    zk::kvq_quantize_q4_vrow(&vr[t * D], D, c4.data(), s1.data(), s2.data());
+                    zk::kvq_dequantize_q4_vrow(c4.data(), s1.data(), s2.data(), D, &vq[t * D]);
+                }
+            }
+            if (bits == 1)
+                for (int t0 = 0; t0 + sp.group <= N; t0 += sp.group) {
+                    zk::kvq_quantize_q4_keys(&kr[t0 * D], sp.group, D, c4.data(), s1.data(), s2.data());
+                    zk::kvq_dequantize_q4_keys(c4.data(), s1.data(), s2.data(), sp.group, D, &kq[t0 * D]);
+                }
+            double want = 0;
+            for (int t = stride - 1; t < N; t += stride) {
+                double xn = 0;
+                for (int e = 0; e < E; e++) xn += (double)x[(size_t)t * E + e] * x[(size_t)t * E + e];
+                const int nk = t + 1;
+                const int qlim = bits == 0 ? nk : (nk >= sp.residual ? ((nk - sp.residual) / sp.group + 1) * sp.group : 0);
+                std::vector<vec> dq(G);
+                for (int i = 0; i < G; i++) {
+                    vec qt;
+                    proj(c.rqk, g2, q.data() + ((size_t)t * H + g2 * G + i) * D, qt);
+                    vec o[2] = {vec(D, 0.0), vec(D, 0.0)};
+                    for (int pass = 0; pass < 2; pass++) {  // 0 exact, 1 quantized
+                        std::vector<double> sc(nk);
+                        double mx = -1e300, z = 0;
+                        for (int s3 = 0; s3 < nk; s3++) {
+                            const bool qz = pass && s3 >= sp.sinks && s3 < qlim;
+                            const float* kk = qz ? &kq[s3 * D] : &kr[s3 * D];
+                            double d = 0;
+                            for (int j = 0; j < D; j++) d += qt[j] * kk[j];
+                            sc[s3] = d * scale;
+                            mx = std::max(mx, sc[s3]);
+                        }
+                        for (int s3 = 0; s3 < nk; s3++) z += sc[s3] = std::exp(sc[s3] - mx);
+                        for (int s3 = 0; s3 < nk; s3++) {
+                            const bool qz = pass && s3 >= sp.sinks && s3 < qlim;
+                            const float* vv = qz ? &vq[s3 * D] : &vr[s3 * D];
+                            for (int j = 0; j < D; j++) o[pass][j] += sc[s3] / z * vv[j];
+                        }
+                    }
+                    dq[i].resize(D);
+                    for (int j = 0; j < D; j++) dq[i][j] = o[1][j] - o[0][j];
+                }
+                want += dy_norm(g2, dq) / xn;
+            }
+            want /= got.n_queries;
+            EXPECT_NEAR(got.rel_q[bits][g2], want, 2e-3 * want + 1e-9) << (bits ? "4-bit" : "8-bit") << " head " << g2;
+            EXPECT_GT(want, 0.0);
+        }
+}
+
+TEST(Sensitivity, BadInput) {
+    zk::model m;
+    m.hp.n_layer = 1, m.hp.n_head = 2, m.hp.n_head_kv = 1, m.hp.head_dim = 4, m.hp.n_embd = 4;
+    zk::zack_calibration c;
+    c.n_layer = 2, c.n_kv = 1, c.d = 4;  // wrong layer count
+    zk::sens_params sp;
+    EXPECT_THROW(zk::sensitivity_observer(m, c, sp, 16), zk::error);
+    c.n_layer = 1;
+    c.rqk.assign(16, 0.0), c.rv.assign(16, 0.0);
+    sp.ranks = {2, 3};  // does not end at the head dim
+    EXPECT_THROW(zk::sensitivity_observer(m, c, sp, 16), zk::error);
+    sp.ranks = {2, 2, 4};
+    EXPECT_THROW(zk::sensitivity_observer(m, c, sp, 16), zk::error);
+}
+
+TEST(Sensitivity, SpreadWindows) {
+    std::vector<std::vector<int32_t>> docs = {std::vector<int32_t>(100, 1), std::vector<int32_t>(50, 2)};
+    auto w = zk::calib_spread_windows(docs, 10, 40);  // 15 windows, keep 4 spread out
+    ASSERT_EQ(w.size(), 4u);
+    EXPECT_EQ(w[0][0], 1);
+    EXPECT_EQ(w.back()[0], 2);
+    EXPECT_EQ(zk::calib_spread_windows(docs, 10, 1000).size(), 15u);
+}
+
+}  // namespace
