@@ -5,6 +5,10 @@
 #include "ggml-like/error.h"
 #include "ggml-like/threadpool.h"
 
+// OpenBLAS's own thread count, where the BLAS is OpenBLAS (a weak reference:
+// other BLAS libraries leave it null).
+extern "C" void openblas_set_num_threads(int n) __attribute__((weak));
+
 namespace zk {
 
 const char* gram_v_stat_name(gram_v_stat s) { return s == gram_v_stat::V ? "v" : "attn"; }
@@ -27,6 +31,10 @@ gram_accumulator::gram_accumulator(const model_hparams& hp, thread_pool* pool, g
 
 void gram_accumulator::set_pool(thread_pool* pool) {
     pool_ = pool;
+    // The products run on the pool's threads, each its own dsyrk: OpenBLAS's
+    // threads would only spin against them (calibrating the 1.5B on 16K tokens
+    // with 2 threads: 24% of the samples in OpenBLAS's exec_blas_async).
+    if (pool_ && pool_->size() > 1 && openblas_set_num_threads) openblas_set_num_threads(1);
     scratch_.resize(pool_ ? pool_->size() : 1);
 }
 

@@ -81,6 +81,22 @@ struct zack_info {
     bool has_key_bases() const { return !layers.empty() && layers[0].kqa && layers[0].kqb && layers[0].kpair; }
 };
 
+// Interleaved copies of the K-quant weight matrices for the tiled matmul
+// kernels (ggml-like/quant_pack.h), one anonymous mapping owned by the model.
+// The packed views point into it; the file's pages of packed tensors are
+// released after packing (read again from the file only if something reads
+// the GGUF bytes, e.g. calibration folding W_o), so the model's resident
+// memory stays about the file's size.
+struct packed_weights {
+    void* base = nullptr;
+    size_t bytes = 0;
+    int n_tensors = 0;
+    packed_weights() = default;
+    packed_weights(const packed_weights&) = delete;
+    packed_weights& operator=(const packed_weights&) = delete;
+    ~packed_weights();
+};
+
 struct model {
     std::unique_ptr<gguf_file> file;
     model_hparams hp;
@@ -91,11 +107,18 @@ struct model {
     bool tied_output = false;
     std::vector<layer_weights> layers;
     zack_info zack;  // present only for .zack files
+    packed_weights packed;
+};
+
+struct model_load_params {
+    // Pack the weight matrices the build has tiled kernels for (quant_pack.h).
+    // Off: every matmul reads the mmapped GGUF blocks (tests of that path).
+    bool pack_weights = true;
 };
 
 // Opens, validates (architecture, every tensor's presence, type and shape) and
 // maps a model. Throws zk::error "PATH: what" on any problem.
-std::unique_ptr<model> model_load(const std::string& path);
+std::unique_ptr<model> model_load(const std::string& path, const model_load_params& params = {});
 
 // One-line description for logs: "llama, 30 layers, 576 dim, 9/3 heads, ...".
 std::string model_describe(const model& m);

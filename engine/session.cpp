@@ -6,6 +6,7 @@
 
 #include "ggml-like/error.h"
 #include "kernels/attention.h"
+#include "kernels/attention_prefill.h"
 #include "kernels/project.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
@@ -58,6 +59,9 @@ forward_buffers::forward_buffers(const model_hparams& hp, int64_t n_rows_, int m
         thread_logits.resize((size_t)n_threads * G * cap);
         thread_scores.assign((size_t)n_threads * KV * cap, 0.0f);
     }
+    prefill_tokens = kernel_prefill_tokens((int)G);
+    prefill_scratch_stride = kernel_prefill_scratch((int)G, prefill_tokens, (int)D, (int)D);
+    prefill_scratch.resize((size_t)n_threads * prefill_scratch_stride);
 }
 
 kv_cache_params session_kv_params(const session_params& p) {
@@ -285,7 +289,15 @@ void session::forward(const forward_seq* seqs, int n_seqs, const int32_t* tokens
             float* const y[2] = {fb.gate.data(), fb.up.data()};
             kernel_matmul_multi(w, y, 2, xn, n, pool, fb.mm);
         }
-        kernel_swiglu(fb.gate.data(), fb.up.data(), fb.gate.data(), n * hp.n_ff);
+        {
+            // every thread a share of the rows (a prefill chunk is a few M elements)
+            float* g = fb.gate.data();
+            const float* u = fb.up.data();
+            const int64_t F = hp.n_ff;
+            pool.parallel_for(n, 8, [g, u, F](int64_t t0, int64_t t1, int) {
+                kernel_swiglu(g + t0 * F, u + t0 * F, g + t0 * F, (t1 - t0) * F);
+            });
+        }
         kernel_matmul(L.w_down, fb.gate.data(), n, tmp, pool, fb.mm);
         for (int64_t i = 0; i < n * E; i++) x[i] += tmp[i];
     }
@@ -336,7 +348,65 @@ void session::compress_qk(const forward_seq* seqs, int il, int64_t n, forward_bu
 // (<= k_session_decode_max_tok tokens) gets (head, slot range) tasks, merged
 // per head afterwards (flash-decoding); a prefill segment gets a task per
 // (head, token). All tasks of the pass share one longest-first schedule.
+bool session::attention_prefill(const forward_seq& sq, int il, forward_buffers& fb, thread_pool& pool) {
+    const session& s = *sq.s;
+    const model_hparams& hp = s.m_.hp;
+    const int64_t D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv, G = hp.n_group();
+    if (sq.n <= k_session_decode_max_tok || s.policy_->needs_attention()) return false;
+    const int64_t kb = kernel_prefill_key_block();
+    int64_t kt_size = 0, nblk = 0;  // per head: floats of the transposed keys, key blocks
+    for (int g = 0; g < KV; g++) {
+        const attn_kv_view kv = s.cache_->view(il, (int)g);
+        if (!kernel_prefill_supported(kv)) return false;
+        kt_size = std::max(kt_size, kernel_prefill_keys_size(kv.n_slots, kv.r_k));
+        nblk = std::max(nblk, (kv.n_slots + kb - 1) / kb);
+    }
+    if ((int64_t)fb.prefill_kt.size() < KV * kt_size) fb.prefill_kt.resize((size_t)(KV * kt_size));
+    // Compressed heads write only their first r_v channels; W_o's folded rows
+    // for the rest must see zeros.
+    if (s.compressed_) std::memset(fb.attn.data() + sq.row0 * H * D, 0, sizeof(float) * sq.n * H * D);
+    // every query block of the chunk reads the same keys: transpose them once
+    pool.parallel_for(KV * nblk, 4, [&](int64_t b, int64_t e, int) {
+        for (int64_t i = b; i < e; i++) {
+            const attn_kv_view kv = s.cache_->view(il, (int)(i / nblk));
+            const int64_t blk = i % nblk;
+            if (blk * kb < kv.n_slots)
+                kernel_prefill_keys(kv, blk, blk + 1, fb.prefill_kt.data() + (i / nblk) * kt_size);
+        }
+    });
+    // tasks: (KV head, block of prefill_tokens tokens), longest first
+    const int64_t nt = fb.prefill_tokens;
+    fb.tasks.clear();
+    for (int g = 0; g < KV; g++) {
+        const kv_block& b = s.cache_->block(il, g);
+        for (int64_t t0 = 0; t0 < sq.n; t0 += nt) {
+            const int64_t last = std::min(sq.n, t0 + nt) - 1;
+            fb.tasks.push_back({std::min(b.n_used, s.n_past_ + last + 1) * (b.r_k + b.r_v), 0, g, t0, 0});
+        }
+    }
+    std::sort(fb.tasks.begin(), fb.tasks.end(), [](const attn_task& a, const attn_task& b) {
+        if (a.cost != b.cost) return a.cost > b.cost;
+        return a.g != b.g ? a.g < b.g : a.c < b.c;
+    });
+    const float scale = 1.0f / std::sqrt((float)D);
+    auto run = [&](int64_t i, int ith) {
+        const attn_task& tk = fb.tasks[i];
+        const attn_kv_view kv = s.cache_->view(il, tk.g);
+        const int64_t t0 = tk.c, n = std::min(nt, sq.n - t0);
+        const attn_q_view q{fb.q.data() + (sq.row0 + t0) * H * D + tk.g * G * D, H * D, D, (int)G, n,
+                            fb.pos.data() + sq.row0 + t0, scale};
+        kernel_attention_prefill(kv, fb.prefill_kt.data() + tk.g * kt_size, q,
+                                 fb.attn.data() + (sq.row0 + t0) * H * D + tk.g * G * D, H * D, D,
+                                 fb.prefill_scratch.data() + ith * fb.prefill_scratch_stride);
+    };
+    pool.parallel_for((int64_t)fb.tasks.size(), 1, [&run](int64_t b, int64_t e, int ith) {
+        for (int64_t i = b; i < e; i++) run(i, ith);
+    });
+    return true;
+}
+
 void session::attention(const forward_seq* seqs, int n_seqs, int il, forward_buffers& fb, thread_pool& pool) {
+    if (n_seqs == 1 && attention_prefill(seqs[0], il, fb, pool)) return;
     const model_hparams& hp = seqs[0].s->m_.hp;
     const int64_t D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv, G = hp.n_group();
     const float scale = 1.0f / std::sqrt((float)D);  // the original head dim, also when compressed

@@ -131,6 +131,13 @@ struct forward_buffers {
     // [n_threads x n_head_kv x cap], added to the blocks in thread order.
     std::vector<float> thread_logits;
     std::vector<float> thread_scores;
+    // Tiled prefill attention: per-thread kernel scratch, and the keys of one
+    // layer's KV heads transposed ([n_head_kv x kernel_prefill_keys_size]),
+    // grown to the longest prefix seen (at most a few times per session).
+    std::vector<float> prefill_scratch;
+    int64_t prefill_scratch_stride = 0;
+    int prefill_tokens = 1;
+    std::vector<float> prefill_kt;
 };
 
 class session {
@@ -167,6 +174,9 @@ private:
                         float* logits_out, forward_buffers& fb, thread_pool& pool);
     static void compress_qk(const forward_seq* seqs, int il, int64_t n_rows, forward_buffers& fb, thread_pool& pool);
     static void attention(const forward_seq* seqs, int n_seqs, int il, forward_buffers& fb, thread_pool& pool);
+    // A prefill segment alone in its pass, with the tiled kernel
+    // (kernels/attention_prefill.h); false, doing nothing, where it does not apply.
+    static bool attention_prefill(const forward_seq& sq, int il, forward_buffers& fb, thread_pool& pool);
     // Throws unless n tokens are valid ids and fit in the context.
     void check_tokens(const int32_t* tokens, int64_t n) const;
     // Evicts down to the budget when the policy says so: before a chunk of

@@ -17,6 +17,10 @@ struct weight_view {
     int64_t n_rows;
     int64_t n_cols;
     const void* data;  // n_rows * dtype_row_size(type, n_cols) bytes
+    // Optional interleaved copy of data for the tiled kernels (quant_pack.h,
+    // quant_pack_size bytes, 32-byte aligned, owned by whoever packed it). When
+    // set, kernel_matmul reads only this, never data.
+    const void* packed = nullptr;
 };
 
 // Reusable buffers for quantized activations; owned by a session so no
@@ -42,6 +46,10 @@ void kernel_matmul(const weight_view& w, const float* x, int64_t n_tok, float* y
 constexpr int k_matmul_multi_max = 4;
 void kernel_matmul_multi(const weight_view* ws, float* const* ys, int n_w, const float* x, int64_t n_tok,
                          thread_pool& pool, matmul_scratch& scratch);
+
+// Packs w (quant_pack_supported types only) into dst, quant_pack_size bytes,
+// 32-byte aligned, with the pool's threads; returns w with `packed` set.
+weight_view kernel_matmul_pack(const weight_view& w, void* dst, thread_pool& pool);
 
 // The CPU reference: dequantize each row and use a plain double-accumulated dot.
 void kernel_matmul_reference(const weight_view& w, const float* x, int64_t n_tok, float* y);

@@ -5,12 +5,15 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
 #include "ggml-like/error.h"
+#include "ggml-like/quant_pack.h"
 #include "ggml-like/quant_ref.h"
 #include "ggml-like/threadpool.h"
 #include "kernels/matmul.h"
@@ -33,6 +36,24 @@ std::vector<uint8_t> random_weights(dtype t, int64_t n_rows, int64_t n_cols, uin
     return quant_random_rows(t, n_rows, n_cols, seed);
 }
 
+// A packed copy of a weight (quant_pack.h), owned by the test.
+struct packed_weight {
+    std::unique_ptr<void, void (*)(void*)> buf{nullptr, std::free};
+    weight_view view;
+    packed_weight(const weight_view& w, thread_pool& pool) {
+        buf.reset(std::aligned_alloc(64, (quant_pack_size(w.type, w.n_rows, w.n_cols) + 63) / 64 * 64));
+        view = kernel_matmul_pack(w, buf.get(), pool);
+    }
+};
+
+// Types with a packed kernel in this build (the packed tests name them).
+std::vector<dtype> packed_types() {
+    std::vector<dtype> v;
+    for (dtype t : quant_weight_types())
+        if (quant_pack_supported(t)) v.push_back(t);
+    return v;
+}
+
 }  // namespace
 
 // Tolerance per output, derived from what the kernel is allowed to lose:
@@ -40,60 +61,103 @@ std::vector<uint8_t> random_weights(dtype t, int64_t n_rows, int64_t n_cols, uin
 //                               quantized x, computed here from the data),
 //   + (Q4_1, Q5_1) sum_b |m_b| |sum_b a| 2^-10   the f16 block sums s,
 //   + 1e-5 sum_i |w_i x_i|      float accumulation.
-TEST(Matmul, MatchesReferenceEveryType) {
+namespace {
+
+// kernel_matmul (packed copy when `pack`) of each shape and token count
+// against kernel_matmul_reference, with the tolerance above.
+void check_against_reference(dtype t, bool pack) {
     struct shape {
         int64_t rows, cols;
     };
     const shape shapes[] = {{5, 256}, {37, 512}, {130, 768}};
-    for (dtype t : quant_weight_types()) {
-        const dtype at = dtype_vec_dot_type(t);
-        for (const shape& s : shapes) {
-            const auto wdata = random_weights(t, s.rows, s.cols, 1000 + (uint32_t)s.rows);
-            const weight_view w{t, s.rows, s.cols, wdata.data()};
-            std::vector<float> wf((size_t)(s.rows * s.cols));
-            for (int64_t r = 0; r < s.rows; r++)
-                dtype_dequantize_row(t, wdata.data() + r * dtype_row_size(t, s.cols), wf.data() + r * s.cols, s.cols);
-            for (int64_t n_tok : {1, 3, 17}) {
-                const auto x = random_floats(n_tok * s.cols, 77 + (uint32_t)n_tok, -2.0f, 2.0f);
-                // What the activations become after quantization.
-                std::vector<float> xa(x.size());
-                std::vector<uint8_t> qrow(dtype_row_size(at, s.cols));
-                for (int64_t k = 0; k < n_tok; k++) {
-                    dtype_quantize_row(at, x.data() + k * s.cols, qrow.data(), s.cols);
-                    dtype_dequantize_row(at, qrow.data(), xa.data() + k * s.cols, s.cols);
-                }
-                std::vector<float> ref((size_t)(n_tok * s.rows));
-                kernel_matmul_reference(w, x.data(), n_tok, ref.data());
-                for (int n_threads : {1, 3}) {
-                    thread_pool pool(n_threads);
-                    matmul_scratch scratch;
-                    std::vector<float> y((size_t)(n_tok * s.rows), NAN);
-                    kernel_matmul(w, x.data(), n_tok, y.data(), pool, scratch);
-                    for (int64_t k = 0; k < n_tok; k++)
-                        for (int64_t r = 0; r < s.rows; r++) {
-                            const float* wr = wf.data() + r * s.cols;
-                            const float* xk = x.data() + k * s.cols;
-                            const float* ak = xa.data() + k * s.cols;
-                            double tol = 0;
-                            for (int64_t i = 0; i < s.cols; i++)
-                                tol += std::fabs(wr[i]) * std::fabs(xk[i] - ak[i]) + 1e-5 * std::fabs(wr[i] * xk[i]);
-                            if (t == dtype::Q4_1 || t == dtype::Q5_1) {
-                                const uint8_t* wrow = wdata.data() + r * dtype_row_size(t, s.cols);
-                                const size_t bs = dtype_get_traits(t).type_size;
-                                for (int64_t b = 0; b < s.cols / 32; b++) {
-                                    const uint16_t m = t == dtype::Q4_1 ? ((const block_q4_1*)(wrow + b * bs))->m
-                                                                        : ((const block_q5_1*)(wrow + b * bs))->m;
-                                    double sum = 0;
-                                    for (int j = 0; j < 32; j++) sum += ak[32 * b + j];
-                                    tol += std::fabs(fp16_to_fp32(m) * sum) * std::ldexp(1.0, -10);
-                                }
-                            }
-                            ASSERT_NEAR(y[k * s.rows + r], ref[k * s.rows + r], tol)
-                                << dtype_name(t) << " W " << s.rows << "x" << s.cols << " n_tok " << n_tok
-                                << " threads " << n_threads << " at token " << k << " row " << r;
-                        }
-                }
+    const dtype at = dtype_vec_dot_type(t);  // packed activations hold the same values
+    for (const shape& s : shapes) {
+        const auto wdata = random_weights(t, s.rows, s.cols, 1000 + (uint32_t)s.rows);
+        weight_view w{t, s.rows, s.cols, wdata.data()};
+        thread_pool pack_pool(2);
+        std::unique_ptr<packed_weight> pw;
+        if (pack) {
+            pw = std::make_unique<packed_weight>(w, pack_pool);
+            w = pw->view;
+        }
+        std::vector<float> wf((size_t)(s.rows * s.cols));
+        for (int64_t r = 0; r < s.rows; r++)
+            dtype_dequantize_row(t, wdata.data() + r * dtype_row_size(t, s.cols), wf.data() + r * s.cols, s.cols);
+        for (int64_t n_tok : {1, 3, 17, 70}) {
+            if (!pack && n_tok == 70) continue;
+            const auto x = random_floats(n_tok * s.cols, 77 + (uint32_t)n_tok, -2.0f, 2.0f);
+            // What the activations become after quantization.
+            std::vector<float> xa(x.size());
+            std::vector<uint8_t> qrow(dtype_row_size(at, s.cols));
+            for (int64_t k = 0; k < n_tok; k++) {
+                dtype_quantize_row(at, x.data() + k * s.cols, qrow.data(), s.cols);
+                dtype_dequantize_row(at, qrow.data(), xa.data() + k * s.cols, s.cols);
             }
+            std::vector<float> ref((size_t)(n_tok * s.rows));
+            kernel_matmul_reference(w, x.data(), n_tok, ref.data());
+            for (int n_threads : {1, 3}) {
+                thread_pool pool(n_threads);
+                matmul_scratch scratch;
+                std::vector<float> y((size_t)(n_tok * s.rows), NAN);
+                kernel_matmul(w, x.data(), n_tok, y.data(), pool, scratch);
+                for (int64_t k = 0; k < n_tok; k++)
+                    for (int64_t r = 0; r < s.rows; r++) {
+                        const float* wr = wf.data() + r * s.cols;
+                        const float* xk = x.data() + k * s.cols;
+                        const float* ak = xa.data() + k * s.cols;
+                        double tol = 0;
+                        for (int64_t i = 0; i < s.cols; i++)
+                            tol += std::fabs(wr[i]) * std::fabs(xk[i] - ak[i]) + 1e-5 * std::fabs(wr[i] * xk[i]);
+                        if (t == dtype::Q4_1 || t == dtype::Q5_1) {
+                            const uint8_t* wrow = wdata.data() + r * dtype_row_size(t, s.cols);
+                            const size_t bs = dtype_get_traits(t).type_size;
+                            for (int64_t b = 0; b < s.cols / 32; b++) {
+                                const uint16_t m = t == dtype::Q4_1 ? ((const block_q4_1*)(wrow + b * bs))->m
+                                                                    : ((const block_q5_1*)(wrow + b * bs))->m;
+                                double sum = 0;
+                                for (int j = 0; j < 32; j++) sum += ak[32 * b + j];
+                                tol += std::fabs(fp16_to_fp32(m) * sum) * std::ldexp(1.0, -10);
+                            }
+                        }
+                        ASSERT_NEAR(y[k * s.rows + r], ref[k * s.rows + r], tol)
+                            << dtype_name(t) << (pack ? " packed" : "") << " W " << s.rows << "x" << s.cols
+                            << " n_tok " << n_tok << " threads " << n_threads << " at token " << k << " row " << r;
+                    }
+            }
+        }
+    }
+}
+
+}  // namespace
+
+TEST(Matmul, MatchesReferenceEveryType) {
+    for (dtype t : quant_weight_types()) check_against_reference(t, false);
+}
+
+// The packed kernels (quant_pack.h) against the same reference, with row counts
+// that end mid-group and token counts that end mid-tile and span token blocks.
+TEST(Matmul, PackedMatchesReference) {
+    const auto types = packed_types();
+    std::printf("  packed types in this build: %zu (rows per group %d)\n", types.size(), k_pack_rows);
+    for (dtype t : types) check_against_reference(t, true);
+}
+
+// A packed token's outputs do not depend on the other tokens of the call (the
+// property batched decoding relies on): 70 tokens at once equal 70 calls of one.
+TEST(Matmul, PackedTokensIndependentOfBatch) {
+    for (dtype t : packed_types()) {
+        const int64_t rows = 45, cols = 1024, n_tok = 70;
+        const auto wdata = random_weights(t, rows, cols, 5);
+        thread_pool pool(3);
+        const packed_weight pw({t, rows, cols, wdata.data()}, pool);
+        const auto x = random_floats(n_tok * cols, 6);
+        matmul_scratch scratch;
+        std::vector<float> all((size_t)(rows * n_tok)), one((size_t)rows);
+        kernel_matmul(pw.view, x.data(), n_tok, all.data(), pool, scratch);
+        for (int64_t k = 0; k < n_tok; k++) {
+            kernel_matmul(pw.view, x.data() + k * cols, 1, one.data(), pool, scratch);
+            for (int64_t r = 0; r < rows; r++)
+                ASSERT_EQ(all[k * rows + r], one[r]) << dtype_name(t) << " token " << k << " row " << r;
         }
     }
 }
@@ -166,6 +230,35 @@ TEST(Matmul, MultiEqualsSeparateCallsExactly) {
     weight_view w = {dtype::Q4_1, 4, n_cols, nullptr};
     float* y = nullptr;
     EXPECT_THROW(kernel_matmul_multi(&w, &y, 0, nullptr, 1, pool, sa), error);
+}
+
+// The same with packed weights (Q/K/V of a Q4_K_M model: Q4_K, Q4_K, Q6_K),
+// mixed with a GGUF-layout one, which reads other activations and runs alone.
+TEST(Matmul, PackedMultiEqualsSeparateCallsExactly) {
+    if (packed_types().size() < 2) GTEST_SKIP() << "no packed kernels in this build";
+    const int64_t n_cols = 512;
+    thread_pool pool(3);
+    matmul_scratch sa, sb;
+    const auto d0 = random_weights(dtype::Q4_K, 40, n_cols, 1), d1 = random_weights(dtype::Q4_K, 9, n_cols, 2),
+               d2 = random_weights(dtype::Q6_K, 9, n_cols, 3), d3 = random_weights(dtype::Q4_K, 21, n_cols, 4);
+    const packed_weight p0({dtype::Q4_K, 40, n_cols, d0.data()}, pool), p1({dtype::Q4_K, 9, n_cols, d1.data()}, pool),
+        p2({dtype::Q6_K, 9, n_cols, d2.data()}, pool);
+    const std::vector<weight_view> ws = {p0.view, p1.view, p2.view, {dtype::Q4_K, 21, n_cols, d3.data()}};
+    for (int64_t n_tok : {1, 37}) {
+        const auto x = random_floats(n_tok * n_cols, 99);
+        std::vector<std::vector<float>> ya, yb;
+        std::vector<float*> pa;
+        for (const auto& w : ws) {
+            ya.emplace_back((size_t)(n_tok * w.n_rows), -1.0f);
+            yb.emplace_back((size_t)(n_tok * w.n_rows), -2.0f);
+        }
+        for (auto& y : ya) pa.push_back(y.data());
+        kernel_matmul_multi(ws.data(), pa.data(), (int)ws.size(), x.data(), n_tok, pool, sa);
+        for (size_t i = 0; i < ws.size(); i++) kernel_matmul(ws[i], x.data(), n_tok, yb[i].data(), pool, sb);
+        for (size_t i = 0; i < ws.size(); i++)
+            for (size_t k = 0; k < ya[i].size(); k++)
+                ASSERT_EQ(ya[i][k], yb[i][k]) << "weight " << i << " n_tok " << n_tok << " element " << k;
+    }
 }
 
 TEST(Matmul, BadShapesThrow) {

@@ -291,14 +291,24 @@ void values_fp_fast_g(const T* V, int64_t off, int64_t a, int64_t b, int64_t s0,
     for (int c0 = 0; c0 < r; c0 += 32) values_stripe_len<T, G>(std::min(32, r - c0), V, off, a, b, s0, n, r, c0, sc, acc);
 }
 
+// More than 4 heads go in passes over the rows of at most 4 heads each, as
+// even as can be (6 = 3 + 3, 7 = 4 + 3): each pass keeps its heads'
+// accumulators in registers.
 template <typename T>
 void values_fp_fast(const T* V, int64_t off, int64_t a, int64_t b, int64_t s0, int64_t n, int r, int G,
                     const float* sc, float* acc) {
-    switch (G) {
-        case 1: return values_fp_fast_g<T, 1>(V, off, a, b, s0, n, r, sc, acc);
-        case 2: return values_fp_fast_g<T, 2>(V, off, a, b, s0, n, r, sc, acc);
-        case 3: return values_fp_fast_g<T, 3>(V, off, a, b, s0, n, r, sc, acc);
-        default: return values_fp_fast_g<T, 4>(V, off, a, b, s0, n, r, sc, acc);
+    const int passes = (G + 3) / 4;
+    for (int i = 0, j0 = 0; i < passes; i++) {
+        const int g = (G - j0) / (passes - i);
+        const float* sj = sc + j0 * n;
+        float* aj = acc + j0 * r;
+        switch (g) {
+            case 1: values_fp_fast_g<T, 1>(V, off, a, b, s0, n, r, sj, aj); break;
+            case 2: values_fp_fast_g<T, 2>(V, off, a, b, s0, n, r, sj, aj); break;
+            case 3: values_fp_fast_g<T, 3>(V, off, a, b, s0, n, r, sj, aj); break;
+            default: values_fp_fast_g<T, 4>(V, off, a, b, s0, n, r, sj, aj); break;
+        }
+        j0 += g;
     }
 }
 #endif
@@ -306,7 +316,7 @@ void values_fp_fast(const T* V, int64_t off, int64_t a, int64_t b, int64_t s0, i
 // True when the fast paths apply to a block of this shape.
 inline bool fp_fast_ok(int G, int r) {
 #ifdef ZK_SIMD_AVX2
-    return G <= 4 && r % 4 == 0 && r <= 256;
+    return G >= 1 && r % 4 == 0 && r <= 256;
 #else
     return false;
 #endif

@@ -8,6 +8,9 @@
 //    chunk (a few KB, in L1) meets it; quant_dot_tile then computes 4 rows x 4
 //    tokens per pass, loading each weight block once per 4 tokens.
 // 3. F32 weights with many tokens go to OpenBLAS sgemm instead.
+// 4. Packed weights (weight_view::packed, quant_pack.h) go in groups of 8 rows
+//    through quant_pack_tile, 8 rows x 4 tokens per pass, with activations
+//    quantized once per token to the packed kernels' rows.
 #include "kernels/matmul.h"
 
 #include <cblas.h>
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "ggml-like/error.h"
+#include "ggml-like/quant_pack.h"
 #include "ggml-like/quant_ref.h"
 
 namespace zk {
@@ -61,22 +65,45 @@ void* matmul_scratch::reserve(size_t bytes) {
 
 namespace {
 
+// Activation rows for the packed kernels: about this many bytes per token block
+// (a block of a 8960-column down projection is 16 tokens, of a 1536-column one 64).
+constexpr size_t k_pack_tok_block_bytes = 256 * 1024;
+// Decode (one token) tiles of packed weights touch the weights this far ahead
+// (software prefetch, one block's lines per block). A decode step's matmuls of
+// the 1.5B from DRAM, one thread (bench_matmul Qwen15/decode, min of 3
+// interleaved): none 76 ms, 1 KB 63, 4 KB 58, 8 KB 64, 16 KB 62.
+constexpr size_t k_pack_prefetch_bytes = 4096;
+
 // One weight of a (multi-)matmul, as the workers see it.
 struct mm_job {
     dtype type;
     int64_t n_rows, n_cols, n_tok;
     const uint8_t* w;
-    size_t w_row;
+    size_t w_row;      // bytes per row, or per packed row group
+    bool packed;
     const uint8_t* a;  // activations in the weight's dot type [n_tok x a_row]
     size_t a_row;
     float* y;          // [n_tok x n_rows]
+    int64_t tok_block;
 };
 
-// Rows [r0, r1) of one weight for all tokens: tokens in blocks of k_tok_block
-// so a block of activations stays in L2 while each 4-row tile meets it.
+// Rows [r0, r1) of one weight for all tokens: tokens in blocks of tok_block
+// so a block of activations stays in L2 while each tile of rows meets it.
 void mm_run_rows(const mm_job& j, int64_t r0, int64_t r1) {
-    for (int64_t tb = 0; tb < j.n_tok; tb += k_tok_block) {
-        const int64_t te = std::min(j.n_tok, tb + k_tok_block);
+    for (int64_t tb = 0; tb < j.n_tok; tb += j.tok_block) {
+        const int64_t te = std::min(j.n_tok, tb + j.tok_block);
+        if (j.packed) {
+            for (int64_t r = r0; r < r1; r += k_pack_rows) {
+                const uint8_t* g = j.w + (r / k_pack_rows) * j.w_row;
+                const int nr = (int)std::min<int64_t>(k_pack_rows, r1 - r);
+                for (int64_t t = tb; t < te; t += k_pack_toks) {
+                    const int nt = (int)std::min<int64_t>(k_pack_toks, te - t);
+                    quant_pack_tile(j.type, j.n_cols, g, nr, j.a + t * j.a_row, j.a_row, nt, j.y + t * j.n_rows + r,
+                                    (size_t)j.n_rows, k_pack_prefetch_bytes ? g + k_pack_prefetch_bytes : nullptr);
+                }
+            }
+            continue;
+        }
         for (int64_t r = r0; r < r1; r += k_tile_rows) {
             const int nr = (int)std::min<int64_t>(k_tile_rows, r1 - r);
             for (int64_t t = tb; t < te; t += k_tile_toks) {
@@ -87,6 +114,10 @@ void mm_run_rows(const mm_job& j, int64_t r0, int64_t r1) {
         }
     }
 }
+
+// What a weight's kernel reads as activations: its dot type, or (packed) the
+// packed kernels' own rows. Weights of one multi-matmul share X only when equal.
+int act_kind(const weight_view& w) { return w.packed ? -1 : (int)dtype_vec_dot_type(w.type); }
 
 }  // namespace
 
@@ -101,14 +132,15 @@ void kernel_matmul_multi(const weight_view* ws, float* const* ys, int n_w, const
     for (int i = 0; i < n_w; i++) check_shapes(ws[i], x, n_tok, ys[i]);
     if (n_tok == 0) return;
     const int64_t n_cols = ws[0].n_cols;
-    const dtype at = dtype_vec_dot_type(ws[0].type);
+    const int kind = act_kind(ws[0]);
     bool shared = true;  // one quantized copy of X serves every weight
-    for (int i = 1; i < n_w; i++) shared &= ws[i].n_cols == n_cols && dtype_vec_dot_type(ws[i].type) == at;
+    for (int i = 1; i < n_w; i++) shared &= ws[i].n_cols == n_cols && act_kind(ws[i]) == kind;
     if (!shared) {
         for (int i = 0; i < n_w; i++) kernel_matmul_multi(ws + i, ys + i, 1, x, n_tok, pool, scratch);
         return;
     }
-    if (ws[0].type == dtype::F32 && n_tok >= k_blas_min_tok) {
+    const bool packed = kind == -1;
+    if (!packed && ws[0].type == dtype::F32 && n_tok >= k_blas_min_tok) {
         for (int i = 0; i < n_w; i++) {
             // Y [n_tok x n_rows] = X [n_tok x n_cols] * W^T
             if (ws[i].n_rows == 0) continue;
@@ -118,13 +150,19 @@ void kernel_matmul_multi(const weight_view* ws, float* const* ys, int n_w, const
         return;
     }
     // Activations in the weights' dot type: [n_tok x a_row bytes].
+    const dtype at = packed ? dtype::Q8_K : dtype_vec_dot_type(ws[0].type);
     const uint8_t* a = (const uint8_t*)x;
     size_t a_row = (size_t)n_cols * sizeof(float);
-    if (at != dtype::F32) {
-        a_row = dtype_row_size(at, n_cols);
+    if (packed || at != dtype::F32) {
+        a_row = packed ? quant_pack_act_row_size(n_cols) : dtype_row_size(at, n_cols);
         uint8_t* q = (uint8_t*)scratch.reserve(a_row * (size_t)n_tok);
         auto quantize = [&](int64_t t0, int64_t t1, int) {
-            for (int64_t t = t0; t < t1; t++) dtype_quantize_row(at, x + t * n_cols, q + t * a_row, n_cols);
+            for (int64_t t = t0; t < t1; t++) {
+                if (packed)
+                    quant_pack_quantize(x + t * n_cols, q + t * a_row, n_cols);
+                else
+                    dtype_quantize_row(at, x + t * n_cols, q + t * a_row, n_cols);
+            }
         };
         if (n_tok >= 8)
             pool.parallel_for(n_tok, 4, quantize);
@@ -132,21 +170,28 @@ void kernel_matmul_multi(const weight_view* ws, float* const* ys, int n_w, const
             quantize(0, n_tok, 0);
         a = q;
     }
-    // The 4-row tiles of all weights, numbered one after the other, go to the
+    const int64_t tile_rows = packed ? k_pack_rows : k_tile_rows;
+    const int64_t tok_block =
+        packed ? std::max<int64_t>(k_pack_toks, (int64_t)(k_pack_tok_block_bytes / a_row) / k_pack_toks * k_pack_toks)
+               : k_tok_block;
+    // The row tiles of all weights, numbered one after the other, go to the
     // threads in one parallel loop (one dispatch for Q/K/V or gate/up). Everything
     // the workers need is captured by one pointer, so the std::function stays in
     // its small buffer (no heap allocation per call on the decode path).
     struct multi_job {
         mm_job w[k_matmul_multi_max];
         int64_t tile0[k_matmul_multi_max + 1];  // first global tile of each weight
+        int64_t tile_rows;
         int n;
     } mj;
     mj.n = n_w;
+    mj.tile_rows = tile_rows;
     mj.tile0[0] = 0;
     for (int i = 0; i < n_w; i++) {
-        mj.w[i] = mm_job{ws[i].type, ws[i].n_rows, n_cols, n_tok, (const uint8_t*)ws[i].data,
-                         dtype_row_size(ws[i].type, n_cols), a, a_row, ys[i]};
-        mj.tile0[i + 1] = mj.tile0[i] + (ws[i].n_rows + k_tile_rows - 1) / k_tile_rows;
+        const size_t w_row = packed ? quant_pack_size(ws[i].type, k_pack_rows, n_cols) : dtype_row_size(ws[i].type, n_cols);
+        mj.w[i] = mm_job{ws[i].type, ws[i].n_rows, n_cols, n_tok, (const uint8_t*)(packed ? ws[i].packed : ws[i].data),
+                         w_row, packed, a, a_row, ys[i], tok_block};
+        mj.tile0[i + 1] = mj.tile0[i] + (ws[i].n_rows + tile_rows - 1) / tile_rows;
     }
     const multi_job* j = &mj;
     pool.parallel_for(mj.tile0[n_w], k_min_tiles_per_chunk, [j](int64_t t0, int64_t t1, int) {
@@ -154,9 +199,23 @@ void kernel_matmul_multi(const weight_view* ws, float* const* ys, int n_w, const
             const int64_t b = std::max(t0, j->tile0[i]), e = std::min(t1, j->tile0[i + 1]);
             if (b >= e) continue;
             const mm_job& w = j->w[i];
-            mm_run_rows(w, (b - j->tile0[i]) * k_tile_rows, std::min(w.n_rows, (e - j->tile0[i]) * k_tile_rows));
+            mm_run_rows(w, (b - j->tile0[i]) * j->tile_rows, std::min(w.n_rows, (e - j->tile0[i]) * j->tile_rows));
         }
     });
+}
+
+weight_view kernel_matmul_pack(const weight_view& w, void* dst, thread_pool& pool) {
+    if (!quant_pack_supported(w.type))
+        ZK_THROW("kernel_matmul_pack: no packed layout for %s weights in this build", dtype_name(w.type));
+    check_shapes(w, nullptr, 0, nullptr);
+    if (((uintptr_t)dst & 31) != 0) ZK_THROW("kernel_matmul_pack: destination %p is not 32-byte aligned", dst);
+    const int64_t groups = (w.n_rows + k_pack_rows - 1) / k_pack_rows;
+    pool.parallel_for(groups, 16, [&](int64_t g0, int64_t g1, int) {
+        quant_pack_groups(w.type, w.data, w.n_rows, w.n_cols, g0, g1, dst);
+    });
+    weight_view p = w;
+    p.packed = dst;
+    return p;
 }
 
 void kernel_matmul_reference(const weight_view& w, const float* x, int64_t n_tok, float* y) {
