@@ -2,12 +2,9 @@
 
 #include <cblas.h>
 
+#include "calib/blas_threads.h"  // openblas_set_num_threads (weak: null for other BLAS)
 #include "ggml-like/error.h"
 #include "ggml-like/threadpool.h"
-
-// OpenBLAS's own thread count, where the BLAS is OpenBLAS (a weak reference:
-// other BLAS libraries leave it null).
-extern "C" void openblas_set_num_threads(int n) __attribute__((weak));
 
 namespace zk {
 

@@ -291,11 +291,16 @@ void session::forward(const forward_seq* seqs, int n_seqs, const int32_t* tokens
         }
         {
             // every thread a share of the rows (a prefill chunk is a few M elements)
-            float* g = fb.gate.data();
-            const float* u = fb.up.data();
-            const int64_t F = hp.n_ff;
-            pool.parallel_for(n, 8, [g, u, F](int64_t t0, int64_t t1, int) {
-                kernel_swiglu(g + t0 * F, u + t0 * F, g + t0 * F, (t1 - t0) * F);
+            // (one captured pointer: the std::function keeps it in its small
+            // buffer, so a decode step allocates nothing here)
+            const struct {
+                float* g;
+                const float* u;
+                int64_t F;
+            } sw{fb.gate.data(), fb.up.data(), hp.n_ff};
+            const auto* swp = &sw;
+            pool.parallel_for(n, 8, [swp](int64_t t0, int64_t t1, int) {
+                kernel_swiglu(swp->g + t0 * swp->F, swp->u + t0 * swp->F, swp->g + t0 * swp->F, (t1 - t0) * swp->F);
             });
         }
         kernel_matmul(L.w_down, fb.gate.data(), n, tmp, pool, fb.mm);
@@ -352,7 +357,7 @@ bool session::attention_prefill(const forward_seq& sq, int il, forward_buffers& 
     const session& s = *sq.s;
     const model_hparams& hp = s.m_.hp;
     const int64_t D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv, G = hp.n_group();
-    if (sq.n <= k_session_decode_max_tok || s.policy_->needs_attention()) return false;
+    if (sq.n <= k_session_decode_max_tok || s.policy_->needs_attention() || !s.params_.prefill_tiled) return false;
     const int64_t kb = kernel_prefill_key_block();
     int64_t kt_size = 0, nblk = 0;  // per head: floats of the transposed keys, key blocks
     for (int g = 0; g < KV; g++) {

@@ -52,6 +52,13 @@ struct session_params {
     // evict.n_sink also sets the exact sinks of a quantized or compressed cache:
     // the first n_sink tokens are kept in f32 at full head dim (engine/kv_cache.h).
     evict_params evict;
+    // Prefill attention of a full-precision cache with the tiled kernel
+    // (kernels/attention_prefill.h) where the policy needs no attention
+    // weights. Its sums run in another order than the per-token decode kernel,
+    // so a prefill differs from the same tokens decoded one by one by float
+    // rounding (grown by the 8-bit activations); off, both paths are one
+    // arithmetic (tests compare policies bit for bit that way).
+    bool prefill_tiled = true;
 };
 
 void session_validate_params(const session_params& p, const model_hparams& hp);

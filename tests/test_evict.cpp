@@ -118,6 +118,7 @@ TEST_P(Evict, RealModelLargeBudgetIsIdentity) {
         sp.n_ctx = 64;
         sp.n_threads = 2;
         sp.kv_bits = pc.bits;
+        sp.prefill_tiled = false;  // `none` would take the tiled kernel: another summation order
         sp.evict = ep;
         session s(m, sp);
         std::vector<float> out;
