@@ -24,7 +24,7 @@ std::vector<int> sens_default_ranks(int d, int align) {
 
 sensitivity_observer::sensitivity_observer(const model& m, const zack_calibration& c, const sens_params& p,
                                            int64_t max_ctx)
-    : m_(m), c_(c), p_(p), max_ctx_(max_ctx) {
+    : m_(m), p_(p), max_ctx_(max_ctx) {
     const model_hparams& hp = m.hp;
     L_ = hp.n_layer, H_ = hp.n_head, KV_ = hp.n_head_kv, G_ = hp.n_group(), D_ = hp.head_dim, E_ = hp.n_embd;
     if (c.n_layer != L_ || c.n_kv != KV_ || c.d != D_)

@@ -74,7 +74,6 @@ private:
     void prepare_wo(int layer);
     void quantize_window(int layer, int64_t from, int64_t to);
     const model& m_;
-    const zack_calibration& c_;
     sens_params p_;
     int64_t max_ctx_;
     thread_pool* pool_ = nullptr;

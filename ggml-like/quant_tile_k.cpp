@@ -123,7 +123,7 @@ static_assert(sizeof(V::vi) == 4 * k_pack_rows, "one int32 lane per packed row")
 struct dot_policy {
     static constexpr bool int32_sums = true;
     using sum = V::vi;  // int32 per row
-    static constexpr int max_chunks_6bit = 4;
+    [[maybe_unused]] static constexpr int max_chunks_6bit = 4;
     static sum zero() { return V::zero(); }
     static sum add(sum s, V::vi w, V::vi a) {
 #if defined(ZK_TILE_K_512)
@@ -145,7 +145,7 @@ struct dot_policy {
     using sum = __m256i;  // int16 pairs per row
     // maddubs pairs: 4-bit codes 2 * 15 * 128 = 3840 per int16, 8 chunks 30720;
     // 6-bit codes 2 * 63 * 128 = 16128, 2 chunks 32256.
-    static constexpr int max_chunks_6bit = 2;
+    [[maybe_unused]] static constexpr int max_chunks_6bit = 2;
     static sum zero() { return _mm256_setzero_si256(); }
     static sum add(sum s, __m256i w, __m256i a) { return _mm256_add_epi16(s, _mm256_maddubs_epi16(w, a)); }
     // row scales: (sc, sc) int16 pairs per row

@@ -39,10 +39,10 @@ namespace {
 
 struct fv8 {
     using v = __m256;
-    static constexpr int W = 8;
-    static constexpr int RG = 6;   // score tile rows: 12 accumulators + 2 key vectors + a broadcast
-    static constexpr int RG2 = 4;  // value tile: 4 rows x 2 vectors
-    static constexpr int CW = 2;
+    [[maybe_unused]] static constexpr int W = 8;
+    [[maybe_unused]] static constexpr int RG = 6;   // score tile rows: 12 accumulators + 2 key vectors + a broadcast
+    [[maybe_unused]] static constexpr int RG2 = 4;  // value tile: 4 rows x 2 vectors
+    [[maybe_unused]] static constexpr int CW = 2;
     static v zero() { return _mm256_setzero_ps(); }
     static v load(const float* p) { return _mm256_loadu_ps(p); }
     static v load(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p)); }
