@@ -4,13 +4,12 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/arch_block.h"
 #include "ggml-like/error.h"
 #include "kernels/attention.h"
 #include "kernels/attention_prefill.h"
 #include "kernels/project.h"
 #include "kernels/rmsnorm.h"
-#include "kernels/rope.h"
-#include "kernels/swiglu.h"
 
 namespace zk {
 
@@ -18,12 +17,6 @@ namespace {
 
 // A decode segment's slot ranges hold at least this many slots.
 constexpr int64_t k_min_range = 128;
-
-void add_bias(float* y, const float* b, int64_t n_tok, int64_t n) {
-    if (!b) return;
-    for (int64_t t = 0; t < n_tok; t++)
-        for (int64_t i = 0; i < n; i++) y[t * n + i] += b[i];
-}
 
 }  // namespace
 
@@ -42,6 +35,7 @@ forward_buffers::forward_buffers(const model_hparams& hp, int64_t n_rows_, int m
     gate.resize(R * hp.n_ff);
     up.resize(R * hp.n_ff);
     rope_cs.resize(R * hp.rope.n_dims);
+    if (hp.n_swa > 0) rope_cs_swa.resize(R * hp.rope_swa.n_dims);
     pos.resize(R);
     row_seq.resize(R);
     max_chunks = std::min<int64_t>(64, std::max<int64_t>(1, 4 * n_threads));
@@ -234,31 +228,15 @@ void session::forward(const forward_seq* seqs, int n_seqs, const int32_t* tokens
         n += sq.n;
         compressed |= sq.s->compressed_;
     }
-    const size_t emb_row = dtype_row_size(m.tok_embd.type, E);
-    for (int64_t t = 0; t < n; t++)
-        dtype_dequantize_row(m.tok_embd.type, (const uint8_t*)m.tok_embd.data + emb_row * tokens[t],
-                             fb.x.data() + t * E, E);
-    kernel_rope_table(hp.rope, fb.pos.data(), n, fb.rope_cs.data());
+    arch_block_embed(m, tokens, n, fb);
 
     float* x = fb.x.data();
     float* xn = fb.xn.data();
-    float* tmp = fb.tmp.data();
     for (int il = 0; il < hp.n_layer; il++) {
-        const layer_weights& L = m.layers[il];
         for (int i = 0; i < n_seqs; i++)
             if (seqs[i].s->observer_) seqs[i].s->observer_->on_layer_input(il, seqs[i].n, x + seqs[i].row0 * E);
         // attention sub-layer
-        kernel_rmsnorm(x, L.attn_norm, xn, n, E, hp.rms_eps);
-        {
-            const weight_view w[3] = {L.wq, L.wk, L.wv};
-            float* const y[3] = {fb.q.data(), fb.k.data(), fb.v.data()};
-            kernel_matmul_multi(w, y, 3, xn, n, pool, fb.mm);
-        }
-        add_bias(fb.q.data(), L.bq, n, H * D);
-        add_bias(fb.k.data(), L.bk, n, KV * D);
-        add_bias(fb.v.data(), L.bv, n, KV * D);
-        kernel_rope_apply(fb.q.data(), n, H, D, hp.rope, fb.rope_cs.data());
-        kernel_rope_apply(fb.k.data(), n, KV, D, hp.rope, fb.rope_cs.data());
+        arch_block_attn_in(m, il, n, fb, pool);
         for (int i = 0; i < n_seqs; i++) {
             const forward_seq& sq = seqs[i];
             if (sq.s->observer_)
@@ -279,32 +257,9 @@ void session::forward(const forward_seq* seqs, int n_seqs, const int32_t* tokens
             const forward_seq& sq = seqs[i];
             if (sq.s->observer_) sq.s->observer_->on_attn(il, sq.n, fb.attn.data() + sq.row0 * H * D);
         }
-        kernel_matmul(L.wo, fb.attn.data(), n, tmp, pool, fb.mm);
-        for (int64_t i = 0; i < n * E; i++) x[i] += tmp[i];
-
+        arch_block_attn_out(m, il, n, fb, pool);
         // feed-forward sub-layer
-        kernel_rmsnorm(x, L.ffn_norm, xn, n, E, hp.rms_eps);
-        {
-            const weight_view w[2] = {L.w_gate, L.w_up};
-            float* const y[2] = {fb.gate.data(), fb.up.data()};
-            kernel_matmul_multi(w, y, 2, xn, n, pool, fb.mm);
-        }
-        {
-            // every thread a share of the rows (a prefill chunk is a few M elements)
-            // (one captured pointer: the std::function keeps it in its small
-            // buffer, so a decode step allocates nothing here)
-            const struct {
-                float* g;
-                const float* u;
-                int64_t F;
-            } sw{fb.gate.data(), fb.up.data(), hp.n_ff};
-            const auto* swp = &sw;
-            pool.parallel_for(n, 8, [swp](int64_t t0, int64_t t1, int) {
-                kernel_swiglu(swp->g + t0 * swp->F, swp->u + t0 * swp->F, swp->g + t0 * swp->F, (t1 - t0) * swp->F);
-            });
-        }
-        kernel_matmul(L.w_down, fb.gate.data(), n, tmp, pool, fb.mm);
-        for (int64_t i = 0; i < n * E; i++) x[i] += tmp[i];
+        arch_block_ffn(m, il, n, fb, pool);
     }
     for (int i = 0; i < n_seqs; i++) seqs[i].s->n_past_ += seqs[i].n;
 
@@ -318,7 +273,7 @@ void session::forward(const forward_seq* seqs, int n_seqs, const int32_t* tokens
         kernel_rmsnorm(x + (sq.row0 + first) * E, m.output_norm, xn + rows * E, sq.n - first, E, hp.rms_eps);
         rows += sq.n - first;
     }
-    kernel_matmul(m.output, xn, rows, logits_out, pool, fb.mm);
+    arch_block_logits(m, xn, rows, logits_out, fb, pool);
 }
 
 // q~ = q R[:, :r_k] for every query head and k~ = k R[:, :r_k] for every KV
@@ -393,7 +348,7 @@ bool session::attention_prefill(const forward_seq& sq, int il, forward_buffers& 
         if (a.cost != b.cost) return a.cost > b.cost;
         return a.g != b.g ? a.g < b.g : a.c < b.c;
     });
-    const float scale = 1.0f / std::sqrt((float)D);
+    const float scale = hp.attn_scale;
     auto run = [&](int64_t i, int ith) {
         const attn_task& tk = fb.tasks[i];
         const attn_kv_view kv = s.cache_->view(il, tk.g);
@@ -414,7 +369,7 @@ void session::attention(const forward_seq* seqs, int n_seqs, int il, forward_buf
     if (n_seqs == 1 && attention_prefill(seqs[0], il, fb, pool)) return;
     const model_hparams& hp = seqs[0].s->m_.hp;
     const int64_t D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv, G = hp.n_group();
-    const float scale = 1.0f / std::sqrt((float)D);  // the original head dim, also when compressed
+    const float scale = hp.attn_scale;  // of the original head dim, also when compressed
     const int nth = pool.size();
     const int64_t score_stride = (int64_t)fb.score.size() / fb.n_threads;
 
