@@ -18,6 +18,31 @@ namespace {
 // A decode segment's slot ranges hold at least this many slots.
 constexpr int64_t k_min_range = 128;
 
+// Sliding-window layers (model_hparams::n_swa; 0 = a global layer): a query at
+// position p sees the positions > p - n_swa. Slots ascend by position, so
+// those are the slots from the one returned here on. The cache keeps every
+// token (masking, not a window-sized cache).
+int64_t window_first_slot(const attn_kv_view& kv, int64_t n_swa, int32_t p) {
+    if (n_swa <= 0 || p - n_swa + 1 <= 0) return 0;
+    return std::lower_bound(kv.pos, kv.pos + kv.n_slots, (int32_t)(p - n_swa + 1)) - kv.pos;
+}
+
+// The exact sinks a query whose first visible slot is lo sees: the view with
+// the sink slots below lo cut off (kernel_attention_sinks reads sink rows by
+// position, so moving pos on is enough; its logits move on by the same count).
+attn_kv_view window_sinks(attn_kv_view kv, int64_t lo) {
+    const int64_t cut = std::min(lo, kv.n_sink_slots);
+    kv.pos += cut;
+    kv.n_sink_slots -= cut;
+    return kv;
+}
+
+// Logits of slots a windowed query cannot see, for eviction policies: -inf.
+void window_mask_logits(float* lg, int64_t stride, int64_t rows, int64_t lo) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t s = 0; s < lo; s++) lg[r * stride + s] = -INFINITY;
+}
+
 }  // namespace
 
 forward_buffers::forward_buffers(const model_hparams& hp, int64_t n_rows_, int max_seqs_, int n_threads_,
@@ -313,6 +338,9 @@ bool session::attention_prefill(const forward_seq& sq, int il, forward_buffers& 
     const model_hparams& hp = s.m_.hp;
     const int64_t D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv, G = hp.n_group();
     if (sq.n <= k_session_decode_max_tok || s.policy_->needs_attention() || !s.params_.prefill_tiled) return false;
+    // the tiled kernel masks causally only: a local layer whose window has
+    // moved on takes the per-token tasks, which start at the window
+    if (hp.layer_is_swa(il) && s.n_past_ + sq.n > hp.n_swa) return false;
     const int64_t kb = kernel_prefill_key_block();
     int64_t kt_size = 0, nblk = 0;  // per head: floats of the transposed keys, key blocks
     for (int g = 0; g < KV; g++) {
@@ -370,11 +398,17 @@ void session::attention(const forward_seq* seqs, int n_seqs, int il, forward_buf
     const model_hparams& hp = seqs[0].s->m_.hp;
     const int64_t D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv, G = hp.n_group();
     const float scale = hp.attn_scale;  // of the original head dim, also when compressed
+    const int64_t n_swa = hp.layer_is_swa(il) ? hp.n_swa : 0;
+    // Decode segments share one slot range per task, which the window's start
+    // must not cut inside: several tokens whose windows differ go per token.
+    auto is_decode = [n_swa](const forward_seq& sq) {
+        return sq.n <= k_session_decode_max_tok && !(n_swa > 0 && sq.n > 1 && sq.s->n_past_ + sq.n > n_swa);
+    };
     const int nth = pool.size();
     const int64_t score_stride = (int64_t)fb.score.size() / fb.n_threads;
 
     int n_decode = 0;
-    for (int i = 0; i < n_seqs; i++) n_decode += seqs[i].n <= k_session_decode_max_tok;
+    for (int i = 0; i < n_seqs; i++) n_decode += is_decode(seqs[i]);
     // The per-thread observation sums of a prefill segment serve one sequence.
     ZK_ASSERT(n_decode == n_seqs || n_seqs == 1);
 
@@ -393,7 +427,7 @@ void session::attention(const forward_seq* seqs, int n_seqs, int il, forward_buf
         // Compressed heads write only their first r_v channels; W_o's folded rows
         // for the rest must see zeros.
         if (s.compressed_) std::memset(fb.attn.data() + sq.row0 * H * D, 0, sizeof(float) * sq.n * H * D);
-        if (sq.n <= k_session_decode_max_tok) {
+        if (is_decode(sq)) {
             // Slot ranges per head as for this sequence decoded alone on its own
             // threads (enough that each has work on the KV heads). Not fewer in a
             // batch, though the batch has more heads to share out: the split
@@ -444,7 +478,9 @@ void session::attention(const forward_seq* seqs, int n_seqs, int il, forward_buf
                 p.logits = s.logits_buf_.data() + tk.g * n * G * cap;
                 p.logits_stride = cap;
             }
-            const int64_t s0 = kv.n_slots * tk.c / nc, s1 = kv.n_slots * (tk.c + 1) / nc;
+            // (one token, or tokens whose windows all start at slot 0)
+            const int64_t lo = window_first_slot(kv, n_swa, pos_seg[0]);
+            const int64_t s0 = lo + (kv.n_slots - lo) * tk.c / nc, s1 = lo + (kv.n_slots - lo) * (tk.c + 1) / nc;
             const attn_q_view q{q_seg, H * D, D, (int)G, n, pos_seg, scale};
             kernel_attention_range(kv, s0, s1, q, p, scratch);
             return;
@@ -458,13 +494,17 @@ void session::attention(const forward_seq* seqs, int n_seqs, int il, forward_buf
         p.logits_stride = fb.cap;
         const attn_q_view q{q_seg + t * H * D, H * D, D, (int)G, 1, pos_seg + t, scale};
         const int64_t s1 = std::min(kv.n_slots, s.n_past_ + t + 1);
-        kernel_attention_range(kv, 0, s1, q, p, scratch);
+        const int64_t lo = std::min(window_first_slot(kv, n_swa, pos_seg[t]), s1);
+        if (lg && lo > 0) window_mask_logits(lg, fb.cap, G, lo);
+        kernel_attention_range(kv, lo, s1, q, p, scratch);
         attn_partial parts[2] = {p, p};
         int n_parts = 1;
-        if (kv.n_sink_slots > 0) {
+        const attn_kv_view kvs = window_sinks(kv, lo);
+        if (kvs.n_sink_slots > 0) {
             float* sb = fb.sink_part.data() + (size_t)ith * fb.sink_part_stride;
-            parts[n_parts++] = attn_partial{sb, sb + G, sb + 2 * G, lg, fb.cap, kv.sink_dim};
-            kernel_attention_sinks(kv, q, parts[1]);
+            parts[n_parts++] = attn_partial{sb, sb + G, sb + 2 * G, lg ? lg + (kvs.pos - kv.pos) : nullptr, fb.cap,
+                                            kv.sink_dim};
+            kernel_attention_sinks(kvs, q, parts[1]);
         }
         kernel_attention_merge(parts, n_parts, 1, (int)G, kv.r_v,
                                fb.attn.data() + (sq.row0 + t) * H * D + tk.g * G * D, H * D, D);
@@ -495,18 +535,25 @@ void session::attention(const forward_seq* seqs, int n_seqs, int il, forward_buf
             }
             int n_parts = (int)nc;
             const attn_kv_view kv = s.cache_->view(il, g);
-            if (kv.n_sink_slots > 0) {
+            // a window that has moved on (one token: see run_task) hides the
+            // slots below lo, exact sinks included
+            const int64_t lo = window_first_slot(kv, n_swa, fb.pos[sq.row0]);
+            const int64_t cap = s.cache_->capacity();
+            if (lo > 0 && s.policy_->needs_attention())
+                window_mask_logits(s.logits_buf_.data() + g * sq.n * G * cap, cap, sq.n * G, lo);
+            const attn_kv_view kvs = window_sinks(kv, lo);
+            if (kvs.n_sink_slots > 0) {
                 // a few rows per head: serial, on the sink buffer of thread 0
                 float* sb = fb.sink_part.data();
-                const int64_t n = sq.n, cap = s.cache_->capacity();
+                const int64_t n = sq.n;
                 attn_partial p{sb, sb + n * G, sb + 2 * n * G, nullptr, 0, kv.sink_dim};
                 if (s.policy_->needs_attention()) {
-                    p.logits = s.logits_buf_.data() + g * n * G * cap;
+                    p.logits = s.logits_buf_.data() + g * n * G * cap + (kvs.pos - kv.pos);
                     p.logits_stride = cap;
                 }
                 const attn_q_view q{fb.q.data() + sq.row0 * H * D + g * G * D, H * D, D, (int)G, n,
                                     fb.pos.data() + sq.row0, scale};
-                kernel_attention_sinks(kv, q, p);
+                kernel_attention_sinks(kvs, q, p);
                 parts[n_parts++] = p;
             }
             kernel_attention_merge(parts, n_parts, sq.n, (int)G, kv.r_v, fb.attn.data() + sq.row0 * H * D + g * G * D,
