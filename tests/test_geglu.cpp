@@ -1,7 +1,7 @@
-// kernel_geglu against its double-precision reference (kernel_geglu_ref, tanh
-// form). Bound: relative 1e-6 plus the float rounding of the exponent's
-// argument x = -2 sqrt(2/pi) (g + 0.044715 g^3), which carries into e^x as a
-// relative error of ~|x| 2^-23 (|x| reaches ~88 before e^x saturates), so
+// kernel_geglu against its double-precision reference (kernel_geglu_ref).
+// Bound: relative 1e-6 plus the float rounding of the exponent's argument
+// x = -2 sqrt(2/pi) (g + 0.044715 g^3), which carries into e^x as a relative
+// error of ~|x| 2^-23 (|x| reaches ~88 before e^x saturates), so
 // rel <= 1e-6 + 4e-7 |x|. Ordinary activations, the saturated ends and a
 // length that leaves a scalar tail.
 #include <gtest/gtest.h>
@@ -30,7 +30,8 @@ TEST(Geglu, MatchesDoubleReference) {
         const double tol = (1e-6 + 4e-7 * std::min(x, 100.0)) * std::fabs(ref) + 1e-30;
         ASSERT_NEAR(y[i], ref, tol) << "g " << g[i] << " u " << u[i] << " at " << i;
     }
-    // far out it is the identity (times up) and zero
+    // far out it is the identity (times up) and zero (e^x saturates at ~e^88:
+    // -200 / e^88 is ~1e-36, not an overflow or a NaN)
     EXPECT_FLOAT_EQ(y[90], 200.0f * u[90]);
-    EXPECT_EQ(std::fabs(y[0]), 0.0f);
+    EXPECT_LE(std::fabs(y[0]), 1e-30f);
 }
