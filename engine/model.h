@@ -1,4 +1,4 @@
-// A llama-family decoder loaded from a GGUF (or .zack) file: hyper-parameters,
+// A decoder loaded from a GGUF (or .zack) file: hyper-parameters,
 // tokenizer and read-only views of the mmapped weights. Immutable after load;
 // all run state (activations, KV cache) lives in a session.
 //
