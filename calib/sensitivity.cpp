@@ -179,7 +179,7 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
     const int64_t HD = (int64_t)H * D;
     const int64_t NQ = (int64_t)rows.size();
     const int NB = (int)bases_.size();
-    const float scale = m_.hp.attn_scale;
+    const float scale = m_.hp.score_scale();
     // dK: per (basis, KV head, query, rank < last) the change of the group's
     // outputs [NB x KV x NQ x (NR-1) x GD]; dV: per (KV head, query, rank) ||dy||^2.
     std::vector<float> dk((size_t)NB * KV * NQ * (NR - 1) * GD);

@@ -89,7 +89,7 @@ void arch_block_ffn(const model& m, int il, int64_t n, forward_buffers& fb, thre
             const float* u;
             int64_t F;
             bool gelu;
-        } sw{fb.gate.data(), fb.up.data(), hp.n_ff, hp.desc->act == arch_act::GELU_TANH_GLU};
+        } sw{fb.gate.data(), fb.up.data(), hp.n_ff, hp.act == arch_act::GELU_TANH_GLU};
         const auto* swp = &sw;
         pool.parallel_for(n, 8, [swp](int64_t t0, int64_t t1, int) {
             float* g = swp->g + t0 * swp->F;

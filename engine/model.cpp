@@ -282,7 +282,7 @@ std::unique_ptr<model> model_load(const std::string& path, const model_load_para
         ZK_THROW("%s: rope scaling '%s' is not supported (none, linear)", path.c_str(), scaling.c_str());
     }
     hp.rope.style = A.rope;
-    hp.attn_scale = 1.0f / std::sqrt((float)hp.head_dim);
+    hp.act = A.act;
     if (A.embd_scale) hp.embd_scale = std::sqrt((float)hp.n_embd);
     hp.logit_softcap = (float)f.get_float(key(arch_key::FINAL_LOGIT_SOFTCAP), 0.0);
     if (!(hp.logit_softcap >= 0 && std::isfinite(hp.logit_softcap)))

@@ -6,6 +6,7 @@
 // Mistral, TinyLlama), "qwen2" (adds Q/K/V biases, NeoX-order RoPE) and
 // "gemma3" (QK-norm, GeGLU, post-norms, scaled embeddings, sliding-window layers).
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -34,7 +35,11 @@ struct model_hparams {
     int n_ctx_train = 0;
     float rms_eps = 1e-5f;
     rope_params rope;
-    float attn_scale = 0;       // score scale, 1 / sqrt(head_dim)
+    // Score scale; 0 = 1 / sqrt(head_dim) (every supported architecture so far:
+    // Gemma 3's query_pre_attn_scalar is the head dim except on the 27B).
+    float attn_scale = 0;
+    float score_scale() const { return attn_scale > 0 ? attn_scale : 1.0f / std::sqrt((float)head_dim); }
+    arch_act act = arch_act::SILU_GLU;  // the gated FFN's activation
     float embd_scale = 1;       // token embeddings times this (gemma3: sqrt(n_embd))
     float logit_softcap = 0;    // logits = c tanh(logits / c) where > 0
     // Sliding-window layers (gemma3): swa_layer[il] is 1 where layer il sees

@@ -376,7 +376,7 @@ bool session::attention_prefill(const forward_seq& sq, int il, forward_buffers& 
         if (a.cost != b.cost) return a.cost > b.cost;
         return a.g != b.g ? a.g < b.g : a.c < b.c;
     });
-    const float scale = hp.attn_scale;
+    const float scale = hp.score_scale();
     auto run = [&](int64_t i, int ith) {
         const attn_task& tk = fb.tasks[i];
         const attn_kv_view kv = s.cache_->view(il, tk.g);
@@ -397,7 +397,7 @@ void session::attention(const forward_seq* seqs, int n_seqs, int il, forward_buf
     if (n_seqs == 1 && attention_prefill(seqs[0], il, fb, pool)) return;
     const model_hparams& hp = seqs[0].s->m_.hp;
     const int64_t D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv, G = hp.n_group();
-    const float scale = hp.attn_scale;  // of the original head dim, also when compressed
+    const float scale = hp.score_scale();  // of the original head dim, also when compressed
     const int64_t n_swa = hp.layer_is_swa(il) ? hp.n_swa : 0;
     // Decode segments share one slot range per task, which the window's start
     // must not cut inside: several tokens whose windows differ go per token.
