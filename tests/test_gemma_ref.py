@@ -24,7 +24,8 @@ perplexity and greedy continuations.
    tokens 11.1844 vs 11.1704 (-0.13%). Without the window (every layer global)
    zack's perplexity past position 512 goes up ~13x, so this also checks the
    window.
-3. Greedy. After the first 200 tokens of the prose text, zack's 32 greedy ids
+3. Greedy. After the first 600 tokens of the prose text (so the decode steps'
+   local layers see a window that has moved on), zack's 32 greedy ids
    G (tool_logits --greedy) must be llama.cpp's greedy continuation: at every
    step G[k] is llama.cpp's argmax after ids + G[:k] (one pass over ids + G),
    or a near tie: llama.cpp's top logit beats G[k]'s by at most NEAR_TIE =
@@ -51,7 +52,7 @@ HERE = Path(__file__).resolve().parent
 TOK_DIR = HERE / "data" / "tokenizer"
 PPL_TEXTS = (("prose_handwritten.txt", 700), ("code_textwrap.py.txt", 700))
 PPL_TOL = 0.005
-GREEDY_PROMPT = 200
+GREEDY_PROMPT = 600
 GREEDY_N = 32
 NEAR_TIE = 0.05
 MAX_NEAR = 3
