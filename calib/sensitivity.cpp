@@ -179,7 +179,11 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
     const int64_t HD = (int64_t)H * D;
     const int64_t NQ = (int64_t)rows.size();
     const int NB = (int)bases_.size();
-    const float scale = 1.0f / std::sqrt((float)D);
+    const float scale = m_.hp.score_scale();
+    // A sliding-window layer's query at position p sees the keys > p - n_swa
+    // (key index = position here): the first visible index of nk causal keys.
+    const int64_t n_swa = m_.hp.layer_is_swa(layer) ? m_.hp.n_swa : 0;
+    auto first_key = [n_swa](int64_t nk) { return n_swa > 0 ? std::max<int64_t>(0, nk - n_swa) : 0; };
     // dK: per (basis, KV head, query, rank < last) the change of the group's
     // outputs [NB x KV x NQ x (NR-1) x GD]; dV: per (KV head, query, rank) ||dy||^2.
     std::vector<float> dk((size_t)NB * KV * NQ * (NR - 1) * GD);
@@ -220,15 +224,16 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)NQ, (int)nk_max, nj, scale, qt.data() + j0, D,
                             kw + j0, kstride, 1.0f, sc.data(), (int)nk_max);
                 for (int64_t qi = 0; qi < NQ; qi++) {
-                    const int64_t nk = base + rows[qi] + 1;  // causal
+                    const int64_t nk = base + rows[qi] + 1, k0 = first_key(nk);  // causal, windowed
                     const float* srow = sc.data() + qi * nk_max;
                     float* prow = pm.data() + qi * nk_max;
+                    std::fill(prow, prow + k0, 0.0f);
                     float mx = -INFINITY;
-                    for (int64_t s2 = 0; s2 < nk; s2++) mx = std::max(mx, srow[s2]);
+                    for (int64_t s2 = k0; s2 < nk; s2++) mx = std::max(mx, srow[s2]);
                     float z = 0;
-                    for (int64_t s2 = 0; s2 < nk; s2++) z += prow[s2] = std::exp(srow[s2] - mx);
+                    for (int64_t s2 = k0; s2 < nk; s2++) z += prow[s2] = std::exp(srow[s2] - mx);
                     const float iz = 1.0f / z;
-                    for (int64_t s2 = 0; s2 < nk; s2++) prow[s2] *= iz;
+                    for (int64_t s2 = k0; s2 < nk; s2++) prow[s2] *= iz;
                     std::fill(prow + nk, prow + nk_max, 0.0f);
                 }
                 // outputs at this rank: [NQ x D] = P [NQ x nk] x V^ [nk x D]
@@ -301,7 +306,7 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)NQ, (int)nk_max, D, scale, qt.data(), D,
                             ktq_[bits][layer].data() + (size_t)g * D, kstride, 0.0f, sq.data(), (int)nk_max);
                 for (int64_t qi = 0; qi < NQ; qi++) {
-                    const int64_t t = base + rows[qi], nk = t + 1;
+                    const int64_t t = base + rows[qi], nk = t + 1, k0 = first_key(nk);
                     // quantized slots: [sinks, qlim); 4-bit keeps the newest tokens exact
                     int64_t qlim = nk;
                     if (bits == 1) qlim = nk >= p_.residual ? ((nk - p_.residual) / p_.group + 1) * p_.group : 0;
@@ -313,15 +318,15 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
                     std::fill(pq_r, pq_r + nk_max, 0.0f);
                     auto quantized = [&](int64_t s2) { return s2 >= p_.sinks && s2 < qlim; };
                     float mx = -INFINITY;
-                    for (int64_t s2 = 0; s2 < nk; s2++) mx = std::max(mx, quantized(s2) ? qr[s2] : er[s2]);
+                    for (int64_t s2 = k0; s2 < nk; s2++) mx = std::max(mx, quantized(s2) ? qr[s2] : er[s2]);
                     float z = 0;
-                    for (int64_t s2 = 0; s2 < nk; s2++) {
+                    for (int64_t s2 = k0; s2 < nk; s2++) {
                         const float pv = std::exp((quantized(s2) ? qr[s2] : er[s2]) - mx);
                         z += pv;
                         (quantized(s2) ? pq_r : pe_r)[s2] = pv;
                     }
                     const float iz = 1.0f / z;
-                    for (int64_t s2 = 0; s2 < nk; s2++) pe_r[s2] *= iz, pq_r[s2] *= iz;
+                    for (int64_t s2 = k0; s2 < nk; s2++) pe_r[s2] *= iz, pq_r[s2] *= iz;
                 }
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)NQ, D, (int)nk_max, 1.0f, pe.data(),
                             (int)nk_max, vt.data() + (size_t)g * D, kstride, 0.0f, o.data(), D);

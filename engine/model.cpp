@@ -10,6 +10,7 @@
 #include <cstring>
 #include <thread>
 
+#include "engine/arch.h"
 #include "ggml-like/error.h"
 #include "ggml-like/quant_pack.h"
 
@@ -234,90 +235,115 @@ std::unique_ptr<model> model_load(const std::string& path, const model_load_para
     model_hparams& hp = m->hp;
 
     hp.arch = f.get_str("general.architecture");
-    if (hp.arch != "llama" && hp.arch != "qwen2")
-        ZK_THROW("%s: unsupported architecture '%s' (zack runs llama and qwen2)", path.c_str(),
-                 hp.arch.c_str());
+    const arch_desc& A = arch_find(hp.arch, path);
+    hp.desc = &A;
+    auto key = [&](arch_key k) { return arch_key_name(A, k); };
+    auto tname = [](arch_tensor t, int il = -1) { return arch_tensor_name(t, il); };
     // A file holding a ggml type zack has no kernels for (IQ2_XXS, ...) is
     // refused here, naming the first such tensor, before any of it is used.
     for (const gguf_tensor& t : f.tensors())
         if (!dtype_is_supported((uint32_t)t.type)) refuse_type(f, t);
-    const std::string a = hp.arch + ".";
     hp.name = f.get_str("general.name", "");
-    hp.n_layer = need_positive(f, a + "block_count");
-    hp.n_embd = need_positive(f, a + "embedding_length");
-    hp.n_head = need_positive(f, a + "attention.head_count");
-    hp.n_head_kv = opt_int(f, a + "attention.head_count_kv", hp.n_head, INT32_MIN, INT32_MAX);
+    hp.n_layer = need_positive(f, key(arch_key::BLOCK_COUNT));
+    hp.n_embd = need_positive(f, key(arch_key::EMBEDDING_LENGTH));
+    hp.n_head = need_positive(f, key(arch_key::HEAD_COUNT));
+    hp.n_head_kv = opt_int(f, key(arch_key::HEAD_COUNT_KV), hp.n_head, INT32_MIN, INT32_MAX);
     if (hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0)
         ZK_THROW("%s: %d query heads cannot share %d KV heads evenly", path.c_str(), hp.n_head,
                  hp.n_head_kv);
-    hp.n_ff = need_positive(f, a + "feed_forward_length");
-    hp.n_ctx_train = opt_int(f, a + "context_length", 2048, 1, INT32_MAX);
-    if (!f.find(a + "attention.key_length") && hp.n_embd % hp.n_head != 0)
+    hp.n_ff = need_positive(f, key(arch_key::FEED_FORWARD_LENGTH));
+    hp.n_ctx_train = opt_int(f, key(arch_key::CONTEXT_LENGTH), 2048, 1, INT32_MAX);
+    if (!f.find(key(arch_key::KEY_LENGTH)) && hp.n_embd % hp.n_head != 0)
         ZK_THROW("%s: %d heads do not divide the embedding width %d (and no attention.key_length gives the head "
                  "dim)", path.c_str(), hp.n_head, hp.n_embd);
-    hp.head_dim = opt_int(f, a + "attention.key_length", hp.n_embd / hp.n_head, INT32_MIN, INT32_MAX);
+    hp.head_dim = opt_int(f, key(arch_key::KEY_LENGTH), hp.n_embd / hp.n_head, INT32_MIN, INT32_MAX);
     if (hp.head_dim <= 0 || hp.head_dim % 2 != 0 || hp.head_dim > 256)
         ZK_THROW("%s: head dimension %d is not supported (even, at most 256)", path.c_str(), hp.head_dim);
-    if (f.get_int(a + "attention.value_length", hp.head_dim) != hp.head_dim)
+    if (f.get_int(key(arch_key::VALUE_LENGTH), hp.head_dim) != hp.head_dim)
         ZK_THROW("%s: different key and value head sizes are not supported", path.c_str());
-    hp.rms_eps = (float)f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-5);
+    hp.rms_eps = (float)f.get_float(key(arch_key::RMS_EPS), 1e-5);
     if (!(hp.rms_eps > 0 && hp.rms_eps < 1))
         ZK_THROW("%s: attention.layer_norm_rms_epsilon %g is out of range (expected 0 < eps < 1)", path.c_str(),
                  (double)hp.rms_eps);
-    hp.rope.n_dims = opt_int(f, a + "rope.dimension_count", hp.head_dim, INT32_MIN, INT32_MAX);
+    hp.rope.n_dims = opt_int(f, key(arch_key::ROPE_DIMS), hp.head_dim, INT32_MIN, INT32_MAX);
     if (hp.rope.n_dims <= 0 || hp.rope.n_dims > hp.head_dim || hp.rope.n_dims % 2)
         ZK_THROW("%s: rope.dimension_count %d is invalid for head dim %d", path.c_str(),
                  hp.rope.n_dims, hp.head_dim);
-    hp.rope.freq_base = (float)f.get_float(a + "rope.freq_base", 10000.0);
+    hp.rope.freq_base = (float)f.get_float(key(arch_key::ROPE_FREQ_BASE), 10000.0);
     if (!(hp.rope.freq_base > 1 && std::isfinite(hp.rope.freq_base)))
         ZK_THROW("%s: rope.freq_base %g is out of range (expected a finite base > 1)", path.c_str(),
                  (double)hp.rope.freq_base);
-    const std::string scaling = f.get_str(a + "rope.scaling.type", "none");
+    const std::string scaling = f.get_str(key(arch_key::ROPE_SCALING_TYPE), "none");
     if (scaling == "linear") {
-        const double factor = f.get_float(a + "rope.scaling.factor", 1.0);
+        const double factor = f.get_float(key(arch_key::ROPE_SCALING_FACTOR), 1.0);
         if (!(factor > 0 && std::isfinite(factor))) ZK_THROW("%s: rope.scaling.factor must be positive", path.c_str());
         hp.rope.freq_scale = (float)(1.0 / factor);
     } else if (scaling != "none" && !scaling.empty()) {
         ZK_THROW("%s: rope scaling '%s' is not supported (none, linear)", path.c_str(), scaling.c_str());
     }
-    // llama-arch GGUF converters permute Q/K rows so rotated pairs are adjacent;
-    // qwen2 keeps the NeoX half-split order.
-    hp.rope.style = hp.arch == "qwen2" ? rope_style::NEOX : rope_style::NORM;
+    hp.rope.style = A.rope;
+    hp.act = A.act;
+    if (A.embd_scale) hp.embd_scale = std::sqrt((float)hp.n_embd);
+    hp.logit_softcap = (float)f.get_float(key(arch_key::FINAL_LOGIT_SOFTCAP), 0.0);
+    if (!(hp.logit_softcap >= 0 && std::isfinite(hp.logit_softcap)))
+        ZK_THROW("%s: %s = %g is out of range (expected a finite value >= 0)", path.c_str(),
+                 key(arch_key::FINAL_LOGIT_SOFTCAP).c_str(), (double)hp.logit_softcap);
+    if (A.swa_period > 0) {
+        // local layers: a window of positions and RoPE without scaling at the local base
+        hp.n_swa = need_positive(f, key(arch_key::SLIDING_WINDOW));
+        hp.swa_layer.resize(hp.n_layer);
+        for (int il = 0; il < hp.n_layer; il++) hp.swa_layer[il] = (il + 1) % A.swa_period != 0;
+        hp.rope_swa = hp.rope;
+        hp.rope_swa.freq_base = A.swa_rope_base;
+        hp.rope_swa.freq_scale = 1.0f;
+    }
 
     m->voc = vocab::from_gguf(f);
     const int64_t E = hp.n_embd, D = hp.head_dim;
-    const gguf_tensor* emb = f.find_tensor("token_embd.weight");
-    if (!emb) ZK_THROW("%s: missing tensor 'token_embd.weight'", path.c_str());
+    const std::string emb_name = tname(arch_tensor::TOKEN_EMBD);
+    const gguf_tensor* emb = f.find_tensor(emb_name);
+    if (!emb) ZK_THROW("%s: missing tensor '%s'", path.c_str(), emb_name.c_str());
     if (emb->shape.size() != 2 || emb->shape[0] != E)
-        ZK_THROW("%s: token_embd.weight must be [%lld, n_vocab]", path.c_str(), (long long)E);
+        ZK_THROW("%s: %s must be [%lld, n_vocab]", path.c_str(), emb_name.c_str(), (long long)E);
     hp.n_vocab = (int)emb->shape[1];
     if (m->voc->n_tokens() > hp.n_vocab)
         ZK_THROW("%s: tokenizer has %d tokens but the embedding only %d rows", path.c_str(),
                  m->voc->n_tokens(), hp.n_vocab);
-    m->tok_embd = need_matrix(f, "token_embd.weight", E, hp.n_vocab);
-    m->output_norm = need_vector(f, "output_norm.weight", E);
-    if (f.find_tensor("output.weight")) {
-        m->output = need_matrix(f, "output.weight", E, hp.n_vocab);
+    m->tok_embd = need_matrix(f, emb_name, E, hp.n_vocab);
+    m->output_norm = need_vector(f, tname(arch_tensor::OUTPUT_NORM), E);
+    if (f.find_tensor(tname(arch_tensor::OUTPUT))) {
+        m->output = need_matrix(f, tname(arch_tensor::OUTPUT), E, hp.n_vocab);
     } else {
         m->output = m->tok_embd;
         m->tied_output = true;
     }
 
     for (int il = 0; il < hp.n_layer; il++) {
-        const std::string p = "blk." + std::to_string(il) + ".";
         layer_weights L;
-        L.attn_norm = need_vector(f, p + "attn_norm.weight", E);
-        L.wq = need_matrix(f, p + "attn_q.weight", E, hp.n_head * D);
-        L.wk = need_matrix(f, p + "attn_k.weight", E, hp.n_head_kv * D);
-        L.wv = need_matrix(f, p + "attn_v.weight", E, hp.n_head_kv * D);
-        L.wo = need_matrix(f, p + "attn_output.weight", hp.n_head * D, E);
-        L.bq = opt_vector(f, p + "attn_q.bias", hp.n_head * D);
-        L.bk = opt_vector(f, p + "attn_k.bias", hp.n_head_kv * D);
-        L.bv = opt_vector(f, p + "attn_v.bias", hp.n_head_kv * D);
-        L.ffn_norm = need_vector(f, p + "ffn_norm.weight", E);
-        L.w_gate = need_matrix(f, p + "ffn_gate.weight", E, hp.n_ff);
-        L.w_up = need_matrix(f, p + "ffn_up.weight", E, hp.n_ff);
-        L.w_down = need_matrix(f, p + "ffn_down.weight", hp.n_ff, E);
+        auto vec = [&](arch_tensor t, int64_t n) { return need_vector(f, tname(t, il), n); };
+        auto mat = [&](arch_tensor t, int64_t cols, int64_t rows) { return need_matrix(f, tname(t, il), cols, rows); };
+        L.attn_norm = vec(arch_tensor::ATTN_NORM, E);
+        L.wq = mat(arch_tensor::ATTN_Q, E, hp.n_head * D);
+        L.wk = mat(arch_tensor::ATTN_K, E, hp.n_head_kv * D);
+        L.wv = mat(arch_tensor::ATTN_V, E, hp.n_head_kv * D);
+        L.wo = mat(arch_tensor::ATTN_OUT, hp.n_head * D, E);
+        if (A.qkv_bias) {
+            L.bq = opt_vector(f, tname(arch_tensor::ATTN_Q_BIAS, il), hp.n_head * D);
+            L.bk = opt_vector(f, tname(arch_tensor::ATTN_K_BIAS, il), hp.n_head_kv * D);
+            L.bv = opt_vector(f, tname(arch_tensor::ATTN_V_BIAS, il), hp.n_head_kv * D);
+        }
+        if (A.qk_norm) {
+            L.q_norm = vec(arch_tensor::ATTN_Q_NORM, D);
+            L.k_norm = vec(arch_tensor::ATTN_K_NORM, D);
+        }
+        if (A.post_norms) {
+            L.attn_post_norm = vec(arch_tensor::ATTN_POST_NORM, E);
+            L.ffn_post_norm = vec(arch_tensor::FFN_POST_NORM, E);
+        }
+        L.ffn_norm = vec(arch_tensor::FFN_NORM, E);
+        L.w_gate = mat(arch_tensor::FFN_GATE, E, hp.n_ff);
+        L.w_up = mat(arch_tensor::FFN_UP, E, hp.n_ff);
+        L.w_down = mat(arch_tensor::FFN_DOWN, hp.n_ff, E);
         m->layers.push_back(L);
     }
     if (f.find("zack.version")) model_load_zack(*m);
@@ -325,11 +351,22 @@ std::unique_ptr<model> model_load(const std::string& path, const model_load_para
     return m;
 }
 
+chat_template model_chat_template(const model& m) {
+    const std::string src = m.file->get_str("tokenizer.chat_template", "");
+    if (src.empty() && m.hp.desc && *m.hp.desc->chat_template) return chat_template_from_name(m.hp.desc->chat_template);
+    return chat_template_detect(src);
+}
+
 std::string model_describe(const model& m) {
     const model_hparams& h = m.hp;
     std::string s = strfmt("%s (%s), %d layers, %d dim, %d/%d heads of %d, ffn %d, vocab %d, ctx %d",
                            h.name.empty() ? "?" : h.name.c_str(), h.arch.c_str(), h.n_layer, h.n_embd,
                            h.n_head, h.n_head_kv, h.head_dim, h.n_ff, h.n_vocab, h.n_ctx_train);
+    if (h.n_swa > 0) {
+        int n_local = 0;
+        for (uint8_t l : h.swa_layer) n_local += l;
+        s += strfmt(", %d of %d layers local (window %d)", n_local, h.n_layer, h.n_swa);
+    }
     if (m.packed.n_tensors > 0)
         s += strfmt(", %d matrices packed (%.1f MiB)", m.packed.n_tensors, m.packed.bytes / 1048576.0);
     return s;

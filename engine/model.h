@@ -1,15 +1,19 @@
-// A llama-family decoder loaded from a GGUF (or .zack) file: hyper-parameters,
+// A decoder loaded from a GGUF (or .zack) file: hyper-parameters,
 // tokenizer and read-only views of the mmapped weights. Immutable after load;
 // all run state (activations, KV cache) lives in a session.
 //
-// Supported architectures: "llama" (SmolLM2, Llama 2/3, Mistral, TinyLlama) and
-// "qwen2" (adds Q/K/V biases, NeoX-order RoPE).
+// Supported architectures (engine/arch.h): "llama" (SmolLM2, Llama 2/3,
+// Mistral, TinyLlama), "qwen2" (adds Q/K/V biases, NeoX-order RoPE) and
+// "gemma3" (QK-norm, GeGLU, post-norms, scaled embeddings, sliding-window layers).
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/arch.h"
+#include "engine/chat.h"
 #include "engine/vocab.h"
 #include "ggml-like/gguf.h"
 #include "kernels/matmul.h"
@@ -19,6 +23,7 @@ namespace zk {
 
 struct model_hparams {
     std::string arch;
+    const arch_desc* desc = nullptr;  // the architecture's row of engine/arch.h
     std::string name;
     int n_layer = 0;
     int n_embd = 0;
@@ -30,6 +35,19 @@ struct model_hparams {
     int n_ctx_train = 0;
     float rms_eps = 1e-5f;
     rope_params rope;
+    // Score scale; 0 = 1 / sqrt(head_dim) (every supported architecture so far:
+    // Gemma 3's query_pre_attn_scalar is the head dim except on the 27B).
+    float attn_scale = 0;
+    float score_scale() const { return attn_scale > 0 ? attn_scale : 1.0f / std::sqrt((float)head_dim); }
+    arch_act act = arch_act::SILU_GLU;  // the gated FFN's activation
+    float embd_scale = 1;       // token embeddings times this (gemma3: sqrt(n_embd))
+    float logit_softcap = 0;    // logits = c tanh(logits / c) where > 0
+    // Sliding-window layers (gemma3): swa_layer[il] is 1 where layer il sees
+    // only the last n_swa positions, with RoPE rope_swa; empty = none.
+    int n_swa = 0;
+    std::vector<uint8_t> swa_layer;  // [n_layer]
+    rope_params rope_swa;
+    bool layer_is_swa(int il) const { return !swa_layer.empty() && swa_layer[il]; }
     int n_group() const { return n_head / n_head_kv; }  // query heads per KV head
 };
 
@@ -42,10 +60,14 @@ struct layer_weights {
     const float* bq = nullptr;  // qwen2 biases, [rows of wq/wk/wv]
     const float* bk = nullptr;
     const float* bv = nullptr;
+    const float* q_norm = nullptr;     // gemma3 QK-norm weights, [head_dim]
+    const float* k_norm = nullptr;
+    const float* attn_post_norm = nullptr;  // gemma3 post-norms, [n_embd]
     const float* ffn_norm;    // [n_embd]
     weight_view w_gate;       // [n_ff x n_embd]
     weight_view w_up;         // [n_ff x n_embd]
     weight_view w_down;       // [n_embd x n_ff]
+    const float* ffn_post_norm = nullptr;
 };
 
 // What a .zack file adds (see models/README.md): per layer, the Q-K rotation and
@@ -119,6 +141,11 @@ struct model_load_params {
 // Opens, validates (architecture, every tensor's presence, type and shape) and
 // maps a model. Throws zk::error "PATH: what" on any problem.
 std::unique_ptr<model> model_load(const std::string& path, const model_load_params& params = {});
+
+// The model's chat template: the family of its tokenizer.chat_template, or where
+// the file has none, its architecture's (gemma3: gemma; otherwise chatml, as
+// llama.cpp falls back).
+chat_template model_chat_template(const model& m);
 
 // One-line description for logs: "llama, 30 layers, 576 dim, 9/3 heads, ...".
 std::string model_describe(const model& m);

@@ -4,13 +4,12 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/arch_block.h"
 #include "ggml-like/error.h"
 #include "kernels/attention.h"
 #include "kernels/attention_prefill.h"
 #include "kernels/project.h"
 #include "kernels/rmsnorm.h"
-#include "kernels/rope.h"
-#include "kernels/swiglu.h"
 
 namespace zk {
 
@@ -19,10 +18,29 @@ namespace {
 // A decode segment's slot ranges hold at least this many slots.
 constexpr int64_t k_min_range = 128;
 
-void add_bias(float* y, const float* b, int64_t n_tok, int64_t n) {
-    if (!b) return;
-    for (int64_t t = 0; t < n_tok; t++)
-        for (int64_t i = 0; i < n; i++) y[t * n + i] += b[i];
+// Sliding-window layers (model_hparams::n_swa; 0 = a global layer): a query at
+// position p sees the positions > p - n_swa. Slots ascend by position, so
+// those are the slots from the one returned here on. The cache keeps every
+// token (masking, not a window-sized cache).
+int64_t window_first_slot(const attn_kv_view& kv, int64_t n_swa, int32_t p) {
+    if (n_swa <= 0 || p - n_swa + 1 <= 0) return 0;
+    return std::lower_bound(kv.pos, kv.pos + kv.n_slots, (int32_t)(p - n_swa + 1)) - kv.pos;
+}
+
+// The exact sinks a query whose first visible slot is lo sees: the view with
+// the sink slots below lo cut off (kernel_attention_sinks reads sink rows by
+// position, so moving pos on is enough; its logits move on by the same count).
+attn_kv_view window_sinks(attn_kv_view kv, int64_t lo) {
+    const int64_t cut = std::min(lo, kv.n_sink_slots);
+    kv.pos += cut;
+    kv.n_sink_slots -= cut;
+    return kv;
+}
+
+// Logits of slots a windowed query cannot see, for eviction policies: -inf.
+void window_mask_logits(float* lg, int64_t stride, int64_t rows, int64_t lo) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t s = 0; s < lo; s++) lg[r * stride + s] = -INFINITY;
 }
 
 }  // namespace
@@ -42,6 +60,7 @@ forward_buffers::forward_buffers(const model_hparams& hp, int64_t n_rows_, int m
     gate.resize(R * hp.n_ff);
     up.resize(R * hp.n_ff);
     rope_cs.resize(R * hp.rope.n_dims);
+    if (hp.n_swa > 0) rope_cs_swa.resize(R * hp.rope_swa.n_dims);
     pos.resize(R);
     row_seq.resize(R);
     max_chunks = std::min<int64_t>(64, std::max<int64_t>(1, 4 * n_threads));
@@ -234,31 +253,15 @@ void session::forward(const forward_seq* seqs, int n_seqs, const int32_t* tokens
         n += sq.n;
         compressed |= sq.s->compressed_;
     }
-    const size_t emb_row = dtype_row_size(m.tok_embd.type, E);
-    for (int64_t t = 0; t < n; t++)
-        dtype_dequantize_row(m.tok_embd.type, (const uint8_t*)m.tok_embd.data + emb_row * tokens[t],
-                             fb.x.data() + t * E, E);
-    kernel_rope_table(hp.rope, fb.pos.data(), n, fb.rope_cs.data());
+    arch_block_embed(m, tokens, n, fb);
 
     float* x = fb.x.data();
     float* xn = fb.xn.data();
-    float* tmp = fb.tmp.data();
     for (int il = 0; il < hp.n_layer; il++) {
-        const layer_weights& L = m.layers[il];
         for (int i = 0; i < n_seqs; i++)
             if (seqs[i].s->observer_) seqs[i].s->observer_->on_layer_input(il, seqs[i].n, x + seqs[i].row0 * E);
         // attention sub-layer
-        kernel_rmsnorm(x, L.attn_norm, xn, n, E, hp.rms_eps);
-        {
-            const weight_view w[3] = {L.wq, L.wk, L.wv};
-            float* const y[3] = {fb.q.data(), fb.k.data(), fb.v.data()};
-            kernel_matmul_multi(w, y, 3, xn, n, pool, fb.mm);
-        }
-        add_bias(fb.q.data(), L.bq, n, H * D);
-        add_bias(fb.k.data(), L.bk, n, KV * D);
-        add_bias(fb.v.data(), L.bv, n, KV * D);
-        kernel_rope_apply(fb.q.data(), n, H, D, hp.rope, fb.rope_cs.data());
-        kernel_rope_apply(fb.k.data(), n, KV, D, hp.rope, fb.rope_cs.data());
+        arch_block_attn_in(m, il, n, fb, pool);
         for (int i = 0; i < n_seqs; i++) {
             const forward_seq& sq = seqs[i];
             if (sq.s->observer_)
@@ -279,32 +282,9 @@ void session::forward(const forward_seq* seqs, int n_seqs, const int32_t* tokens
             const forward_seq& sq = seqs[i];
             if (sq.s->observer_) sq.s->observer_->on_attn(il, sq.n, fb.attn.data() + sq.row0 * H * D);
         }
-        kernel_matmul(L.wo, fb.attn.data(), n, tmp, pool, fb.mm);
-        for (int64_t i = 0; i < n * E; i++) x[i] += tmp[i];
-
+        arch_block_attn_out(m, il, n, fb, pool);
         // feed-forward sub-layer
-        kernel_rmsnorm(x, L.ffn_norm, xn, n, E, hp.rms_eps);
-        {
-            const weight_view w[2] = {L.w_gate, L.w_up};
-            float* const y[2] = {fb.gate.data(), fb.up.data()};
-            kernel_matmul_multi(w, y, 2, xn, n, pool, fb.mm);
-        }
-        {
-            // every thread a share of the rows (a prefill chunk is a few M elements)
-            // (one captured pointer: the std::function keeps it in its small
-            // buffer, so a decode step allocates nothing here)
-            const struct {
-                float* g;
-                const float* u;
-                int64_t F;
-            } sw{fb.gate.data(), fb.up.data(), hp.n_ff};
-            const auto* swp = &sw;
-            pool.parallel_for(n, 8, [swp](int64_t t0, int64_t t1, int) {
-                kernel_swiglu(swp->g + t0 * swp->F, swp->u + t0 * swp->F, swp->g + t0 * swp->F, (t1 - t0) * swp->F);
-            });
-        }
-        kernel_matmul(L.w_down, fb.gate.data(), n, tmp, pool, fb.mm);
-        for (int64_t i = 0; i < n * E; i++) x[i] += tmp[i];
+        arch_block_ffn(m, il, n, fb, pool);
     }
     for (int i = 0; i < n_seqs; i++) seqs[i].s->n_past_ += seqs[i].n;
 
@@ -318,7 +298,7 @@ void session::forward(const forward_seq* seqs, int n_seqs, const int32_t* tokens
         kernel_rmsnorm(x + (sq.row0 + first) * E, m.output_norm, xn + rows * E, sq.n - first, E, hp.rms_eps);
         rows += sq.n - first;
     }
-    kernel_matmul(m.output, xn, rows, logits_out, pool, fb.mm);
+    arch_block_logits(m, xn, rows, logits_out, fb, pool);
 }
 
 // q~ = q R[:, :r_k] for every query head and k~ = k R[:, :r_k] for every KV
@@ -358,6 +338,9 @@ bool session::attention_prefill(const forward_seq& sq, int il, forward_buffers& 
     const model_hparams& hp = s.m_.hp;
     const int64_t D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv, G = hp.n_group();
     if (sq.n <= k_session_decode_max_tok || s.policy_->needs_attention() || !s.params_.prefill_tiled) return false;
+    // the tiled kernel masks causally only: a local layer whose window has
+    // moved on takes the per-token tasks, which start at the window
+    if (hp.layer_is_swa(il) && s.n_past_ + sq.n > hp.n_swa) return false;
     const int64_t kb = kernel_prefill_key_block();
     int64_t kt_size = 0, nblk = 0;  // per head: floats of the transposed keys, key blocks
     for (int g = 0; g < KV; g++) {
@@ -393,7 +376,7 @@ bool session::attention_prefill(const forward_seq& sq, int il, forward_buffers& 
         if (a.cost != b.cost) return a.cost > b.cost;
         return a.g != b.g ? a.g < b.g : a.c < b.c;
     });
-    const float scale = 1.0f / std::sqrt((float)D);
+    const float scale = hp.score_scale();
     auto run = [&](int64_t i, int ith) {
         const attn_task& tk = fb.tasks[i];
         const attn_kv_view kv = s.cache_->view(il, tk.g);
@@ -414,12 +397,18 @@ void session::attention(const forward_seq* seqs, int n_seqs, int il, forward_buf
     if (n_seqs == 1 && attention_prefill(seqs[0], il, fb, pool)) return;
     const model_hparams& hp = seqs[0].s->m_.hp;
     const int64_t D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv, G = hp.n_group();
-    const float scale = 1.0f / std::sqrt((float)D);  // the original head dim, also when compressed
+    const float scale = hp.score_scale();  // of the original head dim, also when compressed
+    const int64_t n_swa = hp.layer_is_swa(il) ? hp.n_swa : 0;
+    // Decode segments share one slot range per task, which the window's start
+    // must not cut inside: several tokens whose windows differ go per token.
+    auto is_decode = [n_swa](const forward_seq& sq) {
+        return sq.n <= k_session_decode_max_tok && !(n_swa > 0 && sq.n > 1 && sq.s->n_past_ + sq.n > n_swa);
+    };
     const int nth = pool.size();
     const int64_t score_stride = (int64_t)fb.score.size() / fb.n_threads;
 
     int n_decode = 0;
-    for (int i = 0; i < n_seqs; i++) n_decode += seqs[i].n <= k_session_decode_max_tok;
+    for (int i = 0; i < n_seqs; i++) n_decode += is_decode(seqs[i]);
     // The per-thread observation sums of a prefill segment serve one sequence.
     ZK_ASSERT(n_decode == n_seqs || n_seqs == 1);
 
@@ -438,7 +427,7 @@ void session::attention(const forward_seq* seqs, int n_seqs, int il, forward_buf
         // Compressed heads write only their first r_v channels; W_o's folded rows
         // for the rest must see zeros.
         if (s.compressed_) std::memset(fb.attn.data() + sq.row0 * H * D, 0, sizeof(float) * sq.n * H * D);
-        if (sq.n <= k_session_decode_max_tok) {
+        if (is_decode(sq)) {
             // Slot ranges per head as for this sequence decoded alone on its own
             // threads (enough that each has work on the KV heads). Not fewer in a
             // batch, though the batch has more heads to share out: the split
@@ -489,7 +478,9 @@ void session::attention(const forward_seq* seqs, int n_seqs, int il, forward_buf
                 p.logits = s.logits_buf_.data() + tk.g * n * G * cap;
                 p.logits_stride = cap;
             }
-            const int64_t s0 = kv.n_slots * tk.c / nc, s1 = kv.n_slots * (tk.c + 1) / nc;
+            // (one token, or tokens whose windows all start at slot 0)
+            const int64_t lo = window_first_slot(kv, n_swa, pos_seg[0]);
+            const int64_t s0 = lo + (kv.n_slots - lo) * tk.c / nc, s1 = lo + (kv.n_slots - lo) * (tk.c + 1) / nc;
             const attn_q_view q{q_seg, H * D, D, (int)G, n, pos_seg, scale};
             kernel_attention_range(kv, s0, s1, q, p, scratch);
             return;
@@ -503,13 +494,17 @@ void session::attention(const forward_seq* seqs, int n_seqs, int il, forward_buf
         p.logits_stride = fb.cap;
         const attn_q_view q{q_seg + t * H * D, H * D, D, (int)G, 1, pos_seg + t, scale};
         const int64_t s1 = std::min(kv.n_slots, s.n_past_ + t + 1);
-        kernel_attention_range(kv, 0, s1, q, p, scratch);
+        const int64_t lo = std::min(window_first_slot(kv, n_swa, pos_seg[t]), s1);
+        if (lg && lo > 0) window_mask_logits(lg, fb.cap, G, lo);
+        kernel_attention_range(kv, lo, s1, q, p, scratch);
         attn_partial parts[2] = {p, p};
         int n_parts = 1;
-        if (kv.n_sink_slots > 0) {
+        const attn_kv_view kvs = window_sinks(kv, lo);
+        if (kvs.n_sink_slots > 0) {
             float* sb = fb.sink_part.data() + (size_t)ith * fb.sink_part_stride;
-            parts[n_parts++] = attn_partial{sb, sb + G, sb + 2 * G, lg, fb.cap, kv.sink_dim};
-            kernel_attention_sinks(kv, q, parts[1]);
+            parts[n_parts++] = attn_partial{sb, sb + G, sb + 2 * G, lg ? lg + (kvs.pos - kv.pos) : nullptr, fb.cap,
+                                            kv.sink_dim};
+            kernel_attention_sinks(kvs, q, parts[1]);
         }
         kernel_attention_merge(parts, n_parts, 1, (int)G, kv.r_v,
                                fb.attn.data() + (sq.row0 + t) * H * D + tk.g * G * D, H * D, D);
@@ -540,18 +535,25 @@ void session::attention(const forward_seq* seqs, int n_seqs, int il, forward_buf
             }
             int n_parts = (int)nc;
             const attn_kv_view kv = s.cache_->view(il, g);
-            if (kv.n_sink_slots > 0) {
+            // a window that has moved on (one token: see run_task) hides the
+            // slots below lo, exact sinks included
+            const int64_t lo = window_first_slot(kv, n_swa, fb.pos[sq.row0]);
+            const int64_t cap = s.cache_->capacity();
+            if (lo > 0 && s.policy_->needs_attention())
+                window_mask_logits(s.logits_buf_.data() + g * sq.n * G * cap, cap, sq.n * G, lo);
+            const attn_kv_view kvs = window_sinks(kv, lo);
+            if (kvs.n_sink_slots > 0) {
                 // a few rows per head: serial, on the sink buffer of thread 0
                 float* sb = fb.sink_part.data();
-                const int64_t n = sq.n, cap = s.cache_->capacity();
+                const int64_t n = sq.n;
                 attn_partial p{sb, sb + n * G, sb + 2 * n * G, nullptr, 0, kv.sink_dim};
                 if (s.policy_->needs_attention()) {
-                    p.logits = s.logits_buf_.data() + g * n * G * cap;
+                    p.logits = s.logits_buf_.data() + g * n * G * cap + (kvs.pos - kv.pos);
                     p.logits_stride = cap;
                 }
                 const attn_q_view q{fb.q.data() + sq.row0 * H * D + g * G * D, H * D, D, (int)G, n,
                                     fb.pos.data() + sq.row0, scale};
-                kernel_attention_sinks(kv, q, p);
+                kernel_attention_sinks(kvs, q, p);
                 parts[n_parts++] = p;
             }
             kernel_attention_merge(parts, n_parts, sq.n, (int)G, kv.r_v, fb.attn.data() + sq.row0 * H * D + g * G * D,

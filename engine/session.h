@@ -121,6 +121,7 @@ struct forward_buffers {
     std::vector<float> gate;      // [R x n_ff]
     std::vector<float> up;        // [R x n_ff]
     std::vector<float> rope_cs;   // [R x rope_dims/2 x 2]
+    std::vector<float> rope_cs_swa;  // the same for sliding-window layers (empty without)
     std::vector<int32_t> pos;     // [R] each row's own position
     std::vector<int32_t> row_seq; // [R] index of the row's sequence in the pass
     // Attention partials, per task [tokens x group x (2 + head_dim)] (m, l, acc),

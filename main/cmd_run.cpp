@@ -81,7 +81,7 @@ void print_timings(const generate_stats& st) {
 
 chat_template pick_template(const model& m, const run_opts& ro) {
     if (!ro.chat_template.empty()) return chat_template_from_name(ro.chat_template);
-    return chat_template_detect(m.file->get_str("tokenizer.chat_template", ""));
+    return model_chat_template(m);
 }
 
 void check_utf8(const std::string& s, const char* what) {

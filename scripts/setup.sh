@@ -35,5 +35,5 @@ build="${ZACK_BUILD_DIR:-$here/build}"
 cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release >&2
 cmake --build "$build" -j"$(nproc)" >&2
 
-bash "$here/scripts/fetch_model.sh" smollm2 qwen2.5-coder-1.5b qwen2.5-coder-0.5b >/dev/null
+bash "$here/scripts/fetch_model.sh" smollm2 qwen2.5-coder-1.5b qwen2.5-coder-0.5b gemma3-270m >/dev/null
 echo "setup: done; try: $build/zack run -m models/SmolLM2-135M-Instruct.Q4_1.gguf" >&2

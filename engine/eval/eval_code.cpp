@@ -233,7 +233,7 @@ public:
         // The sandbox is checked before any generation: without it nothing runs.
         sb_ = std::make_unique<sandbox>(o.limits, o.python);
         const vocab& voc = *m.voc;
-        const chat_template tpl = chat_template_detect(m.file->get_str("tokenizer.chat_template", ""));
+        const chat_template tpl = model_chat_template(m);
         for (code_item& it : items_) {
             if (o.mode == code_prompt_mode::RAW) {
                 it.tokens = voc.encode(it.p.prompt, true, false);
