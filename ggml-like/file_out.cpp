@@ -102,7 +102,11 @@ file_out::file_out(const std::string& path) : path_(path) {
     tmp_ = file_out_dirname(target_) + "/." + file_out_basename(target_) + ".XXXXXX";
     std::vector<char> name(tmp_.begin(), tmp_.end());
     name.push_back('\0');
-    fd_ = mkostemp(name.data(), O_CLOEXEC);
+    {
+        const interrupt_hold hold;  // a Ctrl-C now waits until the temporary is registered
+        fd_ = mkostemp(name.data(), O_CLOEXEC);
+        if (fd_ >= 0) on_signal_.track(name.data());
+    }
     if (fd_ < 0) {
         const int err = errno;
         tmp_.clear();
@@ -110,7 +114,6 @@ file_out::file_out(const std::string& path) : path_(path) {
                  file_out_dirname(target_).c_str(), std::strerror(err));
     }
     tmp_ = name.data();
-    on_signal_.track(tmp_);
     if (fchmod(fd_, mode) != 0) fail("chmod", errno);
     buf_.reserve(k_file_out_buffer);
 }

@@ -4,6 +4,7 @@
 // (-> ACTIVE); the handler only reads ACTIVE slots.
 #include "ggml-like/interrupt.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -62,6 +63,17 @@ void interrupt_remove_temps() {
     for (temp_slot& s : g_slots)
         if (s.state.load(std::memory_order_acquire) == ACTIVE) unlink(s.path);
 }
+
+interrupt_hold::interrupt_hold() {
+    sigset_t hold;
+    sigemptyset(&hold);
+    sigaddset(&hold, SIGINT);
+    sigaddset(&hold, SIGTERM);
+    sigaddset(&hold, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &hold, &old_);
+}
+
+interrupt_hold::~interrupt_hold() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
 
 void interrupt_temp::track(const std::string& path) {
     release();

@@ -15,6 +15,8 @@
 // when it exits on Ctrl-C it calls interrupt_remove_temps() first.
 // Everything a handler does is async-signal-safe (unlink, write, _exit).
 #pragma once
+#include <signal.h>
+
 #include <string>
 
 namespace zk {
@@ -41,6 +43,21 @@ public:
 
 private:
     int slot_ = -1;
+};
+
+// Holds back SIGINT, SIGTERM and SIGPIPE in this thread for its lifetime; one
+// that arrives meanwhile is delivered when it ends. file_out holds them from
+// creating its temporary until the path is registered: a Ctrl-C in between
+// would otherwise leave the new temporary behind.
+class interrupt_hold {
+public:
+    interrupt_hold();
+    ~interrupt_hold();
+    interrupt_hold(const interrupt_hold&) = delete;
+    interrupt_hold& operator=(const interrupt_hold&) = delete;
+
+private:
+    sigset_t old_;
 };
 
 }  // namespace zk

@@ -150,3 +150,28 @@ TEST_F(Interrupt, CtrlCWhileWritingAModelLeavesNothing) {
 }
 
 }  // namespace
+
+// A Ctrl-C that arrives while a temporary is being created and registered
+// (interrupt_hold, as file_out holds it) waits until the registration is done,
+// then removes the file: nothing is left (test_signals.py met this window once
+// in CI, interrupting calibrate as soon as its temporary appeared).
+TEST_F(Interrupt, SignalDuringCreationWaitsForTheRegistration) {
+    std::string err;
+    const int st = in_child(
+        [&] {
+            zk::interrupt_temp t;
+            {
+                const zk::interrupt_hold hold;
+                touch(path("out.tmp"));
+                raise(SIGINT);  // held back: the process is still here
+                touch(path("reached.txt"));
+                t.track(path("out.tmp"));
+            }
+            touch(path("after.txt"));  // not reached: the held SIGINT ends the process
+        },
+        &err);
+    ASSERT_TRUE(WIFEXITED(st)) << st;
+    EXPECT_EQ(WEXITSTATUS(st), 130);
+    const std::vector<std::string> left = files();
+    EXPECT_EQ(left, std::vector<std::string>{"reached.txt"}) << err;
+}
