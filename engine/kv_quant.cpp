@@ -33,22 +33,26 @@ uint16_t f16_floor(float x) {
     return h;
 }
 
-inline void put_nibble(uint8_t* row, int c, int code) {
-    if (c & 1)
-        row[c / 2] = (uint8_t)((row[c / 2] & 0x0F) | (code << 4));
-    else
-        row[c / 2] = (uint8_t)((row[c / 2] & 0xF0) | code);
+// Codes of `bits` (4 or 2) bits, packed 8 / bits per byte, channel c at byte
+// c * bits / 8, lowest bits first (4-bit: low nibble first).
+inline void put_code(int bits, uint8_t* row, int c, int code) {
+    const int per = 8 / bits, sh = bits * (c % per);
+    const uint8_t mask = (uint8_t)(((1 << bits) - 1) << sh);
+    row[c / per] = (uint8_t)((row[c / per] & ~mask) | (code << sh));
 }
-inline int get_nibble(const uint8_t* row, int c) { return (row[c / 2] >> ((c & 1) * 4)) & 0x0F; }
+inline int get_code(int bits, const uint8_t* row, int c) {
+    const int per = 8 / bits;
+    return (row[c / per] >> (bits * (c % per))) & ((1 << bits) - 1);
+}
 
-inline int q4_code(float x, float m, float inv) {
+inline int q_code(float x, float m, float inv, int top) {
     const int c = (int)std::lround((x - m) * inv);
-    return c < 0 ? 0 : (c > 15 ? 15 : c);
+    return c < 0 ? 0 : (c > top ? top : c);
 }
 
-// Asymmetric 4-bit grid over the values x[i * stride], i < n, not skipped.
-void q4_grid(const float* x, int n, int64_t stride, const uint8_t* skip, int64_t skip_stride, uint16_t* s16,
-             uint16_t* m16) {
+// Asymmetric grid of 2^bits levels over the values x[i * stride], i < n, not skipped.
+void q_grid(int bits, const float* x, int n, int64_t stride, const uint8_t* skip, int64_t skip_stride,
+            uint16_t* s16, uint16_t* m16) {
     float mn = INFINITY, mx = -INFINITY;
     for (int i = 0; i < n; i++) {
         if (skip && skip[i * skip_stride]) continue;
@@ -58,8 +62,10 @@ void q4_grid(const float* x, int n, int64_t stride, const uint8_t* skip, int64_t
     if (mn > mx) mn = mx = 0;  // everything skipped
     *m16 = f16_floor(mn);
     const float m = fp16_to_fp32(*m16);
-    *s16 = f16_ceil((mx - m) / 15.0f);
+    *s16 = f16_ceil((mx - m) / (float)((1 << bits) - 1));
 }
+
+void check_bits(int bits) { ZK_ASSERT(bits == 4 || bits == 2); }
 
 }  // namespace
 
@@ -84,45 +90,54 @@ void kvq_dequantize_q8_row(const int8_t* codes, const uint16_t* d, int r, float*
     for (int c = 0; c < r; c++) x[c] = fp16_to_fp32(d[c / KV_Q8_BLOCK]) * (float)codes[c];
 }
 
-// ---- 4-bit values (per token) ----
+// ---- 4-bit / 2-bit values (per token) ----
 
-static void q4_vrow_skip(const float* x, int r, uint8_t* codes, uint16_t* s, uint16_t* m, const uint8_t* skip) {
+static void q_vrow_skip(int bits, const float* x, int r, uint8_t* codes, uint16_t* s, uint16_t* m,
+                        const uint8_t* skip) {
+    const int top = (1 << bits) - 1;
     for (int b0 = 0, bi = 0; b0 < r; b0 += KV_Q4_VBLOCK, bi++) {
         const int n = std::min(KV_Q4_VBLOCK, r - b0);
-        q4_grid(x + b0, n, 1, skip ? skip + b0 : nullptr, 1, &s[bi], &m[bi]);
+        q_grid(bits, x + b0, n, 1, skip ? skip + b0 : nullptr, 1, &s[bi], &m[bi]);
         const float sv = fp16_to_fp32(s[bi]), mv = fp16_to_fp32(m[bi]);
         const float inv = sv > 0 ? 1.0f / sv : 0.0f;
-        for (int i = 0; i < n; i++) put_nibble(codes, b0 + i, q4_code(x[b0 + i], mv, inv));
+        for (int i = 0; i < n; i++) put_code(bits, codes, b0 + i, q_code(x[b0 + i], mv, inv, top));
     }
 }
 
-void kvq_quantize_q4_vrow(const float* x, int r, uint8_t* codes, uint16_t* s, uint16_t* m) {
-    q4_vrow_skip(x, r, codes, s, m, nullptr);
+void kvq_quantize_vrow(int bits, const float* x, int r, uint8_t* codes, uint16_t* s, uint16_t* m) {
+    check_bits(bits);
+    q_vrow_skip(bits, x, r, codes, s, m, nullptr);
 }
 
-void kvq_dequantize_q4_vrow(const uint8_t* codes, const uint16_t* s, const uint16_t* m, int r, float* x) {
+void kvq_dequantize_vrow(int bits, const uint8_t* codes, const uint16_t* s, const uint16_t* m, int r, float* x) {
+    check_bits(bits);
     for (int c = 0; c < r; c++)
-        x[c] = fp16_to_fp32(s[c / KV_Q4_VBLOCK]) * (float)get_nibble(codes, c) + fp16_to_fp32(m[c / KV_Q4_VBLOCK]);
+        x[c] = fp16_to_fp32(s[c / KV_Q4_VBLOCK]) * (float)get_code(bits, codes, c) + fp16_to_fp32(m[c / KV_Q4_VBLOCK]);
 }
 
-// ---- 4-bit keys (per channel over a group) ----
+// ---- 4-bit / 2-bit keys (per channel over a group) ----
 
-void kvq_quantize_q4_keys(const float* X, int n, int r, uint8_t* codes, uint16_t* s, uint16_t* m,
-                          const uint8_t* skip) {
-    const int rb = kv_q4_row_bytes(r);
+void kvq_quantize_keys(int bits, const float* X, int n, int r, uint8_t* codes, uint16_t* s, uint16_t* m,
+                       const uint8_t* skip) {
+    check_bits(bits);
+    const int rb = kv_qb_row_bytes(bits, r), top = (1 << bits) - 1;
     for (int c = 0; c < r; c++) {
-        q4_grid(X + c, n, r, skip ? skip + c : nullptr, r, &s[c], &m[c]);
+        q_grid(bits, X + c, n, r, skip ? skip + c : nullptr, r, &s[c], &m[c]);
         const float sv = fp16_to_fp32(s[c]), mv = fp16_to_fp32(m[c]);
         const float inv = sv > 0 ? 1.0f / sv : 0.0f;
-        for (int t = 0; t < n; t++) put_nibble(codes + (size_t)t * rb, c, q4_code(X[(size_t)t * r + c], mv, inv));
+        for (int t = 0; t < n; t++)
+            put_code(bits, codes + (size_t)t * rb, c, q_code(X[(size_t)t * r + c], mv, inv, top));
     }
 }
 
-void kvq_dequantize_q4_keys(const uint8_t* codes, const uint16_t* s, const uint16_t* m, int n, int r, float* X) {
-    const int rb = kv_q4_row_bytes(r);
+void kvq_dequantize_keys(int bits, const uint8_t* codes, const uint16_t* s, const uint16_t* m, int n, int r,
+                         float* X) {
+    check_bits(bits);
+    const int rb = kv_qb_row_bytes(bits, r);
     for (int t = 0; t < n; t++)
         for (int c = 0; c < r; c++)
-            X[(size_t)t * r + c] = fp16_to_fp32(s[c]) * (float)get_nibble(codes + (size_t)t * rb, c) + fp16_to_fp32(m[c]);
+            X[(size_t)t * r + c] =
+                fp16_to_fp32(s[c]) * (float)get_code(bits, codes + (size_t)t * rb, c) + fp16_to_fp32(m[c]);
 }
 
 // ---- GEAR ----
@@ -134,19 +149,21 @@ int kvq_gear_n_outliers(int n, int r, float frac) {
 
 int64_t kvq_gear_work(int n, int r) { return 3 * (int64_t)n * r + n + r + ((int64_t)n * r + 3) / 4 + 8; }
 
-static void dequantize_group(const uint8_t* codes, const uint16_t* s, const uint16_t* m, int n, int r,
+static void dequantize_group(int bits, const uint8_t* codes, const uint16_t* s, const uint16_t* m, int n, int r,
                              bool per_channel, float* X) {
     if (per_channel) {
-        kvq_dequantize_q4_keys(codes, s, m, n, r, X);
+        kvq_dequantize_keys(bits, codes, s, m, n, r, X);
         return;
     }
-    const int rb = kv_q4_row_bytes(r), nb = kv_n_blocks(r, KV_Q4_VBLOCK);
+    const int rb = kv_qb_row_bytes(bits, r), nb = kv_n_blocks(r, KV_Q4_VBLOCK);
     for (int t = 0; t < n; t++)
-        kvq_dequantize_q4_vrow(codes + (size_t)t * rb, s + (size_t)t * nb, m + (size_t)t * nb, r, X + (size_t)t * r);
+        kvq_dequantize_vrow(bits, codes + (size_t)t * rb, s + (size_t)t * nb, m + (size_t)t * nb, r,
+                            X + (size_t)t * r);
 }
 
 void kvq_quantize_gear(const float* X, int n, int r, bool per_channel, int rank, int n_out, uint8_t* codes,
-                       uint16_t* s, uint16_t* m, const kvq_gear_out& g, float* work) {
+                       uint16_t* s, uint16_t* m, const kvq_gear_out& g, float* work, int bits) {
+    check_bits(bits);
     ZK_ASSERT(n * r <= 65536 && n_out <= n * r && rank >= 0);
     const int64_t N = (int64_t)n * r;
     float* R = work;          // [n x r] residual
@@ -190,17 +207,17 @@ void kvq_quantize_gear(const float* X, int n, int r, bool per_channel, int rank,
 
     // 2. quantize without the outliers
     if (per_channel) {
-        kvq_quantize_q4_keys(X, n, r, codes, s, m, skip);
+        kvq_quantize_keys(bits, X, n, r, codes, s, m, skip);
     } else {
-        const int rb = kv_q4_row_bytes(r);
+        const int rb = kv_qb_row_bytes(bits, r);
         for (int t = 0; t < n; t++)
-            q4_vrow_skip(X + (int64_t)t * r, r, codes + (size_t)t * rb, s + (size_t)t * nb, m + (size_t)t * nb,
-                         skip + (int64_t)t * r);
+            q_vrow_skip(bits, X + (int64_t)t * r, r, codes + (size_t)t * rb, s + (size_t)t * nb, m + (size_t)t * nb,
+                        skip + (int64_t)t * r);
     }
 
     // 3. low-rank approximation of the residual (outliers excluded), deflating
     // with the f16-rounded factors so later components see the rounding
-    dequantize_group(codes, s, m, n, r, per_channel, R);
+    dequantize_group(bits, codes, s, m, n, r, per_channel, R);
     for (int64_t i = 0; i < N; i++) R[i] = skip[i] ? 0.0f : X[i] - R[i];
     for (int i = 0; i < rank; i++) {
         for (int c = 0; c < r; c++) v[c] = 1.0f + 0.37f * (float)((c * 7 + i * 3) % 11);  // fixed, non-degenerate start
@@ -233,7 +250,7 @@ void kvq_quantize_gear(const float* X, int n, int r, bool per_channel, int rank,
 
     // 4. outliers: exact up to f16, after the quantized and low-rank parts
     if (n_out > 0) {
-        dequantize_group(codes, s, m, n, r, per_channel, R);
+        dequantize_group(bits, codes, s, m, n, r, per_channel, R);
         for (int k = 0; k < n_out; k++) {
             const int idx = g.out_idx[k], t = idx / r, c = idx % r;
             float lr = 0;
@@ -245,8 +262,9 @@ void kvq_quantize_gear(const float* X, int n, int r, bool per_channel, int rank,
 
 void kvq_dequantize_gear(const uint8_t* codes, const uint16_t* s, const uint16_t* m, int n, int r,
                          bool per_channel, int rank, int n_out, const uint16_t* a, const uint16_t* b,
-                         const uint16_t* out_idx, const uint16_t* out_val, float* X) {
-    dequantize_group(codes, s, m, n, r, per_channel, X);
+                         const uint16_t* out_idx, const uint16_t* out_val, float* X, int bits) {
+    check_bits(bits);
+    dequantize_group(bits, codes, s, m, n, r, per_channel, X);
     for (int t = 0; t < n; t++)
         for (int c = 0; c < r; c++) {
             float lr = 0;

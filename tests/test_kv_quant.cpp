@@ -137,71 +137,99 @@ TEST(KvQuant, Q8RowWithinHalfStep) {
     }
 }
 
-TEST(KvQuant, Q4KeysPerChannelWithinHalfStep) {
-    for (int r : {4, 17, 64}) {
-        const int n = 32;
-        std::vector<float> X = make_rows(n, r, 2), Y(X.size());
-        std::vector<uint8_t> codes((size_t)n * kv_q4_row_bytes(r));
-        std::vector<uint16_t> s(r), m(r);
-        kvq_quantize_q4_keys(X.data(), n, r, codes.data(), s.data(), m.data());
-        kvq_dequantize_q4_keys(codes.data(), s.data(), m.data(), n, r, Y.data());
-        for (int t = 0; t < n; t++)
-            for (int c = 0; c < r; c++)
-                EXPECT_LE(std::fabs(X[t * r + c] - Y[t * r + c]), 0.5f * fp16_to_fp32(s[c]) * 1.0001f + 1e-6f)
-                    << "r " << r << " t " << t << " c " << c;
+// 4-bit and 2-bit KIVI keys (per channel over a group) and values (per token):
+// every element within half a step of its grid, the grid spanning the data
+// (the largest element of a channel/block maps to the top code).
+TEST(KvQuant, KiviKeysPerChannelWithinHalfStep) {
+    for (int bits : {4, 2})
+        for (int r : {4, 17, 64}) {
+            const int n = 32, top = (1 << bits) - 1;
+            std::vector<float> X = make_rows(n, r, 2), Y(X.size());
+            std::vector<uint8_t> codes((size_t)n * kv_qb_row_bytes(bits, r));
+            std::vector<uint16_t> s(r), m(r);
+            kvq_quantize_keys(bits, X.data(), n, r, codes.data(), s.data(), m.data());
+            kvq_dequantize_keys(bits, codes.data(), s.data(), m.data(), n, r, Y.data());
+            for (int c = 0; c < r; c++) {
+                float mx = -INFINITY;
+                for (int t = 0; t < n; t++) {
+                    EXPECT_LE(std::fabs(X[t * r + c] - Y[t * r + c]), 0.5f * fp16_to_fp32(s[c]) * 1.0001f + 1e-6f)
+                        << "bits " << bits << " r " << r << " t " << t << " c " << c;
+                    mx = std::max(mx, X[t * r + c]);
+                }
+                // the grid's top reaches the channel's maximum and overshoots by less than a step
+                const float hi = fp16_to_fp32(m[c]) + top * fp16_to_fp32(s[c]);
+                EXPECT_GE(hi, mx) << "bits " << bits << " c " << c;
+                EXPECT_LT(hi - mx, fp16_to_fp32(s[c]) * 1.01f + 1e-6f) << "bits " << bits << " c " << c;
+            }
+        }
+}
+
+TEST(KvQuant, KiviValuesPerTokenWithinHalfStep) {
+    for (int bits : {4, 2}) {
+        const int r = 40;
+        std::vector<float> x = make_rows(1, r, 3), y(r);
+        std::vector<uint8_t> codes(kv_qb_row_bytes(bits, r));
+        std::vector<uint16_t> s(kv_n_blocks(r, KV_Q4_VBLOCK)), m(s.size());
+        kvq_quantize_vrow(bits, x.data(), r, codes.data(), s.data(), m.data());
+        kvq_dequantize_vrow(bits, codes.data(), s.data(), m.data(), r, y.data());
+        for (int c = 0; c < r; c++)
+            EXPECT_LE(std::fabs(x[c] - y[c]), 0.5f * fp16_to_fp32(s[c / KV_Q4_VBLOCK]) * 1.0001f + 1e-6f)
+                << "bits " << bits << " c " << c;
     }
 }
 
-TEST(KvQuant, Q4ValuesPerTokenWithinHalfStep) {
-    const int r = 40;
-    std::vector<float> x = make_rows(1, r, 3), y(r);
-    std::vector<uint8_t> codes(kv_q4_row_bytes(r));
-    std::vector<uint16_t> s(kv_n_blocks(r, KV_Q4_VBLOCK)), m(s.size());
-    kvq_quantize_q4_vrow(x.data(), r, codes.data(), s.data(), m.data());
-    kvq_dequantize_q4_vrow(codes.data(), s.data(), m.data(), r, y.data());
-    for (int c = 0; c < r; c++)
-        EXPECT_LE(std::fabs(x[c] - y[c]), 0.5f * fp16_to_fp32(s[c / KV_Q4_VBLOCK]) * 1.0001f + 1e-6f);
+// The 2-bit packing: four codes per byte, channel c in bits 2 (c % 4) of byte c / 4.
+TEST(KvQuant, Q2PackingOrder) {
+    const int r = 8;
+    const float x[r] = {0, 1, 2, 3, 3, 2, 1, 0};  // one block, grid 0..3 with step 1
+    uint8_t codes[2] = {0xAA, 0xAA};
+    uint16_t s, m;
+    kvq_quantize_vrow(2, x, r, codes, &s, &m);
+    EXPECT_EQ(fp16_to_fp32(s), 1.0f);
+    EXPECT_EQ(fp16_to_fp32(m), 0.0f);
+    EXPECT_EQ(codes[0], 0 | 1 << 2 | 2 << 4 | 3 << 6);
+    EXPECT_EQ(codes[1], 3 | 2 << 2 | 1 << 4 | 0 << 6);
 }
 
 // GEAR's low-rank + sparse correction lowers the reconstruction error of a group
 // (measured, asserted lower) for keys and values.
 TEST(KvQuant, GearLowersGroupError) {
-    for (bool per_channel : {true, false}) {
-        const int n = 32, r = 64, rank = 2;
-        const std::vector<float> X = make_rows(n, r, 4);
-        std::vector<float> Y(X.size()), Z(X.size());
-        const int nb = per_channel ? r : n * kv_n_blocks(r, KV_Q4_VBLOCK);
-        std::vector<uint8_t> codes((size_t)n * kv_q4_row_bytes(r));
-        std::vector<uint16_t> s(nb), m(nb);
-        // plain
-        if (per_channel) {
-            kvq_quantize_q4_keys(X.data(), n, r, codes.data(), s.data(), m.data());
-            kvq_dequantize_q4_keys(codes.data(), s.data(), m.data(), n, r, Y.data());
-        } else {
-            for (int t = 0; t < n; t++) {
-                const int b = kv_n_blocks(r, KV_Q4_VBLOCK);
-                kvq_quantize_q4_vrow(&X[t * r], r, &codes[t * kv_q4_row_bytes(r)], &s[t * b], &m[t * b]);
-                kvq_dequantize_q4_vrow(&codes[t * kv_q4_row_bytes(r)], &s[t * b], &m[t * b], r, &Y[t * r]);
+    for (int bits : {4, 2})
+        for (bool per_channel : {true, false}) {
+            const int n = 32, r = 64, rank = 2, rb = kv_qb_row_bytes(bits, r), vb = kv_n_blocks(r, KV_Q4_VBLOCK);
+            const std::vector<float> X = make_rows(n, r, 4);
+            std::vector<float> Y(X.size()), Z(X.size());
+            const int nb = per_channel ? r : n * vb;
+            std::vector<uint8_t> codes((size_t)n * rb);
+            std::vector<uint16_t> s(nb), m(nb);
+            // plain
+            if (per_channel) {
+                kvq_quantize_keys(bits, X.data(), n, r, codes.data(), s.data(), m.data());
+                kvq_dequantize_keys(bits, codes.data(), s.data(), m.data(), n, r, Y.data());
+            } else {
+                for (int t = 0; t < n; t++) {
+                    kvq_quantize_vrow(bits, &X[t * r], r, &codes[t * rb], &s[t * vb], &m[t * vb]);
+                    kvq_dequantize_vrow(bits, &codes[t * rb], &s[t * vb], &m[t * vb], r, &Y[t * r]);
+                }
             }
+            // GEAR
+            const int n_out = kvq_gear_n_outliers(n, r, 0.02f);
+            std::vector<uint16_t> a(n * rank), b(r * rank), oi(n_out), ov(n_out);
+            std::vector<float> work(kvq_gear_work(n, r));
+            kvq_quantize_gear(X.data(), n, r, per_channel, rank, n_out, codes.data(), s.data(), m.data(),
+                              kvq_gear_out{a.data(), b.data(), oi.data(), ov.data()}, work.data(), bits);
+            kvq_dequantize_gear(codes.data(), s.data(), m.data(), n, r, per_channel, rank, n_out, a.data(),
+                                b.data(), oi.data(), ov.data(), Z.data(), bits);
+            double e_plain = 0, e_gear = 0, norm = 0;
+            for (size_t i = 0; i < X.size(); i++) {
+                e_plain += (X[i] - Y[i]) * (X[i] - Y[i]);
+                e_gear += (X[i] - Z[i]) * (X[i] - Z[i]);
+                norm += X[i] * X[i];
+            }
+            std::printf("[ measured ] %s: relative error plain %d-bit %.4f, GEAR %.4f\n",
+                        per_channel ? "keys" : "values", bits, std::sqrt(e_plain / norm), std::sqrt(e_gear / norm));
+            EXPECT_LT(e_gear, 0.8 * e_plain) << bits << "-bit " << (per_channel ? "keys" : "values");
         }
-        // GEAR
-        const int n_out = kvq_gear_n_outliers(n, r, 0.02f);
-        std::vector<uint16_t> a(n * rank), b(r * rank), oi(n_out), ov(n_out);
-        std::vector<float> work(kvq_gear_work(n, r));
-        kvq_quantize_gear(X.data(), n, r, per_channel, rank, n_out, codes.data(), s.data(), m.data(),
-                          kvq_gear_out{a.data(), b.data(), oi.data(), ov.data()}, work.data());
-        kvq_dequantize_gear(codes.data(), s.data(), m.data(), n, r, per_channel, rank, n_out, a.data(), b.data(),
-                            oi.data(), ov.data(), Z.data());
-        double e_plain = 0, e_gear = 0, norm = 0;
-        for (size_t i = 0; i < X.size(); i++) {
-            e_plain += (X[i] - Y[i]) * (X[i] - Y[i]);
-            e_gear += (X[i] - Z[i]) * (X[i] - Z[i]);
-            norm += X[i] * X[i];
-        }
-        std::printf("[ measured ] %s: relative error plain 4-bit %.4f, GEAR %.4f\n",
-                    per_channel ? "keys" : "values", std::sqrt(e_plain / norm), std::sqrt(e_gear / norm));
-        EXPECT_LT(e_gear, 0.8 * e_plain);
-    }
 }
 
 // ---- attention over a quantized cache ----
