@@ -76,6 +76,65 @@ double ranks_loss(const rank_curves& c, const std::vector<int>& k, const std::ve
     return s;
 }
 
+std::vector<int> alloc_knapsack(const std::vector<std::vector<knap_option>>& items, int64_t budget) {
+    const size_t ni = items.size();
+    // Each item's undominated options, by ascending cost (their original index kept).
+    std::vector<std::vector<int>> keep(ni);
+    int64_t least = 0;
+    for (size_t i = 0; i < ni; i++) {
+        const std::vector<knap_option>& o = items[i];
+        if (o.empty()) ZK_THROW("knapsack: item %zu has no options", i);
+        std::vector<int> idx(o.size());
+        std::iota(idx.begin(), idx.end(), 0);
+        std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) {
+            return o[a].cost != o[b].cost ? o[a].cost < o[b].cost : o[a].loss < o[b].loss;
+        });
+        double best_loss = std::numeric_limits<double>::infinity();
+        for (int k : idx) {
+            ZK_ASSERT(o[k].cost >= 0 && std::isfinite(o[k].loss));
+            if (o[k].loss < best_loss) keep[i].push_back(k), best_loss = o[k].loss;
+        }
+        least += o[keep[i][0]].cost;
+    }
+    if (least > budget) ZK_THROW("knapsack: the cheapest choices cost %lld, above the budget %lld", (long long)least,
+                                 (long long)budget);
+    ZK_ASSERT(budget < ((int64_t)1 << 31));
+    // best[b]: least summed loss of the items so far at exactly b; choice[i][b]:
+    // the option (index into keep[i]) item i took to reach b.
+    const double inf = std::numeric_limits<double>::infinity();
+    std::vector<double> best(budget + 1, inf), next(budget + 1);
+    std::vector<uint16_t> choice(ni * (size_t)(budget + 1), 0xffff);
+    best[0] = 0.0;
+    for (size_t i = 0; i < ni; i++) {
+        ZK_ASSERT(keep[i].size() < 0xffff);
+        std::fill(next.begin(), next.end(), inf);
+        uint16_t* ch = choice.data() + i * (size_t)(budget + 1);
+        for (size_t k = 0; k < keep[i].size(); k++) {
+            const knap_option& op = items[i][keep[i][k]];
+            for (int64_t b = 0; b + op.cost <= budget; b++) {
+                if (best[b] == inf) continue;
+                const double v = best[b] + op.loss;
+                if (v < next[b + op.cost]) next[b + op.cost] = v, ch[b + op.cost] = (uint16_t)k;
+            }
+        }
+        best.swap(next);
+    }
+    int64_t b_end = -1;  // the least loss; at equal loss the least cost
+    for (int64_t b = 0; b <= budget; b++)
+        if (best[b] < inf && (b_end < 0 || best[b] < best[b_end])) b_end = b;
+    ZK_ASSERT(b_end >= 0);
+    std::vector<int> out(ni);
+    int64_t b = b_end;
+    for (size_t i = ni; i-- > 0;) {
+        const uint16_t k = choice[i * (size_t)(budget + 1) + b];
+        ZK_ASSERT(k != 0xffff);
+        out[i] = keep[i][k];
+        b -= items[i][out[i]].cost;
+    }
+    ZK_ASSERT(b == 0);
+    return out;
+}
+
 zack_ranks ranks_by_loss(const rank_curves& c, double rate, unsigned key_bases) {
     c.validate();
     ranks_validate_rate(rate);
@@ -92,55 +151,29 @@ zack_ranks ranks_by_loss(const rank_curves& c, double rate, unsigned key_bases) 
     if (budget < (int64_t)ni * (c.grid[0] / unit))
         ZK_THROW("rate %.3f is not reachable with ranks of at least %d (the most is %.3f)", rate, c.grid[0],
                  1.0 - double(c.grid[0]) / c.d);
-    // Options of an item: (key basis, grid index); values have one basis.
-    struct option { int basis, ri; };
-    std::vector<option> kopts, vopts;
-    for (int b : bases)
-        for (int r = 0; r < nr; r++) kopts.push_back({b, r});
-    for (int r = 0; r < nr; r++) vopts.push_back({0, r});
-    ZK_ASSERT(kopts.size() < 0xffff);
-    // best[b]: least summed loss of the items so far using b units; choice[i][b]:
-    // the option item i took to reach b.
-    const double inf = std::numeric_limits<double>::infinity();
-    std::vector<double> best(budget + 1, inf), next(budget + 1);
-    std::vector<uint16_t> choice((size_t)ni * (budget + 1), 0xffff);
-    best[0] = 0.0;
+    // Items: the keys of every head (options: key basis x grid rank), then the
+    // values (grid rank); costs in dimensions / unit.
+    std::vector<std::vector<knap_option>> items(ni);
     for (int i = 0; i < ni; i++) {
-        const bool is_k = i < nh;
-        const std::vector<option>& opts = is_k ? kopts : vopts;
-        std::fill(next.begin(), next.end(), inf);
-        uint16_t* ch = choice.data() + (size_t)i * (budget + 1);
-        for (size_t o = 0; o < opts.size(); o++) {
-            const std::vector<double>& loss = is_k ? c.loss_k[opts[o].basis] : c.loss_v;
-            const double l = loss[(size_t)(i % nh) * nr + opts[o].ri];
-            const int64_t u = c.grid[opts[o].ri] / unit;
-            for (int64_t b = 0; b + u <= budget; b++) {
-                if (best[b] == inf) continue;
-                const double v = best[b] + l;
-                if (v < next[b + u]) next[b + u] = v, ch[b + u] = (uint16_t)o;
+        const int h = i % nh;
+        for (int b : (i < nh ? bases : std::vector<int>{0}))
+            for (int r = 0; r < nr; r++) {
+                const std::vector<double>& loss = i < nh ? c.loss_k[b] : c.loss_v;
+                items[i].push_back({c.grid[r] / unit, loss[(size_t)h * nr + r]});
             }
-        }
-        best.swap(next);
     }
-    int64_t b_end = -1;  // the least loss; at equal loss the fewest dims
-    for (int64_t b = 0; b <= budget; b++)
-        if (best[b] < inf && (b_end < 0 || best[b] < best[b_end])) b_end = b;
-    ZK_ASSERT(b_end >= 0);
+    const std::vector<int> pick = alloc_knapsack(items, budget);
     zack_ranks out;
     out.k.assign(nh, c.d);
     out.v.assign(nh, c.d);
     out.kb.assign(nh, 0);
-    out.loss = best[b_end];
-    int64_t b = b_end;
-    for (int i = ni - 1; i >= 0; i--) {
-        const uint16_t o = choice[(size_t)i * (budget + 1) + b];
-        ZK_ASSERT(o != 0xffff);
-        const option& op = (i < nh ? kopts : vopts)[o];
-        if (i < nh) out.k[i] = c.grid[op.ri], out.kb[i] = op.basis;
-        else out.v[i - nh] = c.grid[op.ri];
-        b -= c.grid[op.ri] / unit;
+    out.loss = 0;
+    for (int i = 0; i < ni; i++) {
+        const int r = c.grid[pick[i] % nr];
+        if (i < nh) out.k[i] = r, out.kb[i] = bases[pick[i] / nr];
+        else out.v[i - nh] = r;
+        out.loss += items[i][pick[i]].loss;
     }
-    ZK_ASSERT(b == 0);
     out.rate = ranks_rate(out.k, out.v, c.d);
     out.eps = -2;
     return out;

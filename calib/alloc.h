@@ -30,6 +30,19 @@ struct rank_curves {
     static rank_curves from_model(const model& m);
 };
 
+// The multiple-choice knapsack: one option per item, each with an integer cost
+// and a loss, least summed loss with summed cost <= budget (at equal loss, the
+// least cost). Exact, by dynamic programming over the budget after dropping
+// each item's dominated options (another costs no more and loses no more).
+// Returns the chosen option of every item; throws when even the cheapest
+// choices exceed the budget. O(items x options x budget) time,
+// O(items x budget) memory.
+struct knap_option {
+    int64_t cost;
+    double loss;
+};
+std::vector<int> alloc_knapsack(const std::vector<std::vector<knap_option>>& items, int64_t budget);
+
 // Ranks for the requested overall rate (0 <= rate < 1), minimising the summed
 // loss over the key bases in `key_bases` (bit b = basis b; bases without curves
 // are skipped; at least one must remain). The achieved rate is the smallest the

@@ -2,13 +2,16 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 
 #include "calib/alloc.h"
 #include "engine/kv_cache.h"
+#include "engine/kv_quant.h"
 #include "engine/model.h"
 #include "engine/session.h"
 #include "ggml-like/error.h"
@@ -22,11 +25,12 @@ void plan_validate_target(double target) {
 
 nlohmann::json kv_plan::to_json() const {
     nlohmann::json j;
-    j["zack_plan"] = 1;
+    j["zack_plan"] = mixed() ? 2 : 1;
     j["model"] = {{"source_sha256", source_sha256}, {"n_layer", n_layer}, {"n_kv", n_kv}, {"head_dim", head_dim}};
     j["target"] = target;
     j["kv_fraction"] = kv_fraction;
     j["bits"] = bits;
+    if (mixed()) j["bits_k"] = bits_k, j["bits_v"] = bits_v;
     j["rate"] = rate;
     j["ranks_k"] = ranks_k;
     j["ranks_v"] = ranks_v;
@@ -42,8 +46,9 @@ kv_plan kv_plan::from_json(const nlohmann::json& j, const std::string& where) {
     kv_plan p;
     try {
         if (!j.is_object() || !j.contains("zack_plan")) ZK_THROW("%s: not a zack plan (no zack_plan key)", where.c_str());
-        if (j.at("zack_plan").get<int>() != 1)
-            ZK_THROW("%s: plan version %d is not supported (this zack reads 1)", where.c_str(), j.at("zack_plan").get<int>());
+        const int version = j.at("zack_plan").get<int>();
+        if (version != 1 && version != 2)
+            ZK_THROW("%s: plan version %d is not supported (this zack reads 1 and 2)", where.c_str(), version);
         const nlohmann::json& mj = j.at("model");
         p.source_sha256 = mj.value("source_sha256", "");
         p.n_layer = mj.at("n_layer").get<int>();
@@ -52,6 +57,8 @@ kv_plan kv_plan::from_json(const nlohmann::json& j, const std::string& where) {
         p.target = j.value("target", 0.0);
         p.kv_fraction = j.value("kv_fraction", 1.0);
         p.bits = j.at("bits").get<int>();
+        p.bits_k = j.value("bits_k", std::vector<int>{});
+        p.bits_v = j.value("bits_v", std::vector<int>{});
         p.rate = j.value("rate", 0.0);
         p.ranks_k = j.at("ranks_k").get<std::vector<int>>();
         p.ranks_v = j.at("ranks_v").get<std::vector<int>>();
@@ -63,11 +70,17 @@ kv_plan kv_plan::from_json(const nlohmann::json& j, const std::string& where) {
     } catch (const nlohmann::json::exception& e) {
         ZK_THROW("%s: malformed plan (%s)", where.c_str(), e.what());
     }
-    if (p.bits != 16 && p.bits != 8 && p.bits != 4) ZK_THROW("%s: plan bits %d is not 16, 8 or 4", where.c_str(), p.bits);
+    auto valid_bits = [](int b) { return b == 16 || b == 8 || b == 4 || b == 2; };
+    if (!valid_bits(p.bits)) ZK_THROW("%s: plan bits %d is not 16, 8, 4 or 2", where.c_str(), p.bits);
     if (p.n_layer <= 0 || p.n_kv <= 0 || p.head_dim <= 0) ZK_THROW("%s: plan model shapes must be positive", where.c_str());
     const size_t nh = (size_t)p.n_layer * p.n_kv;
     if (p.ranks_k.size() != p.ranks_v.size() || (!p.ranks_k.empty() && p.ranks_k.size() != nh))
         ZK_THROW("%s: plan ranks must have %zu entries each (layers x KV heads) or none", where.c_str(), nh);
+    if (p.bits_k.size() != p.bits_v.size() || (!p.bits_k.empty() && p.bits_k.size() != nh))
+        ZK_THROW("%s: plan bits_k and bits_v must have %zu entries each (layers x KV heads) or none", where.c_str(), nh);
+    for (size_t i = 0; i < p.bits_k.size(); i++)
+        if (!valid_bits(p.bits_k[i]) || !valid_bits(p.bits_v[i]))
+            ZK_THROW("%s: plan precision of head %zu is not 16, 8, 4 or 2 bits", where.c_str(), i);
     if (!p.kbasis.empty() && p.kbasis.size() != nh)
         ZK_THROW("%s: plan key_basis must have %zu entries or none", where.c_str(), nh);
     for (size_t i = 0; i < p.ranks_k.size(); i++)
@@ -83,8 +96,20 @@ kv_plan kv_plan::from_json(const nlohmann::json& j, const std::string& where) {
 }
 
 std::string kv_plan::describe() const {
-    char buf[256];
-    std::snprintf(buf, sizeof buf, "%d-bit, ZACK rate %.3f, %.1f%% of the f16 cache%s%s", bits, rate,
+    char buf[512];
+    std::string prec = std::to_string(bits) + "-bit";
+    if (mixed()) {  // how many heads' keys / values at each precision
+        prec = "per head";
+        for (int side = 0; side < 2; side++) {
+            prec += side ? "; V" : " K";
+            for (int b : {16, 8, 4, 2}) {
+                const std::vector<int>& v = side ? bits_v : bits_k;
+                const long n = std::count(v.begin(), v.end(), b);
+                if (n) prec += " " + std::to_string(b) + "-bit x" + std::to_string(n);
+            }
+        }
+    }
+    std::snprintf(buf, sizeof buf, "%s, ZACK rate %.3f, %.1f%% of the f16 cache%s%s", prec.c_str(), rate,
                   100.0 * kv_fraction, evict == "none" ? "" : (", " + evict + " " + std::to_string(budget) + " tokens").c_str(),
                   loss >= 0 ? (", predicted loss " + std::to_string(loss)).c_str() : "");
     return buf;
@@ -93,13 +118,55 @@ std::string kv_plan::describe() const {
 plan_inputs plan_inputs::from_model(const model& m) {
     plan_inputs in;
     in.curves = rank_curves::from_model(m);
-    in.q8.assign(m.zack.sens_q8.begin(), m.zack.sens_q8.end());
-    in.q4.assign(m.zack.sens_q4.begin(), m.zack.sens_q4.end());
+    const zack_info& z = m.zack;
+    in.qbits.assign(z.sens_qbits.begin(), z.sens_qbits.end());
+    in.qk.assign(z.sens_qk.begin(), z.sens_qk.end());
+    in.qv.assign(z.sens_qv.begin(), z.sens_qv.end());
+    in.qkv.assign(z.sens_qkv.begin(), z.sens_qkv.end());
     in.source_sha256 = m.file->get_str("zack.source.sha256", "");
     return in;
 }
 
+double plan_inputs::qloss(int side, int bits, size_t h) const {
+    if (bits == 16) return 0.0;
+    const std::vector<double>& q = side == 0 ? qk : side == 1 ? qv : qkv;
+    const size_t nh = (size_t)curves.n_layer * curves.n_kv;
+    for (size_t i = 0; i < qbits.size(); i++)
+        if (qbits[i] == bits && q.size() == qbits.size() * nh) return q[i * nh + h];
+    ZK_THROW("no measured loss of the %d-bit cache%s (a .zack from an older zack calibrate)", bits,
+             side == 0 ? " for keys alone" : side == 1 ? " for values alone" : "");
+}
+
 double plan_f16_bytes(int n_layer, int n_kv, int head_dim) { return (double)n_layer * n_kv * 4.0 * head_dim; }
+
+double plan_side_bytes(int bits, bool key, int r, int group) {
+    switch (bits) {
+        case 16: return 2.0 * r;
+        case 8: return r + 2.0 * kv_n_blocks(r, KV_Q8_BLOCK);
+        case 4:
+        case 2:
+            return kv_qb_row_bytes(bits, r) +
+                   (key ? 4.0 * r / group                            // f16 scale + min per (group, channel)
+                        : 4.0 * kv_n_blocks(r, KV_Q4_VBLOCK));       // f16 scale + min per block of a row
+    }
+    ZK_THROW("no %d-bit KV layout (16, 8, 4 or 2)", bits);
+}
+
+double plan_head_bytes(int bits_k, int bits_v, int group) {
+    const bool kivi = bits_k <= 4 || bits_v <= 4;
+    return sizeof(int32_t) + (kivi ? (double)sizeof(int32_t) / group : 0.0);  // positions; group starts
+}
+
+double plan_bytes(const kv_plan& p) {
+    const size_t nh = (size_t)p.n_layer * p.n_kv;
+    double s = 0;
+    for (size_t h = 0; h < nh; h++) {
+        const int bk = p.head_bits_k(h), bv = p.head_bits_v(h);
+        s += plan_side_bytes(bk, true, p.ranks_k.empty() ? p.head_dim : p.ranks_k[h]) +
+             plan_side_bytes(bv, false, p.ranks_v.empty() ? p.head_dim : p.ranks_v[h]) + plan_head_bytes(bk, bv);
+    }
+    return s;
+}
 
 double plan_bytes(int n_layer, int n_kv, int head_dim, int bits, const std::vector<int>& ranks_k,
                   const std::vector<int>& ranks_v) {
@@ -113,19 +180,109 @@ double plan_bytes(int n_layer, int n_kv, int head_dim, int bits, const std::vect
 
 double plan_predicted_loss(const plan_inputs& in, int bits, const std::vector<int>& ranks_k,
                            const std::vector<int>& ranks_v, const std::vector<int>& kbasis) {
-    double loss = ranks_k.empty() ? 0.0 : ranks_loss(in.curves, ranks_k, ranks_v, kbasis);
-    if (bits != 16) {
-        const std::vector<double>& q = bits == 8 ? in.q8 : in.q4;
-        if (q.empty()) ZK_THROW("no measured loss of the %d-bit cache (a .zack from an older zack calibrate)", bits);
-        for (double x : q) loss += x;
-    }
+    kv_plan p;
+    p.bits = bits, p.ranks_k = ranks_k, p.ranks_v = ranks_v, p.kbasis = kbasis;
+    return plan_predicted_loss(in, p);
+}
+
+double plan_predicted_loss(const plan_inputs& in, const kv_plan& p) {
+    double loss = p.ranks_k.empty() ? 0.0 : ranks_loss(in.curves, p.ranks_k, p.ranks_v, p.kbasis);
+    const size_t nh = (size_t)in.curves.n_layer * in.curves.n_kv;
+    // per side where measured (what the per-head plan minimises), else both sides at once
+    for (size_t h = 0; h < nh; h++)
+        loss += in.per_side() ? in.qloss(0, p.head_bits_k(h), h) + in.qloss(1, p.head_bits_v(h), h)
+                              : in.qloss(2, p.head_bits_k(h), h);
     return loss;
 }
+
+namespace {
+
+// The per-head plan (see plan.h): every (head, K|V) item takes a (precision,
+// key basis, rank) option; costs in 1/64 byte per token, divided by their
+// greatest common divisor so that the knapsack's budget stays small (28,672
+// units for Qwen2.5-1.5B's whole f16 cache).
+kv_plan plan_per_head(const plan_inputs& in, double target) {
+    const rank_curves& c = in.curves;
+    const size_t nh = (size_t)c.n_layer * c.n_kv, nr = c.grid.size();
+    std::vector<int> precisions = {16};
+    for (int b : in.qbits) precisions.push_back(b);
+    std::vector<int> bases;
+    for (int b = 0; b < 3; b++)
+        if (!c.loss_k[b].empty()) bases.push_back(b);
+    struct choice { int bits, basis, rank; };
+    std::vector<std::vector<choice>> what(2 * nh);
+    std::vector<std::vector<knap_option>> items(2 * nh);
+    int64_t unit = 0;
+    for (size_t i = 0; i < 2 * nh; i++) {
+        const bool key = i < nh;
+        const size_t h = i % nh;
+        for (int bits : precisions)
+            for (int b : key ? bases : std::vector<int>{0})
+                for (size_t ri = 0; ri < nr; ri++) {
+                    const int r = c.grid[ri];
+                    const double l = (key ? c.loss_k[b] : c.loss_v)[h * nr + ri] + in.qloss(key ? 0 : 1, bits, h);
+                    // a KIVI side also pays the head's group table (both sides
+                    // when both are KIVI: 1/8 byte per head per token too many)
+                    const double bytes =
+                        plan_side_bytes(bits, key, r) + (bits <= 4 ? plan_head_bytes(4, 4) - plan_head_bytes(16, 16) : 0);
+                    const int64_t cost = std::llround(bytes * 64.0);
+                    what[i].push_back({bits, b, r});
+                    items[i].push_back({cost, l});
+                    unit = std::gcd(unit, cost);
+                }
+    }
+    ZK_ASSERT(unit > 0);
+    for (auto& it : items)
+        for (knap_option& o : it) o.cost /= unit;
+    // What every head costs besides its sides (slot positions).
+    const double fixed = nh * plan_head_bytes(16, 16);
+    const double f16 = plan_f16_bytes(c.n_layer, c.n_kv, c.d);
+    const int64_t budget = (int64_t)std::floor((target * f16 - fixed) * 64.0 / unit + 1e-9);
+    double least = fixed;
+    for (size_t i = 0; i < 2 * nh; i++) {
+        double m = 1e300;
+        for (const knap_option& o : items[i]) m = std::min(m, (double)o.cost * unit / 64.0);
+        least += m;
+    }
+    if (budget < 0 || least > target * f16 + 1e-9)
+        ZK_THROW("no plan fits %.1f%% of the f16 cache: the least is %.1f%% (2-bit at the highest rate); "
+                 "eviction (--kv-evict, --kv-budget) goes further",
+                 100.0 * target, 100.0 * least / f16);
+    const std::vector<int> pick = alloc_knapsack(items, budget);
+    kv_plan p;
+    p.n_layer = c.n_layer, p.n_kv = c.n_kv, p.head_dim = c.d;
+    p.bits_k.resize(nh), p.bits_v.resize(nh), p.ranks_k.resize(nh), p.ranks_v.resize(nh), p.kbasis.resize(nh);
+    for (size_t i = 0; i < 2 * nh; i++) {
+        const choice& ch = what[i][pick[i]];
+        if (i < nh) p.bits_k[i] = ch.bits, p.ranks_k[i] = ch.rank, p.kbasis[i] = ch.basis;
+        else p.bits_v[i - nh] = ch.bits, p.ranks_v[i - nh] = ch.rank;
+    }
+    p.rate = ranks_rate(p.ranks_k, p.ranks_v, c.d);
+    p.bits = std::max(*std::max_element(p.bits_k.begin(), p.bits_k.end()),
+                      *std::max_element(p.bits_v.begin(), p.bits_v.end()));
+    const bool uniform = std::all_of(p.bits_k.begin(), p.bits_k.end(), [&](int b) { return b == p.bits; }) &&
+                         std::all_of(p.bits_v.begin(), p.bits_v.end(), [&](int b) { return b == p.bits; });
+    if (uniform) p.bits_k.clear(), p.bits_v.clear();  // one precision: a version-1 plan
+    // Ranks stay explicit at full rank too: the losses were measured with the
+    // keys in the pca basis, which is what a session with ranks runs.
+    p.kv_fraction = plan_bytes(p) / f16;
+    p.loss = plan_predicted_loss(in, p);
+    return p;
+}
+
+}  // namespace
 
 kv_plan plan_for_target(const plan_inputs& in, double target) {
     plan_validate_target(target);
     const rank_curves& c = in.curves;
     c.validate();
+    if (in.per_side()) {
+        kv_plan p = plan_per_head(in, target);
+        p.target = target;
+        p.source = "predicted from the .zack's sensitivity curves (per head)";
+        p.source_sha256 = in.source_sha256;
+        return p;
+    }
     const double f16 = plan_f16_bytes(c.n_layer, c.n_kv, c.d);
     const double max_rate = 1.0 - double(c.grid[0]) / c.d;
     auto bytes = [&](int bits, const std::vector<int>& k, const std::vector<int>& v) {
@@ -135,7 +292,7 @@ kv_plan plan_for_target(const plan_inputs& in, double target) {
     bool found = false;
     double least_fraction = 1e30;
     for (int bits : {16, 8, 4}) {
-        if (bits != 16 && (bits == 8 ? in.q8 : in.q4).empty()) continue;
+        if (bits != 16 && std::find(in.qbits.begin(), in.qbits.end(), bits) == in.qbits.end()) continue;
         auto fraction_at = [&](double rate, zack_ranks* out) {
             const zack_ranks r = ranks_by_loss(c, rate, 7u);
             if (out) *out = r;
@@ -165,7 +322,7 @@ kv_plan plan_for_target(const plan_inputs& in, double target) {
     if (!found)
         ZK_THROW("no plan fits %.1f%% of the f16 cache: the least is %.1f%% (%s at the highest rate); "
                  "eviction (--kv-evict, --kv-budget) goes further",
-                 100.0 * target, 100.0 * least_fraction, in.q4.empty() ? "16-bit" : "4-bit");
+                 100.0 * target, 100.0 * least_fraction, in.qbits.empty() ? "16-bit" : "4-bit");
     best.target = target;
     best.source = "predicted from the .zack's sensitivity curves";
     best.source_sha256 = in.source_sha256;
@@ -253,6 +410,7 @@ kv_plan plan_load(const model& m, const std::string& spec) {
 
 void plan_apply(const kv_plan& p, const model& m, session_params& sp) {
     plan_check_model(p, m, "plan");
+    if (p.mixed()) ZK_THROW("plan: per-head precision is not supported by this build's KV cache");
     sp.kv_bits = p.bits;
     sp.ranks_k = p.ranks_k;
     sp.ranks_v = p.ranks_v;

@@ -2,17 +2,25 @@
 // bases, optionally an eviction budget), chosen for a size target.
 //
 // A plan for a target fraction F of the f16 full-rank cache's bytes per token
-// is predicted from the measured loss curves of a .zack (calib/sensitivity.h):
-// for each precision (16, 8, 4 bits) the ranks are allocated by loss
-// (calib/alloc.h) at the least compression whose bytes fit F, and the
-// precision whose predicted loss (ranks' loss + that precision's measured loss
-// at full rank) is least wins. `zack calibrate --kv-target F` records such plans
-// in the .zack (zack.plans); `--kv-target F` computes one on the fly; `zack eval
-// --target` measures plans end to end and writes the best as a plan file.
+// is predicted from the measured losses of a .zack (calib/sensitivity.h): the
+// rank curves of every head's keys (per key basis) and values, and the loss of
+// each precision (8, 4, 2 bits) at full rank with that head's keys alone or its
+// values alone quantized. Every (head, K|V) takes one (precision, key basis,
+// rank), the predicted loss of a choice being its rank loss plus its precision's
+// loss, and the choices minimising the summed loss within F's bytes are found
+// exactly (calib/alloc.h's knapsack, costs from the cache layouts' bytes per
+// token). Files measured before per-side losses existed (both sides at once,
+// 8 and 4 bits only) get one precision for every head: for each, the ranks
+// allocated by loss at the least compression that fits F, and the precision
+// whose predicted loss is least wins. `zack calibrate --kv-target F` records
+// such plans in the .zack (zack.plans); `--kv-target F` computes one on the
+// fly; `zack eval --target` measures plans end to end and writes the best as a
+// plan file.
 //
 // Plan file (JSON, also the form stored in zack.plans):
-//   {"zack_plan": 1, "model": {"source_sha256", "n_layer", "n_kv", "head_dim"},
-//    "target": F, "kv_fraction": achieved, "bits": 16|8|4,
+//   {"zack_plan": 1 | 2, "model": {"source_sha256", "n_layer", "n_kv", "head_dim"},
+//    "target": F, "kv_fraction": achieved, "bits": 16|8|4|2,
+//    "bits_k": [...], "bits_v": [...]   (version 2: per head, n_layer x n_kv; "bits" is then the widest),
 //    "ranks_k": [...], "ranks_v": [...], "key_basis": [...]   (n_layer x n_kv, or [] = full rank),
 //    "evict": "none"|policy, "budget": tokens, "loss": predicted (or -1), "source": "..."}
 #pragma once
@@ -32,7 +40,8 @@ struct session_params;
 struct kv_plan {
     double target = 0;       // requested fraction of the f16 full-rank bytes per token
     double kv_fraction = 1;  // achieved, before eviction
-    int bits = 16;
+    int bits = 16;           // one precision for every head (the widest of bits_k / bits_v when those are set)
+    std::vector<int> bits_k, bits_v;  // [n_layer x n_kv] per-head precision (16, 8, 4, 2); empty = `bits` everywhere
     double rate = 0;         // ZACK rate of the ranks
     std::vector<int> ranks_k, ranks_v, kbasis;  // [n_layer x n_kv]; empty = full rank
     std::string evict = "none";
@@ -47,22 +56,41 @@ struct kv_plan {
     // Throws zk::error "WHERE: what" on a malformed plan.
     static kv_plan from_json(const nlohmann::json& j, const std::string& where);
     std::string describe() const;  // one line: bits, rate, fraction, eviction
+    bool mixed() const { return !bits_k.empty(); }
+    // The precision of head h's keys / values.
+    int head_bits_k(size_t h) const { return bits_k.empty() ? bits : bits_k[h]; }
+    int head_bits_v(size_t h) const { return bits_v.empty() ? bits : bits_v[h]; }
 };
 
-// What a prediction needs: the curves, the measured losses of the 8-bit and
-// 4-bit caches per head ([n_layer x n_kv]; empty = not measured) and the model.
+// What a prediction needs: the curves, the measured losses of the quantized
+// caches at full rank (zack_sens_curves: per precision in qbits,
+// [n_q x n_layer x n_kv] with keys alone / values alone / both quantized; qk and
+// qv empty in older files) and the model.
 struct plan_inputs {
     rank_curves curves;
-    std::vector<double> q8, q4;
+    std::vector<int> qbits;
+    std::vector<double> qk, qv, qkv;
     std::string source_sha256;
     static plan_inputs from_model(const model& m);  // throws when the .zack has no curves
+    bool per_side() const { return !qk.empty() && !qv.empty(); }
+    // The measured loss of head h at `bits` with `side` quantized (0 keys, 1
+    // values, 2 both); 0 at 16 bits; throws when that precision was not measured.
+    double qloss(int side, int bits, size_t h) const;
 };
 
-// The f16 full-rank bytes per token and the bytes per token of a cache with
+// The f16 full-rank bytes per token, and the bytes per token of a cache with
 // this precision and these ranks (engine/kv_cache.h's accounting; empty ranks = full).
 double plan_f16_bytes(int n_layer, int n_kv, int head_dim);
 double plan_bytes(int n_layer, int n_kv, int head_dim, int bits, const std::vector<int>& ranks_k,
                   const std::vector<int>& ranks_v);
+// Bytes per token one side (keys or values) of one head costs at a precision and
+// rank, in a cache without eviction scores: rows (16: f16), codes and scales
+// (8: per token; 4 and 2: KIVI, keys' scales per `group` tokens); and what a
+// head costs besides its sides (its slot positions; a KIVI group table).
+double plan_side_bytes(int bits, bool key, int r, int group = 32);
+double plan_head_bytes(int bits_k, int bits_v, int group = 32);
+// The bytes per token of a plan's precisions and ranks (per-head bits).
+double plan_bytes(const kv_plan& p);
 
 // The predicted plan for target F in (0, 1] (see above). Throws when F is out
 // of range or nothing fits F (naming the least fraction a 4-bit cache at the
@@ -72,6 +100,7 @@ kv_plan plan_for_target(const model& m, double target);
 // The predicted loss of a precision + ranks (rank curves + the precision's loss).
 double plan_predicted_loss(const plan_inputs& in, int bits, const std::vector<int>& ranks_k,
                            const std::vector<int>& ranks_v, const std::vector<int>& kbasis);
+double plan_predicted_loss(const plan_inputs& in, const kv_plan& p);
 
 // --kv-plan SPEC: a plan file (JSON), or the target of a plan the .zack
 // recorded ("0.1"). Throws with a one-line reason (no such file or plan, made

@@ -35,12 +35,21 @@ struct sens_params {
     std::vector<int> ranks;  // candidate ranks, ascending, last = head_dim (empty: sens_default_ranks)
     int query_stride = 4;    // every query_stride-th position of a window is a measured query
     // Quantized caches simulated at full rank (keys in the pca basis), as the
-    // engine lays them out (engine/kv_cache.h): 8-bit every token; 4-bit KIVI,
-    // keys per channel over groups of `group` tokens once they leave the newest
-    // `residual` tokens. The first `sinks` positions stay exact.
+    // engine lays them out (engine/kv_cache.h): 8-bit every token; 4-bit and
+    // 2-bit KIVI, keys per channel over groups of `group` tokens, keys and values
+    // once they leave the newest `residual` tokens. The first `sinks` positions
+    // stay exact. Each precision is measured with the keys alone quantized, the
+    // values alone, and both (k_sens_qbits, sens_qside).
     bool quant = true;
     int group = 32, residual = 128, sinks = 4;
 };
+
+// The precisions of the simulated quantized caches, and which side of a head
+// is quantized in a measurement.
+constexpr int k_sens_n_qbits = 3;
+constexpr int k_sens_qbits[k_sens_n_qbits] = {8, 4, 2};
+enum sens_qside : int { SENS_Q_K = 0, SENS_Q_V = 1, SENS_Q_KV = 2 };
+constexpr int k_sens_n_qside = 3;
 
 // A grid of about 16 ranks: multiples of max(align, d / 16), ending at d.
 std::vector<int> sens_default_ranks(int d, int align);
@@ -52,8 +61,9 @@ struct zack_sensitivity {
     // [n_layer x n_kv x n_r] each: mean ||dy||^2 (abs) and ||dy||^2 / ||x||^2 (rel) per query.
     std::vector<double> abs_k[k_key_basis_count], rel_k[k_key_basis_count];
     std::vector<double> abs_v, rel_v;
-    // Quantized caches at full rank, [n_layer x n_kv] rel: index 0 = 8-bit, 1 = 4-bit (empty: not measured).
-    std::vector<double> rel_q[2];
+    // Quantized caches at full rank, rel [n_layer x n_kv] per (side, precision
+    // index into k_sens_qbits); empty: not measured.
+    std::vector<double> rel_q[k_sens_n_qside][k_sens_n_qbits];
     int64_t n_queries = 0;                  // measured query tokens (per layer)
     int n_r() const { return (int)ranks.size(); }
     size_t at(int layer, int g, int ri) const { return ((size_t)layer * n_kv + g) * ranks.size() + ri; }
@@ -82,9 +92,10 @@ private:
     // rotated (v^); [max_ctx x n_kv x d] floats, filled as chunks arrive
     // (windows restart at position 0).
     std::vector<std::vector<float>> kt_[k_key_basis_count], vt_;
-    // The same window as the 8-bit and 4-bit caches would return it, pca basis:
-    // [2][layer][max_ctx x n_kv x d] (4-bit keys only for complete groups).
-    std::vector<std::vector<float>> ktq_[2], vtq_[2];
+    // The same window as the quantized caches would return it, pca basis, per
+    // precision index: [k_sens_n_qbits][layer][max_ctx x n_kv x d] (4/2-bit keys
+    // only for complete groups).
+    std::vector<std::vector<float>> ktq_[k_sens_n_qbits], vtq_[k_sens_n_qbits];
     std::vector<int64_t> n_win_;
     std::vector<float> xnorm_;        // ||x||^2 of the current chunk's rows [n]
     std::vector<float> wo_;           // current layer's W_o with R_v folded in, [n_embd x n_head*d]

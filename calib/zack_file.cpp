@@ -29,8 +29,8 @@ plan_inputs zack_calibration_plan_inputs(const zack_calibration& c) {
     in.curves.grid = c.sens.grid;
     for (int b = 0; b < 3; b++) in.curves.loss_k[b] = c.sens.k[b];
     in.curves.loss_v = c.sens.v;
-    in.q8 = c.sens.q8;
-    in.q4 = c.sens.q4;
+    in.qbits = c.sens.qbits;
+    in.qk = c.sens.qk, in.qv = c.sens.qv, in.qkv = c.sens.qkv;
     return in;
 }
 
@@ -111,10 +111,14 @@ void zack_file_write(const model& src, const zack_calibration& c, const zack_wri
             if (!c.sens.k[b].empty()) w.set(names[b], gguf_value::make_arr_f32(to_f32(c.sens.k[b].data(), n)));
         w.set("zack.sens.v", gguf_value::make_arr_f32(to_f32(c.sens.v.data(), n)));
         const size_t nh = (size_t)L * KV;
-        if (!c.sens.q8.empty()) {
-            ZK_ASSERT(c.sens.q8.size() == nh && c.sens.q4.size() == nh);
-            w.set("zack.sens.q8", gguf_value::make_arr_f32(to_f32(c.sens.q8.data(), nh)));
-            w.set("zack.sens.q4", gguf_value::make_arr_f32(to_f32(c.sens.q4.data(), nh)));
+        if (!c.sens.qbits.empty()) {
+            const size_t nq = c.sens.qbits.size() * nh;
+            ZK_ASSERT(c.sens.qk.size() == nq && c.sens.qv.size() == nq && c.sens.qkv.size() == nq);
+            w.set("zack.sens.qbits",
+                  gguf_value::make_arr_i32(std::vector<int32_t>(c.sens.qbits.begin(), c.sens.qbits.end())));
+            w.set("zack.sens.qk", gguf_value::make_arr_f32(to_f32(c.sens.qk.data(), nq)));
+            w.set("zack.sens.qv", gguf_value::make_arr_f32(to_f32(c.sens.qv.data(), nq)));
+            w.set("zack.sens.qkv", gguf_value::make_arr_f32(to_f32(c.sens.qkv.data(), nq)));
         }
         w.set("zack.sens.metric", gguf_value::make_str(c.sens.metric));
         w.set("zack.sens.queries", gguf_value::make_u64((uint64_t)c.sens.queries));

@@ -14,8 +14,11 @@
 //                      bases (calib/keybasis.h), optional
 //   zack.sens.grid i32[n_grid]; zack.sens.k.pca / .k.score / .k.pairs, zack.sens.v
 //     f32[n_layer x n_kv x n_grid]; zack.sens.metric str; zack.sens.queries,
-//     zack.sens.tokens u64: the measured loss curves, optional; zack.sens.q8 /
-//     zack.sens.q4 f32[n_layer x n_kv]: the loss of an 8-bit / 4-bit cache at full rank
+//     zack.sens.tokens u64: the measured loss curves, optional;
+//   zack.sens.qbits i32[n_q] (8, 4, 2), zack.sens.qk / .qv / .qkv f32[n_q x n_layer x n_kv]:
+//     the loss of a cache at each precision at full rank with the keys alone,
+//     the values alone, or both quantized (files from before per-side
+//     measurements: zack.sens.q8 / zack.sens.q4 f32[n_layer x n_kv], both sides)
 //   zack.plans str[]: KV plans as JSON (calib/plan.h), optional
 #pragma once
 #include <cstdint>
@@ -34,7 +37,11 @@ struct model;
 struct zack_sens_curves {
     std::vector<int> grid;                 // candidate ranks, ascending, last = d; empty = not measured
     std::vector<double> k[3], v;           // [n_layer x n_kv x n_grid]; k per key basis (pca, score, pairs)
-    std::vector<double> q8, q4;            // [n_layer x n_kv]: 8-bit / 4-bit cache at full rank; empty = not measured
+    // Quantized caches at full rank (calib/sensitivity.h): the precisions and, per
+    // precision, [n_q x n_layer x n_kv] the loss with keys alone, values alone,
+    // both quantized; empty = not measured (qk, qv also empty in older files).
+    std::vector<int> qbits;
+    std::vector<double> qk, qv, qkv;
     std::string metric;                    // what the numbers are
     int64_t queries = 0, tokens = 0;       // measured query tokens, tokens fed
 };

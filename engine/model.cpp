@@ -124,9 +124,22 @@ void model_load_sensitivity(model& m) {
         ZK_THROW("%s: sensitivity curves for the score/pairs key bases but no blk.N.zack.kqa/kqb/kpair tensors",
                  f.path().c_str());
     z.sens_v = float_array(f, "zack.sens.v", n);
-    if (f.find("zack.sens.q8") || f.find("zack.sens.q4")) {
-        z.sens_q8 = float_array(f, "zack.sens.q8", (size_t)hp.n_layer * hp.n_head_kv);
-        z.sens_q4 = float_array(f, "zack.sens.q4", (size_t)hp.n_layer * hp.n_head_kv);
+    const size_t nh = (size_t)hp.n_layer * hp.n_head_kv;
+    if (const gguf_value* qb = f.find("zack.sens.qbits")) {
+        if (qb->type != gguf_type::ARRAY || qb->arr.empty() || qb->arr.size() > 8)
+            ZK_THROW("%s: zack.sens.qbits must be an array of 1..8 precisions", f.path().c_str());
+        z.sens_qbits = int_array(f, "zack.sens.qbits", qb->arr.size());
+        for (int32_t b : z.sens_qbits)
+            if (b != 8 && b != 4 && b != 2) ZK_THROW("%s: zack.sens.qbits holds %d (8, 4 or 2)", f.path().c_str(), b);
+        const size_t nq = z.sens_qbits.size() * nh;
+        z.sens_qk = float_array(f, "zack.sens.qk", nq);
+        z.sens_qv = float_array(f, "zack.sens.qv", nq);
+        z.sens_qkv = float_array(f, "zack.sens.qkv", nq);
+    } else if (f.find("zack.sens.q8") || f.find("zack.sens.q4")) {  // before per-side measurements
+        z.sens_qbits = {8, 4};
+        z.sens_qkv = float_array(f, "zack.sens.q8", nh);
+        const std::vector<float> q4 = float_array(f, "zack.sens.q4", nh);
+        z.sens_qkv.insert(z.sens_qkv.end(), q4.begin(), q4.end());
     }
     z.sens_metric = f.get_str("zack.sens.metric", "");
 }

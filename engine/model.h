@@ -98,7 +98,11 @@ struct zack_info {
     std::vector<int32_t> sens_grid;
     std::vector<float> sens_k[3];
     std::vector<float> sens_v;
-    std::vector<float> sens_q8, sens_q4;  // [n_layer x n_head_kv]: 8-bit / 4-bit cache at full rank
+    // Quantized caches at full rank: the precisions, and per precision
+    // [n_q x n_layer x n_head_kv] the loss with keys alone / values alone / both
+    // quantized (keys alone and values alone are empty in older files).
+    std::vector<int32_t> sens_qbits;
+    std::vector<float> sens_qk, sens_qv, sens_qkv;
     std::string sens_metric;
     bool has_key_bases() const { return !layers.empty() && layers[0].kqa && layers[0].kqb && layers[0].kpair; }
 };

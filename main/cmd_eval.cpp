@@ -220,8 +220,9 @@ CLI::App* eval_add_subcommand(CLI::App& parent) {
     app->add_option("--target", o.target, "find by bisection, per method, the largest KV reduction keeping this share "
                     "of the baseline (e.g. 0.99)")->check(CLI::Range(0.0, 1.0));
     app->add_option("--methods", o.methods, "families for --sweep/--target: zack evict q4 zack+evict zack+q4 "
-                    "zack+evict+q4 plan plan+evict all (plan: precision, ranks and key bases chosen together for "
-                    "a byte target from the .zack's curves)");
+                    "zack+evict+q4 plan plan+evict all (plan: every head's precision, rank and key basis chosen "
+                    "together for a byte target from the .zack's curves; plan+evict: plans at each eviction level "
+                    "1/2, 1/4, ... down to --evict-min-keep, searched jointly)");
     app->add_option("--plan-min", o.lim.plan_min_fraction,
                     "strongest --kv-target of the plan families (a fraction of the f16 cache)")->check(CLI::Range(0.01, 1.0));
     app->add_option("--plan-out", o.plan_out,

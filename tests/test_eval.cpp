@@ -111,12 +111,17 @@ TEST(EvalConfig, MethodsAndGrid) {
     lim.zack_max_rate = 0.75;
     lim.evict_min_keep = 0.125;
     const std::vector<eval_method> all = eval_methods({"all"}, lim);
-    ASSERT_EQ(all.size(), 8u);
+    ASSERT_EQ(all.size(), 10u);  // plan+evict: one family per eviction level down to 1/8
     EXPECT_EQ(all[5].name, "zack+evict+q4");
     EXPECT_EQ(all[6].name, "plan");
-    EXPECT_EQ(all[7].name, "plan+evict");
+    EXPECT_EQ(all[7].name, "plan+evict 1/2");
+    EXPECT_EQ(all[9].name, "plan+evict 1/8");
     // t = 1 is the plan for 10% of the f16 cache, on a 1/1024 grid
     EXPECT_EQ(all[6].at(1.0).cli(), "--kv-target 0.0996094");
+    // plans and eviction levels searched jointly: the level stays, the target moves
+    EXPECT_EQ(all[8].at(0.5).cli(), "--kv-evict h2o --kv-budget 128 --kv-target 0.549805");
+    EXPECT_EQ(all[8].at(1.0).cli(), "--kv-evict h2o --kv-budget 128 --kv-target 0.0996094");
+    EXPECT_EQ(eval_methods({"plan+evict", "plan"}, lim).size(), 4u);
     const eval_config c = all[5].at(1.0);
     EXPECT_EQ(c.cli(), "--kv-rate 0.75 --kv-evict h2o --kv-budget 64 --kv-bits 4");
     EXPECT_EQ(all[1].at(0.5).cli(), "--kv-evict h2o --kv-budget 288");

@@ -154,10 +154,12 @@ TEST(Sensitivity, MatchesDefinition) {
                 }
             }
 
-    // Quantized caches: every key and value as the 8-bit / 4-bit cache returns it
-    // (pca basis), exact for the sinks and the 4-bit residual window.
-    for (int bits = 0; bits < 2; bits++)
+    // Quantized caches: every key and value as the 8/4/2-bit cache returns it
+    // (pca basis), exact for the sinks and the 4/2-bit residual window; keys
+    // alone, values alone and both quantized.
+    for (int pb = 0; pb < zk::k_sens_n_qbits; pb++)
         for (int g2 = 0; g2 < KV; g2++) {
+            const int bits = zk::k_sens_qbits[pb];
             // the window's rotated rows and their quantized copies, [N x D]
             std::vector<float> kr((size_t)N * D), vr((size_t)N * D), kq((size_t)N * D), vq((size_t)N * D);
             for (int t = 0; t < N; t++) {
@@ -167,61 +169,66 @@ TEST(Sensitivity, MatchesDefinition) {
                 for (int j = 0; j < D; j++) kr[t * D + j] = (float)kt[j], vr[t * D + j] = (float)vh[j];
             }
             std::vector<int8_t> c8(D);
-            std::vector<uint8_t> c4(64);
+            std::vector<uint8_t> cq(64);
             std::vector<uint16_t> s1(D), s2(D);
             for (int t = 0; t < N; t++) {
-                if (bits == 0) {
+                if (bits == 8) {
                     zk::kvq_quantize_q8_row(&kr[t * D], D, c8.data(), s1.data());
                     zk::kvq_dequantize_q8_row(c8.data(), s1.data(), D, &kq[t * D]);
                     zk::kvq_quantize_q8_row(&vr[t * D], D, c8.data(), s1.data());
                     zk::kvq_dequantize_q8_row(c8.data(), s1.data(), D, &vq[t * D]);
                 } else {
-                    zk::kvq_quantize_q4_vrow(&vr[t * D], D, c4.data(), s1.data(), s2.data());
-                    zk::kvq_dequantize_q4_vrow(c4.data(), s1.data(), s2.data(), D, &vq[t * D]);
+                    zk::kvq_quantize_vrow(bits, &vr[t * D], D, cq.data(), s1.data(), s2.data());
+                    zk::kvq_dequantize_vrow(bits, cq.data(), s1.data(), s2.data(), D, &vq[t * D]);
                 }
             }
-            if (bits == 1)
+            if (bits != 8)
                 for (int t0 = 0; t0 + sp.group <= N; t0 += sp.group) {
-                    zk::kvq_quantize_q4_keys(&kr[t0 * D], sp.group, D, c4.data(), s1.data(), s2.data());
-                    zk::kvq_dequantize_q4_keys(c4.data(), s1.data(), s2.data(), sp.group, D, &kq[t0 * D]);
+                    zk::kvq_quantize_keys(bits, &kr[t0 * D], sp.group, D, cq.data(), s1.data(), s2.data());
+                    zk::kvq_dequantize_keys(bits, cq.data(), s1.data(), s2.data(), sp.group, D, &kq[t0 * D]);
                 }
-            double want = 0;
-            for (int t = stride - 1; t < N; t += stride) {
-                double xn = 0;
-                for (int e = 0; e < E; e++) xn += (double)x[(size_t)t * E + e] * x[(size_t)t * E + e];
-                const int nk = t + 1;
-                const int qlim = bits == 0 ? nk : (nk >= sp.residual ? ((nk - sp.residual) / sp.group + 1) * sp.group : 0);
-                std::vector<vec> dq(G);
-                for (int i = 0; i < G; i++) {
-                    vec qt;
-                    proj(c.rqk, g2, q.data() + ((size_t)t * H + g2 * G + i) * D, qt);
-                    vec o[2] = {vec(D, 0.0), vec(D, 0.0)};
-                    for (int pass = 0; pass < 2; pass++) {  // 0 exact, 1 quantized
-                        std::vector<double> sc(nk);
-                        double mx = -1e300, z = 0;
-                        for (int s3 = 0; s3 < nk; s3++) {
-                            const bool qz = pass && s3 >= sp.sinks && s3 < qlim;
-                            const float* kk = qz ? &kq[s3 * D] : &kr[s3 * D];
-                            double d = 0;
-                            for (int j = 0; j < D; j++) d += qt[j] * kk[j];
-                            sc[s3] = d * scale;
-                            mx = std::max(mx, sc[s3]);
+            for (int side = 0; side < zk::k_sens_n_qside; side++) {
+                const bool qk = side != zk::SENS_Q_V, qv = side != zk::SENS_Q_K;
+                double want = 0;
+                for (int t = stride - 1; t < N; t += stride) {
+                    double xn = 0;
+                    for (int e = 0; e < E; e++) xn += (double)x[(size_t)t * E + e] * x[(size_t)t * E + e];
+                    const int nk = t + 1;
+                    const int qlim =
+                        bits == 8 ? nk : (nk >= sp.residual ? ((nk - sp.residual) / sp.group + 1) * sp.group : 0);
+                    std::vector<vec> dq(G);
+                    for (int i = 0; i < G; i++) {
+                        vec qt;
+                        proj(c.rqk, g2, q.data() + ((size_t)t * H + g2 * G + i) * D, qt);
+                        vec o[2] = {vec(D, 0.0), vec(D, 0.0)};
+                        for (int pass = 0; pass < 2; pass++) {  // 0 exact, 1 quantized
+                            std::vector<double> sc(nk);
+                            double mx = -1e300, z = 0;
+                            for (int s3 = 0; s3 < nk; s3++) {
+                                const bool qz = pass && qk && s3 >= sp.sinks && s3 < qlim;
+                                const float* kk = qz ? &kq[s3 * D] : &kr[s3 * D];
+                                double d = 0;
+                                for (int j = 0; j < D; j++) d += qt[j] * kk[j];
+                                sc[s3] = d * scale;
+                                mx = std::max(mx, sc[s3]);
+                            }
+                            for (int s3 = 0; s3 < nk; s3++) z += sc[s3] = std::exp(sc[s3] - mx);
+                            for (int s3 = 0; s3 < nk; s3++) {
+                                const bool qz = pass && qv && s3 >= sp.sinks && s3 < qlim;
+                                const float* vv = qz ? &vq[s3 * D] : &vr[s3 * D];
+                                for (int j = 0; j < D; j++) o[pass][j] += sc[s3] / z * vv[j];
+                            }
                         }
-                        for (int s3 = 0; s3 < nk; s3++) z += sc[s3] = std::exp(sc[s3] - mx);
-                        for (int s3 = 0; s3 < nk; s3++) {
-                            const bool qz = pass && s3 >= sp.sinks && s3 < qlim;
-                            const float* vv = qz ? &vq[s3 * D] : &vr[s3 * D];
-                            for (int j = 0; j < D; j++) o[pass][j] += sc[s3] / z * vv[j];
-                        }
+                        dq[i].resize(D);
+                        for (int j = 0; j < D; j++) dq[i][j] = o[1][j] - o[0][j];
                     }
-                    dq[i].resize(D);
-                    for (int j = 0; j < D; j++) dq[i][j] = o[1][j] - o[0][j];
+                    want += dy_norm(g2, dq) / xn;
                 }
-                want += dy_norm(g2, dq) / xn;
+                want /= got.n_queries;
+                EXPECT_NEAR(got.rel_q[side][pb][g2], want, 2e-3 * want + 1e-9)
+                    << bits << "-bit, side " << side << ", head " << g2;
+                EXPECT_GT(want, 0.0);
             }
-            want /= got.n_queries;
-            EXPECT_NEAR(got.rel_q[bits][g2], want, 2e-3 * want + 1e-9) << (bits ? "4-bit" : "8-bit") << " head " << g2;
-            EXPECT_GT(want, 0.0);
         }
 }
 

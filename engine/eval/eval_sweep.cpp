@@ -47,7 +47,7 @@ eval_config eval_method::at(double t) const {
         parts.push_back(fmt("zack %.3f", rate));
     }
     if (evict) {
-        const double keep = 1.0 - t * (1.0 - lim.evict_min_keep);
+        const double keep = this->keep > 0 ? this->keep : 1.0 - t * (1.0 - lim.evict_min_keep);
         const int64_t budget = std::max<int64_t>(1, (int64_t)std::llround(keep * (double)lim.n_tokens));
         c.flags.push_back({"--kv-evict", lim.evict_policy});
         c.flags.push_back({"--kv-budget", std::to_string(budget)});
@@ -79,8 +79,17 @@ std::vector<eval_method> eval_methods(const std::vector<std::string>& names, con
         for (const auto& a : k_all) {
             if (n == "all" || n == a.name) {
                 hit = true;
-                if (std::any_of(out.begin(), out.end(), [&](const eval_method& m) { return m.name == a.name; }))
+                const std::string nm = a.name;
+                if (std::any_of(out.begin(), out.end(), [&](const eval_method& m) {
+                        return m.name == nm || m.name.rfind(nm + " ", 0) == 0;  // the family or one of its levels
+                    }))
                     continue;
+                if (a.p && a.e) {  // plans x eviction levels
+                    for (int den = 2; 1.0 / den >= lim.evict_min_keep - 1e-12; den *= 2)
+                        out.push_back({std::string(a.name) + " 1/" + std::to_string(den), a.z, a.e, a.q, a.p, lim,
+                                       1.0 / den});
+                    continue;
+                }
                 out.push_back({a.name, a.z, a.e, a.q, a.p, lim});
             }
         }

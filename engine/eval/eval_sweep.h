@@ -45,18 +45,24 @@ struct eval_method_limits {
 // has no knob (a fixed --kv-bits); the family is continuous when it has ZACK or
 // eviction, and then both move with t together. The plan families move a byte
 // target instead (--kv-target 1 - t (1 - plan_min_fraction)): at each target
-// the .zack's curves choose the precision and every head's rank and key basis
-// together (calib/plan.h), and plan+evict adds eviction moving with t.
+// the .zack's curves choose every head's precision, rank and key basis together
+// (calib/plan.h). plan+evict searches plans and token budgets jointly: it is
+// one plan family per eviction level (keep 1/2, 1/4, ... of the typical item,
+// down to evict_min_keep), each moving the byte target, so bisection finds the
+// smallest plan that keeps the target at every level and the report the
+// smallest of them all.
 struct eval_method {
-    std::string name;  // zack, evict, q4, zack+evict, zack+q4, zack+evict+q4, plan, plan+evict
+    std::string name;  // zack, evict, q4, zack+evict, zack+q4, zack+evict+q4, plan, plan+evict 1/2, ...
     bool zack = false, evict = false, quant = false, plan = false;
     eval_method_limits lim;
+    double keep = -1;  // plan+evict: the share of the typical item's tokens kept (fixed); -1 = moves with t
     bool continuous() const { return zack || evict || plan; }
     eval_config at(double t) const;
 };
 
 // The standard families by name; "all" in names = every standard family, in the
-// order zack, evict, q4, zack+evict, zack+q4, zack+evict+q4, plan, plan+evict.
+// order zack, evict, q4, zack+evict, zack+q4, zack+evict+q4, plan, plan+evict
+// (the latter one family per eviction level).
 std::vector<eval_method> eval_methods(const std::vector<std::string>& names, const eval_method_limits& lim);
 
 // One evaluated configuration.

@@ -1,0 +1,248 @@
+// KV plans with a precision per head (calib/plan.h) on synthetic loss tables:
+// the knapsack against brute force, the per-head plan against every
+// combination of (precision, key basis, rank) on a tiny model, the byte
+// accounting against the cache's own, the target respected, and the plan file
+// (version 2) read back and refused when malformed.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+
+#include "calib/alloc.h"
+#include "calib/plan.h"
+#include "engine/kv_cache.h"
+#include "ggml-like/error.h"
+
+namespace {
+
+// The least summed loss over every combination (one option per item) within the budget.
+double brute_knapsack(const std::vector<std::vector<zk::knap_option>>& items, int64_t budget) {
+    double best = std::numeric_limits<double>::infinity();
+    std::function<void(size_t, int64_t, double)> rec = [&](size_t i, int64_t cost, double loss) {
+        if (cost > budget) return;
+        if (i == items.size()) {
+            best = std::min(best, loss);
+            return;
+        }
+        for (const zk::knap_option& o : items[i]) rec(i + 1, cost + o.cost, loss + o.loss);
+    };
+    rec(0, 0, 0.0);
+    return best;
+}
+
+TEST(Knapsack, MatchesBruteForce) {
+    std::mt19937 rng(5);
+    std::uniform_int_distribution<int> cost(0, 9), n_opt(1, 5);
+    std::uniform_real_distribution<double> loss(0.0, 3.0);
+    for (int trial = 0; trial < 200; trial++) {
+        std::vector<std::vector<zk::knap_option>> items(1 + trial % 5);
+        int64_t least = 0;
+        for (auto& it : items) {
+            const int n = n_opt(rng);
+            int64_t m = 1 << 30;
+            for (int k = 0; k < n; k++) {
+                // every third option repeats the previous one's cost: ties and dominated options
+                const int64_t c = (k % 3 == 2) ? it.back().cost : cost(rng);
+                it.push_back({c, std::round(loss(rng) * 4) / 4});
+                m = std::min(m, c);
+            }
+            least += m;
+        }
+        const int64_t budget = least + trial % 13;
+        const std::vector<int> pick = zk::alloc_knapsack(items, budget);
+        ASSERT_EQ(pick.size(), items.size());
+        int64_t used = 0;
+        double got = 0;
+        for (size_t i = 0; i < items.size(); i++) {
+            ASSERT_GE(pick[i], 0);
+            ASSERT_LT(pick[i], (int)items[i].size());
+            used += items[i][pick[i]].cost;
+            got += items[i][pick[i]].loss;
+        }
+        EXPECT_LE(used, budget) << "trial " << trial;
+        EXPECT_NEAR(got, brute_knapsack(items, budget), 1e-12) << "trial " << trial;
+    }
+}
+
+TEST(Knapsack, OverBudgetThrows) {
+    std::vector<std::vector<zk::knap_option>> items = {{{3, 0.0}, {2, 1.0}}, {{4, 0.0}}};
+    EXPECT_THROW(zk::alloc_knapsack(items, 5), zk::error);
+    EXPECT_NO_THROW(zk::alloc_knapsack(items, 6));
+    EXPECT_THROW(zk::alloc_knapsack({{}}, 6), zk::error);
+}
+
+// The bytes a plan counts per side and per head are what the cache allocates
+// per token (uniform precision, the layouts the cache has).
+TEST(PlanBytes, MatchCacheAccounting) {
+    const int L = 2, KV = 3, d = 64;
+    std::mt19937 rng(3);
+    std::uniform_int_distribution<int> rank(1, d);
+    for (int bits : {16, 8, 4})
+        for (int trial = 0; trial < 4; trial++) {
+            std::vector<int> rk(L * KV), rv(L * KV);
+            for (int i = 0; i < L * KV; i++) rk[i] = trial ? rank(rng) : d, rv[i] = trial ? rank(rng) : d;
+            zk::kv_cache_params kp;
+            kp.bits = bits;
+            const zk::kv_cache c(L, KV, 256, kp, rk, rv);
+            double want = 0;
+            for (int i = 0; i < L * KV; i++)
+                want += zk::plan_side_bytes(bits, true, rk[i]) + zk::plan_side_bytes(bits, false, rv[i]) +
+                        zk::plan_head_bytes(bits, bits);
+            EXPECT_NEAR(c.bytes_per_token_exact(), want, 1e-9) << bits << "-bit, trial " << trial;
+            EXPECT_NEAR(zk::plan_bytes(L, KV, d, bits, rk, rv), want, 1e-9);
+        }
+    // 2-bit: a quarter byte per code, the 4-bit layout's scales
+    EXPECT_DOUBLE_EQ(zk::plan_side_bytes(2, true, 64), 16 + 4.0 * 64 / 32);
+    EXPECT_DOUBLE_EQ(zk::plan_side_bytes(2, false, 64), 16 + 4.0 * 2);
+    EXPECT_DOUBLE_EQ(zk::plan_side_bytes(2, false, 7), 2 + 4.0);
+    EXPECT_THROW(zk::plan_side_bytes(3, true, 8), zk::error);
+}
+
+// Loss tables of a tiny model: rank curves in two key bases, and per-side losses
+// of 8/4/2-bit caches growing as the precision falls.
+zk::plan_inputs tiny_inputs(uint32_t seed, int L, int KV, int d, std::vector<int> grid) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    zk::plan_inputs in;
+    zk::rank_curves& c = in.curves;
+    c.n_layer = L, c.n_kv = KV, c.d = d, c.grid = grid;
+    const size_t nh = (size_t)L * KV, nr = grid.size();
+    auto curve = [&](std::vector<double>& l) {
+        l.assign(nh * nr, 0.0);
+        for (size_t h = 0; h < nh; h++) {
+            double x = 0;
+            for (int r = (int)nr - 2; r >= 0; r--) l[h * nr + r] = x += u(rng) * u(rng) * 2;
+        }
+    };
+    curve(c.loss_k[0]);
+    curve(c.loss_k[2]);
+    curve(c.loss_v);
+    in.qbits = {8, 4, 2};
+    for (auto* q : {&in.qk, &in.qv, &in.qkv}) {
+        q->assign(3 * nh, 0.0);
+        for (size_t h = 0; h < nh; h++) {
+            const double s = u(rng);
+            (*q)[h] = 0.001 * s, (*q)[nh + h] = 0.05 * s + 0.01 * u(rng), (*q)[2 * nh + h] = 0.5 * s + u(rng);
+        }
+    }
+    in.source_sha256 = "abc";
+    return in;
+}
+
+TEST(PlanPerHead, BestOfEveryCombination) {
+    const int d = 16;
+    const std::vector<int> grid = {8, 16};
+    for (uint32_t seed = 1; seed <= 6; seed++) {
+        const zk::plan_inputs in = tiny_inputs(seed, 1, 2, d, grid);
+        const double f16 = zk::plan_f16_bytes(1, 2, d);
+        for (double target : {0.12, 0.2, 0.3, 0.45, 0.7, 1.0}) {
+            // every (bits, basis, rank) for both sides of both heads; bytes as the
+            // plan counts them (a KIVI side pays its head's group table)
+            const double table = zk::plan_head_bytes(4, 4) - zk::plan_head_bytes(16, 16);
+            struct opt { int bits, basis, rank; double loss, bytes; };
+            std::vector<opt> ko[2], vo[2];
+            for (int h = 0; h < 2; h++)
+                for (int bits : {16, 8, 4, 2})
+                    for (size_t ri = 0; ri < grid.size(); ri++) {
+                        for (int b : {0, 2})
+                            ko[h].push_back({bits, b, grid[ri], in.curves.loss_k[b][h * 2 + ri] + in.qloss(0, bits, h),
+                                             zk::plan_side_bytes(bits, true, grid[ri]) + (bits <= 4 ? table : 0)});
+                        vo[h].push_back({bits, 0, grid[ri], in.curves.loss_v[h * 2 + ri] + in.qloss(1, bits, h),
+                                         zk::plan_side_bytes(bits, false, grid[ri]) + (bits <= 4 ? table : 0)});
+                    }
+            double best = std::numeric_limits<double>::infinity();
+            const double room = target * f16 - 2 * zk::plan_head_bytes(16, 16);
+            for (const opt& a : ko[0])
+                for (const opt& b : vo[0])
+                    for (const opt& c : ko[1])
+                        for (const opt& e : vo[1])
+                            if (a.bytes + b.bytes + c.bytes + e.bytes <= room + 1e-9)
+                                best = std::min(best, a.loss + b.loss + c.loss + e.loss);
+            if (!std::isfinite(best)) {
+                EXPECT_THROW(zk::plan_for_target(in, target), zk::error) << "target " << target;
+                continue;
+            }
+            const zk::kv_plan p = zk::plan_for_target(in, target);
+            EXPECT_NEAR(p.loss, best, 1e-9) << "seed " << seed << " target " << target << " " << p.to_json().dump();
+            EXPECT_NEAR(zk::plan_predicted_loss(in, p), p.loss, 1e-12);
+            EXPECT_LE(p.kv_fraction, target + 1e-12);
+            EXPECT_NEAR(p.kv_fraction, zk::plan_bytes(p) / f16, 1e-12);
+            EXPECT_EQ(p.source_sha256, "abc");
+        }
+    }
+}
+
+TEST(PlanPerHead, SensitiveHeadsKeepMoreBits) {
+    const int L = 4, KV = 2, d = 64;
+    zk::plan_inputs in = tiny_inputs(9, L, KV, d, {16, 32, 48, 64});
+    const size_t nh = L * KV;
+    // head 3's keys lose a lot at 2 and 4 bits, head 5's values at 2 bits
+    in.qk[2 * nh + 3] = 50.0, in.qk[nh + 3] = 5.0;
+    in.qv[2 * nh + 5] = 50.0;
+    const zk::kv_plan p = zk::plan_for_target(in, 0.2);
+    ASSERT_TRUE(p.mixed());
+    EXPECT_GE(p.bits_k[3], 8);
+    EXPECT_GE(p.bits_v[5], 4);
+    int two = 0;
+    for (size_t h = 0; h < nh; h++) two += (p.bits_k[h] == 2) + (p.bits_v[h] == 2);
+    EXPECT_GT(two, 0) << p.describe();
+    EXPECT_LE(p.kv_fraction, 0.2);
+    EXPECT_NE(p.describe().find("per head"), std::string::npos);
+    // more room, less loss
+    double last = p.loss;
+    for (double t : {0.3, 0.5, 1.0}) {
+        const zk::kv_plan q = zk::plan_for_target(in, t);
+        EXPECT_LE(q.loss, last) << "target " << t;
+        last = q.loss;
+    }
+    EXPECT_THROW(zk::plan_for_target(in, 0.01), zk::error);  // below 2-bit at the smallest rank
+    // quantization that costs more than any rank cut: one precision (16) for
+    // every head, written as a version-1 plan
+    for (auto* q : {&in.qk, &in.qv}) std::fill(q->begin(), q->end(), 100.0);
+    const zk::kv_plan r = zk::plan_for_target(in, 0.6);
+    EXPECT_FALSE(r.mixed());
+    EXPECT_EQ(r.bits, 16);
+    EXPECT_GT(r.rate, 0.3);
+    EXPECT_EQ(r.to_json()["zack_plan"], 1);
+}
+
+TEST(PlanFile, PerHeadRoundTripAndBadInput) {
+    zk::plan_inputs in = tiny_inputs(9, 4, 2, 64, {16, 32, 48, 64});
+    in.qk[2 * 8 + 3] = 50.0, in.qk[8 + 3] = 5.0;
+    const zk::kv_plan p = zk::plan_for_target(in, 0.2);
+    ASSERT_TRUE(p.mixed());
+    const nlohmann::json j = p.to_json();
+    EXPECT_EQ(j["zack_plan"], 2);
+    const zk::kv_plan q = zk::kv_plan::from_json(j, "t");
+    EXPECT_EQ(q.bits_k, p.bits_k);
+    EXPECT_EQ(q.bits_v, p.bits_v);
+    EXPECT_EQ(q.ranks_k, p.ranks_k);
+    EXPECT_EQ(q.kbasis, p.kbasis);
+    EXPECT_NEAR(zk::plan_bytes(q), zk::plan_bytes(p), 1e-12);
+    auto bad = [&](const std::function<void(nlohmann::json&)>& f) {
+        nlohmann::json b = j;
+        f(b);
+        return b;
+    };
+    EXPECT_THROW(zk::kv_plan::from_json(bad([](nlohmann::json& b) { b["bits_k"][0] = 3; }), "t"), zk::error);
+    EXPECT_THROW(zk::kv_plan::from_json(bad([](nlohmann::json& b) { b["bits_v"].erase(0); }), "t"), zk::error);
+    EXPECT_THROW(zk::kv_plan::from_json(bad([](nlohmann::json& b) { b["zack_plan"] = 3; }), "t"), zk::error);
+    EXPECT_THROW(zk::kv_plan::from_json(bad([](nlohmann::json& b) { b["bits"] = 5; }), "t"), zk::error);
+}
+
+// Files from before per-side measurements (both sides together, 8 and 4 bits):
+// one precision for every head, as before.
+TEST(PlanPerHead, OlderFilesGetOnePrecision) {
+    zk::plan_inputs in = tiny_inputs(2, 2, 2, 32, {8, 16, 24, 32});
+    in.qbits = {8, 4};
+    in.qkv.resize(2 * 4);
+    in.qk.clear(), in.qv.clear();
+    const zk::kv_plan p = zk::plan_for_target(in, 0.3);
+    EXPECT_FALSE(p.mixed());
+    EXPECT_EQ(p.bits, 4);
+    EXPECT_LE(p.kv_fraction, 0.3);
+}
+
+}  // namespace
