@@ -120,21 +120,27 @@ plan_inputs plan_inputs::from_model(const model& m) {
     in.curves = rank_curves::from_model(m);
     const zack_info& z = m.zack;
     in.qbits.assign(z.sens_qbits.begin(), z.sens_qbits.end());
-    in.qk.assign(z.sens_qk.begin(), z.sens_qk.end());
-    in.qv.assign(z.sens_qv.begin(), z.sens_qv.end());
-    in.qkv.assign(z.sens_qkv.begin(), z.sens_qkv.end());
+    in.q.assign(z.sens_q.begin(), z.sens_q.end());
     in.source_sha256 = m.file->get_str("zack.source.sha256", "");
     return in;
 }
 
-double plan_inputs::qloss(int side, int bits, size_t h) const {
-    if (bits == 16) return 0.0;
-    const std::vector<double>& q = side == 0 ? qk : side == 1 ? qv : qkv;
-    const size_t nh = (size_t)curves.n_layer * curves.n_kv;
-    for (size_t i = 0; i < qbits.size(); i++)
-        if (qbits[i] == bits && q.size() == qbits.size() * nh) return q[i * nh + h];
-    ZK_THROW("no measured loss of the %d-bit cache%s (a .zack from an older zack calibrate)", bits,
-             side == 0 ? " for keys alone" : side == 1 ? " for values alone" : "");
+bool plan_inputs::per_head() const {
+    const size_t np = qbits.size(), nh = (size_t)curves.n_layer * curves.n_kv;
+    if (np < 2 || q.size() != np * np * nh) return false;
+    return std::all_of(q.begin(), q.end(), [](double x) { return std::isfinite(x); });
+}
+
+double plan_inputs::qloss(int bits_k, int bits_v, size_t h) const {
+    if (bits_k == 16 && bits_v == 16) return 0.0;
+    const size_t np = qbits.size(), nh = (size_t)curves.n_layer * curves.n_kv;
+    const auto ik = std::find(qbits.begin(), qbits.end(), bits_k), iv = std::find(qbits.begin(), qbits.end(), bits_v);
+    if (ik != qbits.end() && iv != qbits.end() && q.size() == np * np * nh) {
+        const double x = q[((size_t)(ik - qbits.begin()) * np + (size_t)(iv - qbits.begin())) * nh + h];
+        if (std::isfinite(x)) return x;
+    }
+    ZK_THROW("no measured loss of %d-bit keys with %d-bit values (a .zack from an older zack calibrate)", bits_k,
+             bits_v);
 }
 
 double plan_f16_bytes(int n_layer, int n_kv, int head_dim) { return (double)n_layer * n_kv * 4.0 * head_dim; }
@@ -155,6 +161,11 @@ double plan_side_bytes(int bits, bool key, int r, int group) {
 double plan_head_bytes(int bits_k, int bits_v, int group) {
     const bool kivi = bits_k <= 4 || bits_v <= 4;
     return sizeof(int32_t) + (kivi ? (double)sizeof(int32_t) / group : 0.0);  // positions; group starts
+}
+
+int64_t plan_head_cost(int bits_k, int bits_v, int rank_k, int rank_v) {
+    return (int64_t)std::ceil(plan_side_bytes(bits_k, true, rank_k) + plan_side_bytes(bits_v, false, rank_v) +
+                              plan_head_bytes(bits_k, bits_v) - 1e-9);
 }
 
 double plan_bytes(const kv_plan& p) {
@@ -188,74 +199,61 @@ double plan_predicted_loss(const plan_inputs& in, int bits, const std::vector<in
 double plan_predicted_loss(const plan_inputs& in, const kv_plan& p) {
     double loss = p.ranks_k.empty() ? 0.0 : ranks_loss(in.curves, p.ranks_k, p.ranks_v, p.kbasis);
     const size_t nh = (size_t)in.curves.n_layer * in.curves.n_kv;
-    // per side where measured (what the per-head plan minimises), else both sides at once
-    for (size_t h = 0; h < nh; h++)
-        loss += in.per_side() ? in.qloss(0, p.head_bits_k(h), h) + in.qloss(1, p.head_bits_v(h), h)
-                              : in.qloss(2, p.head_bits_k(h), h);
+    for (size_t h = 0; h < nh; h++) loss += in.qloss(p.head_bits_k(h), p.head_bits_v(h), h);
     return loss;
 }
 
 namespace {
 
-// The per-head plan (see plan.h): every (head, K|V) item takes a (precision,
-// key basis, rank) option; costs in 1/64 byte per token, divided by their
-// greatest common divisor so that the knapsack's budget stays small (28,672
-// units for Qwen2.5-1.5B's whole f16 cache).
+// The per-head plan (see plan.h): every head is an item whose options are its
+// (key precision, value precision, key basis, key rank, value rank), costing
+// plan_head_cost (whole bytes, so the knapsack's budget stays small: 28,672
+// units for Qwen2.5-1.5B's whole f16 cache). A head has up to 4 x 4 x 3 x 16 x
+// 16 options; the knapsack keeps the few hundred that are not dominated.
 kv_plan plan_per_head(const plan_inputs& in, double target) {
     const rank_curves& c = in.curves;
     const size_t nh = (size_t)c.n_layer * c.n_kv, nr = c.grid.size();
-    std::vector<int> precisions = {16};
-    for (int b : in.qbits) precisions.push_back(b);
     std::vector<int> bases;
     for (int b = 0; b < 3; b++)
         if (!c.loss_k[b].empty()) bases.push_back(b);
-    struct choice { int bits, basis, rank; };
-    std::vector<std::vector<choice>> what(2 * nh);
-    std::vector<std::vector<knap_option>> items(2 * nh);
-    int64_t unit = 0;
-    for (size_t i = 0; i < 2 * nh; i++) {
-        const bool key = i < nh;
-        const size_t h = i % nh;
-        for (int bits : precisions)
-            for (int b : key ? bases : std::vector<int>{0})
-                for (size_t ri = 0; ri < nr; ri++) {
-                    const int r = c.grid[ri];
-                    const double l = (key ? c.loss_k[b] : c.loss_v)[h * nr + ri] + in.qloss(key ? 0 : 1, bits, h);
-                    // a KIVI side also pays the head's group table (both sides
-                    // when both are KIVI: 1/8 byte per head per token too many)
-                    const double bytes =
-                        plan_side_bytes(bits, key, r) + (bits <= 4 ? plan_head_bytes(4, 4) - plan_head_bytes(16, 16) : 0);
-                    const int64_t cost = std::llround(bytes * 64.0);
-                    what[i].push_back({bits, b, r});
-                    items[i].push_back({cost, l});
-                    unit = std::gcd(unit, cost);
-                }
+    struct choice { int bits_k, bits_v, basis, rank_k, rank_v; };
+    std::vector<std::vector<choice>> what(nh);
+    std::vector<std::vector<knap_option>> items(nh);
+    for (size_t h = 0; h < nh; h++) {
+        // each side's cheapest (basis, rank) loss is searched inside the knapsack; here the
+        // cross product of the sides, per precision pair
+        for (int bk : in.qbits)
+            for (int bv : in.qbits) {
+                const double lq = in.qloss(bk, bv, h);
+                for (int b : bases)
+                    for (size_t rk = 0; rk < nr; rk++)
+                        for (size_t rv = 0; rv < nr; rv++) {
+                            const double l = c.loss_k[b][h * nr + rk] + c.loss_v[h * nr + rv] + lq;
+                            what[h].push_back({bk, bv, b, c.grid[rk], c.grid[rv]});
+                            items[h].push_back({plan_head_cost(bk, bv, c.grid[rk], c.grid[rv]), l});
+                        }
+            }
     }
-    ZK_ASSERT(unit > 0);
-    for (auto& it : items)
-        for (knap_option& o : it) o.cost /= unit;
-    // What every head costs besides its sides (slot positions).
-    const double fixed = nh * plan_head_bytes(16, 16);
     const double f16 = plan_f16_bytes(c.n_layer, c.n_kv, c.d);
-    const int64_t budget = (int64_t)std::floor((target * f16 - fixed) * 64.0 / unit + 1e-9);
-    double least = fixed;
-    for (size_t i = 0; i < 2 * nh; i++) {
-        double m = 1e300;
-        for (const knap_option& o : items[i]) m = std::min(m, (double)o.cost * unit / 64.0);
+    const int64_t budget = (int64_t)std::floor(target * f16 + 1e-9);
+    int64_t least = 0;
+    for (size_t h = 0; h < nh; h++) {
+        int64_t m = INT64_MAX;
+        for (const knap_option& o : items[h]) m = std::min(m, o.cost);
         least += m;
     }
-    if (budget < 0 || least > target * f16 + 1e-9)
-        ZK_THROW("no plan fits %.1f%% of the f16 cache: the least is %.1f%% (2-bit at the highest rate); "
+    if (least > budget)
+        ZK_THROW("no plan fits %.1f%% of the f16 cache: the least is %.1f%% (%d-bit at the highest rate); "
                  "eviction (--kv-evict, --kv-budget) goes further",
-                 100.0 * target, 100.0 * least / f16);
+                 100.0 * target, 100.0 * (double)least / f16, *std::min_element(in.qbits.begin(), in.qbits.end()));
     const std::vector<int> pick = alloc_knapsack(items, budget);
     kv_plan p;
     p.n_layer = c.n_layer, p.n_kv = c.n_kv, p.head_dim = c.d;
     p.bits_k.resize(nh), p.bits_v.resize(nh), p.ranks_k.resize(nh), p.ranks_v.resize(nh), p.kbasis.resize(nh);
-    for (size_t i = 0; i < 2 * nh; i++) {
-        const choice& ch = what[i][pick[i]];
-        if (i < nh) p.bits_k[i] = ch.bits, p.ranks_k[i] = ch.rank, p.kbasis[i] = ch.basis;
-        else p.bits_v[i - nh] = ch.bits, p.ranks_v[i - nh] = ch.rank;
+    for (size_t h = 0; h < nh; h++) {
+        const choice& ch = what[h][pick[h]];
+        p.bits_k[h] = ch.bits_k, p.bits_v[h] = ch.bits_v, p.kbasis[h] = ch.basis;
+        p.ranks_k[h] = ch.rank_k, p.ranks_v[h] = ch.rank_v;
     }
     p.rate = ranks_rate(p.ranks_k, p.ranks_v, c.d);
     p.bits = std::max(*std::max_element(p.bits_k.begin(), p.bits_k.end()),
@@ -276,7 +274,7 @@ kv_plan plan_for_target(const plan_inputs& in, double target) {
     plan_validate_target(target);
     const rank_curves& c = in.curves;
     c.validate();
-    if (in.per_side()) {
+    if (in.per_head()) {
         kv_plan p = plan_per_head(in, target);
         p.target = target;
         p.source = "predicted from the .zack's sensitivity curves (per head)";
@@ -322,7 +320,7 @@ kv_plan plan_for_target(const plan_inputs& in, double target) {
     if (!found)
         ZK_THROW("no plan fits %.1f%% of the f16 cache: the least is %.1f%% (%s at the highest rate); "
                  "eviction (--kv-evict, --kv-budget) goes further",
-                 100.0 * target, 100.0 * least_fraction, in.qbits.empty() ? "16-bit" : "4-bit");
+                 100.0 * target, 100.0 * least_fraction, in.qbits.size() < 2 ? "16-bit" : "4-bit");
     best.target = target;
     best.source = "predicted from the .zack's sensitivity curves";
     best.source_sha256 = in.source_sha256;

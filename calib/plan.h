@@ -4,13 +4,15 @@
 // A plan for a target fraction F of the f16 full-rank cache's bytes per token
 // is predicted from the measured losses of a .zack (calib/sensitivity.h): the
 // rank curves of every head's keys (per key basis) and values, and the loss of
-// each precision (8, 4, 2 bits) at full rank with that head's keys alone or its
-// values alone quantized. Every (head, K|V) takes one (precision, key basis,
-// rank), the predicted loss of a choice being its rank loss plus its precision's
-// loss, and the choices minimising the summed loss within F's bytes are found
-// exactly (calib/alloc.h's knapsack, costs from the cache layouts' bytes per
-// token). Files measured before per-side losses existed (both sides at once,
-// 8 and 4 bits only) get one precision for every head: for each, the ranks
+// every pair of key and value precisions (16, 8, 4, 2 bits) at full rank. Every
+// head takes one (key precision, value precision, key basis, key rank, value
+// rank), the predicted loss of a choice being its two rank losses plus its
+// precision pair's loss, and the choices minimising the summed loss within F's
+// bytes are found exactly (calib/alloc.h's knapsack, costs from the cache
+// layouts' bytes per token). The pair is measured, not summed from the sides:
+// at 2 bits on Qwen2.5-Coder-1.5B keys and values together lose about twice
+// what each loses alone. Files measured before pairs existed (both sides at
+// one precision, 8 and 4 bits only) get one precision for every head: for each, the ranks
 // allocated by loss at the least compression that fits F, and the precision
 // whose predicted loss is least wins. `zack calibrate --kv-target F` records
 // such plans in the .zack (zack.plans); `--kv-target F` computes one on the
@@ -63,19 +65,20 @@ struct kv_plan {
 };
 
 // What a prediction needs: the curves, the measured losses of the quantized
-// caches at full rank (zack_sens_curves: per precision in qbits,
-// [n_q x n_layer x n_kv] with keys alone / values alone / both quantized; qk and
-// qv empty in older files) and the model.
+// caches at full rank (zack_sens_curves: precisions qbits, the first 16, and
+// q [n_p x n_p x n_layer x n_kv], keys at qbits[i] and values at qbits[j]; NaN
+// where not measured, as the pairs of mixed precision in older files) and the model.
 struct plan_inputs {
     rank_curves curves;
     std::vector<int> qbits;
-    std::vector<double> qk, qv, qkv;
+    std::vector<double> q;
     std::string source_sha256;
     static plan_inputs from_model(const model& m);  // throws when the .zack has no curves
-    bool per_side() const { return !qk.empty() && !qv.empty(); }
-    // The measured loss of head h at `bits` with `side` quantized (0 keys, 1
-    // values, 2 both); 0 at 16 bits; throws when that precision was not measured.
-    double qloss(int side, int bits, size_t h) const;
+    // Every pair measured: plans choose a precision per head.
+    bool per_head() const;
+    // The measured loss of head h with keys at bits_k and values at bits_v (0 for
+    // 16 and 16); throws when that pair was not measured.
+    double qloss(int bits_k, int bits_v, size_t h) const;
 };
 
 // The f16 full-rank bytes per token, and the bytes per token of a cache with
@@ -91,6 +94,10 @@ double plan_side_bytes(int bits, bool key, int r, int group = 32);
 double plan_head_bytes(int bits_k, int bits_v, int group = 32);
 // The bytes per token of a plan's precisions and ranks (per-head bits).
 double plan_bytes(const kv_plan& p);
+// What one head at these precisions and ranks costs in a plan's search: its
+// bytes per token rounded up to a whole byte (plans stay within their target;
+// at most n_layer x n_kv bytes per token below it).
+int64_t plan_head_cost(int bits_k, int bits_v, int rank_k, int rank_v);
 
 // The predicted plan for target F in (0, 1] (see above). Throws when F is out
 // of range or nothing fits F (naming the least fraction a 4-bit cache at the

@@ -59,8 +59,10 @@ sensitivity_observer::sensitivity_observer(const model& m, const zack_calibratio
         if (bases_.empty() || bases_[0] != 0) ZK_THROW("sensitivity: quantized caches are simulated in the pca basis");
         if (p_.group < 1 || p_.residual < p_.group || p_.residual % p_.group || p_.sinks < 0)
             ZK_THROW("sensitivity: bad 4-bit layout (group %d, residual %d, sinks %d)", p_.group, p_.residual, p_.sinks);
-        for (int b = 0; b < k_sens_n_qbits; b++) {
-            for (int side = 0; side < k_sens_n_qside; side++) acc_.rel_q[side][b].assign((size_t)L_ * KV_, 0.0);
+        for (int i = 0; i < k_sens_n_prec; i++)
+            for (int j = 0; j < k_sens_n_prec; j++)
+                if (i || j) acc_.rel_q[i][j].assign((size_t)L_ * KV_, 0.0);
+        for (int b = 0; b < k_sens_n_prec - 1; b++) {
             ktq_[b].resize(L_);
             vtq_[b].resize(L_);
         }
@@ -116,15 +118,16 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
     const int D = D_, KV = KV_, GR = p_.group;
     const std::vector<float>& kt = kt_[0][layer];
     const std::vector<float>& vt = vt_[layer];
-    for (int b = 0; b < k_sens_n_qbits; b++)
+    constexpr int NQB = k_sens_n_prec - 1;
+    for (int b = 0; b < NQB; b++)
         if (ktq_[b][layer].empty())
             ktq_[b][layer].resize((size_t)max_ctx_ * KV * D), vtq_[b][layer].resize((size_t)max_ctx_ * KV * D);
     std::vector<int8_t> c8(D);
     std::vector<uint8_t> cq((size_t)GR * kv_qb_row_bytes(4, D) + 64);
     std::vector<uint16_t> s1(std::max(D, kv_n_blocks(D, KV_Q8_BLOCK))), s2(std::max(D, kv_n_blocks(D, KV_Q4_VBLOCK)));
     std::vector<float> grp((size_t)GR * D);
-    for (int b = 0; b < k_sens_n_qbits; b++) {
-        const int bits = k_sens_qbits[b];
+    for (int b = 0; b < NQB; b++) {
+        const int bits = k_sens_prec[1 + b];
         for (int64_t t = from; t < to; t++)
             for (int g = 0; g < KV; g++) {
                 const size_t o = ((size_t)t * KV + g) * D;
@@ -293,16 +296,17 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
     run((int64_t)KV * NQ, value_job);
 
     // Quantized caches at full rank (pca basis): per (KV head, query head) and
-    // for each precision and side (keys alone, values alone, both) the outputs
-    // with those rows as the cache would return them, exact for the sinks and
-    // (4/2-bit) the newest tokens.
+    // for every pair of key and value precisions but (16, 16) the outputs with
+    // the rows as the cache would return them, exact for the sinks and (4/2-bit)
+    // the newest tokens.
     std::vector<float> dq;
-    constexpr int NV = k_sens_n_qside * k_sens_n_qbits;  // variants, index side * n_qbits + precision
+    constexpr int NP = k_sens_n_prec;
+    constexpr int NV = NP * NP;  // variants, index i * NP + j (keys at k_sens_prec[i], values at [j]); 0 unused
     if (p_.quant) {
         dq.resize((size_t)NV * KV * NQ * GD);
         auto quant_job = [&](int64_t b, int64_t e, int) {
-            std::vector<float> qraw((size_t)NQ * D), qt((size_t)NQ * D), se((size_t)NQ * nk_max);
-            std::vector<float> sq((size_t)k_sens_n_qbits * NQ * nk_max);
+            std::vector<float> qraw((size_t)NQ * D), qt((size_t)NQ * D);
+            std::vector<float> sc((size_t)NP * NQ * nk_max);  // scores with keys at each precision
             std::vector<float> pe((size_t)NQ * nk_max), pq((size_t)NQ * nk_max), o((size_t)NQ * D);
             for (int64_t job = b; job < e; job++) {
                 const int g = (int)(job / G), i = (int)(job % G);
@@ -311,53 +315,51 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
                     std::copy_n(q + (rows[qi] * H + g * G + i) * D, D, qraw.data() + qi * D);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)NQ, D, D, 1.0f, qraw.data(), D, A, D, 0.0f,
                             qt.data(), D);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)NQ, (int)nk_max, D, scale, qt.data(), D,
-                            kt_[0][layer].data() + (size_t)g * D, kstride, 0.0f, se.data(), (int)nk_max);
-                for (int pb = 0; pb < k_sens_n_qbits; pb++)
+                for (int pk = 0; pk < NP; pk++)
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)NQ, (int)nk_max, D, scale, qt.data(), D,
-                                ktq_[pb][layer].data() + (size_t)g * D, kstride, 0.0f,
-                                sq.data() + (size_t)pb * NQ * nk_max, (int)nk_max);
-                for (int side = 0; side < k_sens_n_qside; side++)
-                    for (int pb = 0; pb < k_sens_n_qbits; pb++) {
-                        const bool qk = side != SENS_Q_V, qv = side != SENS_Q_K;
-                        for (int64_t qi = 0; qi < NQ; qi++) {
-                            const int64_t t = base + rows[qi], nk = t + 1, k0 = first_key(nk);
-                            // quantized slots: [sinks, qlim); 4/2-bit keep the newest tokens exact
-                            int64_t qlim = nk;
-                            if (k_sens_qbits[pb] != 8)
-                                qlim = nk >= p_.residual ? ((nk - p_.residual) / p_.group + 1) * p_.group : 0;
-                            const float* er = se.data() + qi * nk_max;
-                            const float* qr = (qk ? sq.data() + (size_t)pb * NQ * nk_max : se.data()) + qi * nk_max;
-                            float* pe_r = pe.data() + qi * nk_max;
-                            float* pq_r = pq.data() + qi * nk_max;
-                            std::fill(pe_r, pe_r + nk_max, 0.0f);
-                            std::fill(pq_r, pq_r + nk_max, 0.0f);
-                            auto quantized = [&](int64_t s2) { return s2 >= p_.sinks && s2 < qlim; };
-                            float mx = -INFINITY;
-                            for (int64_t s2 = k0; s2 < nk; s2++) mx = std::max(mx, quantized(s2) ? qr[s2] : er[s2]);
-                            float z = 0;
-                            for (int64_t s2 = k0; s2 < nk; s2++) {
-                                const float pv = std::exp((quantized(s2) ? qr[s2] : er[s2]) - mx);
-                                z += pv;
-                                // the probability goes to the quantized values only when they are simulated
-                                (quantized(s2) && qv ? pq_r : pe_r)[s2] = pv;
-                            }
-                            const float iz = 1.0f / z;
-                            for (int64_t s2 = k0; s2 < nk; s2++) pe_r[s2] *= iz, pq_r[s2] *= iz;
+                                (pk ? ktq_[pk - 1][layer] : kt_[0][layer]).data() + (size_t)g * D, kstride, 0.0f,
+                                sc.data() + (size_t)pk * NQ * nk_max, (int)nk_max);
+                for (int var = 1; var < NV; var++) {
+                    const int pk = var / NP, pv = var % NP;
+                    // the slots a quantized side returns quantized: [sinks, qlim); 4/2-bit keep the newest tokens exact
+                    auto limit = [&](int prec, int64_t nk) -> int64_t {
+                        if (prec == 0) return 0;
+                        if (k_sens_prec[prec] == 8) return nk;
+                        return nk >= p_.residual ? ((nk - p_.residual) / p_.group + 1) * p_.group : 0;
+                    };
+                    for (int64_t qi = 0; qi < NQ; qi++) {
+                        const int64_t t = base + rows[qi], nk = t + 1, k0 = first_key(nk);
+                        const int64_t klim = limit(pk, nk), vlim = limit(pv, nk);
+                        const float* er = sc.data() + qi * nk_max;
+                        const float* qr = sc.data() + (size_t)pk * NQ * nk_max + qi * nk_max;
+                        float* pe_r = pe.data() + qi * nk_max;
+                        float* pq_r = pq.data() + qi * nk_max;
+                        std::fill(pe_r, pe_r + nk_max, 0.0f);
+                        std::fill(pq_r, pq_r + nk_max, 0.0f);
+                        auto kq = [&](int64_t s2) { return s2 >= p_.sinks && s2 < klim; };
+                        float mx = -INFINITY;
+                        for (int64_t s2 = k0; s2 < nk; s2++) mx = std::max(mx, kq(s2) ? qr[s2] : er[s2]);
+                        float z = 0;
+                        for (int64_t s2 = k0; s2 < nk; s2++) {
+                            const float pv2 = std::exp((kq(s2) ? qr[s2] : er[s2]) - mx);
+                            z += pv2;
+                            (s2 >= p_.sinks && s2 < vlim ? pq_r : pe_r)[s2] = pv2;
                         }
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)NQ, D, (int)nk_max, 1.0f,
-                                    pe.data(), (int)nk_max, vt.data() + (size_t)g * D, kstride, 0.0f, o.data(), D);
-                        if (qv)
-                            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)NQ, D, (int)nk_max, 1.0f,
-                                        pq.data(), (int)nk_max, vtq_[pb][layer].data() + (size_t)g * D, kstride, 1.0f,
-                                        o.data(), D);
-                        const int var = side * k_sens_n_qbits + pb;
-                        for (int64_t qi = 0; qi < NQ; qi++) {
-                            float* dst = dq.data() + (((size_t)var * KV + g) * NQ + qi) * GD + (size_t)i * D;
-                            const float* of = ofull.data() + ((size_t)g * NQ + qi) * GD + (size_t)i * D;
-                            for (int c2 = 0; c2 < D; c2++) dst[c2] = o[(size_t)qi * D + c2] - of[c2];
-                        }
+                        const float iz = 1.0f / z;
+                        for (int64_t s2 = k0; s2 < nk; s2++) pe_r[s2] *= iz, pq_r[s2] *= iz;
                     }
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)NQ, D, (int)nk_max, 1.0f, pe.data(),
+                                (int)nk_max, vt.data() + (size_t)g * D, kstride, 0.0f, o.data(), D);
+                    if (pv)
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)NQ, D, (int)nk_max, 1.0f,
+                                    pq.data(), (int)nk_max, vtq_[pv - 1][layer].data() + (size_t)g * D, kstride, 1.0f,
+                                    o.data(), D);
+                    for (int64_t qi = 0; qi < NQ; qi++) {
+                        float* dst = dq.data() + (((size_t)var * KV + g) * NQ + qi) * GD + (size_t)i * D;
+                        const float* of = ofull.data() + ((size_t)g * NQ + qi) * GD + (size_t)i * D;
+                        for (int c2 = 0; c2 < D; c2++) dst[c2] = o[(size_t)qi * D + c2] - of[c2];
+                    }
+                }
             }
         };
         run((int64_t)KV * G, quant_job);
@@ -397,14 +399,14 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
                 acc_.rel_v[a] += v2 / xn;
             }
         }
-        for (int var = 0; p_.quant && var < NV; var++) {
+        for (int var = 1; p_.quant && var < NV; var++) {
             const float* X = dq.data() + ((size_t)var * KV + g) * NQ * GD;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)NQ, GD, GD, 1.0f, X, GD, M.data(), GD, 0.0f,
                         Z.data(), GD);
             for (int64_t qi = 0; qi < NQ; qi++) {
                 double s2 = 0;
                 for (int c2 = 0; c2 < GD; c2++) s2 += (double)X[(size_t)qi * GD + c2] * Z[(size_t)qi * GD + c2];
-                acc_.rel_q[var / k_sens_n_qbits][var % k_sens_n_qbits][(size_t)layer * KV + g] +=
+                acc_.rel_q[var / NP][var % NP][(size_t)layer * KV + g] +=
                     s2 / std::max(1e-30, (double)xnorm_[rows[qi]]);
             }
         }
@@ -419,8 +421,8 @@ zack_sensitivity sensitivity_observer::result() const {
             for (double& x : *v) x /= n;
     for (auto* v : {&s.abs_v, &s.rel_v})
         for (double& x : *v) x /= n;
-    for (auto& side : s.rel_q)
-        for (auto& v : side)
+    for (auto& row : s.rel_q)
+        for (auto& v : row)
             for (double& x : v) x /= n;
     return s;
 }
@@ -459,13 +461,13 @@ zack_sens_curves calib_sensitivity(const model& m, const zack_calibration& c,
     out.grid = r.ranks;
     for (int b = 0; b < k_key_basis_count; b++) out.k[b] = r.rel_k[b];
     out.v = r.rel_v;
-    if (!r.rel_q[0][0].empty()) {
-        out.qbits.assign(k_sens_qbits, k_sens_qbits + k_sens_n_qbits);
-        for (int b = 0; b < k_sens_n_qbits; b++) {
-            out.qk.insert(out.qk.end(), r.rel_q[SENS_Q_K][b].begin(), r.rel_q[SENS_Q_K][b].end());
-            out.qv.insert(out.qv.end(), r.rel_q[SENS_Q_V][b].begin(), r.rel_q[SENS_Q_V][b].end());
-            out.qkv.insert(out.qkv.end(), r.rel_q[SENS_Q_KV][b].begin(), r.rel_q[SENS_Q_KV][b].end());
-        }
+    if (!r.rel_q[0][1].empty()) {
+        const size_t nh = (size_t)r.n_layer * r.n_kv;
+        out.qbits.assign(k_sens_prec, k_sens_prec + k_sens_n_prec);
+        out.q.assign((size_t)k_sens_n_prec * k_sens_n_prec * nh, 0.0);  // [0][0]: exact, loss 0
+        for (int i = 0; i < k_sens_n_prec; i++)
+            for (int j = 0; j < k_sens_n_prec; j++)
+                if (i || j) std::copy(r.rel_q[i][j].begin(), r.rel_q[i][j].end(), out.q.begin() + (i * k_sens_n_prec + j) * nh);
     }
     out.metric = "rel: mean over measured queries of |dy|^2 / |x|^2 (dy: the residual-stream change of the head at "
                  "that rank, x: the layer's input)";

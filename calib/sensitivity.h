@@ -38,18 +38,16 @@ struct sens_params {
     // engine lays them out (engine/kv_cache.h): 8-bit every token; 4-bit and
     // 2-bit KIVI, keys per channel over groups of `group` tokens, keys and values
     // once they leave the newest `residual` tokens. The first `sinks` positions
-    // stay exact. Each precision is measured with the keys alone quantized, the
-    // values alone, and both (k_sens_qbits, sens_qside).
+    // stay exact. Every pair of (key, value) precisions in k_sens_prec is
+    // measured (16 = exact), so plans can mix them per head.
     bool quant = true;
     int group = 32, residual = 128, sinks = 4;
 };
 
-// The precisions of the simulated quantized caches, and which side of a head
-// is quantized in a measurement.
-constexpr int k_sens_n_qbits = 3;
-constexpr int k_sens_qbits[k_sens_n_qbits] = {8, 4, 2};
-enum sens_qside : int { SENS_Q_K = 0, SENS_Q_V = 1, SENS_Q_KV = 2 };
-constexpr int k_sens_n_qside = 3;
+// The precisions of the simulated caches: index 0 is exact (16), then the
+// quantized layouts.
+constexpr int k_sens_n_prec = 4;
+constexpr int k_sens_prec[k_sens_n_prec] = {16, 8, 4, 2};
 
 // A grid of about 16 ranks: multiples of max(align, d / 16), ending at d.
 std::vector<int> sens_default_ranks(int d, int align);
@@ -61,9 +59,10 @@ struct zack_sensitivity {
     // [n_layer x n_kv x n_r] each: mean ||dy||^2 (abs) and ||dy||^2 / ||x||^2 (rel) per query.
     std::vector<double> abs_k[k_key_basis_count], rel_k[k_key_basis_count];
     std::vector<double> abs_v, rel_v;
-    // Quantized caches at full rank, rel [n_layer x n_kv] per (side, precision
-    // index into k_sens_qbits); empty: not measured.
-    std::vector<double> rel_q[k_sens_n_qside][k_sens_n_qbits];
+    // Quantized caches at full rank, rel [n_layer x n_kv] per (key precision,
+    // value precision) index into k_sens_prec; [0][0] (exact) and everything
+    // when not measured: empty.
+    std::vector<double> rel_q[k_sens_n_prec][k_sens_n_prec];
     int64_t n_queries = 0;                  // measured query tokens (per layer)
     int n_r() const { return (int)ranks.size(); }
     size_t at(int layer, int g, int ri) const { return ((size_t)layer * n_kv + g) * ranks.size() + ri; }
@@ -93,9 +92,9 @@ private:
     // (windows restart at position 0).
     std::vector<std::vector<float>> kt_[k_key_basis_count], vt_;
     // The same window as the quantized caches would return it, pca basis, per
-    // precision index: [k_sens_n_qbits][layer][max_ctx x n_kv x d] (4/2-bit keys
-    // only for complete groups).
-    std::vector<std::vector<float>> ktq_[k_sens_n_qbits], vtq_[k_sens_n_qbits];
+    // quantized precision (k_sens_prec[1 + b]): [b][layer][max_ctx x n_kv x d]
+    // (4/2-bit keys only for complete groups).
+    std::vector<std::vector<float>> ktq_[k_sens_n_prec - 1], vtq_[k_sens_n_prec - 1];
     std::vector<int64_t> n_win_;
     std::vector<float> xnorm_;        // ||x||^2 of the current chunk's rows [n]
     std::vector<float> wo_;           // current layer's W_o with R_v folded in, [n_embd x n_head*d]

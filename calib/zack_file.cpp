@@ -30,7 +30,7 @@ plan_inputs zack_calibration_plan_inputs(const zack_calibration& c) {
     for (int b = 0; b < 3; b++) in.curves.loss_k[b] = c.sens.k[b];
     in.curves.loss_v = c.sens.v;
     in.qbits = c.sens.qbits;
-    in.qk = c.sens.qk, in.qv = c.sens.qv, in.qkv = c.sens.qkv;
+    in.q = c.sens.q;
     return in;
 }
 
@@ -112,13 +112,11 @@ void zack_file_write(const model& src, const zack_calibration& c, const zack_wri
         w.set("zack.sens.v", gguf_value::make_arr_f32(to_f32(c.sens.v.data(), n)));
         const size_t nh = (size_t)L * KV;
         if (!c.sens.qbits.empty()) {
-            const size_t nq = c.sens.qbits.size() * nh;
-            ZK_ASSERT(c.sens.qk.size() == nq && c.sens.qv.size() == nq && c.sens.qkv.size() == nq);
+            const size_t nq = c.sens.qbits.size() * c.sens.qbits.size() * nh;
+            ZK_ASSERT(c.sens.q.size() == nq && c.sens.qbits[0] == 16);
             w.set("zack.sens.qbits",
                   gguf_value::make_arr_i32(std::vector<int32_t>(c.sens.qbits.begin(), c.sens.qbits.end())));
-            w.set("zack.sens.qk", gguf_value::make_arr_f32(to_f32(c.sens.qk.data(), nq)));
-            w.set("zack.sens.qv", gguf_value::make_arr_f32(to_f32(c.sens.qv.data(), nq)));
-            w.set("zack.sens.qkv", gguf_value::make_arr_f32(to_f32(c.sens.qkv.data(), nq)));
+            w.set("zack.sens.q", gguf_value::make_arr_f32(to_f32(c.sens.q.data(), nq)));
         }
         w.set("zack.sens.metric", gguf_value::make_str(c.sens.metric));
         w.set("zack.sens.queries", gguf_value::make_u64((uint64_t)c.sens.queries));

@@ -15,10 +15,10 @@
 //   zack.sens.grid i32[n_grid]; zack.sens.k.pca / .k.score / .k.pairs, zack.sens.v
 //     f32[n_layer x n_kv x n_grid]; zack.sens.metric str; zack.sens.queries,
 //     zack.sens.tokens u64: the measured loss curves, optional;
-//   zack.sens.qbits i32[n_q] (8, 4, 2), zack.sens.qk / .qv / .qkv f32[n_q x n_layer x n_kv]:
-//     the loss of a cache at each precision at full rank with the keys alone,
-//     the values alone, or both quantized (files from before per-side
-//     measurements: zack.sens.q8 / zack.sens.q4 f32[n_layer x n_kv], both sides)
+//   zack.sens.qbits i32[n_p] (16, 8, 4, 2), zack.sens.q f32[n_p x n_p x n_layer x n_kv]:
+//     the loss of a cache at full rank with its keys at precision qbits[i] and
+//     its values at qbits[j] (16: exact) (files from before per-head precision:
+//     zack.sens.q8 / zack.sens.q4 f32[n_layer x n_kv], both sides at 8 / 4 bits)
 //   zack.plans str[]: KV plans as JSON (calib/plan.h), optional
 #pragma once
 #include <cstdint>
@@ -37,11 +37,11 @@ struct model;
 struct zack_sens_curves {
     std::vector<int> grid;                 // candidate ranks, ascending, last = d; empty = not measured
     std::vector<double> k[3], v;           // [n_layer x n_kv x n_grid]; k per key basis (pca, score, pairs)
-    // Quantized caches at full rank (calib/sensitivity.h): the precisions and, per
-    // precision, [n_q x n_layer x n_kv] the loss with keys alone, values alone,
-    // both quantized; empty = not measured (qk, qv also empty in older files).
+    // Quantized caches at full rank (calib/sensitivity.h): the precisions (the
+    // first 16) and [n_p x n_p x n_layer x n_kv] the loss with keys at qbits[i]
+    // and values at qbits[j]; empty = not measured.
     std::vector<int> qbits;
-    std::vector<double> qk, qv, qkv;
+    std::vector<double> q;
     std::string metric;                    // what the numbers are
     int64_t queries = 0, tokens = 0;       // measured query tokens, tokens fed
 };

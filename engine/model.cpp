@@ -126,20 +126,23 @@ void model_load_sensitivity(model& m) {
     z.sens_v = float_array(f, "zack.sens.v", n);
     const size_t nh = (size_t)hp.n_layer * hp.n_head_kv;
     if (const gguf_value* qb = f.find("zack.sens.qbits")) {
-        if (qb->type != gguf_type::ARRAY || qb->arr.empty() || qb->arr.size() > 8)
-            ZK_THROW("%s: zack.sens.qbits must be an array of 1..8 precisions", f.path().c_str());
+        if (qb->type != gguf_type::ARRAY || qb->arr.size() < 2 || qb->arr.size() > 4)
+            ZK_THROW("%s: zack.sens.qbits must be an array of 2..4 precisions", f.path().c_str());
         z.sens_qbits = int_array(f, "zack.sens.qbits", qb->arr.size());
-        for (int32_t b : z.sens_qbits)
-            if (b != 8 && b != 4 && b != 2) ZK_THROW("%s: zack.sens.qbits holds %d (8, 4 or 2)", f.path().c_str(), b);
-        const size_t nq = z.sens_qbits.size() * nh;
-        z.sens_qk = float_array(f, "zack.sens.qk", nq);
-        z.sens_qv = float_array(f, "zack.sens.qv", nq);
-        z.sens_qkv = float_array(f, "zack.sens.qkv", nq);
-    } else if (f.find("zack.sens.q8") || f.find("zack.sens.q4")) {  // before per-side measurements
-        z.sens_qbits = {8, 4};
-        z.sens_qkv = float_array(f, "zack.sens.q8", nh);
-        const std::vector<float> q4 = float_array(f, "zack.sens.q4", nh);
-        z.sens_qkv.insert(z.sens_qkv.end(), q4.begin(), q4.end());
+        for (size_t i = 0; i < z.sens_qbits.size(); i++) {
+            const int32_t b = z.sens_qbits[i];
+            if ((i == 0) != (b == 16) || (b != 16 && b != 8 && b != 4 && b != 2))
+                ZK_THROW("%s: zack.sens.qbits must be 16 and then some of 8, 4, 2 (got %d at %zu)", f.path().c_str(),
+                         b, i);
+        }
+        z.sens_q = float_array(f, "zack.sens.q", z.sens_qbits.size() * z.sens_qbits.size() * nh);
+    } else if (f.find("zack.sens.q8") || f.find("zack.sens.q4")) {  // one precision for both sides
+        z.sens_qbits = {16, 8, 4};
+        z.sens_q.assign(9 * nh, NAN);
+        std::fill_n(z.sens_q.begin(), nh, 0.0f);
+        const std::vector<float> q8 = float_array(f, "zack.sens.q8", nh), q4 = float_array(f, "zack.sens.q4", nh);
+        std::copy(q8.begin(), q8.end(), z.sens_q.begin() + 4 * nh);  // [1][1]
+        std::copy(q4.begin(), q4.end(), z.sens_q.begin() + 8 * nh);  // [2][2]
     }
     z.sens_metric = f.get_str("zack.sens.metric", "");
 }

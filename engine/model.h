@@ -98,11 +98,12 @@ struct zack_info {
     std::vector<int32_t> sens_grid;
     std::vector<float> sens_k[3];
     std::vector<float> sens_v;
-    // Quantized caches at full rank: the precisions, and per precision
-    // [n_q x n_layer x n_head_kv] the loss with keys alone / values alone / both
-    // quantized (keys alone and values alone are empty in older files).
+    // Quantized caches at full rank: the precisions (the first 16) and
+    // [n_p x n_p x n_layer x n_head_kv] the loss with keys at sens_qbits[i] and
+    // values at sens_qbits[j]; older files measured both sides at one precision
+    // only (8, 4): their other pairs are NaN.
     std::vector<int32_t> sens_qbits;
-    std::vector<float> sens_qk, sens_qv, sens_qkv;
+    std::vector<float> sens_q;
     std::string sens_metric;
     bool has_key_bases() const { return !layers.empty() && layers[0].kqa && layers[0].kqb && layers[0].kpair; }
 };

@@ -100,8 +100,9 @@ TEST(PlanBytes, MatchCacheAccounting) {
     EXPECT_THROW(zk::plan_side_bytes(3, true, 8), zk::error);
 }
 
-// Loss tables of a tiny model: rank curves in two key bases, and per-side losses
-// of 8/4/2-bit caches growing as the precision falls.
+// Loss tables of a tiny model: rank curves in two key bases, and the loss of
+// every (key, value) precision pair growing as the precisions fall, with keys
+// and values together losing more than apart.
 zk::plan_inputs tiny_inputs(uint32_t seed, int L, int KV, int d, std::vector<int> grid) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<double> u(0.0, 1.0);
@@ -119,13 +120,14 @@ zk::plan_inputs tiny_inputs(uint32_t seed, int L, int KV, int d, std::vector<int
     curve(c.loss_k[0]);
     curve(c.loss_k[2]);
     curve(c.loss_v);
-    in.qbits = {8, 4, 2};
-    for (auto* q : {&in.qk, &in.qv, &in.qkv}) {
-        q->assign(3 * nh, 0.0);
-        for (size_t h = 0; h < nh; h++) {
-            const double s = u(rng);
-            (*q)[h] = 0.001 * s, (*q)[nh + h] = 0.05 * s + 0.01 * u(rng), (*q)[2 * nh + h] = 0.5 * s + u(rng);
-        }
+    in.qbits = {16, 8, 4, 2};
+    in.q.assign(16 * nh, 0.0);
+    for (size_t h = 0; h < nh; h++) {
+        const double side[2][4] = {{0, 0.001 * u(rng), 0.05 * u(rng), 0.5 * u(rng) + 0.2},
+                                   {0, 0.001 * u(rng), 0.05 * u(rng), 0.5 * u(rng) + 0.2}};
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 4; j++)
+                in.q[(i * 4 + j) * nh + h] = side[0][i] + side[1][j] + 0.5 * std::min(side[0][i], side[1][j]);
     }
     in.source_sha256 = "abc";
     return in;
@@ -134,32 +136,27 @@ zk::plan_inputs tiny_inputs(uint32_t seed, int L, int KV, int d, std::vector<int
 TEST(PlanPerHead, BestOfEveryCombination) {
     const int d = 16;
     const std::vector<int> grid = {8, 16};
+    const std::vector<int> bits = {16, 8, 4, 2};
     for (uint32_t seed = 1; seed <= 6; seed++) {
         const zk::plan_inputs in = tiny_inputs(seed, 1, 2, d, grid);
         const double f16 = zk::plan_f16_bytes(1, 2, d);
         for (double target : {0.12, 0.2, 0.3, 0.45, 0.7, 1.0}) {
-            // every (bits, basis, rank) for both sides of both heads; bytes as the
-            // plan counts them (a KIVI side pays its head's group table)
-            const double table = zk::plan_head_bytes(4, 4) - zk::plan_head_bytes(16, 16);
-            struct opt { int bits, basis, rank; double loss, bytes; };
-            std::vector<opt> ko[2], vo[2];
+            // every (bits_k, bits_v, basis, rank_k, rank_v) of both heads, costed as the plan costs them
+            struct opt { double loss; int64_t cost; };
+            std::vector<opt> o[2];
             for (int h = 0; h < 2; h++)
-                for (int bits : {16, 8, 4, 2})
-                    for (size_t ri = 0; ri < grid.size(); ri++) {
+                for (int bk : bits)
+                    for (int bv : bits)
                         for (int b : {0, 2})
-                            ko[h].push_back({bits, b, grid[ri], in.curves.loss_k[b][h * 2 + ri] + in.qloss(0, bits, h),
-                                             zk::plan_side_bytes(bits, true, grid[ri]) + (bits <= 4 ? table : 0)});
-                        vo[h].push_back({bits, 0, grid[ri], in.curves.loss_v[h * 2 + ri] + in.qloss(1, bits, h),
-                                         zk::plan_side_bytes(bits, false, grid[ri]) + (bits <= 4 ? table : 0)});
-                    }
+                            for (int rk = 0; rk < 2; rk++)
+                                for (int rv = 0; rv < 2; rv++)
+                                    o[h].push_back({in.curves.loss_k[b][h * 2 + rk] + in.curves.loss_v[h * 2 + rv] +
+                                                        in.qloss(bk, bv, h),
+                                                    zk::plan_head_cost(bk, bv, grid[rk], grid[rv])});
             double best = std::numeric_limits<double>::infinity();
-            const double room = target * f16 - 2 * zk::plan_head_bytes(16, 16);
-            for (const opt& a : ko[0])
-                for (const opt& b : vo[0])
-                    for (const opt& c : ko[1])
-                        for (const opt& e : vo[1])
-                            if (a.bytes + b.bytes + c.bytes + e.bytes <= room + 1e-9)
-                                best = std::min(best, a.loss + b.loss + c.loss + e.loss);
+            for (const opt& a : o[0])
+                for (const opt& b : o[1])
+                    if (a.cost + b.cost <= (int64_t)std::floor(target * f16 + 1e-9)) best = std::min(best, a.loss + b.loss);
             if (!std::isfinite(best)) {
                 EXPECT_THROW(zk::plan_for_target(in, target), zk::error) << "target " << target;
                 continue;
@@ -178,9 +175,9 @@ TEST(PlanPerHead, SensitiveHeadsKeepMoreBits) {
     const int L = 4, KV = 2, d = 64;
     zk::plan_inputs in = tiny_inputs(9, L, KV, d, {16, 32, 48, 64});
     const size_t nh = L * KV;
-    // head 3's keys lose a lot at 2 and 4 bits, head 5's values at 2 bits
-    in.qk[2 * nh + 3] = 50.0, in.qk[nh + 3] = 5.0;
-    in.qv[2 * nh + 5] = 50.0;
+    // head 3 loses a lot once its keys are 4-bit or less, head 5 once its values are 2-bit
+    for (int j = 0; j < 4; j++) in.q[(2 * 4 + j) * nh + 3] += 5.0, in.q[(3 * 4 + j) * nh + 3] += 50.0;
+    for (int i = 0; i < 4; i++) in.q[(i * 4 + 3) * nh + 5] += 50.0;
     const zk::kv_plan p = zk::plan_for_target(in, 0.2);
     ASSERT_TRUE(p.mixed());
     EXPECT_GE(p.bits_k[3], 8);
@@ -200,7 +197,7 @@ TEST(PlanPerHead, SensitiveHeadsKeepMoreBits) {
     EXPECT_THROW(zk::plan_for_target(in, 0.01), zk::error);  // below 2-bit at the smallest rank
     // quantization that costs more than any rank cut: one precision (16) for
     // every head, written as a version-1 plan
-    for (auto* q : {&in.qk, &in.qv}) std::fill(q->begin(), q->end(), 100.0);
+    for (size_t i = nh; i < in.q.size(); i++) in.q[i] = 100.0;
     const zk::kv_plan r = zk::plan_for_target(in, 0.6);
     EXPECT_FALSE(r.mixed());
     EXPECT_EQ(r.bits, 16);
@@ -210,7 +207,7 @@ TEST(PlanPerHead, SensitiveHeadsKeepMoreBits) {
 
 TEST(PlanFile, PerHeadRoundTripAndBadInput) {
     zk::plan_inputs in = tiny_inputs(9, 4, 2, 64, {16, 32, 48, 64});
-    in.qk[2 * 8 + 3] = 50.0, in.qk[8 + 3] = 5.0;
+    for (int j = 0; j < 4; j++) in.q[(3 * 4 + j) * 8 + 3] += 50.0;
     const zk::kv_plan p = zk::plan_for_target(in, 0.2);
     ASSERT_TRUE(p.mixed());
     const nlohmann::json j = p.to_json();
@@ -232,13 +229,17 @@ TEST(PlanFile, PerHeadRoundTripAndBadInput) {
     EXPECT_THROW(zk::kv_plan::from_json(bad([](nlohmann::json& b) { b["bits"] = 5; }), "t"), zk::error);
 }
 
-// Files from before per-side measurements (both sides together, 8 and 4 bits):
-// one precision for every head, as before.
+// Files from before per-head precision (both sides at 8 or 4 bits): one
+// precision for every head, as before.
 TEST(PlanPerHead, OlderFilesGetOnePrecision) {
     zk::plan_inputs in = tiny_inputs(2, 2, 2, 32, {8, 16, 24, 32});
-    in.qbits = {8, 4};
-    in.qkv.resize(2 * 4);
-    in.qk.clear(), in.qv.clear();
+    const size_t nh = 4;
+    std::vector<double> q(9 * nh, NAN);
+    for (size_t h = 0; h < nh; h++) q[h] = 0, q[4 * nh + h] = 0.001, q[8 * nh + h] = 0.01;
+    in.qbits = {16, 8, 4};
+    in.q = q;
+    EXPECT_FALSE(in.per_head());
+    EXPECT_THROW(in.qloss(8, 4, 0), zk::error);
     const zk::kv_plan p = zk::plan_for_target(in, 0.3);
     EXPECT_FALSE(p.mixed());
     EXPECT_EQ(p.bits, 4);

@@ -155,47 +155,55 @@ TEST(Sensitivity, MatchesDefinition) {
             }
 
     // Quantized caches: every key and value as the 8/4/2-bit cache returns it
-    // (pca basis), exact for the sinks and the 4/2-bit residual window; keys
-    // alone, values alone and both quantized.
-    for (int pb = 0; pb < zk::k_sens_n_qbits; pb++)
-        for (int g2 = 0; g2 < KV; g2++) {
-            const int bits = zk::k_sens_qbits[pb];
-            // the window's rotated rows and their quantized copies, [N x D]
-            std::vector<float> kr((size_t)N * D), vr((size_t)N * D), kq((size_t)N * D), vq((size_t)N * D);
-            for (int t = 0; t < N; t++) {
-                vec kt, vh;
-                proj(c.rqk, g2, k.data() + ((size_t)t * KV + g2) * D, kt);
-                proj(c.rv, g2, v.data() + ((size_t)t * KV + g2) * D, vh);
-                for (int j = 0; j < D; j++) kr[t * D + j] = (float)kt[j], vr[t * D + j] = (float)vh[j];
-            }
+    // (pca basis), exact for the sinks and the 4/2-bit residual window; every
+    // pair of key and value precisions (16 = exact).
+    const int NP = zk::k_sens_n_prec;
+    for (int g2 = 0; g2 < KV; g2++) {
+        // the window's rotated rows [N x D] and their quantized copies per precision
+        std::vector<float> kr((size_t)N * D), vr((size_t)N * D);
+        std::vector<std::vector<float>> kq(NP, kr), vq(NP, vr);
+        for (int t = 0; t < N; t++) {
+            vec kt, vh;
+            proj(c.rqk, g2, k.data() + ((size_t)t * KV + g2) * D, kt);
+            proj(c.rv, g2, v.data() + ((size_t)t * KV + g2) * D, vh);
+            for (int j = 0; j < D; j++) kr[t * D + j] = (float)kt[j], vr[t * D + j] = (float)vh[j];
+        }
+        for (int p = 1; p < NP; p++) {
+            const int bits = zk::k_sens_prec[p];
             std::vector<int8_t> c8(D);
             std::vector<uint8_t> cq(64);
             std::vector<uint16_t> s1(D), s2(D);
             for (int t = 0; t < N; t++) {
                 if (bits == 8) {
                     zk::kvq_quantize_q8_row(&kr[t * D], D, c8.data(), s1.data());
-                    zk::kvq_dequantize_q8_row(c8.data(), s1.data(), D, &kq[t * D]);
+                    zk::kvq_dequantize_q8_row(c8.data(), s1.data(), D, &kq[p][t * D]);
                     zk::kvq_quantize_q8_row(&vr[t * D], D, c8.data(), s1.data());
-                    zk::kvq_dequantize_q8_row(c8.data(), s1.data(), D, &vq[t * D]);
+                    zk::kvq_dequantize_q8_row(c8.data(), s1.data(), D, &vq[p][t * D]);
                 } else {
                     zk::kvq_quantize_vrow(bits, &vr[t * D], D, cq.data(), s1.data(), s2.data());
-                    zk::kvq_dequantize_vrow(bits, cq.data(), s1.data(), s2.data(), D, &vq[t * D]);
+                    zk::kvq_dequantize_vrow(bits, cq.data(), s1.data(), s2.data(), D, &vq[p][t * D]);
                 }
             }
             if (bits != 8)
                 for (int t0 = 0; t0 + sp.group <= N; t0 += sp.group) {
                     zk::kvq_quantize_keys(bits, &kr[t0 * D], sp.group, D, cq.data(), s1.data(), s2.data());
-                    zk::kvq_dequantize_keys(bits, cq.data(), s1.data(), s2.data(), sp.group, D, &kq[t0 * D]);
+                    zk::kvq_dequantize_keys(bits, cq.data(), s1.data(), s2.data(), sp.group, D, &kq[p][t0 * D]);
                 }
-            for (int side = 0; side < zk::k_sens_n_qside; side++) {
-                const bool qk = side != zk::SENS_Q_V, qv = side != zk::SENS_Q_K;
+        }
+        // the slots a side at precision p returns quantized: [sinks, lim)
+        auto lim = [&](int p, int nk) {
+            if (p == 0) return 0;
+            if (zk::k_sens_prec[p] == 8) return nk;
+            return nk >= sp.residual ? ((nk - sp.residual) / sp.group + 1) * sp.group : 0;
+        };
+        for (int pk = 0; pk < NP; pk++)
+            for (int pv = 0; pv < NP; pv++) {
+                if (!pk && !pv) continue;
                 double want = 0;
                 for (int t = stride - 1; t < N; t += stride) {
                     double xn = 0;
                     for (int e = 0; e < E; e++) xn += (double)x[(size_t)t * E + e] * x[(size_t)t * E + e];
-                    const int nk = t + 1;
-                    const int qlim =
-                        bits == 8 ? nk : (nk >= sp.residual ? ((nk - sp.residual) / sp.group + 1) * sp.group : 0);
+                    const int nk = t + 1, klim = lim(pk, nk), vlim = lim(pv, nk);
                     std::vector<vec> dq(G);
                     for (int i = 0; i < G; i++) {
                         vec qt;
@@ -205,8 +213,8 @@ TEST(Sensitivity, MatchesDefinition) {
                             std::vector<double> sc(nk);
                             double mx = -1e300, z = 0;
                             for (int s3 = 0; s3 < nk; s3++) {
-                                const bool qz = pass && qk && s3 >= sp.sinks && s3 < qlim;
-                                const float* kk = qz ? &kq[s3 * D] : &kr[s3 * D];
+                                const bool qz = pass && s3 >= sp.sinks && s3 < klim;
+                                const float* kk = qz ? &kq[pk][s3 * D] : &kr[s3 * D];
                                 double d = 0;
                                 for (int j = 0; j < D; j++) d += qt[j] * kk[j];
                                 sc[s3] = d * scale;
@@ -214,8 +222,8 @@ TEST(Sensitivity, MatchesDefinition) {
                             }
                             for (int s3 = 0; s3 < nk; s3++) z += sc[s3] = std::exp(sc[s3] - mx);
                             for (int s3 = 0; s3 < nk; s3++) {
-                                const bool qz = pass && qv && s3 >= sp.sinks && s3 < qlim;
-                                const float* vv = qz ? &vq[s3 * D] : &vr[s3 * D];
+                                const bool qz = pass && s3 >= sp.sinks && s3 < vlim;
+                                const float* vv = qz ? &vq[pv][s3 * D] : &vr[s3 * D];
                                 for (int j = 0; j < D; j++) o[pass][j] += sc[s3] / z * vv[j];
                             }
                         }
@@ -225,11 +233,11 @@ TEST(Sensitivity, MatchesDefinition) {
                     want += dy_norm(g2, dq) / xn;
                 }
                 want /= got.n_queries;
-                EXPECT_NEAR(got.rel_q[side][pb][g2], want, 2e-3 * want + 1e-9)
-                    << bits << "-bit, side " << side << ", head " << g2;
+                EXPECT_NEAR(got.rel_q[pk][pv][g2], want, 2e-3 * want + 1e-9)
+                    << "keys " << zk::k_sens_prec[pk] << "-bit, values " << zk::k_sens_prec[pv] << "-bit, head " << g2;
                 EXPECT_GT(want, 0.0);
             }
-        }
+    }
 }
 
 TEST(Sensitivity, BadInput) {
