@@ -321,10 +321,12 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
                                 sc.data() + (size_t)pk * NQ * nk_max, (int)nk_max);
                 for (int var = 1; var < NV; var++) {
                     const int pk = var / NP, pv = var % NP;
-                    // the slots a quantized side returns quantized: [sinks, qlim); 4/2-bit keep the newest tokens exact
+                    // the slots a quantized side returns quantized: [sinks, qlim); a head with
+                    // a 4/2-bit side keeps its newest tokens exact on both sides (engine/kv_cache.h)
+                    const bool windowed = k_sens_prec[pk] <= 4 || k_sens_prec[pv] <= 4;
                     auto limit = [&](int prec, int64_t nk) -> int64_t {
                         if (prec == 0) return 0;
-                        if (k_sens_prec[prec] == 8) return nk;
+                        if (!windowed) return nk;
                         return nk >= p_.residual ? ((nk - p_.residual) / p_.group + 1) * p_.group : 0;
                     };
                     for (int64_t qi = 0; qi < NQ; qi++) {
