@@ -88,6 +88,14 @@ __device__ __forceinline__ T* smem_take(unsigned char*& cur, int64_t n) {
 
 constexpr unsigned k_full_mask = 0xffffffffu;
 
+// Full unrolling of a loop with a constant trip count (register arrays stay in
+// registers only when every index is a compile-time constant).
+#if defined(ZK_SIMT)
+#define ZK_UNROLL _Pragma("GCC unroll 16")
+#else
+#define ZK_UNROLL _Pragma("unroll")
+#endif
+
 template <class T>
 __device__ __forceinline__ T cu_min(T a, T b) { return a < b ? a : b; }
 template <class T>
