@@ -147,7 +147,9 @@ __device__ inline float value_elem(const cuda_kv_head& kv, bool sink, int64_t s,
 //   qs [rows x rk] scaled queries     sc [rows x 32] scores, then probabilities
 //   vt [32 x rv] the chunk's values   acc [rows x rv] unnormalised sums
 //   m_run, l_run, fsc [rows]          sg, st [32] int32: slot -> group, index in group
-__global__ void __launch_bounds__(k_attn_block)
+// (3 blocks per SM: ptxas then keeps it at <= 168 registers on sm_80 and
+// sm_90 with nothing spilled; left free, sm_90 chose 128 and spilled)
+__global__ void __launch_bounds__(k_attn_block, 3)
     attn_decode_kernel(dptr<const cuda_attn_item> items, dptr<const cuda_attn_task> tasks, dptr<float> partials) {
     const cuda_attn_task& task = tasks[blockIdx.x];
     const cuda_attn_item& it = items[task.item];
@@ -158,15 +160,15 @@ __global__ void __launch_bounds__(k_attn_block)
     const int tid = threadIdx.x, lane = tid % 32, wid = tid / 32;
 
     ZK_SHARED_DYNAMIC(smem);
-    sptr<float> qs = smem_take<float>(smem, (int64_t)rows * rk);
-    sptr<float> sc = smem_take<float>(smem, (int64_t)rows * k_ch);
-    sptr<float> vt = smem_take<float>(smem, (int64_t)k_ch * rv);
-    sptr<float> acc = smem_take<float>(smem, (int64_t)rows * rv);
-    sptr<float> m_run = smem_take<float>(smem, rows);
-    sptr<float> l_run = smem_take<float>(smem, rows);
-    sptr<float> fsc = smem_take<float>(smem, rows);
-    sptr<int32_t> sg = smem_take<int32_t>(smem, k_ch);
-    sptr<int32_t> st = smem_take<int32_t>(smem, k_ch);
+    sptr<float> qs = smem_take<float>(smem, (int64_t)rows * rk, "qs");
+    sptr<float> sc = smem_take<float>(smem, (int64_t)rows * k_ch, "sc");
+    sptr<float> vt = smem_take<float>(smem, (int64_t)k_ch * rv, "vt");
+    sptr<float> acc = smem_take<float>(smem, (int64_t)rows * rv, "acc");
+    sptr<float> m_run = smem_take<float>(smem, rows, "m_run");
+    sptr<float> l_run = smem_take<float>(smem, rows, "l_run");
+    sptr<float> fsc = smem_take<float>(smem, rows, "fsc");
+    sptr<int32_t> sg = smem_take<int32_t>(smem, k_ch, "sg");
+    sptr<int32_t> st = smem_take<int32_t>(smem, k_ch, "st");
 
     for (int i = tid; i < rows * rk; i += k_attn_block) {
         const int r = i / rk, c = i % rk, t = r / G, j = r % G;
@@ -217,7 +219,7 @@ __global__ void __launch_bounds__(k_attn_block)
                 }
             }
         }
-        __syncthreads();
+        __syncthreads();  // scores written
 
         // online softmax: a warp per query row, a lane per slot
         for (int r = wid; r < rows; r += k_nw) {
@@ -255,7 +257,7 @@ __global__ void __launch_bounds__(k_attn_block)
                 }
             }
         }
-        __syncthreads();
+        __syncthreads();  // values staged
 
         // acc = acc * f + P V over the chunk
         for (int i = tid; i < rows * rv; i += k_attn_block) {

@@ -47,12 +47,13 @@ using sptr = simt::sptr<T>;
     static const ::simt::shared_site name##_site_{#name, sizeof(T) * (n), alignof(T)}; \
     const ::zk::cuda::sptr<T> name = ::simt::shared_static<T>(name##_site_)
 #define ZK_SHARED_DYNAMIC(name) ::zk::cuda::sptr<unsigned char> name = ::simt::shared_dynamic<unsigned char>(#name)
-// n T from the cursor (aligned for T), which moves past them.
+// n T from the cursor (aligned for T), which moves past them; `name` names
+// the array in the harness's reports.
 template <class T>
-__device__ inline sptr<T> smem_take(sptr<unsigned char>& cur, int64_t n) {
+__device__ inline sptr<T> smem_take(sptr<unsigned char>& cur, int64_t n, const char* name = "smem") {
     const uintptr_t a = ((uintptr_t)cur.get() + alignof(T) - 1) & ~(uintptr_t)(alignof(T) - 1);
     sptr<unsigned char> at = cur + (int64_t)(a - (uintptr_t)cur.get());
-    sptr<T> p = at.as<T>().narrow(n);
+    sptr<T> p = at.as<T>().narrow(n, name);
     cur = at + (int64_t)(sizeof(T) * n);
     return p;
 }
@@ -69,7 +70,7 @@ using sptr = T*;
     extern __shared__ __align__(16) unsigned char zk_smem_[]; \
     unsigned char* name = zk_smem_
 template <class T>
-__device__ __forceinline__ T* smem_take(unsigned char*& cur, int64_t n) {
+__device__ __forceinline__ T* smem_take(unsigned char*& cur, int64_t n, const char* = nullptr) {
     const uintptr_t a = ((uintptr_t)cur + alignof(T) - 1) & ~(uintptr_t)(alignof(T) - 1);
     T* p = (T*)a;
     cur = (unsigned char*)(p + n);

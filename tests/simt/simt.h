@@ -151,11 +151,11 @@ public:
     // a view of the same bytes as U (bounds stay the array's)
     template <class U>
     sptr<U> as() const { return sptr<U>((U*)p_, lo_, hi_, name_); }
-    // the first n elements as an array of their own (tighter bounds)
-    sptr narrow(int64_t n) const {
+    // the first n elements as an array of their own (tighter bounds), named
+    sptr narrow(int64_t n, const char* name = nullptr) const {
         if ((const char*)(p_ + n) > hi_ || (const char*)p_ < lo_)
-            fail(__FILE__, __LINE__, std::string("carving ") + name_ + " past the end of its shared region");
-        return sptr(p_, (const char*)p_, (const char*)(p_ + n), name_);
+            fail(__FILE__, __LINE__, std::string("carving ") + (name ? name : name_) + " past the end of its shared region");
+        return sptr(p_, (const char*)p_, (const char*)(p_ + n), name ? name : name_);
     }
     T* get() const { return p_; }
     const char* lo() const { return lo_; }
