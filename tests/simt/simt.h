@@ -368,6 +368,19 @@ inline float __high2float(__half2 h) { return __half2float(h.y); }
 inline float __expf(float x) { return expf(x); }
 inline float __logf(float x) { return logf(x); }
 inline float __fdividef(float a, float b) { return a / b; }
+// rounded operations the compiler may not contract into an fma (as on a device)
+inline float simt_no_contract(float p) {
+#if defined(__x86_64__)
+    __asm__("" : "+x"(p));
+#else
+    __asm__("" : "+r"(p));
+#endif
+    return p;
+}
+inline float __fmul_rn(float a, float b) { return simt_no_contract(a * b); }
+inline float __fadd_rn(float a, float b) { return simt_no_contract(a + b); }
+inline float __fsub_rn(float a, float b) { return simt_no_contract(a - b); }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
