@@ -87,6 +87,20 @@ __device__ __forceinline__ T* smem_take(unsigned char*& cur, int64_t n, const ch
 
 // ---------------------------------------------------------------- helpers
 
+// The same device memory viewed as another type (the harness keeps the
+// buffer binding and checks the new type's alignment at every access).
+#if defined(ZK_SIMT)
+template <class U, class T>
+__device__ inline dptr<U> dptr_cast(dptr<T> p) {
+    return dptr<U>((U*)p.get(), p.buf());
+}
+#else
+template <class U, class T>
+__device__ __forceinline__ U* dptr_cast(T* p) {
+    return (U*)p;
+}
+#endif
+
 constexpr unsigned k_full_mask = 0xffffffffu;
 
 // Full unrolling of a loop with a constant trip count (register arrays stay in

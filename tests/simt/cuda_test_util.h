@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "engine/kv_cache.h"
 #include "engine/kv_quant.h"
+#include "ggml-like/error.h"
 #include "kernels/attention.h"
 #include "kernels/cuda/attention_decode.h"
 #include "kernels/cuda/cuda_device.h"
@@ -117,6 +119,13 @@ inline cuda::cuda_kv_head upload_kv_block(device_pool& pool, const kv_cache& c, 
         h.sink_v = pool.up(b.sink_v.data(), (size_t)p.sinks * p.sink_dim, "sink v");
     }
     return h;
+}
+
+// The bits of a float (bit-exact comparisons).
+inline uint32_t simt_bits(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
 }
 
 // max |a - b| / (1 + max |b|): the error relative to the reference's scale.
