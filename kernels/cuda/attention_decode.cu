@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "ggml-like/error.h"
+#include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace zk {
@@ -222,20 +223,7 @@ __global__ void __launch_bounds__(k_attn_block, 3)
         __syncthreads();  // scores written
 
         // online softmax: a warp per query row, a lane per slot
-        for (int r = wid; r < rows; r += k_nw) {
-            const float x = lane < n ? (float)sc[r * k_ch + lane] : -INFINITY;
-            const float m_old = m_run[r];
-            const float m_new = fmaxf(m_old, warp_max(x));
-            const float p = x == -INFINITY ? 0.0f : expf(x - m_new);
-            const float f = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
-            const float psum = warp_sum(p);
-            if (lane < n) sc[r * k_ch + lane] = p;
-            if (lane == 0) {
-                m_run[r] = m_new;
-                l_run[r] = l_run[r] * f + psum;
-                fsc[r] = f;
-            }
-        }
+        attn_softmax_chunk(sc, n, rows, m_run, l_run, fsc, k_nw);
 
         // the chunk's values, dequantized once
         for (int i = tid; i < n * rv; i += k_attn_block) {
@@ -260,12 +248,7 @@ __global__ void __launch_bounds__(k_attn_block, 3)
         __syncthreads();  // values staged
 
         // acc = acc * f + P V over the chunk
-        for (int i = tid; i < rows * rv; i += k_attn_block) {
-            const int r = i / rv, c = i % rv;
-            float a = acc[i] * fsc[r];
-            for (int sl = 0; sl < n; sl++) a += sc[r * k_ch + sl] * vt[sl * rv + c];
-            acc[i] = a;
-        }
+        attn_accumulate(acc, sc, vt, fsc, n, rows, rv, k_attn_block);
         __syncthreads();
     }
 
