@@ -143,6 +143,17 @@ __device__ inline float block_sum(float v, sptr<float> red) {
     __syncthreads();  // red may be reused right after
     return t;
 }
+// The same in double (red: 32 doubles of shared scratch).
+__device__ inline double block_sum_d(double v, sptr<double> red) {
+    const int lane = threadIdx.x % 32, wid = threadIdx.x / 32, nw = blockDim.x / 32;
+    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(k_full_mask, v, o);
+    if (lane == 0) red[wid] = v;
+    __syncthreads();
+    double t = lane < nw ? (double)red[lane] : 0.0;
+    for (int o = 16; o > 0; o /= 2) t += __shfl_xor_sync(k_full_mask, t, o);
+    __syncthreads();
+    return t;
+}
 __device__ inline float block_max(float v, sptr<float> red) {
     const int lane = threadIdx.x % 32, wid = threadIdx.x / 32, nw = blockDim.x / 32;
     v = warp_max(v);
