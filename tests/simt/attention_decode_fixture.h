@@ -113,8 +113,20 @@ inline std::vector<float> reference(const test_item& it, std::vector<float>* log
     const kv_block& b = it.cache->block(0, 0);
     const attn_kv_view kv = it.cache->view(0, 0);
     const int G = s.n_group, W = it.width;
+    // every slot's key and value as attention sees them, read once
+    // (sink slots: their exact rows at full head dim)
+    std::vector<float> K((size_t)b.n_used * k_head_dim, 0.0f), V((size_t)b.n_used * k_head_dim, 0.0f);
+    for (int64_t sl = 0; sl < b.n_used; sl++) {
+        float* kr = &K[(size_t)sl * k_head_dim];
+        float* vr = &V[(size_t)sl * k_head_dim];
+        if (sl < kv.n_sink_slots) {
+            std::copy_n(kv.sink_k + (size_t)b.pos[sl] * kv.sink_dim, kv.sink_dim, kr);
+            std::copy_n(kv.sink_v + (size_t)b.pos[sl] * kv.sink_dim, kv.sink_dim, vr);
+        } else {
+            it.cache->read_slot(0, 0, sl, kr, vr);
+        }
+    }
     std::vector<float> out((size_t)s.n_tok * G * W, 0.0f);
-    std::vector<float> kr(k_head_dim), vr(k_head_dim);
     if (logits) logits->assign((size_t)s.n_tok * G * b.n_used, -INFINITY);
     for (int t = 0; t < s.n_tok; t++)
         for (int j = 0; j < G; j++) {
@@ -123,16 +135,9 @@ inline std::vector<float> reference(const test_item& it, std::vector<float>* log
             double mx = -INFINITY;
             for (int64_t sl = 0; sl < b.n_used; sl++) {
                 if (b.pos[sl] > it.q_pos[t]) continue;
-                const bool sink = sl < kv.n_sink_slots;
-                int rk = s.r_k;
-                if (sink) {
-                    rk = kv.sink_dim;
-                    std::copy_n(kv.sink_k + (size_t)b.pos[sl] * kv.sink_dim, rk, kr.begin());
-                } else {
-                    it.cache->read_slot(0, 0, sl, kr.data(), vr.data());
-                }
+                const int rk = sl < kv.n_sink_slots ? kv.sink_dim : s.r_k;
                 double d = 0;
-                for (int c = 0; c < rk; c++) d += (double)q[c] * kr[c];
+                for (int c = 0; c < rk; c++) d += (double)q[c] * K[(size_t)sl * k_head_dim + c];
                 sc[sl] = d * k_scale;
                 mx = std::max(mx, sc[sl]);
                 if (logits) (*logits)[((size_t)t * G + j) * b.n_used + sl] = (float)sc[sl];
@@ -143,15 +148,8 @@ inline std::vector<float> reference(const test_item& it, std::vector<float>* log
                 if (sc[sl] == -INFINITY) continue;
                 const double e = std::exp(sc[sl] - mx);
                 l += e;
-                const bool sink = sl < kv.n_sink_slots;
-                int rv = s.r_v;
-                if (sink) {
-                    rv = kv.sink_dim;
-                    std::copy_n(kv.sink_v + (size_t)b.pos[sl] * kv.sink_dim, rv, vr.begin());
-                } else {
-                    it.cache->read_slot(0, 0, sl, kr.data(), vr.data());
-                }
-                for (int c = 0; c < rv; c++) acc[c] += e * vr[c];
+                const int rv = sl < kv.n_sink_slots ? kv.sink_dim : s.r_v;
+                for (int c = 0; c < rv; c++) acc[c] += e * V[(size_t)sl * k_head_dim + c];
             }
             for (int c = 0; c < W; c++) out[((size_t)t * G + j) * W + c] = (float)(acc[c] / l);
         }

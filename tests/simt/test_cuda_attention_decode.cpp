@@ -137,3 +137,29 @@ TEST(CudaAttentionDecodeSplit, PlanGivesEqualWorkLongestFirst) {
 }
 
 }  // namespace
+
+namespace {
+
+// The 8K attention at every cache layout: two KV heads of unequal rank, three
+// query heads each, exact sinks, 8192 tokens (4-bit: 8064 quantized in 252
+// groups plus the 128-token residual window), split over ~264 blocks (two
+// waves of an H100's 132 SMs).
+TEST_P(CudaAttentionDecode, EightThousandSlots) {
+    const layout& lay = k_layouts[GetParam()];
+    std::vector<test_item> items;
+    items.push_back(build_item({64, 64, 8192, 3, 1, 4, 1.0f, 32}, lay, 77));
+    items.push_back(build_item({128, 32, 8192, 3, 1, 4, 1.0f, 32}, lay, 78));
+    std::vector<test_item*> ptrs{&items[0], &items[1]};
+    const gpu_result r = run_gpu(ptrs, 264, 32);
+    const double tol_cpu = lay.bits == 4 ? 3e-2 : 1e-5;
+    for (size_t i = 0; i < items.size(); i++) {
+        std::vector<float> lg;
+        const double e_ref = rel_err(r.out[i], reference(items[i])), e_cpu = rel_err(r.out[i], cpu_twin(items[i], lg));
+        EXPECT_LE(e_ref, 2e-6) << lay.name << " item " << i;
+        EXPECT_LE(e_cpu, tol_cpu) << lay.name << " item " << i;
+        std::printf("8K %-8s item %zu: %zu tasks; vs reference %.2e, vs CPU twin %.2e\n", lay.name, i,
+                    r.plan.tasks.size(), e_ref, e_cpu);
+    }
+}
+
+}  // namespace
