@@ -21,7 +21,8 @@ namespace {
 
 struct registry {
     std::mutex mu;
-    std::map<uintptr_t, std::unique_ptr<buffer>> by_base;  // live and freed (records are kept)
+    std::map<uintptr_t, std::unique_ptr<buffer>> by_base;  // live buffers by address
+    std::vector<std::unique_ptr<buffer>> freed;            // records of freed ones: pointers made before still name them
     uint64_t next_id = 1;
 };
 registry& reg() {
@@ -228,7 +229,6 @@ void* device_alloc(size_t bytes, const char* name) {
     std::snprintf(b->name, sizeof b->name, "%s", name ? name : "buffer");
     std::lock_guard<std::mutex> lk(g.mu);
     b->id = g.next_id++;
-    // a freed record at the same address is replaced (the memory was reused)
     g.by_base[(uintptr_t)p] = std::move(b);
     return p;
 }
@@ -241,8 +241,8 @@ void device_free(void* p) {
     if (it == g.by_base.end() || !it->second->live) throw violation("device_free of a pointer that is not a live buffer");
     it->second->live = false;
     std::free(p);
-    // the record stays: pointers made before report "freed" (until the address is reused)
-    it->second.release();  // kept alive for outstanding gptrs
+    // the record stays (gptrs made before report "freed"); the address may be reused
+    g.freed.push_back(std::move(it->second));
     g.by_base.erase(it);
 }
 
