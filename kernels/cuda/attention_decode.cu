@@ -1,0 +1,368 @@
+// Decode attention over the compressed cache (attention_decode.h): the plan
+// (host), the range kernel and the merge kernel.
+#include "kernels/cuda/attention_decode.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "ggml-like/error.h"
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace zk {
+namespace cuda {
+
+namespace {
+
+constexpr int k_nw = k_attn_block / 32;  // warps per block
+constexpr int k_ch = k_attn_chunk;
+constexpr int k_lane_ch = k_attn_max_rank / 32;  // channels a lane holds of a key row (L = 32)
+constexpr uint16_t k_gear_none = 0xFFFF;
+constexpr int k_q8_block = 32;
+constexpr int k_q4_vblock = 32;
+constexpr int k_quant_q8 = 1, k_quant_q4 = 2;
+
+__device__ __forceinline__ int n_blocks32(int r) { return (r + 31) / 32; }
+
+// The group holding quantized slot s: the last g with group_start[g] <= s
+// (group_start[0] = 0).
+__device__ inline int32_t kv_group_of(const cuda_kv_head& kv, int64_t s) {
+    int64_t lo = 0, hi = kv.n_groups - 1;
+    while (lo < hi) {
+        const int64_t mid = (lo + hi + 1) / 2;
+        if (kv.group_start[mid] <= s)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return (int32_t)lo;
+}
+
+// First entry of a group's sparse GEAR list (sorted t * r + c, KV_GEAR_NONE
+// pads the end) at or after element t * r.
+__device__ inline int gear_first(dptr<const uint16_t> oi, int n_out, int from) {
+    int lo = 0, hi = n_out;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if ((int)oi[mid] < from)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+// GEAR's low-rank part of element (t, c) of group g: sum_i A[t, i] B[c, i].
+__device__ inline float gear_lowrank(dptr<const uint16_t> a, dptr<const uint16_t> b, int rank, int group, int r,
+                                     int32_t g, int t, int c) {
+    float x = 0;
+    for (int i = 0; i < rank; i++)
+        x += h2f(a[((int64_t)g * group + t) * rank + i]) * h2f(b[((int64_t)g * r + c) * rank + i]);
+    return x;
+}
+
+// The channels c = li + i L (i < 8) of slot s's key row, as the attention sees
+// it (dequantized, GEAR-corrected; zero past rk). sg/st: the chunk's slots'
+// group and index in it (4-bit), sl: s's index in the chunk.
+__device__ inline void key_lane(const cuda_kv_head& kv, bool sink, int64_t s, int sl, int li, int L, int rk,
+                                sptr<int32_t> sg, sptr<int32_t> st, float (&kr)[k_lane_ch]) {
+    ZK_UNROLL
+    for (int i = 0; i < k_lane_ch; i++) kr[i] = 0.0f;
+    if (sink) {
+        const int64_t o = (int64_t)kv.pos[s] * kv.sink_dim;
+        ZK_UNROLL
+        for (int i = 0; i < k_lane_ch; i++) {
+            const int c = li + i * L;
+            if (c < rk) kr[i] = kv.sink_k[o + c];
+        }
+    } else if (s >= kv.n_quant) {
+        const int64_t o = (s - kv.n_quant) * rk;
+        if (kv.type == CUDA_KV_F32) {
+            ZK_UNROLL
+            for (int i = 0; i < k_lane_ch; i++) {
+                const int c = li + i * L;
+                if (c < rk) kr[i] = kv.k32[o + c];
+            }
+        } else {
+            ZK_UNROLL
+            for (int i = 0; i < k_lane_ch; i++) {
+                const int c = li + i * L;
+                if (c < rk) kr[i] = h2f(kv.k16[o + c]);
+            }
+        }
+    } else if (kv.quant == k_quant_q8) {
+        const int64_t o = s * rk, so = s * n_blocks32(rk);
+        ZK_UNROLL
+        for (int i = 0; i < k_lane_ch; i++) {
+            const int c = li + i * L;
+            if (c < rk) kr[i] = (float)kv.kq8[o + c] * h2f(kv.ks[so + c / k_q8_block]);
+        }
+    } else {
+        const int32_t g = sg[sl];
+        const int t = st[sl];
+        const int64_t o = s * ((rk + 1) / 2), go = (int64_t)g * rk;
+        ZK_UNROLL
+        for (int i = 0; i < k_lane_ch; i++) {
+            const int c = li + i * L;
+            if (c < rk) {
+                const int code = (kv.kq4[o + c / 2] >> ((c & 1) * 4)) & 0x0F;
+                kr[i] = h2f(kv.ks[go + c]) * (float)code + h2f(kv.km[go + c]);
+                if (kv.gear_rank > 0) kr[i] += gear_lowrank(kv.ka, kv.kb, kv.gear_rank, kv.group, rk, g, t, c);
+            }
+        }
+        if (kv.gear_nout_k > 0) {
+            dptr<const uint16_t> oi = kv.koi + (int64_t)g * kv.gear_nout_k;
+            dptr<const uint16_t> ov = kv.kov + (int64_t)g * kv.gear_nout_k;
+            for (int e = gear_first(oi, kv.gear_nout_k, t * rk); e < kv.gear_nout_k; e++) {
+                const int idx = oi[e];
+                if (idx == k_gear_none || idx >= (t + 1) * rk) break;
+                const int c = idx - t * rk;
+                const float val = h2f(ov[e]);
+                ZK_UNROLL
+                for (int i = 0; i < k_lane_ch; i++)
+                    if (li + i * L == c) kr[i] += val;
+            }
+        }
+    }
+}
+
+// Channel c of slot s's value row as the attention sees it (GEAR's sparse part
+// is added separately).
+__device__ inline float value_elem(const cuda_kv_head& kv, bool sink, int64_t s, int sl, int c, int rv,
+                                   sptr<int32_t> sg, sptr<int32_t> st) {
+    if (sink) return kv.sink_v[(int64_t)kv.pos[s] * kv.sink_dim + c];
+    if (s >= kv.n_quant) {
+        const int64_t o = (s - kv.n_quant) * rv + c;
+        return kv.type == CUDA_KV_F32 ? (float)kv.v32[o] : h2f(kv.v16[o]);
+    }
+    if (kv.quant == k_quant_q8) return (float)kv.vq8[s * rv + c] * h2f(kv.vs[s * n_blocks32(rv) + c / k_q8_block]);
+    const int code = (kv.vq4[s * ((rv + 1) / 2) + c / 2] >> ((c & 1) * 4)) & 0x0F;
+    const int64_t b = s * n_blocks32(rv) + c / k_q4_vblock;
+    float x = h2f(kv.vs[b]) * (float)code + h2f(kv.vm[b]);
+    if (kv.gear_rank > 0) x += gear_lowrank(kv.va, kv.vb, kv.gear_rank, kv.group, rv, sg[sl], st[sl], c);
+    return x;
+}
+
+// One task: the partial of an item's query rows over slots [s0, s1) (or its
+// sink rows). Shared memory (floats unless noted):
+//   qs [rows x rk] scaled queries     sc [rows x 32] scores, then probabilities
+//   vt [32 x rv] the chunk's values   acc [rows x rv] unnormalised sums
+//   m_run, l_run, fsc [rows]          sg, st [32] int32: slot -> group, index in group
+// (3 blocks per SM: ptxas then keeps it at <= 168 registers on sm_80 and
+// sm_90 with nothing spilled; left free, sm_90 chose 128 and spilled)
+__global__ void __launch_bounds__(k_attn_block, 3)
+    attn_decode_kernel(dptr<const cuda_attn_item> items, dptr<const cuda_attn_task> tasks, dptr<float> partials) {
+    const cuda_attn_task& task = tasks[blockIdx.x];
+    const cuda_attn_item& it = items[task.item];
+    const cuda_kv_head& kv = it.kv;
+    const bool sink = task.sink != 0;
+    const int G = it.n_group, rows = it.n_tok * G;
+    const int rk = sink ? kv.sink_dim : kv.r_k, rv = sink ? kv.sink_dim : kv.r_v;
+    const int tid = threadIdx.x, lane = tid % 32, wid = tid / 32;
+
+    ZK_SHARED_DYNAMIC(smem);
+    sptr<float> qs = smem_take<float>(smem, (int64_t)rows * rk, "qs");
+    sptr<float> sc = smem_take<float>(smem, (int64_t)rows * k_ch, "sc");
+    sptr<float> vt = smem_take<float>(smem, (int64_t)k_ch * rv, "vt");
+    sptr<float> acc = smem_take<float>(smem, (int64_t)rows * rv, "acc");
+    sptr<float> m_run = smem_take<float>(smem, rows, "m_run");
+    sptr<float> l_run = smem_take<float>(smem, rows, "l_run");
+    sptr<float> fsc = smem_take<float>(smem, rows, "fsc");
+    sptr<int32_t> sg = smem_take<int32_t>(smem, k_ch, "sg");
+    sptr<int32_t> st = smem_take<int32_t>(smem, k_ch, "st");
+
+    for (int i = tid; i < rows * rk; i += k_attn_block) {
+        const int r = i / rk, c = i % rk, t = r / G, j = r % G;
+        qs[i] = it.q[t * it.q_stride + j * it.q_head_stride + c] * it.scale;
+    }
+    for (int i = tid; i < rows * rv; i += k_attn_block) acc[i] = 0.0f;
+    for (int i = tid; i < rows; i += k_attn_block) m_run[i] = -INFINITY, l_run[i] = 0.0f;
+
+    // L lanes share a slot's key row: at most 8 channels each
+    int L = 1;
+    while (L < 32 && L * k_lane_ch < rk) L *= 2;
+    const int spw = 32 / L, li = lane % L, grp = lane / L;
+    const bool q4 = !sink && kv.quant == k_quant_q4;
+
+    for (int64_t c0 = task.s0; c0 < task.s1; c0 += k_ch) {
+        const int n = (int)cu_min<int64_t>(k_ch, task.s1 - c0);
+        if (q4 && tid < n && c0 + tid < kv.n_quant) {
+            const int32_t g = kv_group_of(kv, c0 + tid);
+            sg[tid] = g;
+            st[tid] = (int)(c0 + tid - kv.group_start[g]);
+        }
+        __syncthreads();
+
+        // scores: every lane calls the shuffles, slot or not
+        for (int base = 0; base < n; base += k_nw * spw) {
+            const int sl = base + wid * spw + grp;
+            const bool valid = sl < n;
+            float kr[k_lane_ch];
+            if (valid) {
+                key_lane(kv, sink, c0 + sl, sl, li, L, rk, sg, st, kr);
+            } else {
+                ZK_UNROLL
+                for (int i = 0; i < k_lane_ch; i++) kr[i] = 0.0f;
+            }
+            const int32_t ps = valid ? kv.pos[c0 + sl] : 0;
+            for (int r = 0; r < rows; r++) {
+                float d = 0;
+                ZK_UNROLL
+                for (int i = 0; i < k_lane_ch; i++) {
+                    const int c = li + i * L;
+                    if (c < rk) d += kr[i] * qs[r * rk + c];
+                }
+                d = warp_sum(d, L);
+                if (valid && li == 0) {
+                    const float v = ps <= it.q_pos[r / G] ? d : -INFINITY;
+                    sc[r * k_ch + sl] = v;
+                    if (it.logits) it.logits[r * it.logits_stride + c0 + sl] = v;
+                }
+            }
+        }
+        __syncthreads();  // scores written
+
+        // online softmax: a warp per query row, a lane per slot
+        attn_softmax_chunk(sc, n, rows, m_run, l_run, fsc, k_nw);
+
+        // the chunk's values, dequantized once
+        for (int i = tid; i < n * rv; i += k_attn_block) {
+            const int sl = i / rv, c = i % rv;
+            vt[i] = value_elem(kv, sink, c0 + sl, sl, c, rv, sg, st);
+        }
+        if (q4 && kv.gear_nout_v > 0) {
+            __syncthreads();
+            // sparse corrections: a thread per slot, each touching its own row
+            if (tid < n && c0 + tid < kv.n_quant) {
+                const int32_t g = sg[tid];
+                const int t = st[tid];
+                dptr<const uint16_t> oi = kv.voi + (int64_t)g * kv.gear_nout_v;
+                dptr<const uint16_t> ov = kv.vov + (int64_t)g * kv.gear_nout_v;
+                for (int e = gear_first(oi, kv.gear_nout_v, t * rv); e < kv.gear_nout_v; e++) {
+                    const int idx = oi[e];
+                    if (idx == k_gear_none || idx >= (t + 1) * rv) break;
+                    vt[tid * rv + idx - t * rv] += h2f(ov[e]);
+                }
+            }
+        }
+        __syncthreads();  // values staged
+
+        // acc = acc * f + P V over the chunk
+        attn_accumulate(acc, sc, vt, fsc, n, rows, rv, k_attn_block);
+        __syncthreads();
+    }
+
+    __syncthreads();  // (a task always has a slot; this keeps an empty one correct too)
+    dptr<float> pm = partials + task.part;
+    dptr<float> pl = pm + rows;
+    dptr<float> pa = pl + rows;
+    for (int i = tid; i < rows; i += k_attn_block) pm[i] = m_run[i], pl[i] = l_run[i];
+    for (int i = tid; i < rows * rv; i += k_attn_block) pa[i] = acc[i];
+}
+
+// The normalised output of item blockIdx.x from its partials; channels a part
+// does not have (a range of r_v < a sink's sink_dim) count as zeros.
+__global__ void __launch_bounds__(k_attn_block)
+    attn_merge_kernel(dptr<const cuda_attn_item> items, dptr<const cuda_attn_part> parts,
+                      dptr<const int32_t> item_parts, dptr<const float> partials) {
+    const cuda_attn_item& it = items[blockIdx.x];
+    const int G = it.n_group, rows = it.n_tok * G;
+    const int p0 = item_parts[blockIdx.x], p1 = item_parts[blockIdx.x + 1];
+    int width = it.kv.r_v;
+    for (int p = p0; p < p1; p++) width = cu_max(width, parts[p].acc_dim);
+    for (int i = threadIdx.x; i < rows * width; i += k_attn_block) {
+        const int r = i / width, c = i % width;
+        float mx = -INFINITY;
+        for (int p = p0; p < p1; p++) mx = fmaxf(mx, partials[parts[p].off + r]);
+        float o = 0.0f;
+        if (mx != -INFINITY) {
+            float l = 0.0f;
+            for (int p = p0; p < p1; p++) {
+                const int64_t off = parts[p].off;
+                const float lp = partials[off + rows + r];
+                if (lp == 0.0f) continue;
+                const float w = expf(partials[off + r] - mx);
+                const int d = parts[p].acc_dim;
+                l += w * lp;
+                if (c < d) o += w * partials[off + 2 * rows + (int64_t)r * d + c];
+            }
+            o *= 1.0f / l;
+        }
+        it.out[(r / G) * it.out_stride + (r % G) * it.out_head_stride + c] = o;
+    }
+}
+
+size_t task_smem(int rows, int rk, int rv) {
+    return sizeof(float) * ((size_t)rows * (rk + k_ch + rv + 3) + (size_t)k_ch * rv) + 2 * sizeof(int32_t) * k_ch +
+           64;  // alignment slack of the carving
+}
+
+}  // namespace
+
+cuda_attn_plan cuda_attn_plan_make(const std::vector<cuda_attn_item>& items, int blocks, int64_t min_range) {
+    cuda_attn_plan plan;
+    const int n_items = (int)items.size();
+    int64_t total = 0;
+    for (int i = 0; i < n_items; i++) {
+        const cuda_attn_item& it = items[i];
+        const cuda_kv_head& kv = it.kv;
+        if (kv.r_k < 1 || kv.r_v < 1 || kv.r_k > k_attn_max_rank || kv.r_v > k_attn_max_rank)
+            ZK_THROW("CUDA decode attention: item %d has ranks r_k %d, r_v %d (1..%d)", i, kv.r_k, kv.r_v,
+                     k_attn_max_rank);
+        if (kv.n_sink_slots < 0 || kv.n_sink_slots > kv.n_slots ||
+            (kv.n_sink_slots > 0 && (kv.sink_dim < kv.r_k || kv.sink_dim > k_attn_max_rank)))
+            ZK_THROW("CUDA decode attention: item %d has %lld sink slots of %d channels (r_k %d)", i,
+                     (long long)kv.n_sink_slots, kv.sink_dim, kv.r_k);
+        if (it.n_group < 1 || it.n_tok < 1 || kv.quant < 0 || kv.quant > k_quant_q4 || kv.n_quant > kv.n_slots)
+            ZK_THROW("CUDA decode attention: item %d: %d tokens x %d heads, quant %d, %lld of %lld slots quantized", i,
+                     it.n_tok, it.n_group, kv.quant, (long long)kv.n_quant, (long long)kv.n_slots);
+        total += (kv.n_slots - kv.n_sink_slots) * (kv.r_k + kv.r_v);
+    }
+    const int64_t W = std::max<int64_t>(1, total / std::max(1, blocks));
+    min_range = std::max<int64_t>(1, min_range);
+    plan.item_parts.push_back(0);
+    for (int i = 0; i < n_items; i++) {
+        const cuda_attn_item& it = items[i];
+        const cuda_kv_head& kv = it.kv;
+        const int rows = it.n_tok * it.n_group;
+        const int64_t a = kv.n_sink_slots, n = kv.n_slots - a;
+        if (n > 0) {
+            const int64_t cost = n * (kv.r_k + kv.r_v);
+            int64_t nc = std::max<int64_t>(1, (cost + W / 2) / W);
+            nc = std::max<int64_t>(1, std::min(nc, n / min_range));
+            for (int64_t c = 0; c < nc; c++) {
+                const int64_t s0 = a + n * c / nc, s1 = a + n * (c + 1) / nc;
+                plan.tasks.push_back({i, 0, s0, s1, plan.partial_floats, (s1 - s0) * (kv.r_k + kv.r_v)});
+                plan.parts.push_back({plan.partial_floats, kv.r_v});
+                plan.partial_floats += (int64_t)rows * (2 + kv.r_v);
+            }
+            plan.smem_bytes = std::max(plan.smem_bytes, task_smem(rows, kv.r_k, kv.r_v));
+        }
+        if (kv.n_sink_slots > 0) {
+            plan.tasks.push_back({i, 1, 0, kv.n_sink_slots, plan.partial_floats, kv.n_sink_slots * 2 * kv.sink_dim});
+            plan.parts.push_back({plan.partial_floats, kv.sink_dim});
+            plan.partial_floats += (int64_t)rows * (2 + kv.sink_dim);
+            plan.smem_bytes = std::max(plan.smem_bytes, task_smem(rows, kv.sink_dim, kv.sink_dim));
+        }
+        plan.item_parts.push_back((int32_t)plan.parts.size());
+    }
+    // longest first; equal costs keep their creation order
+    std::stable_sort(plan.tasks.begin(), plan.tasks.end(),
+                     [](const cuda_attn_task& x, const cuda_attn_task& y) { return x.cost > y.cost; });
+    return plan;
+}
+
+void cuda_attention_decode(dptr<const cuda_attn_item> items, int n_items, const cuda_attn_plan& plan,
+                           const cuda_attn_plan_device& dplan, dptr<float> partials, cuda_stream stream) {
+    if (n_items == 0) return;
+    if (dplan.n_tasks > 0) {
+        if (plan.smem_bytes > 48 * 1024) ZK_SET_MAX_DYNAMIC_SMEM(attn_decode_kernel, plan.smem_bytes);
+        ZK_LAUNCH(attn_decode_kernel, dim3(dplan.n_tasks), dim3(k_attn_block), plan.smem_bytes, stream, items,
+                  dplan.tasks, partials);
+    }
+    ZK_LAUNCH(attn_merge_kernel, dim3(n_items), dim3(k_attn_block), 0, stream, items, dplan.parts, dplan.item_parts,
+              partials);
+}
+
+}  // namespace cuda
+}  // namespace zk

@@ -1,0 +1,250 @@
+// The decode-attention test fixture (tests/simt/test_cuda_attention_decode.cpp
+// and the mutant tests): items built as real CPU caches (appends, eviction by
+// compact), their double-precision reference over read_slot, the CPU twin, and
+// one GPU launch over a batch.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/kv_cache.h"
+#include "kernels/attention.h"
+#include "kernels/cuda/attention_decode.h"
+#include "kernels/cuda/cuda_device.h"
+#include "tests/simt/cuda_test_util.h"
+
+namespace zk {
+namespace cuda_test {
+
+using namespace zk::cuda;
+
+struct layout {
+    const char* name;
+    int bits;
+    dtype type;
+    bool gear;
+};
+
+struct item_spec {
+    int r_k, r_v;
+    int len;       // tokens appended
+    int n_group;   // query heads of the KV head
+    int n_tok;     // query tokens
+    int sinks;     // exact sinks (0: none)
+    float keep;    // fraction kept by eviction (1: none)
+    int group;     // 4-bit key group
+};
+
+constexpr int k_head_dim = 128;
+
+// Rows with the structure real caches have: per-channel offsets and scales,
+// a shared low-rank part, a few outliers.
+inline std::vector<float> make_rows(int n, int d, std::mt19937& g) {
+    std::normal_distribution<float> N(0, 1);
+    std::vector<float> off(d), sc(d), w(d), x((size_t)n * d);
+    for (int c = 0; c < d; c++) off[c] = 0.5f * N(g), sc[c] = 2.0f / (1.0f + 0.05f * c), w[c] = N(g);
+    for (int t = 0; t < n; t++) {
+        const float u = N(g);
+        for (int c = 0; c < d; c++) x[(size_t)t * d + c] = off[c] + sc[c] * (0.7f * N(g) + 0.5f * u * w[c]);
+    }
+    for (int i = 0; i < n * d / 200; i++) x[g() % (n * d)] += 6.0f * N(g);
+    return x;
+}
+
+// One item: its CPU cache, queries and the expected outputs.
+struct test_item {
+    item_spec spec;
+    std::unique_ptr<kv_cache> cache;
+    std::vector<float> q;        // [n_tok x G x head_dim]
+    std::vector<int32_t> q_pos;  // [n_tok]
+    int width = 0;               // output channels: max(r_v, sink_dim)
+};
+
+inline test_item build_item(const item_spec& s, const layout& lay, uint32_t seed) {
+    test_item it;
+    it.spec = s;
+    std::mt19937 g(seed);
+    kv_cache_params p;
+    p.type = lay.type;
+    p.bits = lay.bits;
+    p.gear = lay.gear;
+    p.group = s.group;
+    p.evicting = s.keep < 1.0f;
+    p.sinks = s.sinks;
+    p.sink_dim = s.sinks > 0 ? k_head_dim : 0;
+    it.cache = std::make_unique<kv_cache>(1, 1, std::max(s.len, 1), p, std::vector<int>{s.r_k}, std::vector<int>{s.r_v});
+    const std::vector<float> K = make_rows(s.len, k_head_dim, g), V = make_rows(s.len, k_head_dim, g);
+    std::vector<int32_t> pos(s.len);
+    for (int t = 0; t < s.len; t++) pos[t] = t;
+    // in two appends, as prefill then decode would
+    const int a = s.len / 2;
+    it.cache->append(0, 0, a, K.data(), k_head_dim, V.data(), k_head_dim, pos.data());
+    it.cache->append(0, 0, s.len - a, K.data() + (size_t)a * k_head_dim, k_head_dim, V.data() + (size_t)a * k_head_dim,
+                     k_head_dim, pos.data() + a);
+    if (s.keep < 1.0f) {
+        const kv_block& b = it.cache->block(0, 0);
+        std::vector<uint8_t> keep((size_t)b.n_used);
+        std::uniform_real_distribution<float> U(0, 1);
+        for (int64_t i = 0; i < b.n_used; i++) keep[i] = b.pos[i] < s.sinks || U(g) < s.keep;
+        it.cache->compact(0, 0, keep.data());
+    }
+    const int G = s.n_group;
+    std::normal_distribution<float> N(0, 1);
+    it.q.resize((size_t)s.n_tok * G * k_head_dim);
+    for (auto& x : it.q) x = N(g);
+    const int32_t last = s.len - 1;
+    it.q_pos.resize(s.n_tok);
+    // earlier tokens of a multi-token step see fewer slots (causal)
+    for (int t = 0; t < s.n_tok; t++) it.q_pos[t] = last - 3 * (s.n_tok - 1 - t);
+    it.width = std::max(s.r_v, s.sinks > 0 ? k_head_dim : 0);
+    return it;
+}
+
+inline const float k_scale = 1.0f / std::sqrt((float)k_head_dim);
+
+// Double-precision attention over the cache as read_slot dequantizes it (sink
+// slots: their exact rows at full head dim). out [n_tok x G x width]; logits
+// (optional) [n_tok x G x n_slots], -inf where a token cannot see the slot.
+inline std::vector<float> reference(const test_item& it, std::vector<float>* logits = nullptr) {
+    const item_spec& s = it.spec;
+    const kv_block& b = it.cache->block(0, 0);
+    const attn_kv_view kv = it.cache->view(0, 0);
+    const int G = s.n_group, W = it.width;
+    // every slot's key and value as attention sees them, read once
+    // (sink slots: their exact rows at full head dim)
+    std::vector<float> K((size_t)b.n_used * k_head_dim, 0.0f), V((size_t)b.n_used * k_head_dim, 0.0f);
+    for (int64_t sl = 0; sl < b.n_used; sl++) {
+        float* kr = &K[(size_t)sl * k_head_dim];
+        float* vr = &V[(size_t)sl * k_head_dim];
+        if (sl < kv.n_sink_slots) {
+            std::copy_n(kv.sink_k + (size_t)b.pos[sl] * kv.sink_dim, kv.sink_dim, kr);
+            std::copy_n(kv.sink_v + (size_t)b.pos[sl] * kv.sink_dim, kv.sink_dim, vr);
+        } else {
+            it.cache->read_slot(0, 0, sl, kr, vr);
+        }
+    }
+    std::vector<float> out((size_t)s.n_tok * G * W, 0.0f);
+    if (logits) logits->assign((size_t)s.n_tok * G * b.n_used, -INFINITY);
+    for (int t = 0; t < s.n_tok; t++)
+        for (int j = 0; j < G; j++) {
+            const float* q = &it.q[((size_t)t * G + j) * k_head_dim];
+            std::vector<double> sc(b.n_used, -INFINITY), acc(W, 0.0);
+            double mx = -INFINITY;
+            for (int64_t sl = 0; sl < b.n_used; sl++) {
+                if (b.pos[sl] > it.q_pos[t]) continue;
+                const int rk = sl < kv.n_sink_slots ? kv.sink_dim : s.r_k;
+                double d = 0;
+                for (int c = 0; c < rk; c++) d += (double)q[c] * K[(size_t)sl * k_head_dim + c];
+                sc[sl] = d * k_scale;
+                mx = std::max(mx, sc[sl]);
+                if (logits) (*logits)[((size_t)t * G + j) * b.n_used + sl] = (float)sc[sl];
+            }
+            if (mx == -INFINITY) continue;
+            double l = 0;
+            for (int64_t sl = 0; sl < b.n_used; sl++) {
+                if (sc[sl] == -INFINITY) continue;
+                const double e = std::exp(sc[sl] - mx);
+                l += e;
+                const int rv = sl < kv.n_sink_slots ? kv.sink_dim : s.r_v;
+                for (int c = 0; c < rv; c++) acc[c] += e * V[(size_t)sl * k_head_dim + c];
+            }
+            for (int c = 0; c < W; c++) out[((size_t)t * G + j) * W + c] = (float)(acc[c] / l);
+        }
+    return out;
+}
+
+// The CPU twin: one range over the block, the sink partial, the merge.
+// logits [n_tok x G x n_slots].
+inline std::vector<float> cpu_twin(const test_item& it, std::vector<float>& logits) {
+    const item_spec& s = it.spec;
+    const attn_kv_view kv = it.cache->view(0, 0);
+    const int G = s.n_group, W = it.width, rows = s.n_tok * G;
+    const int64_t n = kv.n_slots;
+    const attn_q_view q{it.q.data(), (int64_t)G * k_head_dim, k_head_dim, G, s.n_tok, it.q_pos.data(), k_scale};
+    logits.assign((size_t)rows * n, -INFINITY);
+    std::vector<float> m(rows), l(rows), acc((size_t)rows * kv.r_v), sm(rows), sl(rows),
+        sacc((size_t)rows * std::max(kv.sink_dim, 1));
+    std::vector<float> scratch(kernel_attention_scratch(G, n, kv.r_k, kv.r_v, std::max(kv.gear_k.rank, kv.gear_v.rank)));
+    attn_partial parts[2] = {attn_partial{m.data(), l.data(), acc.data(), logits.data(), n},
+                             attn_partial{sm.data(), sl.data(), sacc.data(), logits.data(), n, kv.sink_dim}};
+    kernel_attention_range(kv, 0, n, q, parts[0], scratch.data());
+    int np = 1;
+    if (kv.n_sink_slots > 0) kernel_attention_sinks(kv, q, parts[np++]);
+    std::vector<float> out((size_t)rows * W, 0.0f);
+    kernel_attention_merge(parts, np, s.n_tok, G, kv.r_v, out.data(), (int64_t)G * W, W);
+    return out;
+}
+
+struct gpu_result {
+    std::vector<std::vector<float>> out, logits;
+    cuda_attn_plan plan;
+};
+
+// All items in one launch.
+inline gpu_result run_gpu(const std::vector<test_item*>& items, int blocks, int64_t min_range) {
+    device_pool pool;
+    std::vector<cuda_attn_item> host;
+    std::vector<dptr<float>> outs, lgs;
+    for (const test_item* t : items) {
+        const item_spec& s = t->spec;
+        cuda_attn_item ci;
+        ci.kv = upload_kv_block(pool, *t->cache, 0, 0);
+        ci.q = pool.up(t->q, "q");
+        ci.q_stride = (int64_t)s.n_group * k_head_dim;
+        ci.q_head_stride = k_head_dim;
+        ci.n_group = s.n_group;
+        ci.n_tok = s.n_tok;
+        ci.q_pos = pool.up(t->q_pos, "q_pos");
+        ci.scale = k_scale;
+        outs.push_back(pool.zeros<float>((size_t)s.n_tok * s.n_group * t->width, "out"));
+        ci.out = outs.back();
+        ci.out_stride = (int64_t)s.n_group * t->width;
+        ci.out_head_stride = t->width;
+        const int64_t ns = std::max<int64_t>(ci.kv.n_slots, 1);
+        lgs.push_back(pool.zeros<float>((size_t)s.n_tok * s.n_group * ns, "logits"));
+        ci.logits = lgs.back();
+        ci.logits_stride = ns;
+        host.push_back(ci);
+    }
+    gpu_result r;
+    r.plan = cuda_attn_plan_make(host, blocks, min_range);
+    const dptr<const cuda_attn_item> ditems = pool.up(host, "items");
+    cuda_attn_plan_device dp;
+    dp.tasks = pool.up(r.plan.tasks, "tasks");
+    dp.n_tasks = (int)r.plan.tasks.size();
+    dp.parts = pool.up(r.plan.parts, "parts");
+    dp.item_parts = pool.up(r.plan.item_parts, "item parts");
+    const dptr<float> partials = pool.zeros<float>((size_t)std::max<int64_t>(r.plan.partial_floats, 1), "partials");
+    cuda_attention_decode(ditems, (int)host.size(), r.plan, dp, partials, nullptr);
+    cuda_stream_sync(nullptr);
+    for (size_t i = 0; i < items.size(); i++) {
+        const item_spec& s = items[i]->spec;
+        r.out.push_back(pool.down(outs[i], (size_t)s.n_tok * s.n_group * items[i]->width));
+        r.logits.push_back(pool.down(lgs[i], (size_t)s.n_tok * s.n_group * std::max<int64_t>(host[i].kv.n_slots, 1)));
+    }
+    return r;
+}
+
+inline const layout k_layouts[] = {
+    {"f32", 16, dtype::F32, false}, {"f16", 16, dtype::F16, false}, {"q8", 8, dtype::F16, false},
+    {"q4", 4, dtype::F16, false},   {"q4_gear", 4, dtype::F16, true},
+};
+
+// The batch the layout tests run: every shape the issue names.
+inline std::vector<item_spec> decode_batch_specs() {
+    return {
+        // r_k r_v len  G  tok sinks keep  group
+        {4, 4, 300, 1, 1, 0, 1.0f, 32},      // rank 4
+        {64, 64, 1, 3, 1, 0, 1.0f, 32},      // one slot
+        {12, 20, 37, 3, 2, 4, 1.0f, 32},     // uneven, sinks, two tokens
+        {128, 96, 300, 2, 1, 4, 0.6f, 32},   // evicted, sinks
+        {36, 100, 150, 7, 1, 0, 0.8f, 8},    // evicted, small groups, 7 heads
+        {100, 36, 260, 1, 3, 0, 1.0f, 32},   // three tokens
+    };
+}
+
+}  // namespace cuda_test
+}  // namespace zk

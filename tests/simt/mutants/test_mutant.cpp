@@ -1,0 +1,48 @@
+// A kernel with a bug injected by hand must be caught. CMake (zack_cuda_mutant
+// in tests/simt/CMakeLists.txt) rewrites one line of the kernel's own .cu and
+// builds this test against the result instead of the real kernel; the test
+// passes when the bug is detected:
+//   ZK_MUTANT_CHECK set: by a harness check, whose report must contain it;
+//   otherwise: by the comparison with the reference (the error must exceed the
+//   decode tests' tolerance, 2e-6, by far).
+// The report is printed, so the log shows how each bug was caught.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "tests/simt/attention_decode_fixture.h"
+#include "tests/simt/simt.h"
+
+using namespace zk;
+using namespace zk::cuda_test;
+
+TEST(Mutant, IsCaught) {
+    std::printf("mutant %s\n", ZK_MUTANT_NAME);
+    for (int li : {1, 3}) {  // f16 and 4-bit
+        const layout& lay = k_layouts[li];
+        const std::vector<item_spec> specs = decode_batch_specs();
+        std::vector<test_item> items;
+        for (size_t i = 0; i < specs.size(); i++) items.push_back(build_item(specs[i], lay, 1000 + 17 * (uint32_t)i));
+        std::vector<test_item*> ptrs;
+        for (auto& t : items) ptrs.push_back(&t);
+        std::string v;
+        gpu_result r;
+        try {
+            r = run_gpu(ptrs, 40, 8);
+        } catch (const simt::violation& e) {
+            v = e.what();
+        }
+#ifdef ZK_MUTANT_CHECK
+        std::printf("  %s: harness: %s\n", lay.name, v.c_str());
+        EXPECT_NE(v.find(ZK_MUTANT_CHECK), std::string::npos) << "expected a harness report containing '"
+                                                               << ZK_MUTANT_CHECK << "', got: '" << v << "'";
+#else
+        ASSERT_EQ(v, "") << "expected no harness report (the comparison catches this one)";
+        double worst = 0;
+        for (size_t i = 0; i < items.size(); i++) worst = std::max(worst, rel_err(r.out[i], reference(items[i])));
+        std::printf("  %s: no harness report; max error vs reference %.3g (tolerance 2e-6)\n", lay.name, worst);
+        EXPECT_GT(worst, 1e-3);
+#endif
+    }
+}
