@@ -67,7 +67,7 @@ void ref_attention(const float* q, int G, const float* K, const float* V, const 
 // The kernel over a block in `parts` slot ranges, merged.
 std::vector<float> kernel_attention(const kv_cache& c, const float* q, int G, int32_t qpos, float scale, int parts) {
     const attn_kv_view kv = c.view(0, 0);
-    const int gr = std::max(kv.gear_k.rank, kv.gear_v.rank);
+    const int gr = std::max(kv.k.gear.rank, kv.v.gear.rank);
     std::vector<float> m(parts * G), l(parts * G), acc((size_t)parts * G * kv.r_v);
     std::vector<float> scratch(kernel_attention_scratch(G, kv.n_slots, kv.r_k, kv.r_v, gr));
     std::vector<float> logits((size_t)G * kv.n_slots);
