@@ -139,6 +139,14 @@ void kivi_fold_queries_n(int G, const float* q, const uint16_t* scl, const uint1
 // lane. The min terms sum_s p_j (m_b + z s_b) are added per block into msum
 // [G x nb].
 constexpr int KIVI_VCHUNK = 32;
+// Query heads per pass of the value kernel: 4 int16 accumulators a head stay in
+// registers with the pass's weight vectors and codes, 4 heads where AVX-512VL
+// gives 32 vector registers, 3 where there are 16.
+#ifdef __AVX512VL__
+constexpr int KIVI_VALUE_HEADS = 4;
+#else
+constexpr int KIVI_VALUE_HEADS = 3;
+#endif
 constexpr float KIVI_WMAX = 127.0f;  // largest rounded weight
 
 // The chunk loop of the value sums, over Codes (the width):
@@ -154,7 +162,7 @@ constexpr float KIVI_WMAX = 127.0f;  // largest rounded weight
 template <int G, bool HALF, class Codes>
 void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, int nb, int64_t a,
                        int64_t b, int64_t s0, int64_t n, int r, const float* sc, float* acc, float* msum) {
-    static_assert(G >= 1 && G <= 3, "12 int16 accumulators at most");
+    static_assert(G >= 1 && G <= KIVI_VALUE_HEADS, "4 int16 accumulators a head, all in registers");
     constexpr int C = HALF ? 2 * KIVI_VCHUNK : KIVI_VCHUNK;
     const __m256i dup_lo = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), dup_hi = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
     const __m256i quad = _mm256_setr_epi32(0, 2, 1, 3, 4, 6, 5, 7);  // HALF: slots (t, t + 2), (t + 1, t + 3)
@@ -189,6 +197,15 @@ void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const u
             } else if (nb == 2 && m == C) {
                 sd = (const uint32_t*)(vs + s * 2);
                 md = (const uint32_t*)(vm + s * 2);
+            } else if (two && m == C) {  // wider rows (r > 64): the pair's dword of each slot, 8 slots a gather
+                const __m256i row = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(nb));
+                const int* bs = (const int*)(vs + s * nb + 2 * k);
+                const int* bm = (const int*)(vm + s * nb + 2 * k);
+                for (int h = 0; h < C / 8; h++) {
+                    const __m256i idx = _mm256_add_epi32(row, _mm256_set1_epi32(8 * h * nb));  // in f16 units
+                    _mm256_store_si256((__m256i*)(st + 8 * h), _mm256_i32gather_epi32(bs, idx, 2));
+                    _mm256_store_si256((__m256i*)(mt + 8 * h), _mm256_i32gather_epi32(bm, idx, 2));
+                }
             } else {
                 for (int t = 0; t < C; t++) {
                     const int64_t o = (s + t) * nb + 2 * k;
@@ -309,20 +326,34 @@ void kivi_values_int_h(const uint8_t* codes, int rb, const uint16_t* vs, const u
         kivi_values_int_g<G, false, Codes>(codes, rb, vs, vm, nb, a, b, s0, n, r, sc, acc, msum);
 }
 
-// Heads [0, G) in register-sized groups of at most 3.
+// Heads [0, G) in passes of at most `most`, as even as can be (7 = 4 + 3,
+// 6 = 3 + 3 for 4): f(j0, g) for each pass of g heads from j0. A pass reads and
+// unpacks the codes once for its heads; each head's sums are its own, so the
+// grouping changes no result.
+template <class F>
+void kivi_head_passes(int G, int most, F&& f) {
+    const int passes = (G + most - 1) / most;
+    for (int i = 0, j0 = 0; i < passes; i++) {
+        const int g = (G - j0) / (passes - i);
+        f(j0, g);
+        j0 += g;
+    }
+}
+
 template <class Codes>
 void kivi_values_int(int G, const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, int nb, int64_t a,
                      int64_t b, int64_t s0, int64_t n, int r, const float* sc, float* acc, float* msum) {
-    for (int j0 = 0; j0 < G; j0 += 3) {
+    kivi_head_passes(G, KIVI_VALUE_HEADS, [&](int j0, int g) {
         const float* p = sc + j0 * n;
         float* o = acc + j0 * r;
         float* ms = msum + j0 * nb;
-        switch (std::min(3, G - j0)) {
+        switch (g) {
             case 1: kivi_values_int_h<1, Codes>(codes, rb, vs, vm, nb, a, b, s0, n, r, p, o, ms); break;
             case 2: kivi_values_int_h<2, Codes>(codes, rb, vs, vm, nb, a, b, s0, n, r, p, o, ms); break;
-            default: kivi_values_int_h<3, Codes>(codes, rb, vs, vm, nb, a, b, s0, n, r, p, o, ms); break;
+            case 3: kivi_values_int_h<3, Codes>(codes, rb, vs, vm, nb, a, b, s0, n, r, p, o, ms); break;
+            default: kivi_values_int_h<KIVI_VALUE_HEADS, Codes>(codes, rb, vs, vm, nb, a, b, s0, n, r, p, o, ms); break;
         }
-    }
+    });
 }
 #endif  // ZK_SIMD_AVX2
 

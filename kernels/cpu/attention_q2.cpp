@@ -164,17 +164,17 @@ void scores_q2_int_n(int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b
 void q2_scores(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t s0, int64_t n,
                const int8_t* qi, const float* qd, const float* bias, float* sc) {
     const int qstride = 128 * nrc;
-    for (int j0 = 0; j0 < G; j0 += 4) {  // query heads in register-sized groups
+    kivi_head_passes(G, 4, [&](int j0, int g) {  // query heads in register-sized groups
         const int8_t* q = qi + j0 * qstride;
         const int nr = r <= 64 ? 0 : nrc;
         float* o = sc + j0 * n;
-        switch (std::min(4, G - j0)) {
+        switch (g) {
             case 1: scores_q2_int_n<1>(nr, codes, rb, a, b, s0, n, q, qd + j0, bias + j0, o); break;
             case 2: scores_q2_int_n<2>(nr, codes, rb, a, b, s0, n, q, qd + j0, bias + j0, o); break;
             case 3: scores_q2_int_n<3>(nr, codes, rb, a, b, s0, n, q, qd + j0, bias + j0, o); break;
             default: scores_q2_int_n<4>(nr, codes, rb, a, b, s0, n, q, qd + j0, bias + j0, o); break;
         }
-    }
+    });
 }
 
 // The pair loop of one chunk of slots for the value sums (attention_kivi.h has
