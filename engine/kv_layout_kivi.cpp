@@ -160,7 +160,7 @@ void kivi_side::move_group(int64_t g, int64_t ng, const int16_t* newt, int) {
         }
         if (k_ > 0) kv_move_rows(gb_.data(), (int64_t)s_.r * k_, g, ng);
     }
-    if (!s_.gear || k_ == 0) return;
+    if (!s_.gear) return;
     // sparse corrections of the kept tokens, re-indexed to their new place
     const int r = s_.r;
     int o2 = 0;

@@ -76,8 +76,8 @@ inline int kv_q4_row_bytes(int r) { return (r + 1) / 2; }
 inline int kv_kivi_row_bytes(int bits, int r) { return (r * bits + 7) / 8; }
 
 struct attn_gear_view {
-    int rank = 0;                      // 0 = no GEAR correction
-    int n_out = 0;                     // sparse correction slots per group
+    int rank = 0;                      // low-rank part (0: none)
+    int n_out = 0;                     // sparse correction slots per group (rank 0 and n_out 0: no GEAR)
     const uint16_t* a = nullptr;       // [n_groups x group x rank] f16, row t = t-th slot of the group
     const uint16_t* b = nullptr;       // [n_groups x r x rank] f16
     const uint16_t* out_idx = nullptr; // [n_groups x n_out] t * r + c ascending, KV_GEAR_NONE pads the end

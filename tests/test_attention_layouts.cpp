@@ -3,7 +3,8 @@
 // double precision over the cache as it reads back dequantized (kv_cache::
 // read_slot, with exact sinks at full head dim): for G = 1, 2, 3, 4, 6 and 7
 // query heads per KV head (Qwen2.5-0.5B has 7, the 1.5B 6), ranks small, not a
-// multiple of 4 or 32, and past one row chunk, GEAR on the KIVI sides, exact
+// multiple of 4 or 32, and past one row chunk, GEAR on the KIVI sides (rank 2,
+// and rank 0: its sparse outliers alone), exact
 // sinks, positions with gaps and blocks compacted by eviction (KIVI groups
 // merged). Both paths are held to the double reference:
 //   reference path (kernel_attention_range_ref, float dot products over the
@@ -84,7 +85,7 @@ TEST_P(AttentionLayouts, FastAndReferencePathsMatchDoubleAttention) {
         int k, v;
     };
     for (const ranks rk : {ranks{4, 4}, ranks{13, 7}, ranks{20, 44}, ranks{64, 64}, ranks{100, 84}, ranks{128, 128}})
-        for (bool gear : {false, true})
+        for (int gear : {0, 1, 2})  // off, rank 2, rank 0 (outliers alone)
             for (bool evict : {false, true}) {
                 if (gear && !kivi) continue;
                 const int n = 300, D = std::max(64, std::max(rk.k, rk.v)), S = evict ? 4 : 0;  // D: the head dim
@@ -93,7 +94,8 @@ TEST_P(AttentionLayouts, FastAndReferencePathsMatchDoubleAttention) {
                 p.bits_k = {pc.bits_k};
                 p.bits_v = {pc.bits_v};
                 p.residual = 32;  // one group: most slots quantized
-                p.gear = gear;
+                p.gear = gear > 0;
+                p.gear_rank = gear == 1 ? 2 : 0;
                 p.evicting = evict;
                 p.sinks = S;
                 p.sink_dim = D;

@@ -116,7 +116,7 @@ void kivi_scores(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64
                     w.sc[j * n + s - s0] = (simd::dot_f32(w.qs + j * r, w.krow, r) + w.bias[j]) * scale;
             }
         }
-        if (gr.rank == 0) continue;
+        if (gr.rank == 0 && gr.n_out == 0) continue;  // no GEAR (a rank-0 GEAR still has its outliers)
         const int k = gr.rank;
         const uint16_t* B = gr.b + g * r * k;
         const uint16_t* A = gr.a + g * gs * k;
@@ -178,7 +178,7 @@ void kivi_values(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64
     }
     for (int j = 0; j < G; j++)
         for (int c = 0; c < r; c++) acc[j * r + c] += w.msum[j * nb + c / KV_Q4_VBLOCK];
-    if (kv.v.gear.rank > 0) {
+    if (kv.v.gear.rank > 0 || kv.v.gear.n_out > 0) {
         for (int64_t g = group_of(kv, a); g < kv.n_groups && kv.group_start[g] < b; g++)
             values_gear(kv, g, std::max<int64_t>(a, kv.group_start[g]), std::min<int64_t>(b, kv.group_start[g + 1]),
                         s0, n, G, acc, w);
