@@ -13,20 +13,27 @@
 //     side the folded query is rounded to int8 per (group, head) and the value
 //     weights to 7 bits per 32 slots: relative L2 < 1e-2 (measured ~1e-3, printed).
 // Also per-head mixed precision in one cache: exact byte accounting, the
-// description, and the parameter checks naming kv_bits_k / kv_bits_v.
+// description, the parameter checks naming kv_bits_k / kv_bits_v, and a
+// session on the tiny random model whose tables say "4-bit everywhere" giving
+// the logits of --kv-bits 4 bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "engine/session.h"
 #include "ggml-like/error.h"
 #include "kernels/attention.h"
 #include "tests/kv_test_data.h"
+#include "tests/tiny_model.h"
 
 using namespace zk;
 using zk_test::make_rows;
@@ -302,6 +309,62 @@ TEST(KvMixed, BadTablesRejectedByName) {
     p = kv_cache_params{};
     p.bits_k = {8};
     EXPECT_THROW(kv_cache(1, 2, 64, p, {32, 32}, {32, 32}), zk::error);
+}
+
+// A session (tiny random model, 2 layers x 2 KV heads) whose per-head tables
+// give every side the same precision computes what kv_bits gives, bit for bit,
+// with eviction too; mixed tables run and reach the cache; a table of the
+// wrong size is refused naming it.
+TEST(KvMixed, SessionTablesEqualBits) {
+    char dir[] = "/tmp/zk_layouts_XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    const std::string path = std::string(dir) + "/m.gguf";
+    zk_test::tiny_model_write(path, zk_test::tiny_model_params{});
+    const std::unique_ptr<model> m = model_load(path);
+    std::vector<int32_t> toks(300);
+    for (size_t i = 0; i < toks.size(); i++) toks[i] = 3 + (int32_t)(i * 37 % 270);
+    auto logits = [&](const session_params& sp) {
+        session s(*m, sp);
+        const float* lg = s.decode(toks.data(), 200, true);
+        std::vector<float> out(lg, lg + 200 * (size_t)m->hp.n_vocab);
+        for (size_t t = 200; t < toks.size(); t++) {
+            lg = s.decode(&toks[t], 1);
+            out.insert(out.end(), lg, lg + m->hp.n_vocab);
+        }
+        return out;
+    };
+    for (int bits : {8, 4, 2})
+        for (bool evict : {false, true}) {
+            session_params a;
+            a.n_ctx = 512;
+            a.n_threads = 2;
+            a.n_batch = 64;
+            if (evict) a.evict.policy = "h2o", a.evict.budget = 96, a.evict.chunk = 16;
+            session_params b = a;
+            a.kv_bits = bits;
+            b.kv_bits_k.assign(4, bits);
+            b.kv_bits_v.assign(4, bits);
+            EXPECT_EQ(logits(a), logits(b)) << bits << "-bit, evict " << evict;
+        }
+    session_params mixed;
+    mixed.n_ctx = 512;
+    mixed.kv_bits_k = {16, 8, 4, 2};
+    mixed.kv_bits_v = {2, 4, 8, 16};
+    mixed.kv_gear = true;
+    mixed.evict.policy = "h2o", mixed.evict.budget = 96, mixed.evict.chunk = 16;
+    for (float x : logits(mixed)) ASSERT_TRUE(std::isfinite(x));
+    session s(*m, mixed);
+    EXPECT_EQ(s.cache().layout_k(1, 1), KV_LAYOUT_Q2);
+    EXPECT_EQ(s.cache().layout_v(1, 1), KV_LAYOUT_ROWS);
+    EXPECT_EQ(s.cache().layout_v(0, 1), KV_LAYOUT_Q4);
+    mixed.kv_bits_v = {2, 4, 8};
+    try {
+        session bad(*m, mixed);
+        ADD_FAILURE() << "a 3-entry table for 4 heads was accepted";
+    } catch (const zk::error& e) {
+        EXPECT_NE(std::string(e.what()).find("kv_bits_v"), std::string::npos) << e.what();
+    }
+    std::filesystem::remove_all(dir);
 }
 
 }  // namespace
