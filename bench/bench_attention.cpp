@@ -1,7 +1,9 @@
 // Decode attention over one layer's KV cache (3 KV heads x 3 query heads each,
 // SmolLM2's shape) for one new token, single thread: per (rank, bits, context);
-// the _30_layers variant reads a whole model's cache, from DRAM.
-// Args: rank (r_k = r_v), bits (16 = f16, 8, 4, 5 = 4-bit + GEAR), context.
+// the _30_layers variant reads a whole model's cache, from DRAM; the _gqa
+// variant takes the query heads per KV head as a fourth argument (2 KV heads:
+// Qwen2.5-Coder-1.5B is d 128, G 6; the 0.5B d 64, G 7).
+// Args: rank (r_k = r_v), bits (16 = f16, 8, 4, 5 = 4-bit + GEAR), context[, G].
 // Items/s counts cached tokens read, so bytes per token read is comparable.
 #include <benchmark/benchmark.h>
 
@@ -15,11 +17,9 @@ using namespace zk;
 
 namespace {
 
-constexpr int k_heads = 3, k_group = 3;
-
-// A cache of n_layers layers (3 heads, rank r for keys and values, n tokens),
-// filled with normal rows as a decode step would find it.
-kv_cache make_cache(int n_layers, int r, int bits, int64_t n) {
+// A cache of n_layers layers (k_heads heads, rank r for keys and values, n
+// tokens), filled with normal rows as a decode step would find it.
+kv_cache make_cache(int n_layers, int k_heads, int r, int bits, int64_t n) {
     kv_cache_params p;
     p.bits = bits == 5 ? 4 : bits;
     p.gear = bits == 5;
@@ -41,10 +41,10 @@ kv_cache make_cache(int n_layers, int r, int bits, int64_t n) {
 }
 
 // One new token's attention over every layer of the cache, single thread.
-void run_decode_attention(benchmark::State& st, int n_layers) {
+void run_decode_attention(benchmark::State& st, int n_layers, int k_heads, int k_group) {
     const int r = (int)st.range(0), bits = (int)st.range(1);
     const int64_t n = st.range(2);
-    const kv_cache c = make_cache(n_layers, r, bits, n);
+    const kv_cache c = make_cache(n_layers, k_heads, r, bits, n);
     std::mt19937 g(2);
     std::normal_distribution<float> N(0, 1);
     std::vector<float> q((size_t)k_group * r), m(k_group), l(k_group), acc((size_t)k_group * r), out(acc.size());
@@ -67,11 +67,14 @@ void run_decode_attention(benchmark::State& st, int n_layers) {
 }
 
 // One layer: its cache (a few MB at 8K) stays in L3 between iterations.
-void BM_decode_attention(benchmark::State& st) { run_decode_attention(st, 1); }
+void BM_decode_attention(benchmark::State& st) { run_decode_attention(st, 1, 3, 3); }
 
 // The default model's 30 layers: 60 MB (4-bit) to 180 MB (f16) at 8K, read
 // from DRAM as in a real decode step. Time is per step, not per layer.
-void BM_decode_attention_30_layers(benchmark::State& st) { run_decode_attention(st, 30); }
+void BM_decode_attention_30_layers(benchmark::State& st) { run_decode_attention(st, 30, 3, 3); }
+
+// One layer of 2 KV heads with G = range(3) query heads each.
+void BM_decode_attention_gqa(benchmark::State& st) { run_decode_attention(st, 1, 2, (int)st.range(3)); }
 
 void args(benchmark::internal::Benchmark* b) {
     for (int64_t ctx : {2048, 8192})
@@ -87,3 +90,7 @@ BENCHMARK(BM_decode_attention_30_layers)
     ->Args({64, 4, 8192})
     ->Args({32, 4, 8192})
     ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_decode_attention_gqa)
+    ->ArgsProduct({{128}, {16, 8, 4, 5, 2}, {8192}, {1, 2, 3, 4, 6, 7}})
+    ->ArgsProduct({{64}, {16, 4, 2}, {8192}, {7}})
+    ->Unit(benchmark::kMicrosecond);

@@ -6,52 +6,71 @@
 // eviction policy needs one, a score per slot. RoPE is applied before caching,
 // so removing slots later needs no re-rotation.
 //
-// Precisions (kv_cache_params::bits; layouts in kernels/attention.h):
-//   16  rows of `type` (F16 or F32).
-//   8   per token int8, blocks of 32 channels, f16 scale per block.
-//   4   KIVI: keys per channel over groups of `group` tokens (f16 scale + min per
-//       (group, channel)), values per token (blocks of 32 channels, f16 scale +
-//       min). The newest tokens stay in a residual window of `type` rows; when
-//       it holds `residual` tokens its oldest `group` tokens are quantized.
-//       Optional GEAR: per quantized group a rank-k f16 correction of both K and
-//       V plus ~2% f16 sparse outliers.
+// Precision (kv_cache_params::bits, or per (layer, KV head) and per side
+// bits_k / bits_v): each side of a block is stored in a layout
+// (engine/kv_layout.h; the formats in kernels/attention.h):
+//   16  rows of `type` (F16 or F32).                     engine/kv_layout_rows.h
+//   8   per token int8, blocks of 32 channels, f16 scale. engine/kv_layout_q8.h
+//   4,2 KIVI: keys per channel over groups of `group`     engine/kv_layout_kivi.h
+//       tokens (f16 scale + min per (group, channel)), values per token (blocks
+//       of 32 channels, f16 scale + min). A block with a KIVI side is windowed:
+//       the newest tokens stay in a residual window of `type` rows; when it
+//       holds `residual` tokens its oldest `group` tokens are quantized (an
+//       8-bit side of such a block then too). Optional GEAR on KIVI sides: per
+//       quantized group a rank-k f16 correction plus ~2% f16 sparse outliers.
 // Exact sinks (kv_cache_params::sinks > 0): the tokens at positions < sinks are
 // also kept as f32 rows of sink_dim channels (the full head dim), whatever the
 // rank and precision; attention uses those rows for them (kernels/attention.h).
 // A fixed cost per block, not per token.
-// Eviction removes slots with compact(); a 4-bit group that loses tokens keeps
+// Eviction removes slots with compact(); a KIVI group that loses tokens keeps
 // its codes and scales (exact), and two neighbouring groups that fit in one are
 // merged by re-quantizing their tokens, so groups never exceed 2 x capacity /
 // group + 1 and memory stays bounded.
+// Memory is accounted per side by its layout (kv_layout::bytes), summed over
+// the blocks: bytes_for_capacity equals what is allocated, exactly.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/kv_layout.h"
 #include "ggml-like/dtype.h"
 #include "kernels/attention.h"
 
 namespace zk {
 
 struct kv_cache_params {
-    dtype type = dtype::F16;      // full-precision rows (16-bit cache, residual window)
-    int bits = 16;                // 16, 8 or 4
-    int group = 32;               // 4-bit: tokens per key quantization group
-    int residual = 0;             // 4-bit: full-precision window in tokens, a multiple of group
+    dtype type = dtype::F16;      // full-precision rows (16-bit sides, residual windows)
+    int bits = 16;                // 16, 8, 4 or 2: every side whose bits_k / bits_v leave it open
+    // Per (layer, KV head) precision of the keys and of the values, [n_layer x
+    // n_head_kv] row-major, each 16, 8, 4 or 2; empty = `bits` everywhere.
+    std::vector<int> bits_k;
+    std::vector<int> bits_v;
+    int group = 32;               // KIVI: tokens per key quantization group
+    int residual = 0;             // KIVI: full-precision window in tokens, a multiple of group
                                   // (0 = 128 rounded up to a multiple of group, at most half the capacity: kv_cache_residual)
-    bool gear = false;            // 4-bit: GEAR low-rank + sparse error correction
+    bool gear = false;            // KIVI sides: GEAR low-rank + sparse error correction
     int gear_rank = 2;
     float gear_outliers = 0.02f;  // fraction of a group's elements kept exactly
     bool scores = false;          // keep a per-slot eviction score
-    bool evicting = false;        // slots will be removed (4-bit: room for partial groups)
+    bool evicting = false;        // slots will be removed (KIVI: room for partial groups)
     int sinks = 0;                // first positions also kept exact (f32, full head dim)
     int sink_dim = 0;             // channels of an exact sink row; rows passed to append() have them
 };
 
-// Throws zk::error for unsupported combinations (bits 3, group <= 0, ...).
-void kv_cache_validate_params(const kv_cache_params& p);
-// The 4-bit residual window in tokens that p gives a cache of `capacity`
+// Throws zk::error for unsupported combinations (bits 3, group <= 0, ...),
+// naming the parameter. With n_layer and n_head_kv the per-head tables' sizes
+// are checked too (the cache's constructor does).
+void kv_cache_validate_params(const kv_cache_params& p, int n_layer = -1, int n_head_kv = -1);
+// The precision of side `role` of block i (= layer * n_head_kv + head).
+int kv_cache_bits(const kv_cache_params& p, kv_role role, size_t i);
+// Whether some side of the cache is quantized (below 16 bits).
+bool kv_cache_quantized(const kv_cache_params& p);
+// Whether some side is KIVI (4 or 2 bits): blocks with one keep a residual window.
+bool kv_cache_windowed(const kv_cache_params& p);
+// The KIVI residual window in tokens that p gives a cache of `capacity`
 // slots (a multiple of the group).
 int kv_cache_residual(const kv_cache_params& p, int64_t capacity);
 
@@ -59,24 +78,20 @@ struct kv_block {
     int r_k = 0;
     int r_v = 0;
     int64_t n_used = 0;   // slots in use
-    int64_t n_quant = 0;  // slots [0, n_quant) are quantized (8/4-bit)
-    int64_t n_groups = 0; // 4-bit key groups in use
-    std::vector<uint8_t> k, v;             // full-precision rows: [capacity x r] (16-bit) or [residual x r] (4-bit)
-    std::vector<uint8_t> kq, vq;           // codes: [capacity x r] int8 or [capacity x row_bytes(r)] 4-bit
-    std::vector<uint16_t> ks, km;          // 8-bit: [capacity x blocks(r_k)]; 4-bit: [max_groups x r_k]
-    std::vector<uint16_t> vs, vm;          // [capacity x blocks(r_v)]
-    std::vector<int32_t> group_start;      // 4-bit: [max_groups + 1]
-    std::vector<uint16_t> ka, kb, koi, kov;  // GEAR keys: [max_groups x (group x rank | r_k x rank | n_out)]
-    std::vector<uint16_t> va, vb, voi, vov;  // GEAR values
-    std::vector<int32_t> pos;              // [capacity]
-    std::vector<float> score;              // [capacity] when params.scores
-    std::vector<float> sink_k, sink_v;     // [sinks x sink_dim] exact rows, row p = position p
+    int64_t n_quant = 0;  // slots [0, n_quant) are in the codes of the quantized sides
+    int64_t n_groups = 0; // KIVI groups in use (windowed blocks)
+    bool windowed = false;             // a side is KIVI: residual window and groups
+    std::unique_ptr<kv_side> k, v;     // the two sides, each in its layout
+    std::vector<int32_t> group_start;  // windowed: [max_groups + 1]
+    std::vector<int32_t> pos;          // [capacity]
+    std::vector<float> score;          // [capacity] when params.scores
+    std::vector<float> sink_k, sink_v; // [sinks x sink_dim] exact rows, row p = position p
 };
 
 class kv_cache {
 public:
-    // ranks_k/ranks_v: [n_layer x n_head_kv] (row-major). 4-bit rounds the
-    // capacity up to a multiple of the group.
+    // ranks_k/ranks_v: [n_layer x n_head_kv] (row-major). A KIVI side rounds
+    // the capacity up to a multiple of the group.
     kv_cache(int n_layer, int n_head_kv, int64_t capacity, const kv_cache_params& p,
              const std::vector<int>& ranks_k, const std::vector<int>& ranks_v);
     // A plain 16-bit cache of `type`.
@@ -92,6 +107,9 @@ public:
     const kv_block& block(int layer, int head) const { return blocks_[(size_t)layer * n_head_kv_ + head]; }
     // Slots in use in the fullest block.
     int64_t n_used_max() const;
+    // The layout of block (layer, head)'s keys and values.
+    kv_layout_id layout_k(int layer, int head) const { return block(layer, head).k->layout(); }
+    kv_layout_id layout_v(int layer, int head) const { return block(layer, head).v->layout(); }
 
     // Appends n_tok rows: k_rows[t * k_stride + c] for c < r_k, likewise v; pos[t]
     // (ascending, above the block's last position). New slots get score 0. With
@@ -115,20 +133,24 @@ public:
     double bytes_per_token_exact() const;
     // An f16 cache of K and V at full head dim, per token over all heads.
     size_t bytes_per_token_f16(int head_dim) const { return (size_t)n_layer_ * n_head_kv_ * 4 * head_dim; }
-    // One line: precision, layout, bytes per token and vs f16 full rank.
+    // One line: precision (per head when the sides differ), layout, bytes per
+    // token and vs f16 full rank.
     std::string describe(int head_dim) const;
 
 private:
     void flush_group(kv_block& b);
-    void quantize_group(kv_block& b, int64_t g, const float* K, const float* V, int n);
     void merge_groups(kv_block& b, int64_t g);
-    size_t block_bytes(int r_k, int r_v, int64_t capacity) const;
+    // What side `role` of block i in `layout` is built for, at a capacity.
+    kv_side_shape side_shape(kv_role role, size_t i, const kv_layout& layout, int64_t capacity) const;
+    size_t block_bytes(size_t i, int64_t capacity) const;
     int64_t max_groups(int64_t capacity) const;
+    int64_t round_capacity(int64_t capacity) const;
 
     int n_layer_;
     int n_head_kv_;
     int64_t capacity_;
     kv_cache_params p_;
+    bool windowed_ = false;  // some block has a KIVI side
     int residual_ = 0;
     std::vector<kv_block> blocks_;
     std::vector<float> scratch_;  // re-packing: [2 x group x r] floats + GEAR work

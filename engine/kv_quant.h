@@ -7,6 +7,8 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/attention.h"
+
 namespace zk {
 
 // ---- 8-bit, per token: blocks of KV_Q8_BLOCK channels, symmetric ----
@@ -18,7 +20,7 @@ void kvq_dequantize_q8_row(const int8_t* codes, const uint16_t* d, int r, float*
 // Codes of `bits` = 4 or 2 bits, 8 / bits per byte, channel c at byte
 // c * bits / 8, lowest bits first; rows of kv_qb_row_bytes(bits, r) bytes.
 // Asymmetric grids of 2^bits levels: x = s * code + m.
-inline int kv_qb_row_bytes(int bits, int r) { return (r * bits + 7) / 8; }
+inline int kv_qb_row_bytes(int bits, int r) { return kv_kivi_row_bytes(bits, r); }
 
 // Values, per token: blocks of KV_Q4_VBLOCK channels.
 // x [r] -> codes [row_bytes(r)], s, m [vblocks(r)]

@@ -87,6 +87,8 @@ kv_cache_params session_kv_params(const session_params& p) {
     kv_cache_params k;
     k.type = p.kv_type;
     k.bits = p.kv_bits;
+    k.bits_k = p.kv_bits_k;
+    k.bits_v = p.kv_bits_v;
     k.group = p.kv_group;
     k.residual = p.kv_residual;
     k.gear = p.kv_gear;
@@ -103,7 +105,7 @@ void session_validate_params(const session_params& p, const model_hparams& hp) {
     if (p.n_batch <= 0) ZK_THROW("batch size must be positive, got %lld", (long long)p.n_batch);
     if (p.kv_type != dtype::F32 && p.kv_type != dtype::F16)
         ZK_THROW("KV cache type %s is not supported (f32, f16)", dtype_name(p.kv_type));
-    kv_cache_validate_params(session_kv_params(p));
+    kv_cache_validate_params(session_kv_params(p), hp.n_layer, hp.n_head_kv);
     evict_validate_params(p.evict, p.n_ctx);
 }
 
@@ -162,7 +164,7 @@ session::session(const model& m, const session_params& p) : m_(m), params_(p) {
     // Exact sinks where the cache loses something (quantized or compressed): the
     // sink tokens draw most of the attention, and keeping them exact costs a
     // fixed few rows (on SmolLM2-135M it lowers 4-bit KL by a quarter).
-    if (kp.bits < 16 || compressed_) {
+    if (kv_cache_quantized(kp) || compressed_) {
         kp.sinks = p.evict.n_sink;
         kp.sink_dim = hp.head_dim;
     }

@@ -41,11 +41,15 @@ struct session_params {
     // Key basis of each compressed head (calib/keybasis.h: 0 pca, 1 score,
     // 2 pairs), [n_layer x n_head_kv]; empty = pca everywhere.
     std::vector<int> kbasis;
-    // KV cache precision (engine/kv_cache.h): 16 = kv_type rows, 8 or 4-bit.
+    // KV cache precision (engine/kv_cache.h): 16 = kv_type rows, 8, or 4 or 2-bit KIVI.
     int kv_bits = 16;
-    int kv_group = 32;            // 4-bit: tokens per key group
-    int kv_residual = 0;          // 4-bit: full-precision window (0 = kv_cache_residual default, 128)
-    bool kv_gear = false;         // 4-bit: GEAR error correction
+    // Per (layer, KV head) precision of the keys and of the values (16, 8, 4 or
+    // 2), [n_layer x n_head_kv] row-major; empty = kv_bits (KV plans set them).
+    std::vector<int> kv_bits_k;
+    std::vector<int> kv_bits_v;
+    int kv_group = 32;            // KIVI: tokens per key group
+    int kv_residual = 0;          // KIVI: full-precision window (0 = kv_cache_residual default, 128)
+    bool kv_gear = false;         // KIVI: GEAR error correction
     int kv_gear_rank = 2;
     float kv_gear_outliers = 0.02f;
     // Token eviction (engine/evict/evict.h); policy "none" keeps every token.

@@ -5,27 +5,34 @@
 // range gives a partial (max, sum, unnormalised accumulator) and a merge combines
 // them, so one long head can be shared by several threads.
 //
-// Storage of a block (see engine/kv_cache.h for how it is filled). Slots are in
-// ascending position order; slots [0, n_quant) are quantized, slots
-// [n_quant, n_slots) are full-precision rows of `type` (the whole cache when it
-// is not quantized, the residual window of the newest tokens for 4-bit).
-//   KV_QUANT_Q8: per token, blocks of KV_Q8_BLOCK channels, symmetric int8 codes
+// Storage of a block (engine/kv_cache.h fills it; engine/kv_layout*.h own it).
+// Slots are in ascending position order. Keys and values are two sides, each in
+// its own layout (kv_layout_id), so one block may hold 4-bit keys and 2-bit
+// values and the next 16-bit both. A side's slots [0, n_quant) are in its codes;
+// slots [n_quant, n_slots) are full-precision rows of the block's `type` (a rows
+// side: every slot, n_quant = 0; a KIVI block: the residual window of the newest
+// tokens, whose n_quant is the block's; an 8-bit side in a block without KIVI:
+// none, each token is quantized as it arrives).
+//   KV_LAYOUT_ROWS: rows of `type` (F16 or F32), [n_slots x r].
+//   KV_LAYOUT_Q8: per token, blocks of KV_Q8_BLOCK channels, symmetric int8 codes
 //       and one f16 scale per block: x = d * code.
-//   KV_QUANT_Q4: keys per channel over groups of `group` tokens (KIVI): codes
-//       (4-bit, two per byte, low nibble first) per token row, f16 scale s_c and
-//       min m_c per (group, channel): k_c = s_c code_c + m_c, so
-//       q.k = sum_c (q_c s_c) code_c + sum_c q_c m_c and the folded query is
+//   KV_LAYOUT_Q4, KV_LAYOUT_Q2 (KIVI, `bits` = 4 or 2; engine/kv_quant.h packs
+//       the codes: 8 / bits per byte, channel c in bits bits * (c % (8 / bits))
+//       of byte c * bits / 8): keys per channel over groups of `group` tokens,
+//       f16 scale s_c and min m_c per (group, channel): k_c = s_c code_c + m_c,
+//       so q.k = sum_c (q_c s_c) code_c + sum_c q_c m_c and the folded query is
 //       computed once per group. Values per token, blocks of KV_Q4_VBLOCK
-//       channels with an f16 scale and min each. The AVX2 kernel takes both
-//       sums as integer dot products (maddubs): the folded query rounded to
-//       int8 per (group, head), the value weights p s_b rounded to 7 bits per
-//       32 slots; the scalar path is the float reference.
-//   GEAR (optional, Q4 only): per group of `group` quantized tokens, a rank-k
-//       correction A B^T (A [group x k], B [r x k], f16) and n_out sparse
+//       channels with an f16 scale and min each. The AVX2 kernels take both sums
+//       as integer dot products (maddubs): the folded query rounded to int8 per
+//       (group, head) and laid out in the order the codes unpack (a permutation
+//       that costs nothing per slot), the value weights p s_b rounded to 7 bits
+//       per 32 slots against centred codes. The reference path is float.
+//   GEAR (optional, on KIVI sides): per group of `group` quantized tokens, a
+//       rank-k correction A B^T (A [group x k], B [r x k], f16) and n_out sparse
 //       corrections (index t * r + c within the group, f16 value) of the
 //       quantization residual. Used without materializing anything:
 //       q.(A B^T)_t = sum_i A[t,i] (q.B[:,i]);  sum_t p_t (A B^T)_t = (p^T A) B^T.
-//   Exact sinks (optional, any precision): the tokens at the first positions
+//   Exact sinks (optional, any layout): the tokens at the first positions
 //       are also kept as f32 rows at full head dim (sink_k/sink_v, row p =
 //       position p). Slots [0, n_sink_slots) hold those tokens; the range kernel
 //       skips them and kernel_attention_sinks attends to the exact rows instead.
@@ -33,6 +40,10 @@
 //       outlier channels that widen the 4-bit range of their group; kept exact
 //       they cost a fixed few rows (SmolLM2-135M: 4-bit KL about -25%; no
 //       measurable change at a ZACK rank cut, whose error is spread over all tokens).
+//
+// Code: kernels/cpu/attention.cpp (the range driver, softmax, sinks, merge),
+// one file per layout (attention_rows, attention_q8, attention_q4,
+// attention_q2; the KIVI group loop and GEAR shared in attention_kivi).
 #pragma once
 #include <cstdint>
 
@@ -40,55 +51,64 @@
 
 namespace zk {
 
-enum kv_quant_kind : int { KV_QUANT_NONE = 0, KV_QUANT_Q8 = 1, KV_QUANT_Q4 = 2 };
+// The storage layout of one side (keys or values) of a block: its precision.
+enum kv_layout_id : int {
+    KV_LAYOUT_ROWS = 0,  // 16-bit (or f32) rows of the block's type
+    KV_LAYOUT_Q8 = 1,
+    KV_LAYOUT_Q4 = 2,
+    KV_LAYOUT_Q2 = 3,
+    KV_LAYOUT_COUNT = 4
+};
 
 constexpr int KV_Q8_BLOCK = 32;   // channels per int8 scale
-constexpr int KV_Q4_VBLOCK = 32;  // value channels per 4-bit scale/min pair
+constexpr int KV_Q4_VBLOCK = 32;  // value channels per KIVI (4- or 2-bit) scale/min pair
 
-// 4-bit code buffers are readable this many bytes past their last row: the
-// kernel loads 32 bytes (64 codes) at a time and a rank that is not a multiple
-// of 64 ends a row with a partial chunk (the extra codes meet zero query bytes
-// or land in dropped channels).
+// KIVI code buffers are readable this many bytes past their last row: the
+// kernels load 32 bytes at a time and a rank that does not fill the last load
+// reads on (the extra codes meet zero query bytes or land in dropped channels).
 constexpr int KV_Q4_PAD = 32;
 
 constexpr uint16_t KV_GEAR_NONE = 0xFFFF;  // unused sparse-correction slot
 
 inline int kv_n_blocks(int r, int block) { return (r + block - 1) / block; }
 inline int kv_q4_row_bytes(int r) { return (r + 1) / 2; }
+// Bytes of a row of r KIVI codes of `bits` (4 or 2) bits.
+inline int kv_kivi_row_bytes(int bits, int r) { return (r * bits + 7) / 8; }
 
 struct attn_gear_view {
-    int rank = 0;                      // 0 = no GEAR correction
-    int n_out = 0;                     // sparse correction slots per group
+    int rank = 0;                      // low-rank part (0: none)
+    int n_out = 0;                     // sparse correction slots per group (rank 0 and n_out 0: no GEAR)
     const uint16_t* a = nullptr;       // [n_groups x group x rank] f16, row t = t-th slot of the group
     const uint16_t* b = nullptr;       // [n_groups x r x rank] f16
     const uint16_t* out_idx = nullptr; // [n_groups x n_out] t * r + c ascending, KV_GEAR_NONE pads the end
     const uint16_t* out_val = nullptr; // [n_groups x n_out] f16
 };
 
+// One side (keys or values, r = r_k or r_v channels) of a block.
+struct attn_side_view {
+    kv_layout_id layout = KV_LAYOUT_ROWS;
+    int64_t n_quant = 0;              // slots [0, n_quant) are in the codes (0 for KV_LAYOUT_ROWS)
+    const void* rows = nullptr;       // slot s >= n_quant: row s - n_quant of [.. x r] `type`
+    const void* codes = nullptr;      // Q8: int8 [n_quant x r]; KIVI: [n_quant x row_bytes(r)] + KV_Q4_PAD
+    const uint16_t* scale = nullptr;  // Q8: [n_quant x blocks(r)]; KIVI keys: [n_groups x r];
+                                      // KIVI values: [n_quant x vblocks(r)]
+    const uint16_t* min = nullptr;    // KIVI: as scale
+    attn_gear_view gear;
+};
+
 struct attn_kv_view {
     dtype type;          // F32 or F16: the full-precision rows
-    const void* k;       // [(n_slots - n_quant) x r_k] rows for slots >= n_quant
-    const void* v;       // [(n_slots - n_quant) x r_v]
     const int32_t* pos;  // [n_slots] token position held by each slot, ascending
     int64_t n_slots;
     int r_k;
     int r_v;
-    // quantized part (quant != KV_QUANT_NONE)
-    int quant = KV_QUANT_NONE;
-    int64_t n_quant = 0;
-    // Q4: quantized slots form n_groups groups of at most `group` tokens; group
-    // g holds slots [group_start[g], group_start[g + 1]) (all full unless
-    // eviction removed tokens from a group).
+    attn_side_view k, v;
+    // KIVI (either side): quantized slots form n_groups groups of at most
+    // `group` tokens; group g holds slots [group_start[g], group_start[g + 1])
+    // (all full unless eviction removed tokens from a group).
     int group = 0;
     int64_t n_groups = 0;
-    const int32_t* group_start = nullptr;  // [n_groups + 1], group_start[n_groups] = n_quant
-    const void* kq = nullptr;      // Q8: int8 [n_quant x r_k]; Q4: [n_quant x row_bytes(r_k)] + KV_Q4_PAD
-    const uint16_t* ks = nullptr;  // Q8: [n_quant x blocks(r_k)]; Q4: [n_groups x r_k] scales
-    const uint16_t* km = nullptr;  // Q4: [n_groups x r_k] mins
-    const void* vq = nullptr;      // Q8: int8 [n_quant x r_v]; Q4: [n_quant x row_bytes(r_v)] + KV_Q4_PAD
-    const uint16_t* vs = nullptr;  // Q8: [n_quant x blocks(r_v)]; Q4: [n_quant x vblocks(r_v)] scales
-    const uint16_t* vm = nullptr;  // Q4: [n_quant x vblocks(r_v)] mins
-    attn_gear_view gear_k, gear_v;
+    const int32_t* group_start = nullptr;  // [n_groups + 1], group_start[n_groups] = the block's n_quant
     // exact sinks (n_sink_slots = 0: none)
     int64_t n_sink_slots = 0;
     int sink_dim = 0;                  // channels of a sink row (the head dim)
@@ -129,6 +149,12 @@ int64_t kernel_attention_scratch(int n_group, int64_t n, int r_k, int r_v, int g
 // are not written here).
 void kernel_attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, const attn_q_view& q,
                             const attn_partial& out, float* scratch);
+// The same through the reference path on every build: float dot products and
+// sums over each layout's dequantized codes (no int8 rounding of the query or
+// the value weights, no register-blocked loops). The tests hold the fast path
+// to it; the engine never calls it.
+void kernel_attention_range_ref(const attn_kv_view& kv, int64_t s0, int64_t s1, const attn_q_view& q,
+                                const attn_partial& out, float* scratch);
 
 // The partial over the exact sink rows of the block's first n_sink_slots slots
 // (acc [n_tok x n_group x sink_dim], out.acc_dim must be kv.sink_dim); the

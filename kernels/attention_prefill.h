@@ -22,8 +22,8 @@ namespace zk {
 
 // Slots per key block of the transposed copy.
 int kernel_prefill_key_block();
-// True when this build has the kernel and the block is one it handles: rows all
-// full precision (no quantized slots), no exact sinks, r_v a multiple of the
+// True when this build has the kernel and the block is one it handles: keys and
+// values in KV_LAYOUT_ROWS (no quantized slots), no exact sinks, r_v a multiple of the
 // vector width.
 bool kernel_prefill_supported(const attn_kv_view& kv);
 // Floats of the transposed copy of n_slots slots of r_k channels.

@@ -171,10 +171,10 @@ void options_add_bench(CLI::App& app, bench_opts& o) {
         ->check(CLI::IsMember({"md", "csv", "json", "jsonl"}));
     app.add_option("--output-file", o.output_file, "write the results to this file instead of stdout");
     app.add_option("--kv-rate", o.kv_rate, "ZACK compression rates, comma list (-1 = uncompressed; needs a .zack)");
-    app.add_option("--kv-bits", o.kv_bits, "KV precisions, comma list of 16, 8, 4");
+    app.add_option("--kv-bits", o.kv_bits, "KV precisions, comma list of 16, 8, 4, 2");
     app.add_option("--kv-evict", o.kv_evict, "eviction policies, comma list");
     app.add_option("--kv-budget", o.kv_budget, "eviction budgets in tokens, comma list (0 = none)");
-    app.add_flag("--kv-gear", o.kv_gear, "GEAR error correction for 4-bit caches");
+    app.add_flag("--kv-gear", o.kv_gear, "GEAR error correction for 4- and 2-bit caches");
     app.add_option("--kv-alloc", o.kv_alloc, "how --kv-rate ranks are allocated: sensitivity, sigma or uniform")
         ->check(CLI::IsMember({"sensitivity", "sigma", "uniform"}));
     app.add_option("--kv-plan", o.kv_plan,
@@ -245,7 +245,7 @@ int cmd_bench(const bench_opts& o) {
                     c.sp.kv_type = dtype_from_name(o.kv_type);
                     c.sp.n_batch = 512;
                     c.sp.kv_bits = (int)bits;
-                    c.sp.kv_gear = o.kv_gear && bits == 4;
+                    c.sp.kv_gear = o.kv_gear && (bits == 4 || bits == 2);
                     c.sp.evict.policy = policy;
                     c.sp.evict.budget = budget;
                     c.desc = bits == 16 ? o.kv_type : strfmt("q%lld%s", (long long)bits, c.sp.kv_gear ? "+gear" : "");

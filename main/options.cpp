@@ -85,12 +85,12 @@ void options_add_model(CLI::App& app, model_opts& o) {
     // not by CLI11, so that every front end gets the same messages.
     const char* g = k_group_kv;
     app.add_option("--kv-type", o.kv_type, "KV cache element type")->check(CLI::IsMember({"f32", "f16"}))->group(g);
-    app.add_option("--kv-bits", o.kv_bits, "KV cache precision: 16 (--kv-type rows), 8 or 4 (KIVI layout)")->group(g);
-    app.add_option("--kv-group", o.kv_group, "4-bit: tokens per per-channel key quantization group")->group(g);
+    app.add_option("--kv-bits", o.kv_bits, "KV cache precision: 16 (--kv-type rows), 8, or 4 or 2 (KIVI layout)")->group(g);
+    app.add_option("--kv-group", o.kv_group, "4/2-bit: tokens per per-channel key quantization group")->group(g);
     app.add_option("--kv-residual", o.kv_residual,
-                   "4-bit: newest tokens kept in full precision, a multiple of the group (0 = 128 tokens, "
+                   "4/2-bit: newest tokens kept in full precision, a multiple of the group (0 = 128 tokens, "
                    "or one group if larger)")->group(g);
-    app.add_flag("--kv-gear", o.kv_gear, "4-bit: GEAR error correction (low-rank + sparse outliers per group)")
+    app.add_flag("--kv-gear", o.kv_gear, "4/2-bit: GEAR error correction (low-rank + sparse outliers per group)")
         ->group(g);
     app.add_option("--kv-gear-rank", o.kv_gear_rank, "GEAR: rank of the residual approximation")->group(g);
     app.add_option("--kv-gear-outliers", o.kv_gear_outliers, "GEAR: fraction of elements kept exactly")->group(g);
@@ -216,7 +216,7 @@ void options_cache_type(const std::string& name, const char* flag, std::string* 
     } else if (name == "q4_0") {
         *kv_bits = 4;
     } else {
-        ZK_THROW("%s %s: zack's KV cache takes f32, f16, q8_0 or q4_0 (or --kv-bits 16|8|4)", flag, name.c_str());
+        ZK_THROW("%s %s: zack's KV cache takes f32, f16, q8_0 or q4_0 (or --kv-bits 16|8|4|2)", flag, name.c_str());
     }
 }
 

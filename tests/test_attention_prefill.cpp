@@ -56,8 +56,8 @@ TEST_P(AttnPrefill, MatchesReferenceAndDecodeKernel) {
     for (int64_t s = 0; s < n; s++) pos[s] = (int32_t)(pc.gaps ? 3 * s + 1 : s);
     attn_kv_view kv{};
     kv.type = pc.type;
-    kv.k = pc.type == dtype::F16 ? (const void*)kh.data() : (const void*)kf.data();
-    kv.v = pc.type == dtype::F16 ? (const void*)vh.data() : (const void*)vf.data();
+    kv.k.rows = pc.type == dtype::F16 ? (const void*)kh.data() : (const void*)kf.data();
+    kv.v.rows = pc.type == dtype::F16 ? (const void*)vh.data() : (const void*)vf.data();
     kv.pos = pos.data();
     kv.n_slots = n;
     kv.r_k = rk;

@@ -16,58 +16,18 @@
 #include "ggml-like/dtype.h"
 #include "ggml-like/error.h"
 #include "kernels/attention.h"
+#include "tests/kv_test_data.h"
 
 using namespace zk;
+using zk_test::make_rows;
+using zk_test::ref_attention;
 
 namespace {
-
-// Keys and values with the structure real caches have: per-channel offsets and
-// scales (channels sorted by variance after the ZACK rotation), a low-rank part,
-// and a few outliers.
-std::vector<float> make_rows(int n, int r, uint32_t seed, bool outliers = true) {
-    std::mt19937 g(seed);
-    std::normal_distribution<float> N(0, 1);
-    std::vector<float> ch_off(r), ch_sc(r), u(n), w(r), x((size_t)n * r);
-    for (int c = 0; c < r; c++) ch_off[c] = 0.5f * N(g), ch_sc[c] = 2.0f / (1.0f + 0.1f * c), w[c] = N(g);
-    for (int t = 0; t < n; t++) u[t] = N(g);
-    for (int t = 0; t < n; t++)
-        for (int c = 0; c < r; c++) x[(size_t)t * r + c] = ch_off[c] + ch_sc[c] * (0.7f * N(g) + 0.5f * u[t] * w[c]);
-    if (outliers)
-        for (int i = 0; i < n * r / 100; i++) x[g() % (n * r)] += 8.0f * N(g);
-    return x;
-}
-
-// Reference attention of G query heads over n slots (f32, causal by position).
-void ref_attention(const float* q, int G, const float* K, const float* V, const int32_t* pos, int n, int r_k,
-                   int r_v, int32_t qpos, float scale, float* out) {
-    std::vector<double> s(n);
-    for (int j = 0; j < G; j++) {
-        double mx = -1e300;
-        for (int t = 0; t < n; t++) {
-            if (pos[t] > qpos) {
-                s[t] = -1e300;
-                continue;
-            }
-            double d = 0;
-            for (int c = 0; c < r_k; c++) d += (double)q[j * r_k + c] * K[(size_t)t * r_k + c];
-            s[t] = d * scale;
-            mx = std::max(mx, s[t]);
-        }
-        double l = 0;
-        for (int t = 0; t < n; t++) l += s[t] > -1e299 ? std::exp(s[t] - mx) : 0;
-        for (int c = 0; c < r_v; c++) {
-            double a = 0;
-            for (int t = 0; t < n; t++)
-                if (s[t] > -1e299) a += std::exp(s[t] - mx) * V[(size_t)t * r_v + c];
-            out[j * r_v + c] = (float)(a / l);
-        }
-    }
-}
 
 // The kernel over a block in `parts` slot ranges, merged.
 std::vector<float> kernel_attention(const kv_cache& c, const float* q, int G, int32_t qpos, float scale, int parts) {
     const attn_kv_view kv = c.view(0, 0);
-    const int gr = std::max(kv.gear_k.rank, kv.gear_v.rank);
+    const int gr = std::max(kv.k.gear.rank, kv.v.gear.rank);
     std::vector<float> m(parts * G), l(parts * G), acc((size_t)parts * G * kv.r_v);
     std::vector<float> scratch(kernel_attention_scratch(G, kv.n_slots, kv.r_k, kv.r_v, gr));
     std::vector<float> logits((size_t)G * kv.n_slots);

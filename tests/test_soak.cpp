@@ -9,7 +9,8 @@
 //   heap bytes and RSS; after a warm-up fifth it checks that the heap and RSS
 //   stay flat and that allocations per generated token do not grow.
 // Soak.EveryLayoutStaysInItsBudget: every cache layout (f32, f16, 8-bit,
-//   4-bit, GEAR, ZACK ranks, each eviction policy, KVCrush) decodes
+//   4-bit, 2-bit, GEAR, per-head mixed precision, ZACK ranks, each eviction
+//   policy, KVCrush) decodes
 //   ZACK_SOAK_LAYOUT_TOKENS tokens (default 5,000) one at a time; after every
 //   token the accounted bytes never exceed the budget: bytes allocated equal
 //   the capacity's accounting (no growth), slots in use stay within the
@@ -222,6 +223,14 @@ std::vector<layout> layouts() {
     add("h2o q4", false, [](session_params& p) { p.kv_bits = 4, p.evict.policy = "h2o", p.evict.budget = 256; });
     add("snapkv kvcrush q8", false,
         [](session_params& p) { p.kv_bits = 8, p.evict.policy = "snapkv", p.evict.budget = 256, p.evict.crush = 0.25f; });
+    add("q2", false, [](session_params& p) { p.kv_bits = 2; });
+    add("q2 gear", false, [](session_params& p) { p.kv_bits = 2, p.kv_gear = true; });
+    // per head and side (2 layers x 2 KV heads): every layout as keys and as values
+    add("mixed per head", false, [](session_params& p) { p.kv_bits_k = {16, 8, 4, 2}, p.kv_bits_v = {2, 4, 8, 16}; });
+    add("zack mixed h2o gear", true, [](session_params& p) {
+        p.kv_bits_k = {4, 2, 8, 4}, p.kv_bits_v = {2, 2, 4, 16}, p.kv_gear = true;
+        p.evict.policy = "h2o", p.evict.budget = 192, p.evict.chunk = 16;
+    });
     add("zack h2o q4 gear", true, [](session_params& p) {
         p.kv_bits = 4, p.kv_gear = true, p.evict.policy = "h2o", p.evict.budget = 192, p.evict.chunk = 16;
     });

@@ -1,11 +1,14 @@
 // tool_logits MODEL IDS_FILE OUT_FILE [--threads N] [--batch N] [--kv-type T] [--greedy N]
+//             [--kv-bits B] [--kv-gear 0|1] [--kv-evict POLICY] [--kv-budget N] [--kv-sinks N]
 // Runs zack's forward pass over the whitespace-separated token ids in IDS_FILE
 // (one prefill chunk per --batch tokens) and writes the logits of every position
 // as raw little-endian float32 [n_tok x n_vocab] to OUT_FILE. With --greedy N it
 // then decodes N more tokens one at a time, each the argmax of the previous logits
 // (lowest id on ties, as the greedy sampler picks; no stop at end-of-generation
 // tokens), and prints their ids on stdout, space separated. Used by the python
-// reference tests.
+// reference tests, and with the KV flags (session_params' kv_bits, kv_gear,
+// evict.policy, evict.budget, evict.n_sink) to compare the logits of cache
+// layouts before and after a change, byte for byte.
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -19,7 +22,7 @@
 int main(int argc, char** argv) {
     if (argc < 4) {
         std::fprintf(stderr, "usage: tool_logits MODEL IDS_FILE OUT_FILE [--threads N] [--batch N] [--kv-type f16|f32] "
-                     "[--greedy N]\n");
+                     "[--greedy N] [--kv-bits B] [--kv-gear 0|1] [--kv-evict POLICY] [--kv-budget N] [--kv-sinks N]\n");
         return 2;
     }
     try {
@@ -31,6 +34,11 @@ int main(int argc, char** argv) {
             if (!std::strcmp(argv[i], "--batch")) sp.n_batch = std::stoi(argv[i + 1]);
             if (!std::strcmp(argv[i], "--kv-type")) sp.kv_type = zk::dtype_from_name(argv[i + 1]);
             if (!std::strcmp(argv[i], "--greedy")) n_greedy = std::stoll(argv[i + 1]);
+            if (!std::strcmp(argv[i], "--kv-bits")) sp.kv_bits = std::stoi(argv[i + 1]);
+            if (!std::strcmp(argv[i], "--kv-gear")) sp.kv_gear = std::stoi(argv[i + 1]) != 0;
+            if (!std::strcmp(argv[i], "--kv-evict")) sp.evict.policy = argv[i + 1];
+            if (!std::strcmp(argv[i], "--kv-budget")) sp.evict.budget = std::stoll(argv[i + 1]);
+            if (!std::strcmp(argv[i], "--kv-sinks")) sp.evict.n_sink = std::stoi(argv[i + 1]);
         }
         std::ifstream in(argv[2]);
         if (!in) ZK_THROW("%s: cannot open", argv[2]);

@@ -191,7 +191,7 @@ void prefill(const attn_kv_view& kv, const float* kt, const attn_q_view& q, floa
     }
     std::memset(o, 0, sizeof(float) * M * rv);
     for (int64_t m = 0; m < M; m++) mx[m] = neg_inf, l[m] = 0;
-    const T* V = (const T*)kv.v;
+    const T* V = (const T*)kv.v.rows;
     for (int64_t s0 = 0; s0 < e_max; s0 += B) {
         const float* ktb = kt + (s0 / B) * (int64_t)rk * B;
         for (int64_t m = 0; m < M; m += F::RG) scores_rows<F::RG>((int)std::min<int64_t>(F::RG, M - m), qs + m * rk, rk, ktb, rk, sp + m * B);
@@ -234,7 +234,7 @@ void prefill(const attn_kv_view& kv, const float* kt, const attn_q_view& q, floa
 int kernel_prefill_key_block() { return B; }
 
 bool kernel_prefill_supported(const attn_kv_view& kv) {
-    return (kv.type == dtype::F16 || kv.type == dtype::F32) && kv.quant == KV_QUANT_NONE && kv.n_quant == 0 &&
+    return (kv.type == dtype::F16 || kv.type == dtype::F32) && kv.k.layout == KV_LAYOUT_ROWS && kv.v.layout == KV_LAYOUT_ROWS &&
            kv.n_sink_slots == 0 && kv.r_k >= 1 && kv.r_v >= 1 && kv.r_v % W == 0;
 }
 
@@ -253,9 +253,9 @@ void kernel_prefill_keys(const attn_kv_view& kv, int64_t b0, int64_t b1, float* 
                 continue;
             }
             if (kv.type == dtype::F16)
-                simd::f16_to_f32_row((const uint16_t*)kv.k + s * rk, row, rk);
+                simd::f16_to_f32_row((const uint16_t*)kv.k.rows + s * rk, row, rk);
             else
-                std::memcpy(row, (const float*)kv.k + s * rk, sizeof(float) * rk);
+                std::memcpy(row, (const float*)kv.k.rows + s * rk, sizeof(float) * rk);
             for (int c = 0; c < rk; c++) dst[c * B + k] = row[c];
         }
     }

@@ -1,0 +1,43 @@
+#include "engine/kv_layout.h"
+
+#include "engine/kv_layout_kivi.h"
+#include "engine/kv_layout_q8.h"
+#include "engine/kv_layout_rows.h"
+#include "ggml-like/error.h"
+#include "kernels/convert.h"
+
+namespace zk {
+
+const kv_layout& kv_layout_get(kv_layout_id id) {
+    // indexed by kv_layout_id
+    static const kv_layout* const table[KV_LAYOUT_COUNT] = {&kv_layout_rows(), &kv_layout_q8(), &kv_layout_q4(),
+                                                            &kv_layout_q2()};
+    ZK_ASSERT(id >= 0 && id < KV_LAYOUT_COUNT && table[id]->id == id);
+    return *table[id];
+}
+
+const kv_layout* kv_layout_for_bits(int bits) {
+    for (int i = 0; i < KV_LAYOUT_COUNT; i++)
+        if (kv_layout_get((kv_layout_id)i).bits == bits) return &kv_layout_get((kv_layout_id)i);
+    return nullptr;
+}
+
+const char* kv_layout_bits_list() { return "16, 8, 4 or 2"; }
+
+size_t kv_elem_size(dtype t) { return t == dtype::F32 ? 4 : 2; }
+
+void kv_store_row(dtype t, const float* src, uint8_t* dst, int r) {
+    if (t == dtype::F32)
+        std::memcpy(dst, src, sizeof(float) * r);
+    else
+        kernel_f32_to_f16(src, (uint16_t*)dst, r);
+}
+
+void kv_load_row(dtype t, const uint8_t* src, float* dst, int r) {
+    if (t == dtype::F32)
+        std::memcpy(dst, src, sizeof(float) * r);
+    else
+        for (int i = 0; i < r; i++) dst[i] = fp16_to_fp32(((const uint16_t*)src)[i]);
+}
+
+}  // namespace zk

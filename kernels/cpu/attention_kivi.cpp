@@ -1,0 +1,189 @@
+// Decode attention over 4- and 2-bit KIVI codes (KV_LAYOUT_Q4, KV_LAYOUT_Q2):
+// the walk over key groups (the folded query q_c s_c and bias sum_c q_c m_c once
+// per group, then one code row per slot shared by the G query heads), the value
+// sums with their min terms, GEAR's corrections of both, and the float
+// reference path. The integer kernels of each width are in attention_q4.cpp and
+// attention_q2.cpp.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/attention_layout.h"
+
+namespace zk {
+namespace attn {
+
+namespace {
+
+int kivi_bits(kv_layout_id id) { return id == KV_LAYOUT_Q4 ? 4 : 2; }
+
+const kivi_int_kernels* kivi_int(kv_layout_id id) { return id == KV_LAYOUT_Q4 ? q4_int_kernels() : q2_int_kernels(); }
+
+// r codes of `bits` bits (engine/kv_quant.h's packing) to floats 0..2^bits - 1.
+inline void kivi_codes_to_f32(int bits, const uint8_t* src, int r, float* dst) {
+    int i = 0;
+    if (bits == 2) {
+        for (; i < r; i++) dst[i] = (float)((src[i / 4] >> (2 * (i & 3))) & 0x03);
+        return;
+    }
+#ifdef ZK_SIMD_AVX2
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    for (; i + 16 <= r; i += 16) {
+        const __m128i b = _mm_loadl_epi64((const __m128i*)(src + i / 2));
+        const __m128i lo = _mm_and_si128(b, mask);
+        const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
+        const __m128i x = _mm_unpacklo_epi8(lo, hi);  // 16 codes in channel order
+        _mm256_storeu_ps(dst + i, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(x)));
+        _mm256_storeu_ps(dst + i + 8, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(x, 8))));
+    }
+#endif
+    for (; i < r; i++) dst[i] = (float)((src[i / 2] >> ((i & 1) * 4)) & 0x0F);
+}
+
+// GEAR value correction of slots [a, b) in group g: acc_j += (p_j^T A) B^T + sparse.
+void values_gear(const attn_kv_view& kv, int64_t g, int64_t a, int64_t b, int64_t s0, int64_t n, int G, float* acc,
+                 range_scratch& w) {
+    const attn_gear_view& gr = kv.v.gear;
+    const int k = gr.rank, r = kv.r_v, gs = kv.group;
+    const int64_t g0 = kv.group_start[g];
+    const uint16_t* A = gr.a + g * gs * k;
+    const uint16_t* B = gr.b + g * r * k;
+    for (int j = 0; j < G * k; j++) w.qb[j] = 0;
+    for (int64_t s = a; s < b; s++) {
+        const uint16_t* At = A + (s - g0) * k;
+        for (int i = 0; i < k; i++) {
+            const float av = h2f(At[i]);
+            for (int j = 0; j < G; j++) w.qb[j * k + i] += w.sc[j * n + s - s0] * av;
+        }
+    }
+    for (int c = 0; c < r; c++)
+        for (int i = 0; i < k; i++) {
+            const float bv = h2f(B[c * k + i]);
+            for (int j = 0; j < G; j++) acc[j * r + c] += w.qb[j * k + i] * bv;
+        }
+    const uint16_t* oi = gr.out_idx + g * gr.n_out;
+    const uint16_t* ov = gr.out_val + g * gr.n_out;
+    for (int o = 0; o < gr.n_out && oi[o] != KV_GEAR_NONE; o++) {
+        const int64_t s = g0 + oi[o] / r;
+        if (s < a || s >= b) continue;
+        const int c = oi[o] % r;
+        const float val = h2f(ov[o]);
+        for (int j = 0; j < G; j++) acc[j * r + c] += w.sc[j * n + s - s0] * val;
+    }
+}
+
+}  // namespace
+
+// Keys of slots [a, b) (inside the quantized part): scaled scores q.scale (q . k)
+// into sc (index s - s0). The integer path takes the scale into its copy of the
+// query, so the scores need no pass of their own.
+void kivi_scores(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t n, const float* qt,
+                 const attn_q_view& q, range_scratch& w, bool ref) {
+    const int bits = kivi_bits(kv.k.layout);
+    const int G = q.n_group, r = kv.r_k, gs = kv.group, rb = kv_kivi_row_bytes(bits, r);
+    const float scale = q.scale;
+    const uint8_t* codes = (const uint8_t*)kv.k.codes;
+    const attn_gear_view& gr = kv.k.gear;
+    const kivi_int_kernels* ik = ref ? nullptr : kivi_int(kv.k.layout);
+    const int nrc = ik ? (r + ik->chunk - 1) / ik->chunk : 0;
+    const bool int_path = ik && nrc <= ik->max_chunks;
+    if (int_path) {  // the scaled query zero-padded to whole row chunks
+        const int64_t rq = (int64_t)ik->chunk * nrc;
+        for (int j = 0; j < G; j++) {
+            for (int c = 0; c < r; c++) w.qpad[j * rq + c] = qt[j * q.q_head_stride + c] * scale;
+            std::memset(w.qpad + j * rq + r, 0, sizeof(float) * (rq - r));
+        }
+    }
+    for (int64_t g = group_of(kv, a); g < kv.n_groups && kv.group_start[g] < b; g++) {
+        const int64_t g0 = kv.group_start[g];
+        const int64_t ga = std::max<int64_t>(a, g0), gb = std::min<int64_t>(b, kv.group_start[g + 1]);
+        const uint16_t* scl = kv.k.scale + g * r;
+        const uint16_t* mn = kv.k.min + g * r;
+        if (int_path) {
+            ik->fold(G, w.qpad, scl, mn, r, nrc, w.qi, w.qd, w.bias);
+            ik->scores(G, r, nrc, codes, rb, ga, gb, s0, n, w.qi, w.qd, w.bias, w.sc);
+        } else {
+            simd::f16_to_f32_row(scl, w.krow, r);
+            simd::f16_to_f32_row(mn, w.kmin, r);
+            for (int j = 0; j < G; j++) {
+                const float* qj = qt + j * q.q_head_stride;
+                simd::mul_f32(qj, w.krow, w.qs + j * r, r);
+                w.bias[j] = simd::dot_f32(qj, w.kmin, r);
+            }
+            for (int64_t s = ga; s < gb; s++) {
+                kivi_codes_to_f32(bits, codes + s * rb, r, w.krow);
+                for (int j = 0; j < G; j++)
+                    w.sc[j * n + s - s0] = (simd::dot_f32(w.qs + j * r, w.krow, r) + w.bias[j]) * scale;
+            }
+        }
+        if (gr.rank == 0 && gr.n_out == 0) continue;  // no GEAR (a rank-0 GEAR still has its outliers)
+        const int k = gr.rank;
+        const uint16_t* B = gr.b + g * r * k;
+        const uint16_t* A = gr.a + g * gs * k;
+        for (int j = 0; j < G; j++) {
+            const float* qj = qt + j * q.q_head_stride;
+            for (int i = 0; i < k; i++) {
+                float d = 0;
+                for (int c = 0; c < r; c++) d += qj[c] * h2f(B[c * k + i]);
+                w.qb[j * k + i] = d * scale;
+            }
+        }
+        for (int64_t s = ga; s < gb; s++) {
+            const uint16_t* At = A + (s - g0) * k;
+            for (int j = 0; j < G; j++) {
+                float d = 0;
+                for (int i = 0; i < k; i++) d += h2f(At[i]) * w.qb[j * k + i];
+                w.sc[j * n + s - s0] += d;
+            }
+        }
+        const uint16_t* oi = gr.out_idx + g * gr.n_out;
+        const uint16_t* ov = gr.out_val + g * gr.n_out;
+        for (int o = 0; o < gr.n_out && oi[o] != KV_GEAR_NONE; o++) {
+            const int64_t s = g0 + oi[o] / r;
+            if (s < ga || s >= gb) continue;
+            const int c = oi[o] % r;
+            const float val = h2f(ov[o]) * scale;
+            for (int j = 0; j < G; j++) w.sc[j * n + s - s0] += qt[j * q.q_head_stride + c] * val;
+        }
+    }
+}
+
+// Values of slots [a, b): p (s_b code + m_b) = (p s_b) code + p m_b, so the
+// codes are read once per slot and the min terms summed per block, added once
+// at the end.
+void kivi_values(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t n, int G, float* acc,
+                 range_scratch& w, bool ref) {
+    const int bits = kivi_bits(kv.v.layout);
+    const int r = kv.r_v, nb = kv_n_blocks(r, KV_Q4_VBLOCK), rb = kv_kivi_row_bytes(bits, r);
+    const uint8_t* codes = (const uint8_t*)kv.v.codes;
+    for (int i = 0; i < G * nb; i++) w.msum[i] = 0;
+    const kivi_int_kernels* ik = ref ? nullptr : kivi_int(kv.v.layout);
+    if (ik) {
+        ik->values(G, codes, rb, kv.v.scale, kv.v.min, nb, a, b, s0, n, r, w.sc, acc, w.msum);
+    } else {
+        for (int64_t s = a; s < b; s++) {
+            kivi_codes_to_f32(bits, codes + s * rb, r, w.vrow);
+            const uint16_t* vs = kv.v.scale + s * nb;
+            const uint16_t* vm = kv.v.min + s * nb;
+            for (int bl = 0; bl < nb; bl++) {
+                const int c0 = bl * KV_Q4_VBLOCK, len = std::min(KV_Q4_VBLOCK, r - c0);
+                const float sc = h2f(vs[bl]), mn = h2f(vm[bl]);
+                for (int j = 0; j < G; j++) {
+                    const float p = w.sc[j * n + s - s0];
+                    simd::axpy_f32(p * sc, w.vrow + c0, acc + j * r + c0, len);
+                    w.msum[j * nb + bl] += p * mn;
+                }
+            }
+        }
+    }
+    for (int j = 0; j < G; j++)
+        for (int c = 0; c < r; c++) acc[j * r + c] += w.msum[j * nb + c / KV_Q4_VBLOCK];
+    if (kv.v.gear.rank > 0 || kv.v.gear.n_out > 0) {
+        for (int64_t g = group_of(kv, a); g < kv.n_groups && kv.group_start[g] < b; g++)
+            values_gear(kv, g, std::max<int64_t>(a, kv.group_start[g]), std::min<int64_t>(b, kv.group_start[g + 1]),
+                        s0, n, G, acc, w);
+    }
+}
+
+}  // namespace attn
+}  // namespace zk

@@ -1,0 +1,361 @@
+// Shared parts of the 4- and 2-bit KIVI integer kernels (AVX2), instantiated by
+// attention_q4.cpp and attention_q2.cpp with what differs between the widths:
+// how a row of codes unpacks into bytes (and so the order the folded query must
+// be laid out in), and the value kernel's pair loop.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/attention_layout.h"
+
+namespace zk {
+namespace attn {
+
+#ifdef ZK_SIMD_AVX2
+inline float hmax8(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+}
+
+inline int32_t hsum_epi32(__m256i v) {
+    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    x = _mm_add_epi32(x, _mm_unpackhi_epi64(x, x));
+    return _mm_cvtsi128_si32(_mm_add_epi32(x, _mm_shuffle_epi32(x, 1)));
+}
+
+// {sum of a's int16 lanes, of b's, c's, d's} as int32 (pairs are widened to
+// int32 before any sum, so only the lanes themselves must fit int16).
+inline __m128i hsum4_epi16(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i ab = _mm256_hadd_epi32(_mm256_madd_epi16(a, ones), _mm256_madd_epi16(b, ones));
+    const __m256i cd = _mm256_hadd_epi32(_mm256_madd_epi16(c, ones), _mm256_madd_epi16(d, ones));
+    const __m256i s = _mm256_hadd_epi32(ab, cd);  // {a, b, c, d} per lane
+    return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+}
+
+// 32 floats of src times vid, rounded to int8, in channel order (the packs
+// work per 128-bit lane; the permutation undoes that).
+inline __m256i kivi_round_int8(const float* src, __m256 vid) {
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // undo the lane-wise packs
+    const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(src), vid));
+    const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(src + 8), vid));
+    const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(src + 16), vid));
+    const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(src + 24), vid));
+    return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3)),
+                                       order);
+}
+
+// Folded queries of GB <= 4 heads for one key group, as int8 in the layout the
+// score loop of the width reads (Pack::pack: per row chunk of Pack::chunk
+// channels; qi [GB x nrc x chunk], zeros past r; nrc x chunk <= 256). qs = q_c s_c
+// is rounded with one scale per head, qd = max|qs| / 127 (llama.cpp likewise
+// rounds Q to 8 bits for a quantized cache); bias = sum_c q_c m_c. q [GB x nrc x
+// chunk] floats, zero past r; scl, mn: the group's r f16 scales and mins, read
+// in place (8 at a time; a partial last 8 through a zero-filled copy). All heads
+// go through one pass over the scales and their reductions overlap: this runs
+// once per group of 32 slots, so its latency chains (max, reciprocal) are a
+// visible part of a score.
+template <int GB, class Pack>
+void kivi_fold_queries(const float* q, const uint16_t* scl, const uint16_t* mn, int r, int nrc, int8_t* qi,
+                       float* qd, float* bias) {
+    const int qstride = Pack::chunk * nrc;
+    alignas(32) float qs[GB][256];  // qstride <= 256
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 mx[GB], bs[GB];
+#pragma GCC unroll 4
+    for (int j = 0; j < GB; j++) mx[j] = bs[j] = _mm256_setzero_ps();
+    auto fold8 = [&](int c, __m128i s16, __m128i m16) __attribute__((always_inline)) {
+        const __m256 sv = _mm256_cvtph_ps(s16), mv = _mm256_cvtph_ps(m16);
+#pragma GCC unroll 4
+        for (int j = 0; j < GB; j++) {
+            const __m256 qc = _mm256_loadu_ps(q + j * qstride + c);
+            const __m256 x = _mm256_mul_ps(qc, sv);
+            _mm256_store_ps(qs[j] + c, x);
+            mx[j] = _mm256_max_ps(mx[j], _mm256_andnot_ps(sign, x));
+            bs[j] = _mm256_fmadd_ps(qc, mv, bs[j]);
+        }
+    };
+    int c = 0;
+    for (; c + 8 <= r; c += 8)
+        fold8(c, _mm_loadu_si128((const __m128i*)(scl + c)), _mm_loadu_si128((const __m128i*)(mn + c)));
+    if (c < r) {
+        alignas(16) uint16_t ts[8] = {}, tm[8] = {};
+        std::memcpy(ts, scl + c, sizeof(uint16_t) * (r - c));
+        std::memcpy(tm, mn + c, sizeof(uint16_t) * (r - c));
+        fold8(c, _mm_load_si128((const __m128i*)ts), _mm_load_si128((const __m128i*)tm));
+        c += 8;
+    }
+    for (; c < qstride; c += 8)
+#pragma GCC unroll 4
+        for (int j = 0; j < GB; j++) _mm256_store_ps(qs[j] + c, _mm256_setzero_ps());
+    __m256 vid[GB];
+#pragma GCC unroll 4
+    for (int j = 0; j < GB; j++) {
+        bias[j] = simd::hsum(bs[j]);
+        const float d = hmax8(mx[j]) / 127.0f;
+        qd[j] = d;
+        vid[j] = _mm256_set1_ps(d > 0 ? 1.0f / d : 0.0f);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < GB; j++) Pack::pack(qs[j], vid[j], nrc, qi + j * qstride);
+}
+
+// Heads [0, G) in blocks of at most 4.
+template <class Pack>
+void kivi_fold_queries_n(int G, const float* q, const uint16_t* scl, const uint16_t* mn, int r, int nrc, int8_t* qi,
+                         float* qd, float* bias) {
+    const int qstride = Pack::chunk * nrc;
+    for (int j0 = 0; j0 < G; j0 += 4) {
+        const float* qj = q + j0 * qstride;
+        int8_t* qij = qi + j0 * qstride;
+        switch (std::min(4, G - j0)) {
+            case 1: kivi_fold_queries<1, Pack>(qj, scl, mn, r, nrc, qij, qd + j0, bias + j0); break;
+            case 2: kivi_fold_queries<2, Pack>(qj, scl, mn, r, nrc, qij, qd + j0, bias + j0); break;
+            case 3: kivi_fold_queries<3, Pack>(qj, scl, mn, r, nrc, qij, qd + j0, bias + j0); break;
+            default: kivi_fold_queries<4, Pack>(qj, scl, mn, r, nrc, qij, qd + j0, bias + j0); break;
+        }
+    }
+}
+
+// KIVI value sums of slots [a, b) for G <= 3 heads with integer dot products.
+// Per row chunk (64 channels, value blocks 2k and 2k + 1) and per chunk of
+// KIVI_VCHUNK slots, the weights w = p_j s_b (probability times the slot's
+// block scale) are rounded to 7 bits with one scale per (head, block, chunk),
+// D = max w / 127 (as the key scores round the query), and the codes are
+// centred on z = Codes::center (4-bit: c - 8 in [-8, 7]; 2-bit: c - 2 in [-2, 1]):
+//   sum_s w_s c_s = D sum_s u_s (c_s - z) + z sum_s w_s,
+// the last term exact, added to the min terms. The rounding error of a weight
+// (at most 1/254 of the chunk's largest) thus meets |c - z| <= z rather than
+// c <= 2z - 1. Two slots at a time: their code bytes are interleaved (unpack)
+// so one maddubs gives u_t (c_t - z) + u_t+1 (c_t+1 - z) for 16 channels; int16
+// sums of 16 pairs stay within 32767 (4-bit: 32 * 8 * 127 = 32512), so a chunk
+// is 32 slots, after which the sums are widened and scaled by D into float
+// accumulators. (8-bit weights would halve the chunk: the widening and the
+// per-chunk setup then cost more than the pair loop itself.)
+// In a 32-byte vector the low lane holds block 2k and the high lane block
+// 2k + 1, so each weight vector carries the pair's two block weights, one per
+// lane. The min terms sum_s p_j (m_b + z s_b) are added per block into msum
+// [G x nb].
+constexpr int KIVI_VCHUNK = 32;
+// Query heads per pass of the value kernel: 4 int16 accumulators a head stay in
+// registers with the pass's weight vectors and codes, 4 heads where AVX-512VL
+// gives 32 vector registers, 3 where there are 16.
+#ifdef __AVX512VL__
+constexpr int KIVI_VALUE_HEADS = 4;
+#else
+constexpr int KIVI_VALUE_HEADS = 3;
+#endif
+constexpr float KIVI_WMAX = 127.0f;  // largest rounded weight
+
+// The chunk loop of the value sums, over Codes (the width):
+//   Codes::center        the centring (8 for 4-bit codes 0..15, 2 for 2-bit 0..3)
+//   Codes::chunk_bytes   bytes of a row chunk of 64 channels (two value blocks)
+//   Codes::pairs<G, HALF>(cp, rb, np, last, pd, ac)   the pair loop of one chunk
+//                        of slots: 4 int16 vectors per head, 8 channels per lane each
+//   Codes::channel(half, k, h, v, e)   the channel of element e of lane h of vector v
+// HALF (r <= 32, one value block): the two lanes carry different slots
+// instead of two blocks. Slot entries of the weight dwords are then (t, t + 2)
+// in place of (block 0, block 1), a chunk is 64 slots (16 pairs per lane), and
+// both lanes add to the same channels.
+template <int G, bool HALF, class Codes>
+void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, int nb, int64_t a,
+                       int64_t b, int64_t s0, int64_t n, int r, const float* sc, float* acc, float* msum) {
+    static_assert(G >= 1 && G <= KIVI_VALUE_HEADS, "4 int16 accumulators a head, all in registers");
+    constexpr int C = HALF ? 2 * KIVI_VCHUNK : KIVI_VCHUNK;
+    const __m256i dup_lo = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), dup_hi = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
+    const __m256i quad = _mm256_setr_epi32(0, 2, 1, 3, 4, 6, 5, 7);  // HALF: slots (t, t + 2), (t + 1, t + 3)
+    const __m256i pair_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i quad16 = _mm256_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15, 0, 1, 4, 5, 2, 3, 6,
+                                            7, 8, 9, 12, 13, 10, 11, 14, 15);
+    const int nrc = HALF ? 1 : (r + 63) / 64;
+    for (int k = 0; k < nrc; k++) {
+        alignas(32) float fa[G][4][2][8];  // [head][code vector][lane][8]: channel order restored at the end
+        std::memset(fa, 0, sizeof(fa));
+        __m256 msv[G];  // min terms, lanes alternate blocks 2k, 2k + 1
+        for (int j = 0; j < G; j++) msv[j] = _mm256_setzero_ps();
+        const bool two = 2 * k + 1 < nb;
+        for (int64_t s = a; s < b; s += C) {
+            const int m = (int)std::min<int64_t>(C, b - s);
+            // per slot, the f16 pairs {s_b0, s_b1} and {m_b0, m_b1}: read in place
+            // when the two blocks are a whole row of scales, else gathered (zeros
+            // past the chunk's end or a missing second block)
+            alignas(32) uint32_t st[KIVI_VCHUNK], mt[KIVI_VCHUNK];
+            const uint32_t *sd = st, *md = mt;
+            if (HALF && m == C) {  // {s_t, s_t+2}, {s_t+1, s_t+3} per 4 slots
+                for (int h = 0; h < C / 16; h++) {  // 16 slots (8 dwords) per vector
+                    _mm256_store_si256((__m256i*)(st + 8 * h), _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i*)(vs + s + 16 * h)), quad16));
+                    _mm256_store_si256((__m256i*)(mt + 8 * h), _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i*)(vm + s + 16 * h)), quad16));
+                }
+            } else if (HALF) {
+                for (int e = 0; e < KIVI_VCHUNK; e++) {
+                    const int t = 4 * (e >> 1) + (e & 1);
+                    st[e] = (t < m ? vs[s + t] : 0u) | (t + 2 < m ? (uint32_t)vs[s + t + 2] << 16 : 0u);
+                    mt[e] = (t < m ? vm[s + t] : 0u) | (t + 2 < m ? (uint32_t)vm[s + t + 2] << 16 : 0u);
+                }
+            } else if (nb == 2 && m == C) {
+                sd = (const uint32_t*)(vs + s * 2);
+                md = (const uint32_t*)(vm + s * 2);
+            } else if (two && m == C) {  // wider rows (r > 64): the pair's dword of each slot, 8 slots a gather
+                const __m256i row = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(nb));
+                const int* bs = (const int*)(vs + s * nb + 2 * k);
+                const int* bm = (const int*)(vm + s * nb + 2 * k);
+                for (int h = 0; h < C / 8; h++) {
+                    const __m256i idx = _mm256_add_epi32(row, _mm256_set1_epi32(8 * h * nb));  // in f16 units
+                    _mm256_store_si256((__m256i*)(st + 8 * h), _mm256_i32gather_epi32(bs, idx, 2));
+                    _mm256_store_si256((__m256i*)(mt + 8 * h), _mm256_i32gather_epi32(bm, idx, 2));
+                }
+            } else {
+                for (int t = 0; t < C; t++) {
+                    const int64_t o = (s + t) * nb + 2 * k;
+                    st[t] = t >= m ? 0u : vs[o] | (two ? (uint32_t)vs[o + 1] << 16 : 0u);
+                    mt[t] = t >= m ? 0u : vm[o] | (two ? (uint32_t)vm[o + 1] << 16 : 0u);
+                }
+            }
+            // the probabilities, zero past a short chunk's end
+            const float* pj[G];
+            alignas(32) float pf[G][C];
+            for (int j = 0; j < G; j++) {
+                pj[j] = sc + j * n + s - s0;
+                if (m < C) {
+                    for (int t = 0; t < C; t++) pf[j][t] = t < m ? pj[j][t] : 0.0f;
+                    pj[j] = pf[j];
+                }
+            }
+            // weights and their maxima for every head first (two parts of 16 scale
+            // dwords), then the roundings: the heads' reciprocals overlap instead of
+            // each stalling its own chain
+            alignas(32) float wf[G][8][8];  // [head][part * 4 + vector]: 4 slots x 2 blocks (HALF: 8 slots)
+            __m256 mx[G];
+#pragma GCC unroll 4
+            for (int j = 0; j < G; j++) mx[j] = _mm256_setzero_ps();
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m256 S[4], M[4];
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; q++) {
+                    S[q] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(sd + 16 * h + 4 * q)));
+                    M[q] = _mm256_fmadd_ps(_mm256_set1_ps(Codes::center), S[q],
+                                           _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(md + 16 * h + 4 * q))));
+                }
+#pragma GCC unroll 4
+                for (int j = 0; j < G; j++) {
+                    const float* p = pj[j] + (HALF ? 32 : 16) * h;
+                    __m256 P[4];
+                    if (HALF) {
+#pragma GCC unroll 4
+                        for (int q = 0; q < 4; q++) P[q] = _mm256_permutevar8x32_ps(_mm256_loadu_ps(p + 8 * q), quad);
+                    } else {
+                        const __m256 p0 = _mm256_loadu_ps(p), p1 = _mm256_loadu_ps(p + 8);
+                        P[0] = _mm256_permutevar8x32_ps(p0, dup_lo), P[1] = _mm256_permutevar8x32_ps(p0, dup_hi);
+                        P[2] = _mm256_permutevar8x32_ps(p1, dup_lo), P[3] = _mm256_permutevar8x32_ps(p1, dup_hi);
+                    }
+#pragma GCC unroll 4
+                    for (int q = 0; q < 4; q++) {
+                        const __m256 w = _mm256_mul_ps(P[q], S[q]);
+                        _mm256_store_ps(wf[j][4 * h + q], w);
+                        msv[j] = _mm256_fmadd_ps(P[q], M[q], msv[j]);
+                        mx[j] = _mm256_max_ps(mx[j], w);
+                    }
+                }
+            }
+            alignas(32) uint32_t pd[G][16];  // [head][pair] weight dwords
+            float dsc[G][2];
+            __m256 id[G];
+#pragma GCC unroll 4
+            for (int j = 0; j < G; j++) {
+                // per block: even lanes b0, odd lanes b1
+                __m256 x = _mm256_max_ps(mx[j], _mm256_permute2f128_ps(mx[j], mx[j], 1));
+                x = _mm256_max_ps(x, _mm256_shuffle_ps(x, x, 0x4E));
+                dsc[j][0] = _mm256_cvtss_f32(x) * (1.0f / KIVI_WMAX);
+                dsc[j][1] = _mm_cvtss_f32(_mm_shuffle_ps(_mm256_castps256_ps128(x), _mm256_castps256_ps128(x), 1)) *
+                            (1.0f / KIVI_WMAX);
+                id[j] = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(KIVI_WMAX), x),
+                                      _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ));
+            }
+#pragma GCC unroll 4
+            for (int j = 0; j < G; j++)
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(wf[j][4 * h]), id[j]));
+                    const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(wf[j][4 * h + 1]), id[j]));
+                    const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(wf[j][4 * h + 2]), id[j]));
+                    const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(wf[j][4 * h + 3]), id[j]));
+                    // the packs leave the pair dwords as 0, 2, 4, 6 | 1, 3, 5, 7
+                    const __m256i v = _mm256_packus_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+                    _mm256_store_si256((__m256i*)(pd[j] + 8 * h), _mm256_permutevar8x32_epi32(v, pair_order));
+                }
+            __m256i ac[G][4];
+            Codes::template pairs<G, HALF>(codes + s * rb + Codes::chunk_bytes * k, rb, HALF ? (m + 3) / 4 : (m + 1) / 2, m - 1, &pd[0][0], ac);
+#pragma GCC unroll 4
+            for (int j = 0; j < G; j++) {
+                const __m256 d0 = _mm256_set1_ps(dsc[j][0]), d1 = _mm256_set1_ps(dsc[j][1]);
+#pragma GCC unroll 4
+                for (int v = 0; v < 4; v++) {
+                    const __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(ac[j][v])));
+                    const __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(ac[j][v], 1)));
+                    _mm256_store_ps(fa[j][v][0], _mm256_fmadd_ps(lo, d0, _mm256_load_ps(fa[j][v][0])));
+                    _mm256_store_ps(fa[j][v][1], _mm256_fmadd_ps(hi, d1, _mm256_load_ps(fa[j][v][1])));
+                }
+            }
+        }
+        // back to channel order (Codes::channel), past r dropped
+        for (int j = 0; j < G; j++) {
+            for (int v = 0; v < 4; v++)
+                for (int h = 0; h < 2; h++)
+                    for (int e = 0; e < 8; e++) {
+                        const int c = Codes::channel(HALF, k, h, v, e);
+                        if (c < r) acc[j * r + c] += fa[j][v][h][e];
+                    }
+            alignas(32) float ms[8];
+            _mm256_store_ps(ms, msv[j]);
+            msum[j * nb + 2 * k] += ms[0] + ms[2] + ms[4] + ms[6];
+            if (two) msum[j * nb + 2 * k + 1] += ms[1] + ms[3] + ms[5] + ms[7];
+            if (HALF) msum[j * nb] += ms[1] + ms[3] + ms[5] + ms[7];
+        }
+    }
+}
+
+template <int G, class Codes>
+void kivi_values_int_h(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, int nb, int64_t a,
+                       int64_t b, int64_t s0, int64_t n, int r, const float* sc, float* acc, float* msum) {
+    if (r <= 32)
+        kivi_values_int_g<G, true, Codes>(codes, rb, vs, vm, nb, a, b, s0, n, r, sc, acc, msum);
+    else
+        kivi_values_int_g<G, false, Codes>(codes, rb, vs, vm, nb, a, b, s0, n, r, sc, acc, msum);
+}
+
+// Heads [0, G) in passes of at most `most`, as even as can be (7 = 4 + 3,
+// 6 = 3 + 3 for 4): f(j0, g) for each pass of g heads from j0. A pass reads and
+// unpacks the codes once for its heads; each head's sums are its own, so the
+// grouping changes no result.
+template <class F>
+void kivi_head_passes(int G, int most, F&& f) {
+    const int passes = (G + most - 1) / most;
+    for (int i = 0, j0 = 0; i < passes; i++) {
+        const int g = (G - j0) / (passes - i);
+        f(j0, g);
+        j0 += g;
+    }
+}
+
+template <class Codes>
+void kivi_values_int(int G, const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, int nb, int64_t a,
+                     int64_t b, int64_t s0, int64_t n, int r, const float* sc, float* acc, float* msum) {
+    kivi_head_passes(G, KIVI_VALUE_HEADS, [&](int j0, int g) {
+        const float* p = sc + j0 * n;
+        float* o = acc + j0 * r;
+        float* ms = msum + j0 * nb;
+        switch (g) {
+            case 1: kivi_values_int_h<1, Codes>(codes, rb, vs, vm, nb, a, b, s0, n, r, p, o, ms); break;
+            case 2: kivi_values_int_h<2, Codes>(codes, rb, vs, vm, nb, a, b, s0, n, r, p, o, ms); break;
+            case 3: kivi_values_int_h<3, Codes>(codes, rb, vs, vm, nb, a, b, s0, n, r, p, o, ms); break;
+            default: kivi_values_int_h<KIVI_VALUE_HEADS, Codes>(codes, rb, vs, vm, nb, a, b, s0, n, r, p, o, ms); break;
+        }
+    });
+}
+#endif  // ZK_SIMD_AVX2
+
+}  // namespace attn
+}  // namespace zk

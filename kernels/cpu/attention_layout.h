@@ -1,0 +1,126 @@
+// Internal interface of the decode attention kernel (kernels/attention.h):
+// the scratch of one kernel_attention_range call, and each cache layout's
+// score and value paths, which kernels/cpu/attention.cpp picks by the layout of
+// the block's keys and of its values. One file per layout implements them:
+//   attention_rows.cpp   f16/f32 rows (also every quantized layout's residual window)
+//   attention_q8.cpp     8-bit per token
+//   attention_kivi.cpp   4- and 2-bit KIVI: the group loop, GEAR, the float path;
+//                        its integer kernels in attention_q4.cpp and attention_q2.cpp
+// Every path has `ref`: true takes the float reference path (what a build
+// without AVX2 always runs), false the fastest path this build has.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/attention.h"
+#include "kernels/cpu/simd.h"
+
+namespace zk {
+namespace attn {
+
+inline float h2f(uint16_t h) {
+#ifdef ZK_SIMD_AVX2
+    return _cvtsh_ss(h);
+#else
+    return fp16_to_fp32(h);
+#endif
+}
+
+// Slots per chunk whose 8-bit value weights are computed ahead of the slot loop.
+constexpr int KV_Q8_WCHUNK = 64;
+
+// The scratch of one call over a range of n slots (scratch_split carves it).
+struct range_scratch {
+    float* sc;    // [G x n] scores, then probabilities
+    float* krow;  // [r_k]
+    float* vrow;  // [r_v]
+    float* qs;    // [G x r_k] folded query (KIVI keys, float path)
+    float* bias;  // [G]
+    float* qb;    // [G x rank] q . B[:, i] (GEAR keys), then p^T A (GEAR values)
+    float* msum;  // [G x value blocks] sum of p m_b (KIVI values)
+    int8_t* qi;   // [G x row chunks(r_k)] int8 folded query in code order, zero-padded (KIVI keys)
+    float* qpad;  // [G x row chunks(r_k)] the query times the softmax scale, zero past r_k (KIVI keys)
+    float* qd;    // [G] its scales
+    float* pw;    // [6 x KV_Q8_WCHUNK] 8-bit value weights p_j d_s of a chunk of slots (rows j < 4), its scales
+    float* kmin;  // [r_k] a key group's mins
+};
+
+// Channels of the padded KIVI query per head: whole row chunks of either
+// integer kernel (64 channels for 4-bit, 128 for 2-bit).
+inline int64_t scratch_qpad(int r_k) { return 128 * (int64_t)((r_k + 127) / 128); }
+range_scratch scratch_split(float* p, int G, int64_t n, int r_k, int r_v, int rank);
+
+// Scaled scores q.scale (q . k) of slots [a, b) (inside the key side's codes)
+// into w.sc[j * n + s - s0].
+void q8_scores(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t n, const float* qt,
+               const attn_q_view& q, range_scratch& w, bool ref);
+void kivi_scores(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t n, const float* qt,
+                 const attn_q_view& q, range_scratch& w, bool ref);
+// acc_j += sum over slots [a, b) (inside the value side's codes) of p_j(s) v(s), p in w.sc.
+void q8_values(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t n, int G, float* acc, range_scratch& w,
+               bool ref);
+void kivi_values(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t n, int G, float* acc,
+                 range_scratch& w, bool ref);
+
+// Full-precision rows of `type`, slot s at row s - off: scaled scores and value
+// sums of slots [a, b), as above (qhs: the query's head stride).
+void rows_scores(dtype type, const void* rows, int64_t off, int r, int64_t a, int64_t b, int64_t s0, int64_t n,
+                 const float* qt, int64_t qhs, int G, float scale, range_scratch& w, bool ref);
+void rows_values(dtype type, const void* rows, int64_t off, int r, int64_t a, int64_t b, int64_t s0, int64_t n,
+                 int G, float* acc, range_scratch& w, bool ref);
+
+// The integer kernels of one KIVI width (AVX2), behind the shared group loop.
+struct kivi_int_kernels {
+    int chunk;       // key channels per row chunk of the folded query (4-bit: 64, 2-bit: 128)
+    int max_chunks;  // the int16 sums stay exact up to this many chunks; wider keys take the float path
+    // Folded queries of G heads for one key group: qi [G x nrc x chunk] int8 in
+    // code order (zeros past r), qd [G] their scales, bias [G] = sum_c q_c m_c.
+    // q [G x nrc x chunk] floats (the scaled query, zero past r); scl, mn: the
+    // group's r f16 scales and mins.
+    void (*fold)(int G, const float* q, const uint16_t* scl, const uint16_t* mn, int r, int nrc, int8_t* qi,
+                 float* qd, float* bias);
+    // sc[j * n + s - s0] = qd_j (qi_j . code_s) + bias_j for slots [a, b) of one group.
+    void (*scores)(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t s0, int64_t n,
+                   const int8_t* qi, const float* qd, const float* bias, float* sc);
+    // acc_j += sum_s p_j(s) s_b(s) code(s) over slots [a, b); msum [G x nb] += sum_s p_j(s) m_b(s).
+    void (*values)(int G, const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, int nb, int64_t a,
+                   int64_t b, int64_t s0, int64_t n, int r, const float* sc, float* acc, float* msum);
+};
+// nullptr in a build without AVX2.
+const kivi_int_kernels* q4_int_kernels();
+const kivi_int_kernels* q2_int_kernels();
+
+// ---- helpers of several layouts ----
+
+// Row s of a full-precision [.. x r] block as f32 (a pointer into the block for
+// F32, a conversion into tmp for F16).
+inline const float* kv_row(dtype t, const void* base, int64_t s, int r, float* tmp) {
+    if (t == dtype::F32) return (const float*)base + s * r;
+    simd::f16_to_f32_row((const uint16_t*)base + s * r, tmp, r);
+    return tmp;
+}
+
+// int8 codes times one scale per block of KV_Q8_BLOCK channels.
+inline void q8_row_to_f32(const int8_t* src, const uint16_t* d, int r, float* dst) {
+    for (int b0 = 0, bi = 0; b0 < r; b0 += KV_Q8_BLOCK, bi++) {
+        const int n = std::min(KV_Q8_BLOCK, r - b0);
+        const float sc = h2f(d[bi]);
+        int i = 0;
+#ifdef ZK_SIMD_AVX2
+        const __m256 vs = _mm256_set1_ps(sc);
+        for (; i + 8 <= n; i += 8) {
+            const __m128i c = _mm_loadl_epi64((const __m128i*)(src + b0 + i));
+            _mm256_storeu_ps(dst + b0 + i, _mm256_mul_ps(vs, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(c))));
+        }
+#endif
+        for (; i < n; i++) dst[b0 + i] = sc * (float)src[b0 + i];
+    }
+}
+
+// The group holding quantized slot s.
+inline int64_t group_of(const attn_kv_view& kv, int64_t s) {
+    return std::upper_bound(kv.group_start, kv.group_start + kv.n_groups + 1, (int32_t)s) - kv.group_start - 1;
+}
+
+}  // namespace attn
+}  // namespace zk

@@ -1,0 +1,273 @@
+// Decode attention over 2-bit KIVI codes (KV_LAYOUT_Q2): the AVX2 integer
+// kernels behind the shared KIVI group loop (attention_kivi.cpp).
+// Byte i of a row holds channels 4i .. 4i + 3, channel 4i + p in bits 2p and
+// 2p + 1 ("plane" p), so (x >> 2p) & 3 over 32 bytes gives 32 codes of one
+// plane in order, with no byte shuffle per slot:
+//   keys    a row chunk is 32 bytes, 128 channels; the folded query is laid out
+//           per chunk as its 4 planes of 32 bytes (plane p, byte i = channel
+//           128k + 4i + p), a permutation computed once per group;
+//   values  64 channels (16 bytes, two value blocks) at a time, two slots'
+//           bytes interleaved: each plane then gives 8 channels (4e + p) per
+//           lane, the low lane block 2k, the high lane block 2k + 1, so the
+//           weights are those of the 4-bit kernel (attention_kivi.h).
+// Code buffers are readable KV_Q4_PAD (32) bytes past their last row: a row
+// shorter than its last load reads into the next row or the padding, and those
+// channels meet zero query bytes (keys) or are dropped (values).
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cpu/attention_kivi.h"
+#include "kernels/cpu/attention_layout.h"
+
+namespace zk {
+namespace attn {
+
+#ifdef ZK_SIMD_AVX2
+namespace {
+
+// The folded query of one head in the score loop's order (dst [nrc x 128]).
+struct q2_pack {
+    static constexpr int chunk = 128;
+    static void pack(const float* qs, __m256 vid, int nrc, int8_t* dst) {
+        // within each 16-byte lane: the bytes of plane 0 (0, 4, 8, 12), then planes 1, 2, 3
+        const __m256i planes = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0, 4, 8, 12, 1,
+                                                5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+        const __m256i lanes = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // qword p: plane p of both lanes
+        for (int k = 0; k < nrc; k++) {
+            __m256i V[4];  // channels 128k + 32h + [0, 32): qword p = plane p (8 bytes)
+            for (int h = 0; h < 4; h++)
+                V[h] = _mm256_permutevar8x32_epi32(
+                    _mm256_shuffle_epi8(kivi_round_int8(qs + 128 * k + 32 * h, vid), planes), lanes);
+            // a 4 x 4 transpose of qwords: plane p = {V0.p, V1.p, V2.p, V3.p}
+            const __m256i t0 = _mm256_unpacklo_epi64(V[0], V[1]), t1 = _mm256_unpackhi_epi64(V[0], V[1]);
+            const __m256i t2 = _mm256_unpacklo_epi64(V[2], V[3]), t3 = _mm256_unpackhi_epi64(V[2], V[3]);
+            int8_t* d = dst + 128 * k;
+            _mm256_storeu_si256((__m256i*)d, _mm256_permute2x128_si256(t0, t2, 0x20));
+            _mm256_storeu_si256((__m256i*)(d + 32), _mm256_permute2x128_si256(t1, t3, 0x20));
+            _mm256_storeu_si256((__m256i*)(d + 64), _mm256_permute2x128_si256(t0, t2, 0x31));
+            _mm256_storeu_si256((__m256i*)(d + 96), _mm256_permute2x128_si256(t1, t3, 0x31));
+        }
+    }
+};
+
+// Plane p of 32 code bytes: codes 0..3 of channels 4i + p.
+template <int P>
+inline __m256i q2_plane(__m256i x, __m256i m3) {
+    return _mm256_and_si256(P == 0 ? x : _mm256_srli_epi16(x, 2 * P), m3);
+}
+
+// Key scores of slots [a, b) of one group: sc = qd_j (qi_j . code_s) + bias_j.
+// One maddubs multiplies 32 codes of a plane by 32 query bytes and sums pairs
+// into int16 (at most 2 * 3 * 127 = 762); a row chunk adds four (3048), and 2
+// chunks (r <= 256) stay far below 32767. 4 slots x G accumulators.
+// NRC = 0: r <= 64, a row is at most 16 bytes, so two slots share a vector (one
+// per lane) against the first 16 bytes of each query plane in both lanes.
+template <int G, int NRC>
+void scores_q2_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t s0, int64_t n, const int8_t* qi,
+                     const float* qd, const float* bias, float* sc) {
+    constexpr int nrc = NRC == 0 ? 1 : NRC;
+    const __m256i m3 = _mm256_set1_epi8(0x03);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int qstride = nrc * 128;
+    int64_t s = a;
+    if constexpr (NRC == 0) {
+        for (; s + 4 <= b; s += 4) {
+            const uint8_t* c0 = codes + s * rb;
+            const __m256i x01 = _mm256_loadu2_m128i((const __m128i*)(c0 + rb), (const __m128i*)c0);
+            const __m256i x23 = _mm256_loadu2_m128i((const __m128i*)(c0 + 3 * rb), (const __m128i*)(c0 + 2 * rb));
+            const __m256i p01[4] = {q2_plane<0>(x01, m3), q2_plane<1>(x01, m3), q2_plane<2>(x01, m3),
+                                    q2_plane<3>(x01, m3)};
+            const __m256i p23[4] = {q2_plane<0>(x23, m3), q2_plane<1>(x23, m3), q2_plane<2>(x23, m3),
+                                    q2_plane<3>(x23, m3)};
+#pragma GCC unroll 8
+            for (int j = 0; j < G; j++) {
+                __m256i s01 = _mm256_setzero_si256(), s23 = s01;
+#pragma GCC unroll 4
+                for (int p = 0; p < 4; p++) {
+                    const __m256i qp =
+                        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(qi + j * qstride + 32 * p)));
+                    s01 = _mm256_add_epi16(s01, _mm256_maddubs_epi16(p01[p], qp));
+                    s23 = _mm256_add_epi16(s23, _mm256_maddubs_epi16(p23[p], qp));
+                }
+                __m256i h = _mm256_hadd_epi32(_mm256_madd_epi16(s01, ones), _mm256_madd_epi16(s23, ones));
+                h = _mm256_hadd_epi32(h, h);  // lane 0: {s0, s2, s0, s2}; lane 1: {s1, s3, ...}
+                const __m128 sum = _mm_cvtepi32_ps(
+                    _mm_unpacklo_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+                _mm_storeu_ps(sc + j * n + s - s0, _mm_fmadd_ps(sum, _mm_set1_ps(qd[j]), _mm_set1_ps(bias[j])));
+            }
+        }
+    }
+    for (; NRC > 0 && s + 4 <= b; s += 4) {
+        __m256i acc[G][4];
+#pragma GCC unroll 8
+        for (int j = 0; j < G; j++)
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) acc[j][u] = _mm256_setzero_si256();
+        const uint8_t* c0 = codes + s * rb;
+#pragma GCC unroll 2
+        for (int k = 0; k < nrc; k++) {
+            const int8_t* qk = qi + 128 * k;
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) {
+                const __m256i x = _mm256_loadu_si256((const __m256i*)(c0 + u * rb + 32 * k));
+                const __m256i pl[4] = {q2_plane<0>(x, m3), q2_plane<1>(x, m3), q2_plane<2>(x, m3),
+                                       q2_plane<3>(x, m3)};
+#pragma GCC unroll 8
+                for (int j = 0; j < G; j++) {
+                    const int8_t* qj = qk + j * qstride;
+#pragma GCC unroll 4
+                    for (int p = 0; p < 4; p++)
+                        acc[j][u] = _mm256_add_epi16(
+                            acc[j][u], _mm256_maddubs_epi16(pl[p], _mm256_loadu_si256((const __m256i*)(qj + 32 * p))));
+                }
+            }
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < G; j++) {
+            const __m128 sum = _mm_cvtepi32_ps(hsum4_epi16(acc[j][0], acc[j][1], acc[j][2], acc[j][3]));
+            _mm_storeu_ps(sc + j * n + s - s0, _mm_fmadd_ps(sum, _mm_set1_ps(qd[j]), _mm_set1_ps(bias[j])));
+        }
+    }
+    for (; s < b; s++) {
+        __m256i acc[G];
+#pragma GCC unroll 8
+        for (int j = 0; j < G; j++) acc[j] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int k = 0; k < nrc; k++) {
+            const __m256i x = _mm256_loadu_si256((const __m256i*)(codes + s * rb + 32 * k));
+            const __m256i pl[4] = {q2_plane<0>(x, m3), q2_plane<1>(x, m3), q2_plane<2>(x, m3), q2_plane<3>(x, m3)};
+#pragma GCC unroll 8
+            for (int j = 0; j < G; j++) {
+                const int8_t* qj = qi + j * qstride + 128 * k;
+#pragma GCC unroll 4
+                for (int p = 0; p < 4; p++)
+                    acc[j] = _mm256_add_epi16(
+                        acc[j], _mm256_maddubs_epi16(pl[p], _mm256_loadu_si256((const __m256i*)(qj + 32 * p))));
+            }
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < G; j++)
+            sc[j * n + s - s0] = (float)hsum_epi32(_mm256_madd_epi16(acc[j], ones)) * qd[j] + bias[j];
+    }
+}
+
+template <int G>
+void scores_q2_int_n(int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t s0, int64_t n,
+                     const int8_t* qi, const float* qd, const float* bias, float* sc) {
+    switch (nrc) {
+        case 0: return scores_q2_int_g<G, 0>(codes, rb, a, b, s0, n, qi, qd, bias, sc);
+        case 1: return scores_q2_int_g<G, 1>(codes, rb, a, b, s0, n, qi, qd, bias, sc);
+        default: return scores_q2_int_g<G, 2>(codes, rb, a, b, s0, n, qi, qd, bias, sc);
+    }
+}
+
+void q2_scores(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t s0, int64_t n,
+               const int8_t* qi, const float* qd, const float* bias, float* sc) {
+    const int qstride = 128 * nrc;
+    kivi_head_passes(G, 4, [&](int j0, int g) {  // query heads in register-sized groups
+        const int8_t* q = qi + j0 * qstride;
+        const int nr = r <= 64 ? 0 : nrc;
+        float* o = sc + j0 * n;
+        switch (g) {
+            case 1: scores_q2_int_n<1>(nr, codes, rb, a, b, s0, n, q, qd + j0, bias + j0, o); break;
+            case 2: scores_q2_int_n<2>(nr, codes, rb, a, b, s0, n, q, qd + j0, bias + j0, o); break;
+            case 3: scores_q2_int_n<3>(nr, codes, rb, a, b, s0, n, q, qd + j0, bias + j0, o); break;
+            default: scores_q2_int_n<4>(nr, codes, rb, a, b, s0, n, q, qd + j0, bias + j0, o); break;
+        }
+    });
+}
+
+// The pair loop of one chunk of slots for the value sums (attention_kivi.h has
+// the chunk loop and the weights): np pairs of slots from cp (the last pair of
+// an odd chunk repeats its slot, with weight 0) into ac, one accumulator per
+// plane. Per pair the 16 bytes (64 channels) of slot t and of slot t + 1 are
+// interleaved: the low lane gets bytes 0..7 (block 2k), the high lane bytes
+// 8..15 (block 2k + 1). HALF (r <= 32, rows of at most 8 bytes): an iteration
+// takes 4 slots, the pair (t, t + 1) in the low lane and (t + 2, t + 3) in the
+// high one. Codes are centred, c - 2 in [-2, 1]: a lane's int16 sum over a chunk
+// of 16 pairs stays within 16 * 2 * 127 * 2 = 8128. Out of line with its
+// accumulators in locals (see values_q4_pairs).
+template <int G, bool HALF>
+__attribute__((noinline)) void values_q2_pairs(const uint8_t* cp, int rb, int64_t np, int64_t last,
+                                               const uint32_t* pd, __m256i (&ac)[G][4]) {
+    const __m256i m3 = _mm256_set1_epi8(0x03), two = _mm256_set1_epi8(2);
+    // a pair's weight dword {u_t(b0), u_t(b1), u_t+1(b0), u_t+1(b1)}: the low
+    // lane gets the b0 pair, the high lane the b1 pair (as values_q4_pairs)
+    const __m256i wctl = _mm256_setr_epi8(0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3,
+                                          1, 3, 1, 3, 1, 3);
+    __m256i a0[G], a1[G], a2[G], a3[G];
+#pragma GCC unroll 4
+    for (int j = 0; j < G; j++) a0[j] = a1[j] = a2[j] = a3[j] = _mm256_setzero_si256();
+    const int64_t step = (HALF ? 4 : 2) * (int64_t)rb;
+    const uint8_t* p = cp;
+    for (int64_t i = 0; i < np; i++, p += step) {
+        __m256i w[G];
+#pragma GCC unroll 4
+        for (int j = 0; j < G; j++) w[j] = _mm256_shuffle_epi8(_mm256_set1_epi32((int)pd[16 * j + i]), wctl);
+        // row offsets of the iteration's other slots; in the last iteration,
+        // slots past `last` repeat it
+        int64_t o1 = rb, o2 = 2 * (int64_t)rb, o3 = 3 * (int64_t)rb;
+        if (i + 1 == np) {
+            const int64_t t = (HALF ? 4 : 2) * i;
+            o1 = (std::min(t + 1, last) - t) * rb, o2 = (std::min(t + 2, last) - t) * rb;
+            o3 = (std::min(t + 3, last) - t) * rb;
+        }
+        __m256i x;
+        if (HALF) {
+            const __m128i lo = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i*)p), _mm_loadl_epi64((const __m128i*)(p + o1)));
+            const __m128i hi =
+                _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i*)(p + o2)), _mm_loadl_epi64((const __m128i*)(p + o3)));
+            x = _mm256_set_m128i(hi, lo);
+        } else {
+            const __m128i x0 = _mm_loadu_si128((const __m128i*)p), x1 = _mm_loadu_si128((const __m128i*)(p + o1));
+            x = _mm256_set_m128i(_mm_unpackhi_epi8(x0, x1), _mm_unpacklo_epi8(x0, x1));
+        }
+        const __m256i c0 = _mm256_sub_epi8(q2_plane<0>(x, m3), two), c1 = _mm256_sub_epi8(q2_plane<1>(x, m3), two);
+        const __m256i c2 = _mm256_sub_epi8(q2_plane<2>(x, m3), two), c3 = _mm256_sub_epi8(q2_plane<3>(x, m3), two);
+#pragma GCC unroll 4
+        for (int j = 0; j < G; j++) {
+            a0[j] = _mm256_add_epi16(a0[j], _mm256_maddubs_epi16(w[j], c0));
+            a1[j] = _mm256_add_epi16(a1[j], _mm256_maddubs_epi16(w[j], c1));
+            a2[j] = _mm256_add_epi16(a2[j], _mm256_maddubs_epi16(w[j], c2));
+            a3[j] = _mm256_add_epi16(a3[j], _mm256_maddubs_epi16(w[j], c3));
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < G; j++) ac[j][0] = a0[j], ac[j][1] = a1[j], ac[j][2] = a2[j], ac[j][3] = a3[j];
+}
+
+// The width's parts of the shared value kernel (attention_kivi.h).
+struct q2_codes {
+    static constexpr float center = 2.0f;
+    static constexpr int chunk_bytes = 16;
+    template <int G, bool HALF>
+    static void pairs(const uint8_t* cp, int rb, int64_t np, int64_t last, const uint32_t* pd, __m256i (&ac)[G][4]) {
+        values_q2_pairs<G, HALF>(cp, rb, np, last, pd, ac);
+    }
+    // vector v = plane v; element e of lane h: byte e of the block of lane h,
+    // channel 4e + v in it (HALF: both lanes hold block 0 of other slots).
+    static int channel(bool half, int k, int h, int v, int e) { return 64 * k + (half ? 0 : 32 * h) + 4 * e + v; }
+};
+
+void q2_fold(int G, const float* q, const uint16_t* scl, const uint16_t* mn, int r, int nrc, int8_t* qi, float* qd,
+             float* bias) {
+    kivi_fold_queries_n<q2_pack>(G, q, scl, mn, r, nrc, qi, qd, bias);
+}
+
+void q2_values(int G, const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, int nb, int64_t a,
+               int64_t b, int64_t s0, int64_t n, int r, const float* sc, float* acc, float* msum) {
+    kivi_values_int<q2_codes>(G, codes, rb, vs, vm, nb, a, b, s0, n, r, sc, acc, msum);
+}
+
+// int16 sums stay exact up to 2 chunks (r = 256): see scores_q2_int_g.
+const kivi_int_kernels k_q2 = {128, 2, q2_fold, q2_scores, q2_values};
+
+}  // namespace
+
+const kivi_int_kernels* q2_int_kernels() { return &k_q2; }
+#else
+const kivi_int_kernels* q2_int_kernels() { return nullptr; }
+#endif
+
+}  // namespace attn
+}  // namespace zk

@@ -1,0 +1,370 @@
+// The decode attention kernel over every pair of key and value layouts (16-bit
+// rows, 8-bit, 4-bit and 2-bit KIVI; kernels/attention.h), against attention in
+// double precision over the cache as it reads back dequantized (kv_cache::
+// read_slot, with exact sinks at full head dim): for G = 1, 2, 3, 4, 6 and 7
+// query heads per KV head (Qwen2.5-0.5B has 7, the 1.5B 6), ranks small, not a
+// multiple of 4 or 32, and past one row chunk, GEAR on the KIVI sides (rank 2,
+// and rank 0: its sparse outliers alone), exact
+// sinks, positions with gaps and blocks compacted by eviction (KIVI groups
+// merged). Both paths are held to the double reference:
+//   reference path (kernel_attention_range_ref, float dot products over the
+//     dequantized codes): float rounding, relative L2 < 2e-5;
+//   fast path: float rounding (< 2e-5) where neither side is KIVI; with a KIVI
+//     side the folded query is rounded to int8 per (group, head) and the value
+//     weights to 7 bits per 32 slots: relative L2 < 1e-2 (measured ~1e-3, printed).
+// Also per-head mixed precision in one cache: exact byte accounting, the
+// description, the parameter checks naming kv_bits_k / kv_bits_v, and a
+// session on the tiny random model whose tables say "4-bit everywhere" giving
+// the logits of --kv-bits 4 bit for bit.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "engine/session.h"
+#include "ggml-like/error.h"
+#include "kernels/attention.h"
+#include "tests/kv_test_data.h"
+#include "tests/tiny_model.h"
+
+using namespace zk;
+using zk_test::make_rows;
+using zk_test::ref_attention;
+
+namespace {
+
+bool is_kivi(int bits) { return bits == 4 || bits == 2; }
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); i++) num += (a[i] - ref[i]) * (double)(a[i] - ref[i]), den += ref[i] * (double)ref[i];
+    return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// The kernel (fast or reference path) over the block in `parts` slot ranges
+// plus the exact-sink partial, merged: out [G x D].
+std::vector<float> run_kernel(const attn_kv_view& kv, const std::vector<float>& q, int G, int D, int32_t qpos,
+                              float scale, int parts, bool ref) {
+    const int gr = std::max(kv.k.gear.rank, kv.v.gear.rank);
+    std::vector<float> m((parts + 1) * G), l((parts + 1) * G), acc((size_t)(parts + 1) * G * D);
+    std::vector<float> scratch(kernel_attention_scratch(G, kv.n_slots, kv.r_k, kv.r_v, gr));
+    std::vector<float> logits((size_t)G * std::max<int64_t>(kv.n_slots, 1));
+    std::vector<attn_partial> ps;
+    const attn_q_view qv{q.data(), 0, D, G, 1, &qpos, scale};
+    for (int p = 0; p < parts; p++) {
+        ps.push_back(attn_partial{m.data() + p * G, l.data() + p * G, acc.data() + (size_t)p * G * kv.r_v,
+                                  logits.data(), kv.n_slots});
+        (ref ? kernel_attention_range_ref : kernel_attention_range)(kv, kv.n_slots * p / parts,
+                                                                    kv.n_slots * (p + 1) / parts, qv, ps.back(),
+                                                                    scratch.data());
+    }
+    if (kv.n_sink_slots > 0) {
+        ps.push_back(attn_partial{m.data() + parts * G, l.data() + parts * G, acc.data() + (size_t)parts * G * D,
+                                  logits.data(), kv.n_slots, D});
+        kernel_attention_sinks(kv, qv, ps.back());
+    }
+    std::vector<float> out((size_t)G * D, 0.0f);
+    kernel_attention_merge(ps.data(), (int)ps.size(), 1, G, kv.r_v, out.data(), 0, D);
+    return out;
+}
+
+struct layout_case {
+    int bits_k, bits_v;
+};
+
+class AttentionLayouts : public ::testing::TestWithParam<layout_case> {};
+
+TEST_P(AttentionLayouts, FastAndReferencePathsMatchDoubleAttention) {
+    const layout_case pc = GetParam();
+    const bool kivi = is_kivi(pc.bits_k) || is_kivi(pc.bits_v);
+    const double tol_fast = kivi ? 1e-2 : 2e-5, tol_ref = 2e-5;
+    double worst_fast = 0, worst_ref = 0;
+    int checked = 0;
+    struct ranks {
+        int k, v;
+    };
+    for (const ranks rk : {ranks{4, 4}, ranks{13, 7}, ranks{20, 44}, ranks{64, 64}, ranks{100, 84}, ranks{128, 128}})
+        for (int gear : {0, 1, 2})  // off, rank 2, rank 0 (outliers alone)
+            for (bool evict : {false, true}) {
+                if (gear && !kivi) continue;
+                const int n = 300, D = std::max(64, std::max(rk.k, rk.v)), S = evict ? 4 : 0;  // D: the head dim
+                kv_cache_params p;
+                p.type = evict ? dtype::F32 : dtype::F16;
+                p.bits_k = {pc.bits_k};
+                p.bits_v = {pc.bits_v};
+                p.residual = 32;  // one group: most slots quantized
+                p.gear = gear > 0;
+                p.gear_rank = gear == 1 ? 2 : 0;
+                p.evicting = evict;
+                p.sinks = S;
+                p.sink_dim = D;
+                kv_cache c(1, 1, n, p, {rk.k}, {rk.v});
+                const uint32_t seed = 100 * rk.k + rk.v + 7 * gear + 13 * evict;
+                const std::vector<float> K = make_rows(n, D, seed, false), V = make_rows(n, D, seed + 1, false);
+                std::vector<int32_t> pos(n);
+                for (int t = 0; t < n; t++) pos[t] = 3 * t;  // gaps; positions 0 and 3 are sinks (< 4)
+                const int n0 = evict ? 240 : n;
+                for (int t = 0; t < n0;) {  // uneven appends: prefill chunks then single tokens
+                    const int k = std::min(n0 - t, t < 150 ? 37 : 1);
+                    c.append(0, 0, k, &K[(size_t)t * D], D, &V[(size_t)t * D], D, &pos[t]);
+                    t += k;
+                }
+                if (evict) {  // evicted gaps (the second sink too), merged groups, then new tokens
+                    std::mt19937 g(seed);
+                    std::vector<uint8_t> keep(c.block(0, 0).n_used);
+                    for (auto& x : keep) x = (g() % 3) != 0;
+                    keep[0] = 1, keep[1] = 0;
+                    c.compact(0, 0, keep.data());
+                    c.append(0, 0, n - n0, &K[(size_t)n0 * D], D, &V[(size_t)n0 * D], D, &pos[n0]);
+                }
+                const attn_kv_view kv = c.view(0, 0);
+                ASSERT_EQ(kv.k.layout, kv_layout_for_bits(pc.bits_k)->id);
+                ASSERT_EQ(kv.v.layout, kv_layout_for_bits(pc.bits_v)->id);
+                // the cache as the kernel must see it, widened to D channels: exact
+                // rows for the sinks, the dequantized rank-r_k / r_v rows (zeros past them) else
+                const int64_t ns = kv.n_slots;
+                std::vector<float> Kr((size_t)ns * D, 0.0f), Vr((size_t)ns * D, 0.0f), kd(rk.k), vd(rk.v);
+                std::vector<int32_t> pr(kv.pos, kv.pos + ns);
+                for (int64_t s = 0; s < ns; s++) {
+                    const int t = pr[s] / 3;
+                    if (pr[s] < S) {
+                        std::copy(&K[(size_t)t * D], &K[(size_t)t * D] + D, &Kr[(size_t)s * D]);
+                        std::copy(&V[(size_t)t * D], &V[(size_t)t * D] + D, &Vr[(size_t)s * D]);
+                        continue;
+                    }
+                    c.read_slot(0, 0, s, kd.data(), vd.data());
+                    std::copy(kd.begin(), kd.end(), &Kr[(size_t)s * D]);
+                    std::copy(vd.begin(), vd.end(), &Vr[(size_t)s * D]);
+                }
+                for (int G : {1, 2, 3, 4, 6, 7}) {
+                    std::mt19937 g(seed + G);
+                    std::normal_distribution<float> N(0, 1);
+                    std::vector<float> q((size_t)G * D);
+                    for (auto& x : q) x = N(g);
+                    const float scale = 1.0f / std::sqrt((float)D);
+                    for (int32_t qpos : {pr.back(), pr[ns / 2] + 1}) {
+                        std::vector<float> want((size_t)G * D);
+                        ref_attention(q.data(), G, Kr.data(), Vr.data(), pr.data(), (int)ns, D, D, qpos, scale,
+                                      want.data());
+                        for (int parts : {1, 3}) {
+                            const double ef = rel_l2(run_kernel(kv, q, G, D, qpos, scale, parts, false), want);
+                            const double er = rel_l2(run_kernel(kv, q, G, D, qpos, scale, parts, true), want);
+                            worst_fast = std::max(worst_fast, ef);
+                            worst_ref = std::max(worst_ref, er);
+                            checked++;
+                            EXPECT_LT(ef, tol_fast) << "fast path: K " << pc.bits_k << " V " << pc.bits_v << " r_k "
+                                                    << rk.k << " r_v " << rk.v << " G " << G << " gear " << gear
+                                                    << " evict " << evict << " qpos " << qpos << " parts " << parts;
+                            EXPECT_LT(er, tol_ref) << "reference path: K " << pc.bits_k << " V " << pc.bits_v
+                                                   << " r_k " << rk.k << " r_v " << rk.v << " G " << G << " gear "
+                                                   << gear << " evict " << evict << " qpos " << qpos;
+                        }
+                    }
+                }
+            }
+    std::printf("[ measured ] K %2d-bit V %2d-bit: %d cases, worst relative L2 vs double: fast %.2e, reference %.2e\n",
+                pc.bits_k, pc.bits_v, checked, worst_fast, worst_ref);
+}
+
+std::vector<layout_case> all_pairs() {
+    std::vector<layout_case> v;
+    for (int k : {16, 8, 4, 2})
+        for (int b : {16, 8, 4, 2}) v.push_back({k, b});
+    return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(KeyValue, AttentionLayouts, ::testing::ValuesIn(all_pairs()),
+                         [](const ::testing::TestParamInfo<layout_case>& i) {
+                             return "K" + std::to_string(i.param.bits_k) + "_V" + std::to_string(i.param.bits_v);
+                         });
+
+// Per-head precision in one cache (2 layers x 3 KV heads): every block's sides
+// in their own layout, bytes accounted exactly (allocated = accounted, per-token
+// cost linear) and equal to the sum of uniform caches' per-head costs.
+TEST(KvMixed, PerHeadAccountingIsExact) {
+    const std::vector<int> rk = {64, 32, 20, 4, 64, 12}, rv = {64, 16, 12, 8, 44, 64};
+    const std::vector<int> bk = {16, 8, 4, 2, 4, 2}, bv = {2, 4, 8, 16, 4, 16};
+    for (bool gear : {false, true})
+        for (bool evicting : {false, true})
+            for (int64_t cap : {100, 4096}) {
+                kv_cache_params p;
+                p.bits_k = bk;
+                p.bits_v = bv;
+                p.gear = gear;
+                p.evicting = evicting;
+                p.scores = evicting;
+                p.sinks = evicting ? 4 : 0;
+                p.sink_dim = 64;
+                kv_cache c(2, 3, cap, p, rk, rv);
+                EXPECT_EQ(c.bytes_allocated(), c.bytes_for_capacity(c.capacity())) << gear << evicting << cap;
+                for (int i = 0; i < 6; i++) {
+                    EXPECT_EQ(c.layout_k(i / 3, i % 3), kv_layout_for_bits(bk[i])->id);
+                    EXPECT_EQ(c.layout_v(i / 3, i % 3), kv_layout_for_bits(bv[i])->id);
+                }
+                EXPECT_DOUBLE_EQ(c.bytes_per_token_exact() * 640,
+                                 (double)(c.bytes_for_capacity(c.capacity() + 640) - c.bytes_for_capacity(c.capacity())));
+                // per token, a head costs what its own layouts cost: the per-side sums
+                double sum = 0;
+                for (int i = 0; i < 6; i++) {
+                    kv_cache_params pk = p;
+                    pk.bits_k = {bk[i]};
+                    pk.bits_v = {bv[i]};
+                    pk.residual = kv_cache_residual(p, c.capacity());
+                    sum += kv_cache(1, 1, cap, pk, {rk[i]}, {rv[i]}).bytes_per_token_exact();
+                }
+                EXPECT_NEAR(c.bytes_per_token_exact(), sum, 1e-9 * sum);
+            }
+    // 2-bit values instead of 4-bit at rank 64: 16 bytes of codes less per token, the scales the same
+    kv_cache_params p4;
+    p4.bits = 4;
+    kv_cache_params p42 = p4;
+    p42.bits_v = {2};
+    const double b4 = kv_cache(1, 1, 4096, p4, {64}, {64}).bytes_per_token_exact();
+    const double b42 = kv_cache(1, 1, 4096, p42, {64}, {64}).bytes_per_token_exact();
+    EXPECT_DOUBLE_EQ(b4 - b42, 16.0);
+    kv_cache_params pm;
+    pm.bits_k = bk;
+    pm.bits_v = bv;
+    const std::string d = kv_cache(2, 3, 1024, pm, rk, rv).describe(64);
+    EXPECT_NE(d.find("per head: keys F16 x1, 8-bit x1, 4-bit x2, 2-bit x2; values F16 x2"), std::string::npos) << d;
+    std::printf("[ measured ] %s\n", d.c_str());
+}
+
+// A uniform precision given through the per-head tables is the same cache as
+// through `bits`: the same bytes, and the kernel reads the same numbers.
+TEST(KvMixed, UniformTablesEqualBits) {
+    for (int bits : {16, 8, 4, 2}) {
+        const int n = 200, r = 36;
+        kv_cache_params pb;
+        pb.bits = bits;
+        kv_cache_params pt;
+        pt.bits = 16;
+        pt.bits_k = {bits, bits};
+        pt.bits_v = {bits, bits};
+        kv_cache a(1, 2, n, pb, {r, r}, {r, r}), b(1, 2, n, pt, {r, r}, {r, r});
+        EXPECT_EQ(a.bytes_allocated(), b.bytes_allocated());
+        EXPECT_EQ(a.describe(r), b.describe(r));
+        const std::vector<float> K = make_rows(n, r, 3), V = make_rows(n, r, 4);
+        std::vector<int32_t> pos(n);
+        for (int t = 0; t < n; t++) pos[t] = t;
+        for (int h = 0; h < 2; h++) {
+            a.append(0, h, n, K.data(), r, V.data(), r, pos.data());
+            b.append(0, h, n, K.data(), r, V.data(), r, pos.data());
+        }
+        std::vector<float> ka(r), va(r), kb(r), vb(r);
+        for (int64_t s = 0; s < n; s++) {
+            a.read_slot(0, 1, s, ka.data(), va.data());
+            b.read_slot(0, 1, s, kb.data(), vb.data());
+            ASSERT_EQ(ka, kb) << bits << " slot " << s;
+            ASSERT_EQ(va, vb) << bits << " slot " << s;
+        }
+    }
+}
+
+std::string error_of(const kv_cache_params& p, int n_layer, int n_head_kv) {
+    try {
+        kv_cache_validate_params(p, n_layer, n_head_kv);
+    } catch (const zk::error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(KvMixed, BadTablesRejectedByName) {
+    kv_cache_params p;
+    p.bits_k = {4, 4, 4};
+    EXPECT_NE(error_of(p, 2, 2).find("kv_bits_k"), std::string::npos);
+    EXPECT_NE(error_of(p, 2, 2).find("4 (2 layers x 2 KV heads)"), std::string::npos) << error_of(p, 2, 2);
+    EXPECT_EQ(error_of(p, 3, 1), "");
+    p.bits_v = {16, 3, 8};
+    EXPECT_NE(error_of(p, 3, 1).find("kv_bits_v[1] (layer 1, KV head 0) is 3"), std::string::npos)
+        << error_of(p, 3, 1);
+    p = kv_cache_params{};
+    p.bits = 2;
+    EXPECT_EQ(error_of(p, 1, 1), "");
+    p.bits = 3;
+    EXPECT_NE(error_of(p, 1, 1).find("--kv-bits must be 16, 8, 4 or 2"), std::string::npos);
+    // GEAR needs a KIVI side somewhere: 2-bit values of one head suffice
+    p = kv_cache_params{};
+    p.gear = true;
+    EXPECT_NE(error_of(p, 1, 2).find("--kv-gear"), std::string::npos);
+    p.bits_v = {16, 2};
+    EXPECT_EQ(error_of(p, 1, 2), "");
+    EXPECT_NO_THROW(kv_cache(1, 2, 64, p, {32, 32}, {32, 32}));
+    // the KIVI group is checked when one side is KIVI
+    p.group = 0;
+    EXPECT_NE(error_of(p, 1, 2).find("--kv-group"), std::string::npos);
+    p.bits_v = {16, 8};
+    p.gear = false;
+    EXPECT_EQ(error_of(p, 1, 2), "");
+    // the cache checks the table sizes against its own shape
+    p = kv_cache_params{};
+    p.bits_k = {8};
+    EXPECT_THROW(kv_cache(1, 2, 64, p, {32, 32}, {32, 32}), zk::error);
+}
+
+// A session (tiny random model, 2 layers x 2 KV heads) whose per-head tables
+// give every side the same precision computes what kv_bits gives, bit for bit,
+// with eviction too; mixed tables run and reach the cache; a table of the
+// wrong size is refused naming it.
+TEST(KvMixed, SessionTablesEqualBits) {
+    char dir[] = "/tmp/zk_layouts_XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    const std::string path = std::string(dir) + "/m.gguf";
+    zk_test::tiny_model_write(path, zk_test::tiny_model_params{});
+    const std::unique_ptr<model> m = model_load(path);
+    std::vector<int32_t> toks(300);
+    for (size_t i = 0; i < toks.size(); i++) toks[i] = 3 + (int32_t)(i * 37 % 270);
+    auto logits = [&](const session_params& sp) {
+        session s(*m, sp);
+        const float* lg = s.decode(toks.data(), 200, true);
+        std::vector<float> out(lg, lg + 200 * (size_t)m->hp.n_vocab);
+        for (size_t t = 200; t < toks.size(); t++) {
+            lg = s.decode(&toks[t], 1);
+            out.insert(out.end(), lg, lg + m->hp.n_vocab);
+        }
+        return out;
+    };
+    for (int bits : {8, 4, 2})
+        for (bool evict : {false, true}) {
+            session_params a;
+            a.n_ctx = 512;
+            a.n_threads = 2;
+            a.n_batch = 64;
+            if (evict) a.evict.policy = "h2o", a.evict.budget = 96, a.evict.chunk = 16;
+            session_params b = a;
+            a.kv_bits = bits;
+            b.kv_bits_k.assign(4, bits);
+            b.kv_bits_v.assign(4, bits);
+            EXPECT_EQ(logits(a), logits(b)) << bits << "-bit, evict " << evict;
+        }
+    session_params mixed;
+    mixed.n_ctx = 512;
+    mixed.kv_bits_k = {16, 8, 4, 2};
+    mixed.kv_bits_v = {2, 4, 8, 16};
+    mixed.kv_gear = true;
+    mixed.evict.policy = "h2o", mixed.evict.budget = 96, mixed.evict.chunk = 16;
+    for (float x : logits(mixed)) ASSERT_TRUE(std::isfinite(x));
+    session s(*m, mixed);
+    EXPECT_EQ(s.cache().layout_k(1, 1), KV_LAYOUT_Q2);
+    EXPECT_EQ(s.cache().layout_v(1, 1), KV_LAYOUT_ROWS);
+    EXPECT_EQ(s.cache().layout_v(0, 1), KV_LAYOUT_Q4);
+    mixed.kv_bits_v = {2, 4, 8};
+    try {
+        session bad(*m, mixed);
+        ADD_FAILURE() << "a 3-entry table for 4 heads was accepted";
+    } catch (const zk::error& e) {
+        EXPECT_NE(std::string(e.what()).find("kv_bits_v"), std::string::npos) << e.what();
+    }
+    std::filesystem::remove_all(dir);
+}
+
+}  // namespace
