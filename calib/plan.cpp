@@ -408,8 +408,9 @@ kv_plan plan_load(const model& m, const std::string& spec) {
 
 void plan_apply(const kv_plan& p, const model& m, session_params& sp) {
     plan_check_model(p, m, "plan");
-    if (p.mixed()) ZK_THROW("plan: per-head precision is not supported by this build's KV cache");
     sp.kv_bits = p.bits;
+    sp.kv_bits_k = p.bits_k;
+    sp.kv_bits_v = p.bits_v;
     sp.ranks_k = p.ranks_k;
     sp.ranks_v = p.ranks_v;
     sp.kbasis = p.ranks_k.empty() ? std::vector<int>{} : p.kbasis;

@@ -134,6 +134,7 @@ nlohmann::json session_json(const session_params& p, const model& m) {
     nlohmann::json j = {{"n_ctx", p.n_ctx}, {"threads", p.n_threads}, {"batch", p.n_batch},
                         {"kv_type", dtype_name(p.kv_type)}};
     j["kv_bits"] = p.kv_bits;
+    if (!p.kv_bits_k.empty()) j["kv_bits_k"] = p.kv_bits_k, j["kv_bits_v"] = p.kv_bits_v;
     if (p.evict.policy != "none") j["evict"] = {{"policy", p.evict.policy}, {"budget", p.evict.budget}};
     if (!p.ranks_k.empty()) {
         j["ranks_k"] = p.ranks_k;
@@ -418,6 +419,8 @@ int cmd_eval(CLI::App& app) {
         pl.target = p.kv_fraction;
         pl.kv_fraction = p.bytes_per_token / ref_bpt;
         pl.bits = sj.value("kv_bits", 16);
+        pl.bits_k = sj.value("kv_bits_k", std::vector<int>{});
+        pl.bits_v = sj.value("kv_bits_v", std::vector<int>{});
         pl.ranks_k = sj.value("ranks_k", std::vector<int>{});
         pl.ranks_v = sj.value("ranks_v", std::vector<int>{});
         pl.kbasis = sj.value("key_basis", std::vector<int>{});
