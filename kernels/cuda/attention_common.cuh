@@ -3,12 +3,15 @@
 //   sc [rows x k_attn_chunk]  scores of the chunk, replaced by probabilities
 //   m_run, l_run [rows]       running max and sum of e^(s - max)
 //   fsc [rows]                the factor the accumulators are rescaled by
-//   vt [n x rv]               the chunk's value rows (f32)
-//   acc [rows x rv]           unnormalised output
+//   vt [n x cv]               the chunk's value rows (f32, cv channels)
+//   acc [rows x width]        unnormalised output (width >= cv: a prefill tile
+//                             with exact sinks holds sink_dim channels, the
+//                             other slots' rows r_v)
 #pragma once
 
 #include "kernels/cuda/attention_decode.h"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/kv_read.cuh"
 
 namespace zk {
 namespace cuda {
@@ -36,13 +39,15 @@ __device__ inline void attn_softmax_chunk(sptr<float> sc, int n, int rows, sptr<
     }
 }
 
-// acc = acc * f + P V over the chunk's n slots; a thread per (row, channel).
+// acc = acc * f + P V over the chunk's n slots of cv value channels (channels
+// cv .. width of acc only rescaled); a thread per (row, channel).
 __device__ inline void attn_accumulate(sptr<float> acc, sptr<float> sc, sptr<float> vt, sptr<float> fsc, int n,
-                                       int rows, int rv, int n_threads) {
-    for (int i = threadIdx.x; i < rows * rv; i += n_threads) {
-        const int r = i / rv, c = i % rv;
+                                       int rows, int width, int cv, int n_threads) {
+    for (int i = threadIdx.x; i < rows * width; i += n_threads) {
+        const int r = i / width, c = i % width;
         float a = acc[i] * fsc[r];
-        for (int sl = 0; sl < n; sl++) a += sc[r * k_attn_chunk + sl] * vt[sl * rv + c];
+        if (c < cv)
+            for (int sl = 0; sl < n; sl++) a += sc[r * k_attn_chunk + sl] * vt[sl * cv + c];
         acc[i] = a;
     }
 }

@@ -17,53 +17,12 @@ namespace {
 constexpr int k_nw = k_attn_block / 32;  // warps per block
 constexpr int k_ch = k_attn_chunk;
 constexpr int k_lane_ch = k_attn_max_rank / 32;  // channels a lane holds of a key row (L = 32)
-constexpr uint16_t k_gear_none = 0xFFFF;
-constexpr int k_q8_block = 32;
-constexpr int k_q4_vblock = 32;
-constexpr int k_quant_q8 = 1, k_quant_q4 = 2;
-
-__device__ __forceinline__ int n_blocks32(int r) { return (r + 31) / 32; }
-
-// The group holding quantized slot s: the last g with group_start[g] <= s
-// (group_start[0] = 0).
-__device__ inline int32_t kv_group_of(const cuda_kv_head& kv, int64_t s) {
-    int64_t lo = 0, hi = kv.n_groups - 1;
-    while (lo < hi) {
-        const int64_t mid = (lo + hi + 1) / 2;
-        if (kv.group_start[mid] <= s)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return (int32_t)lo;
-}
-
-// First entry of a group's sparse GEAR list (sorted t * r + c, KV_GEAR_NONE
-// pads the end) at or after element t * r.
-__device__ inline int gear_first(dptr<const uint16_t> oi, int n_out, int from) {
-    int lo = 0, hi = n_out;
-    while (lo < hi) {
-        const int mid = (lo + hi) / 2;
-        if ((int)oi[mid] < from)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-// GEAR's low-rank part of element (t, c) of group g: sum_i A[t, i] B[c, i].
-__device__ inline float gear_lowrank(dptr<const uint16_t> a, dptr<const uint16_t> b, int rank, int group, int r,
-                                     int32_t g, int t, int c) {
-    float x = 0;
-    for (int i = 0; i < rank; i++)
-        x += h2f(a[((int64_t)g * group + t) * rank + i]) * h2f(b[((int64_t)g * r + c) * rank + i]);
-    return x;
-}
+static_assert(k_attn_chunk == k_kv_chunk, "the decode chunk is kv_read.cuh's");
 
 // The channels c = li + i L (i < 8) of slot s's key row, as the attention sees
-// it (dequantized, GEAR-corrected; zero past rk). sg/st: the chunk's slots'
-// group and index in it (4-bit), sl: s's index in the chunk.
+// it (dequantized by the key side's layout, GEAR-corrected; zero past rk).
+// sg/st: the chunk's slots' KIVI group and index in it, sl: s's index in the
+// chunk.
 __device__ inline void key_lane(const cuda_kv_head& kv, bool sink, int64_t s, int sl, int li, int L, int rk,
                                 sptr<int32_t> sg, sptr<int32_t> st, float (&kr)[k_lane_ch]) {
     ZK_UNROLL
@@ -75,72 +34,24 @@ __device__ inline void key_lane(const cuda_kv_head& kv, bool sink, int64_t s, in
             const int c = li + i * L;
             if (c < rk) kr[i] = kv.sink_k[o + c];
         }
-    } else if (s >= kv.n_quant) {
-        const int64_t o = (s - kv.n_quant) * rk;
-        if (kv.type == CUDA_KV_F32) {
-            ZK_UNROLL
-            for (int i = 0; i < k_lane_ch; i++) {
-                const int c = li + i * L;
-                if (c < rk) kr[i] = kv.k32[o + c];
-            }
-        } else {
-            ZK_UNROLL
-            for (int i = 0; i < k_lane_ch; i++) {
-                const int c = li + i * L;
-                if (c < rk) kr[i] = h2f(kv.k16[o + c]);
-            }
-        }
-    } else if (kv.quant == k_quant_q8) {
-        const int64_t o = s * rk, so = s * n_blocks32(rk);
-        ZK_UNROLL
-        for (int i = 0; i < k_lane_ch; i++) {
-            const int c = li + i * L;
-            if (c < rk) kr[i] = (float)kv.kq8[o + c] * h2f(kv.ks[so + c / k_q8_block]);
-        }
-    } else {
-        const int32_t g = sg[sl];
-        const int t = st[sl];
-        const int64_t o = s * ((rk + 1) / 2), go = (int64_t)g * rk;
-        ZK_UNROLL
-        for (int i = 0; i < k_lane_ch; i++) {
-            const int c = li + i * L;
-            if (c < rk) {
-                const int code = (kv.kq4[o + c / 2] >> ((c & 1) * 4)) & 0x0F;
-                kr[i] = h2f(kv.ks[go + c]) * (float)code + h2f(kv.km[go + c]);
-                if (kv.gear_rank > 0) kr[i] += gear_lowrank(kv.ka, kv.kb, kv.gear_rank, kv.group, rk, g, t, c);
-            }
-        }
-        if (kv.gear_nout_k > 0) {
-            dptr<const uint16_t> oi = kv.koi + (int64_t)g * kv.gear_nout_k;
-            dptr<const uint16_t> ov = kv.kov + (int64_t)g * kv.gear_nout_k;
-            for (int e = gear_first(oi, kv.gear_nout_k, t * rk); e < kv.gear_nout_k; e++) {
-                const int idx = oi[e];
-                if (idx == k_gear_none || idx >= (t + 1) * rk) break;
-                const int c = idx - t * rk;
-                const float val = h2f(ov[e]);
-                ZK_UNROLL
-                for (int i = 0; i < k_lane_ch; i++)
-                    if (li + i * L == c) kr[i] += val;
-            }
-        }
+        return;
     }
-}
-
-// Channel c of slot s's value row as the attention sees it (GEAR's sparse part
-// is added separately).
-__device__ inline float value_elem(const cuda_kv_head& kv, bool sink, int64_t s, int sl, int c, int rv,
-                                   sptr<int32_t> sg, sptr<int32_t> st) {
-    if (sink) return kv.sink_v[(int64_t)kv.pos[s] * kv.sink_dim + c];
-    if (s >= kv.n_quant) {
-        const int64_t o = (s - kv.n_quant) * rv + c;
-        return kv.type == CUDA_KV_F32 ? (float)kv.v32[o] : h2f(kv.v16[o]);
+    const cuda_kv_side& d = kv.k;
+    const bool grouped = kv_is_kivi(d.layout) && s < d.n_quant;
+    const int32_t g = grouped ? (int32_t)sg[sl] : 0;
+    const int t = grouped ? (int)st[sl] : 0;
+    const kv_row_at w = kv_row(d, kv.type, true, rk, s, g, t);
+    ZK_UNROLL
+    for (int i = 0; i < k_lane_ch; i++) {
+        const int c = li + i * L;
+        if (c < rk) kr[i] = kv_row_elem(d, w, kv.group, rk, c);
     }
-    if (kv.quant == k_quant_q8) return (float)kv.vq8[s * rv + c] * h2f(kv.vs[s * n_blocks32(rv) + c / k_q8_block]);
-    const int code = (kv.vq4[s * ((rv + 1) / 2) + c / 2] >> ((c & 1) * 4)) & 0x0F;
-    const int64_t b = s * n_blocks32(rv) + c / k_q4_vblock;
-    float x = h2f(kv.vs[b]) * (float)code + h2f(kv.vm[b]);
-    if (kv.gear_rank > 0) x += gear_lowrank(kv.va, kv.vb, kv.gear_rank, kv.group, rv, sg[sl], st[sl], c);
-    return x;
+    if (grouped && d.gear_nout > 0)
+        kv_gear_sparse(d, rk, g, t, [&](int c, float x) {
+            ZK_UNROLL
+            for (int i = 0; i < k_lane_ch; i++)
+                if (li + i * L == c) kr[i] += x;
+        });
 }
 
 // One task: the partial of an item's query rows over slots [s0, s1) (or its
@@ -182,15 +93,10 @@ __global__ void __launch_bounds__(k_attn_block, 3)
     int L = 1;
     while (L < 32 && L * k_lane_ch < rk) L *= 2;
     const int spw = 32 / L, li = lane % L, grp = lane / L;
-    const bool q4 = !sink && kv.quant == k_quant_q4;
 
     for (int64_t c0 = task.s0; c0 < task.s1; c0 += k_ch) {
         const int n = (int)cu_min<int64_t>(k_ch, task.s1 - c0);
-        if (q4 && tid < n && c0 + tid < kv.n_quant) {
-            const int32_t g = kv_group_of(kv, c0 + tid);
-            sg[tid] = g;
-            st[tid] = (int)(c0 + tid - kv.group_start[g]);
-        }
+        if (!sink) kv_chunk_groups(kv, c0, n, sg, st);
         __syncthreads();
 
         // scores: every lane calls the shuffles, slot or not
@@ -226,29 +132,11 @@ __global__ void __launch_bounds__(k_attn_block, 3)
         attn_softmax_chunk(sc, n, rows, m_run, l_run, fsc, k_nw);
 
         // the chunk's values, dequantized once
-        for (int i = tid; i < n * rv; i += k_attn_block) {
-            const int sl = i / rv, c = i % rv;
-            vt[i] = value_elem(kv, sink, c0 + sl, sl, c, rv, sg, st);
-        }
-        if (q4 && kv.gear_nout_v > 0) {
-            __syncthreads();
-            // sparse corrections: a thread per slot, each touching its own row
-            if (tid < n && c0 + tid < kv.n_quant) {
-                const int32_t g = sg[tid];
-                const int t = st[tid];
-                dptr<const uint16_t> oi = kv.voi + (int64_t)g * kv.gear_nout_v;
-                dptr<const uint16_t> ov = kv.vov + (int64_t)g * kv.gear_nout_v;
-                for (int e = gear_first(oi, kv.gear_nout_v, t * rv); e < kv.gear_nout_v; e++) {
-                    const int idx = oi[e];
-                    if (idx == k_gear_none || idx >= (t + 1) * rv) break;
-                    vt[tid * rv + idx - t * rv] += h2f(ov[e]);
-                }
-            }
-        }
+        kv_stage_chunk(kv, kv.v, false, sink, rv, c0, n, sg, st, vt, k_attn_block);
         __syncthreads();  // values staged
 
         // acc = acc * f + P V over the chunk
-        attn_accumulate(acc, sc, vt, fsc, n, rows, rv, k_attn_block);
+        attn_accumulate(acc, sc, vt, fsc, n, rows, rv, rv, k_attn_block);
         __syncthreads();
     }
 
@@ -306,16 +194,9 @@ cuda_attn_plan cuda_attn_plan_make(const std::vector<cuda_attn_item>& items, int
     for (int i = 0; i < n_items; i++) {
         const cuda_attn_item& it = items[i];
         const cuda_kv_head& kv = it.kv;
-        if (kv.r_k < 1 || kv.r_v < 1 || kv.r_k > k_attn_max_rank || kv.r_v > k_attn_max_rank)
-            ZK_THROW("CUDA decode attention: item %d has ranks r_k %d, r_v %d (1..%d)", i, kv.r_k, kv.r_v,
-                     k_attn_max_rank);
-        if (kv.n_sink_slots < 0 || kv.n_sink_slots > kv.n_slots ||
-            (kv.n_sink_slots > 0 && (kv.sink_dim < kv.r_k || kv.sink_dim > k_attn_max_rank)))
-            ZK_THROW("CUDA decode attention: item %d has %lld sink slots of %d channels (r_k %d)", i,
-                     (long long)kv.n_sink_slots, kv.sink_dim, kv.r_k);
-        if (it.n_group < 1 || it.n_tok < 1 || kv.quant < 0 || kv.quant > k_quant_q4 || kv.n_quant > kv.n_slots)
-            ZK_THROW("CUDA decode attention: item %d: %d tokens x %d heads, quant %d, %lld of %lld slots quantized", i,
-                     it.n_tok, it.n_group, kv.quant, (long long)kv.n_quant, (long long)kv.n_slots);
+        cuda_kv_head_check(kv, "CUDA decode attention", i);
+        if (it.n_group < 1 || it.n_tok < 1)
+            ZK_THROW("CUDA decode attention: item %d: %d tokens x %d heads", i, it.n_tok, it.n_group);
         total += (kv.n_slots - kv.n_sink_slots) * (kv.r_k + kv.r_v);
     }
     const int64_t W = std::max<int64_t>(1, total / std::max(1, blocks));

@@ -1,9 +1,11 @@
 // Decode attention over the compressed KV cache on the GPU: a batch of
-// (sequence, KV head) items, each with its own ranks (r_k, r_v: 4 .. 256),
-// precision (f16/f32 rows, 8-bit, 4-bit KIVI with optional GEAR), evicted slots
-// (positions with gaps) and exact sinks, in the layouts of kernels/attention.h
-// and engine/kv_cache.h. The CPU twin is kernel_attention_range /
-// kernel_attention_sinks / kernel_attention_merge.
+// (sequence, KV head) items, each with its own ranks (r_k, r_v: 1 .. 256), key
+// and value layouts (kv_head.h: f16/f32 rows, 8-bit, 4- or 2-bit KIVI with
+// optional GEAR, every key x value pair), evicted slots (positions with gaps,
+// KIVI groups shortened or merged) and exact sinks, in the layouts of
+// kernels/attention.h and engine/kv_layout*.h. The CPU twin is
+// kernel_attention_range (its float reference path, kernel_attention_range_ref,
+// does the same arithmetic) / kernel_attention_sinks / kernel_attention_merge.
 //
 // Work split (flash-decoding, paper section 5.3): each item's slots are cut
 // into ranges whose cost, slots x (r_k + r_v), is about the same for every
@@ -15,56 +17,24 @@
 //
 // Per block (attention_decode.cu): the item's scaled queries in shared memory;
 // slots in chunks of 32: scores with the key rows read in place, each slot
-// shared by a group of L lanes (L = rank / 8 rounded up to a power of two) with
-// 4/8-bit dequantization fused; an online softmax per query row (a warp per
-// row, a lane per slot); the chunk's value rows dequantized once into shared
-// memory; the accumulators in shared memory. Nothing dequantized is written to
-// global memory.
+// shared by a group of L lanes (L = rank / 8 rounded up to a power of two),
+// dequantization (8-, 4-, 2-bit, GEAR) fused by the key side's layout; an
+// online softmax per query row (a warp per row, a lane per slot); the chunk's
+// value rows dequantized once by the value side's layout into shared memory
+// (kv_read.cuh); the accumulators in shared memory. Nothing dequantized is
+// written to global memory.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "kernels/cuda/cuda_types.h"
+#include "kernels/cuda/kv_head.h"
 
 namespace zk {
 namespace cuda {
 
-constexpr int k_attn_max_rank = 256;     // channels of a key/value row or sink row
 constexpr int k_attn_chunk = 32;         // slots per chunk (a lane per slot in the softmax)
 constexpr int k_attn_block = 128;        // threads per block
-
-enum cuda_kv_type : int { CUDA_KV_F32 = 0, CUDA_KV_F16 = 1 };
-
-// One (sequence, layer, KV head) block of the cache in device memory; fields as
-// in attn_kv_view (kernels/attention.h). Exactly one of k32/k16 (v32/v16) is
-// set, by `type`.
-struct cuda_kv_head {
-    int type = CUDA_KV_F16;
-    int quant = 0;  // kv_quant_kind: 0 none, 1 Q8, 2 Q4
-    int r_k = 0, r_v = 0;
-    int64_t n_slots = 0, n_quant = 0;
-    dptr<const int32_t> pos;                  // [n_slots]
-    dptr<const float> k32, v32;               // [(n_slots - n_quant) x r] rows
-    dptr<const uint16_t> k16, v16;
-    // Q8: int8 codes [n_quant x r], f16 scales [n_quant x blocks32(r)]
-    dptr<const int8_t> kq8, vq8;
-    // Q4: codes [n_quant x (r + 1) / 2]; keys: f16 scale/min [n_groups x r_k];
-    // values: f16 scale/min [n_quant x blocks32(r_v)]
-    dptr<const uint8_t> kq4, vq4;
-    dptr<const uint16_t> ks, km, vs, vm;
-    int group = 0;
-    int64_t n_groups = 0;
-    dptr<const int32_t> group_start;          // [n_groups + 1]
-    // GEAR (Q4): rank-`gear_rank` A [n_groups x group x rank], B [n_groups x r x rank],
-    // sparse out_idx/out_val [n_groups x n_out] (KV_GEAR_NONE pads)
-    int gear_rank = 0, gear_nout_k = 0, gear_nout_v = 0;
-    dptr<const uint16_t> ka, kb, koi, kov, va, vb, voi, vov;
-    // exact sinks: slots [0, n_sink_slots) read f32 rows of sink_dim channels,
-    // row pos[s]
-    int64_t n_sink_slots = 0;
-    int sink_dim = 0;
-    dptr<const float> sink_k, sink_v;
-};
 
 // One item of the batch: a cache block and the query rows that attend to it.
 struct cuda_attn_item {

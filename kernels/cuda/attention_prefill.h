@@ -1,16 +1,17 @@
 // Prefill attention on the GPU, flash-attention style: the query rows of an
 // item (n_tok tokens x n_group heads of one KV head, t-major) in tiles; a tile
 // streams the keys and values it can see through shared memory in chunks of
-// 32 slots with an online softmax, and writes its rows' normalised outputs (no
-// merge). Rows per tile are chosen per head so that tiles carry equal work
-// (paper, section 5.3): a tile costs rows x slots x (r_k + r_v), so a head of
-// half the rank gets tiles of twice the rows; tiles run longest first.
-// Items are cuda_attn_item (attention_decode.h) whose blocks hold full
-// precision rows only (n_quant = 0, no exact sinks), as on the CPU
-// (kernel_prefill_supported); other blocks go through cuda_attention_decode,
-// which takes any number of tokens. Scalar FMAs, no tensor cores (see
-// kernels/cuda/README.md). CPU twins: kernel_attention_prefill, and
-// kernel_attention_range + kernel_attention_merge.
+// 32 slots, each side dequantized there by its layout (kv_read.cuh: f16/f32
+// rows, 8-bit, 4- or 2-bit KIVI with GEAR; every key x value pair), with an
+// online softmax, and writes its rows' normalised outputs (no merge). Exact
+// sinks are a first pass over their f32 rows at sink_dim channels (queries
+// and outputs then have max(r, sink_dim) channels, as the decode kernel's
+// merge gives). Rows per tile are chosen per head so that tiles carry equal
+// work (paper, section 5.3): a tile costs rows x slots x (r_k + r_v), so a
+// head of half the rank gets tiles of twice the rows; tiles run longest first.
+// Items are cuda_attn_item (attention_decode.h). Scalar FMAs, no tensor cores
+// (see kernels/cuda/README.md). CPU twins: kernel_attention_prefill (rows
+// blocks without sinks), kernel_attention_range(_ref) + _sinks + _merge (any).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -38,7 +39,7 @@ struct cuda_prefill_plan {
 // others (rows_base x max (r_k + r_v) / (r_k + r_v), at most 64 and what fits
 // in smem_max bytes of shared memory). Visible slots are estimated as a
 // prefill's (the item's tokens are the cache's last n_tok slots). Throws
-// zk::error for blocks that are quantized, have sinks or ranks above 256.
+// zk::error for blocks cuda_kv_head_check refuses, or too wide for smem_max.
 cuda_prefill_plan cuda_prefill_plan_make(const std::vector<cuda_attn_item>& items, int rows_base,
                                          size_t smem_max = 48 * 1024);
 

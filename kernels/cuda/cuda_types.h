@@ -25,5 +25,27 @@ using dptr = T*;
 
 using cuda_stream = void*;
 
+// Host code: the address a device pointer holds (copies, memsets), and the
+// same device memory viewed as another type (the harness keeps the binding).
+#if defined(ZK_SIMT)
+template <class T>
+inline T* dptr_addr(dptr<T> p) {
+    return p.get();
+}
+template <class U, class T>
+inline dptr<U> dptr_as(dptr<T> p) {
+    return dptr<U>((U*)p.get(), p.buf());
+}
+#else
+template <class T>
+inline T* dptr_addr(T* p) {
+    return p;
+}
+template <class U, class T>
+inline U* dptr_as(T* p) {
+    return (U*)p;
+}
+#endif
+
 }  // namespace cuda
 }  // namespace zk

@@ -2,6 +2,7 @@
 
 #include "ggml-like/error.h"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_device.h"
 
 namespace zk {
 namespace cuda {
@@ -41,12 +42,12 @@ __device__ __forceinline__ int q_round(float v, int lo, int hi) {
     return c < lo ? lo : (c > hi ? hi : c);
 }
 
-// 4-bit grid of values v (min mn, max mx): scale s16, min m16, and the
-// reciprocal step the codes use.
-__device__ inline void q4_grid(float mn, float mx, uint16_t& s16, uint16_t& m16, float& m, float& inv) {
+// KIVI grid of 2^bits levels over values in [mn, mx], as kv_quant.cpp's q_grid:
+// scale s16, min m16, and the reciprocal step the codes use.
+__device__ inline void kivi_grid(int bits, float mn, float mx, uint16_t& s16, uint16_t& m16, float& m, float& inv) {
     m16 = f16_floor(mn);
     m = h2f(m16);
-    s16 = f16_ceil((mx - m) / 15.0f);
+    s16 = f16_ceil((mx - m) / (float)((1 << bits) - 1));
     const float s = h2f(s16);
     inv = s > 0 ? 1.0f / s : 0.0f;
 }
@@ -82,61 +83,75 @@ __global__ void __launch_bounds__(k_kv_block)
     if (c == 32 * b) scales[s * nb + b] = d;
 }
 
-// A warp per (token, block of 32 channels); lane pairs share a code byte.
+// A warp per (token, block of 32 channels); the 8 / bits lanes of a code byte
+// pass their codes to its first lane (32 is a multiple of 8 / bits, so a
+// byte's lanes are in one warp).
 __global__ void __launch_bounds__(k_kv_block)
-    q4_values_kernel(cuda_rows src, dptr<uint8_t> codes, dptr<uint16_t> scales, dptr<uint16_t> mins, int64_t slot0) {
+    kivi_values_kernel(int bits, cuda_rows src, dptr<uint8_t> codes, dptr<uint16_t> scales, dptr<uint16_t> mins,
+                       int64_t slot0) {
     const int nb = (src.r + 31) / 32;
     const int64_t wi = (int64_t)blockIdx.x * (k_kv_block / 32) + threadIdx.x / 32;
-    if (wi >= src.n * nb) return;
+    if (wi >= src.n * nb) return;  // whole warps
     const int64_t t = wi / nb;
-    const int lane = threadIdx.x % 32, b = (int)(wi % nb), c = 32 * b + lane;
+    const int lane = threadIdx.x % 32, b = (int)(wi % nb), c = 32 * b + lane, per = 8 / bits;
     const bool in = c < src.r;
     const float x = in ? row_elem(src, t, c) : 0.0f;
     const float mx = warp_max(in ? x : -INFINITY), mn = -warp_max(in ? -x : -INFINITY);
     uint16_t s16, m16;
     float m, inv;
-    q4_grid(mn, mx, s16, m16, m, inv);
-    const int q = in ? q_round((x - m) * inv, 0, 15) : 0;
-    const int hi = __shfl_down_sync(k_full_mask, q, 1);
+    kivi_grid(bits, mn, mx, s16, m16, m, inv);
+    const int q = in ? q_round((x - m) * inv, 0, (1 << bits) - 1) : 0;
+    int byte = q;
+    for (int k = 1; k < per; k++) byte |= __shfl_down_sync(k_full_mask, q, k) << (bits * k);
     const int64_t s = slot0 + t;
-    if (in && lane % 2 == 0) codes[s * ((src.r + 1) / 2) + c / 2] = (uint8_t)(q | (hi << 4));
+    if (in && lane % per == 0) codes[s * ((src.r * bits + 7) / 8) + c / per] = (uint8_t)byte;
     if (lane == 0) scales[s * nb + b] = s16, mins[s * nb + b] = m16;
 }
 
-// A thread per pair of channels (one code byte per token).
+// A thread per code byte: its 8 / bits channels' grids over the group's
+// tokens, then the byte of every token.
 __global__ void __launch_bounds__(k_kv_block)
-    q4_keys_kernel(cuda_rows src, dptr<uint8_t> codes, dptr<uint16_t> gscales, dptr<uint16_t> gmins, int64_t slot0) {
-    const int cp = blockIdx.x * k_kv_block + threadIdx.x;
-    if (2 * cp >= src.r) return;
-    const int rb = (src.r + 1) / 2;
-    uint16_t s16[2], m16[2];
-    float m[2], inv[2];
-    for (int h = 0; h < 2; h++) {
-        const int c = 2 * cp + h;
-        if (c >= src.r) {
-            m[h] = inv[h] = 0.0f;
-            continue;
-        }
+    kivi_keys_kernel(int bits, cuda_rows src, dptr<uint8_t> codes, dptr<uint16_t> gscales, dptr<uint16_t> gmins,
+                     int64_t slot0) {
+    const int per = 8 / bits, top = (1 << bits) - 1;
+    const int cb = blockIdx.x * k_kv_block + threadIdx.x;
+    if (cb * per >= src.r) return;
+    const int rb = (src.r * bits + 7) / 8;
+    float m[4], inv[4];  // per channel of the byte (per <= 4)
+    ZK_UNROLL
+    for (int h = 0; h < 4; h++) {
+        const int c = cb * per + h;
+        m[h] = inv[h] = 0.0f;
+        if (h >= per || c >= src.r) continue;
         float mn = INFINITY, mx = -INFINITY;
         for (int64_t t = 0; t < src.n; t++) {
             const float v = row_elem(src, t, c);
             mn = fminf(mn, v);
             mx = fmaxf(mx, v);
         }
-        q4_grid(mn, mx, s16[h], m16[h], m[h], inv[h]);
-        gscales[c] = s16[h];
-        gmins[c] = m16[h];
+        uint16_t s16, m16;
+        kivi_grid(bits, mn, mx, s16, m16, m[h], inv[h]);
+        gscales[c] = s16;
+        gmins[c] = m16;
     }
     for (int64_t t = 0; t < src.n; t++) {
-        const int lo = q_round((row_elem(src, t, 2 * cp) - m[0]) * inv[0], 0, 15);
-        const int hi = 2 * cp + 1 < src.r ? q_round((row_elem(src, t, 2 * cp + 1) - m[1]) * inv[1], 0, 15) : 0;
-        codes[(slot0 + t) * rb + cp] = (uint8_t)(lo | (hi << 4));
+        int byte = 0;
+        ZK_UNROLL
+        for (int h = 0; h < 4; h++) {
+            const int c = cb * per + h;
+            if (h < per && c < src.r) byte |= q_round((row_elem(src, t, c) - m[h]) * inv[h], 0, top) << (bits * h);
+        }
+        codes[(slot0 + t) * rb + cb] = (uint8_t)byte;
     }
 }
 
 void check_rows(const cuda_rows& s, const char* what) {
     if (!s.f32 == !s.f16) ZK_THROW("%s: exactly one of the f32 and f16 source rows must be given", what);
     if (s.r < 1 || s.n < 0) ZK_THROW("%s: %lld rows of %d channels", what, (long long)s.n, s.r);
+}
+
+void check_bits(int bits, const char* what) {
+    if (bits != 4 && bits != 2) ZK_THROW("%s: %d-bit KIVI codes (4 or 2)", what, bits);
 }
 
 unsigned blocks_for(int64_t n) { return (unsigned)((n + k_kv_block - 1) / k_kv_block); }
@@ -160,21 +175,78 @@ void cuda_kv_quantize_q8(const cuda_rows& src, dptr<int8_t> codes, dptr<uint16_t
     ZK_LAUNCH(q8_kernel, dim3(blocks_for(32 * warps)), dim3(k_kv_block), 0, stream, src, codes, scales, slot0);
 }
 
-void cuda_kv_quantize_q4_values(const cuda_rows& src, dptr<uint8_t> codes, dptr<uint16_t> scales,
-                                dptr<uint16_t> mins, int64_t slot0, cuda_stream stream) {
-    check_rows(src, "cuda_kv_quantize_q4_values");
+void cuda_kv_quantize_kivi_values(int bits, const cuda_rows& src, dptr<uint8_t> codes, dptr<uint16_t> scales,
+                                  dptr<uint16_t> mins, int64_t slot0, cuda_stream stream) {
+    check_rows(src, "cuda_kv_quantize_kivi_values");
+    check_bits(bits, "cuda_kv_quantize_kivi_values");
     if (src.n == 0) return;
     const int64_t warps = src.n * ((src.r + 31) / 32);
-    ZK_LAUNCH(q4_values_kernel, dim3(blocks_for(32 * warps)), dim3(k_kv_block), 0, stream, src, codes, scales, mins,
-              slot0);
+    ZK_LAUNCH(kivi_values_kernel, dim3(blocks_for(32 * warps)), dim3(k_kv_block), 0, stream, bits, src, codes, scales,
+              mins, slot0);
 }
 
-void cuda_kv_quantize_q4_keys(const cuda_rows& src, dptr<uint8_t> codes, dptr<uint16_t> gscales,
-                              dptr<uint16_t> gmins, int64_t slot0, cuda_stream stream) {
-    check_rows(src, "cuda_kv_quantize_q4_keys");
-    if (src.n < 1) ZK_THROW("cuda_kv_quantize_q4_keys: an empty group");
-    ZK_LAUNCH(q4_keys_kernel, dim3(blocks_for((src.r + 1) / 2)), dim3(k_kv_block), 0, stream, src, codes, gscales,
-              gmins, slot0);
+void cuda_kv_quantize_kivi_keys(int bits, const cuda_rows& src, dptr<uint8_t> codes, dptr<uint16_t> gscales,
+                                dptr<uint16_t> gmins, int64_t slot0, cuda_stream stream) {
+    check_rows(src, "cuda_kv_quantize_kivi_keys");
+    check_bits(bits, "cuda_kv_quantize_kivi_keys");
+    if (src.n < 1) ZK_THROW("cuda_kv_quantize_kivi_keys: an empty group");
+    ZK_LAUNCH(kivi_keys_kernel, dim3(blocks_for(kv_kivi_row_bytes(bits, src.r))), dim3(k_kv_block), 0, stream, bits,
+              src, codes, gscales, gmins, slot0);
+}
+
+// ---- per side, as kv_side::append / flush ----
+
+namespace {
+
+bool side_kivi(const cuda_kv_side_store& d) { return d.layout == KV_LAYOUT_Q4 || d.layout == KV_LAYOUT_Q2; }
+
+// Rows [0, n) of the side's window (or rows) as a source.
+cuda_rows window_rows(const cuda_kv_side_store& d, int64_t n) {
+    cuda_rows s;
+    s.f32 = d.rows32;
+    s.f16 = d.rows16;
+    s.stride = d.r;
+    s.n = n;
+    s.r = d.r;
+    return s;
+}
+
+// Quantizes src into the side's codes at slot s0 (group g: KIVI keys' scales).
+void quantize(const cuda_kv_side_store& d, const cuda_rows& src, int64_t g, int64_t s0, cuda_stream stream) {
+    if (d.layout == KV_LAYOUT_Q8) {
+        cuda_kv_quantize_q8(src, dptr_as<int8_t>(d.codes), d.scale, s0, stream);
+    } else if (d.keys) {
+        cuda_kv_quantize_kivi_keys(d.layout == KV_LAYOUT_Q4 ? 4 : 2, src, d.codes, d.scale + g * d.r, d.min + g * d.r,
+                                   s0, stream);
+    } else {
+        cuda_kv_quantize_kivi_values(d.layout == KV_LAYOUT_Q4 ? 4 : 2, src, d.codes, d.scale, d.min, s0, stream);
+    }
+}
+
+}  // namespace
+
+void cuda_kv_side_append(const cuda_kv_side_store& d, const cuda_rows& src, int64_t s0, int64_t rs0,
+                         cuda_stream stream) {
+    if (d.layout < KV_LAYOUT_ROWS || d.layout >= KV_LAYOUT_COUNT || (side_kivi(d) && !d.windowed))
+        ZK_THROW("cuda_kv_side_append: layout %d in a %s block", d.layout, d.windowed ? "windowed" : "plain");
+    if (d.layout == KV_LAYOUT_ROWS)
+        cuda_kv_store_rows(src, d.rows32, d.rows16, s0, stream);
+    else if (d.windowed)
+        cuda_kv_store_rows(src, d.rows32, d.rows16, rs0, stream);
+    else
+        quantize(d, src, -1, s0, stream);  // 8-bit, each token as it arrives
+}
+
+void cuda_kv_side_flush(const cuda_kv_side_store& d, int64_t g, int64_t s0, int n, int64_t rest, void* scratch,
+                        cuda_stream stream) {
+    if (d.layout == KV_LAYOUT_ROWS) return;  // every slot is a row already
+    if (!d.windowed) ZK_THROW("cuda_kv_side_flush: layout %d in a block without a window", d.layout);
+    quantize(d, window_rows(d, n), g, s0, stream);
+    if (rest <= 0) return;
+    const size_t es = d.rows32 ? sizeof(float) : sizeof(uint16_t), row = (size_t)d.r * es;
+    char* base = d.rows32 ? (char*)dptr_addr(d.rows32) : (char*)dptr_addr(d.rows16);
+    cuda_copy_on_device(scratch, base + (size_t)n * row, (size_t)rest * row, stream);
+    cuda_copy_on_device(base, scratch, (size_t)rest * row, stream);
 }
 
 }  // namespace cuda

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -21,12 +22,18 @@ namespace cuda_test {
 
 using namespace zk::cuda;
 
+// The layouts of a block's two sides by precision: 16 (rows of the item's
+// type), 8, 4 or 2 bits.
 struct layout {
-    const char* name;
-    int bits;
-    dtype type;
-    bool gear;
+    int bits_k, bits_v;
+    bool kivi() const { return bits_k == 4 || bits_k == 2 || bits_v == 4 || bits_v == 2; }
+    std::string name() const { return "K" + std::to_string(bits_k) + "_V" + std::to_string(bits_v); }
 };
+
+inline void PrintTo(const layout& l, std::ostream* os) { *os << l.name(); }
+
+// GEAR on the KIVI sides of a block: off, rank 2 + outliers, outliers alone (rank 0).
+enum gear_mode : int { GEAR_OFF = 0, GEAR_RANK2 = 1, GEAR_SPARSE = 2 };
 
 struct item_spec {
     int r_k, r_v;
@@ -35,7 +42,9 @@ struct item_spec {
     int n_tok;     // query tokens
     int sinks;     // exact sinks (0: none)
     float keep;    // fraction kept by eviction (1: none)
-    int group;     // 4-bit key group
+    int group;     // KIVI group
+    dtype type = dtype::F16;  // full-precision rows
+    int gear = GEAR_OFF;      // on the KIVI sides, when the layout has one
 };
 
 constexpr int k_head_dim = 128;
@@ -63,14 +72,19 @@ struct test_item {
     int width = 0;               // output channels: max(r_v, sink_dim)
 };
 
+// A cache of one block in `lay`, filled as a session would: a prompt in two
+// appends (then, with eviction, compaction: evicted gaps, KIVI groups
+// shortened and neighbours merged) and the remaining tokens one by one.
 inline test_item build_item(const item_spec& s, const layout& lay, uint32_t seed) {
     test_item it;
     it.spec = s;
     std::mt19937 g(seed);
     kv_cache_params p;
-    p.type = lay.type;
-    p.bits = lay.bits;
-    p.gear = lay.gear;
+    p.type = s.type;
+    p.bits_k = {lay.bits_k};
+    p.bits_v = {lay.bits_v};
+    p.gear = lay.kivi() && s.gear != GEAR_OFF;
+    p.gear_rank = s.gear == GEAR_RANK2 ? 2 : 0;
     p.group = s.group;
     p.evicting = s.keep < 1.0f;
     p.sinks = s.sinks;
@@ -79,17 +93,21 @@ inline test_item build_item(const item_spec& s, const layout& lay, uint32_t seed
     const std::vector<float> K = make_rows(s.len, k_head_dim, g), V = make_rows(s.len, k_head_dim, g);
     std::vector<int32_t> pos(s.len);
     for (int t = 0; t < s.len; t++) pos[t] = t;
-    // in two appends, as prefill then decode would
-    const int a = s.len / 2;
-    it.cache->append(0, 0, a, K.data(), k_head_dim, V.data(), k_head_dim, pos.data());
-    it.cache->append(0, 0, s.len - a, K.data() + (size_t)a * k_head_dim, k_head_dim, V.data() + (size_t)a * k_head_dim,
-                     k_head_dim, pos.data() + a);
+    auto append = [&](int t0, int n) {
+        if (n > 0)
+            it.cache->append(0, 0, n, K.data() + (size_t)t0 * k_head_dim, k_head_dim, V.data() + (size_t)t0 * k_head_dim,
+                             k_head_dim, pos.data() + t0);
+    };
+    const int prompt = s.keep < 1.0f ? s.len * 4 / 5 : s.len, a = prompt / 2;
+    append(0, a);
+    append(a, prompt - a);
     if (s.keep < 1.0f) {
-        const kv_block& b = it.cache->block(0, 0);
-        std::vector<uint8_t> keep((size_t)b.n_used);
+        const attn_kv_view v = it.cache->view(0, 0);
+        std::vector<uint8_t> keep((size_t)v.n_slots);
         std::uniform_real_distribution<float> U(0, 1);
-        for (int64_t i = 0; i < b.n_used; i++) keep[i] = b.pos[i] < s.sinks || U(g) < s.keep;
+        for (int64_t i = 0; i < v.n_slots; i++) keep[i] = v.pos[i] < s.sinks || U(g) < s.keep;
         it.cache->compact(0, 0, keep.data());
+        for (int t = prompt; t < s.len; t++) append(t, 1);
     }
     const int G = s.n_group;
     std::normal_distribution<float> N(0, 1);
@@ -110,41 +128,41 @@ inline const float k_scale = 1.0f / std::sqrt((float)k_head_dim);
 // (optional) [n_tok x G x n_slots], -inf where a token cannot see the slot.
 inline std::vector<float> reference(const test_item& it, std::vector<float>* logits = nullptr) {
     const item_spec& s = it.spec;
-    const kv_block& b = it.cache->block(0, 0);
     const attn_kv_view kv = it.cache->view(0, 0);
+    const int64_t ns = kv.n_slots;
     const int G = s.n_group, W = it.width;
     // every slot's key and value as attention sees them, read once
     // (sink slots: their exact rows at full head dim)
-    std::vector<float> K((size_t)b.n_used * k_head_dim, 0.0f), V((size_t)b.n_used * k_head_dim, 0.0f);
-    for (int64_t sl = 0; sl < b.n_used; sl++) {
+    std::vector<float> K((size_t)ns * k_head_dim, 0.0f), V((size_t)ns * k_head_dim, 0.0f);
+    for (int64_t sl = 0; sl < ns; sl++) {
         float* kr = &K[(size_t)sl * k_head_dim];
         float* vr = &V[(size_t)sl * k_head_dim];
         if (sl < kv.n_sink_slots) {
-            std::copy_n(kv.sink_k + (size_t)b.pos[sl] * kv.sink_dim, kv.sink_dim, kr);
-            std::copy_n(kv.sink_v + (size_t)b.pos[sl] * kv.sink_dim, kv.sink_dim, vr);
+            std::copy_n(kv.sink_k + (size_t)kv.pos[sl] * kv.sink_dim, kv.sink_dim, kr);
+            std::copy_n(kv.sink_v + (size_t)kv.pos[sl] * kv.sink_dim, kv.sink_dim, vr);
         } else {
             it.cache->read_slot(0, 0, sl, kr, vr);
         }
     }
     std::vector<float> out((size_t)s.n_tok * G * W, 0.0f);
-    if (logits) logits->assign((size_t)s.n_tok * G * b.n_used, -INFINITY);
+    if (logits) logits->assign((size_t)s.n_tok * G * ns, -INFINITY);
     for (int t = 0; t < s.n_tok; t++)
         for (int j = 0; j < G; j++) {
             const float* q = &it.q[((size_t)t * G + j) * k_head_dim];
-            std::vector<double> sc(b.n_used, -INFINITY), acc(W, 0.0);
+            std::vector<double> sc(ns, -INFINITY), acc(W, 0.0);
             double mx = -INFINITY;
-            for (int64_t sl = 0; sl < b.n_used; sl++) {
-                if (b.pos[sl] > it.q_pos[t]) continue;
+            for (int64_t sl = 0; sl < ns; sl++) {
+                if (kv.pos[sl] > it.q_pos[t]) continue;
                 const int rk = sl < kv.n_sink_slots ? kv.sink_dim : s.r_k;
                 double d = 0;
                 for (int c = 0; c < rk; c++) d += (double)q[c] * K[(size_t)sl * k_head_dim + c];
                 sc[sl] = d * k_scale;
                 mx = std::max(mx, sc[sl]);
-                if (logits) (*logits)[((size_t)t * G + j) * b.n_used + sl] = (float)sc[sl];
+                if (logits) (*logits)[((size_t)t * G + j) * ns + sl] = (float)sc[sl];
             }
             if (mx == -INFINITY) continue;
             double l = 0;
-            for (int64_t sl = 0; sl < b.n_used; sl++) {
+            for (int64_t sl = 0; sl < ns; sl++) {
                 if (sc[sl] == -INFINITY) continue;
                 const double e = std::exp(sc[sl] - mx);
                 l += e;
@@ -156,9 +174,12 @@ inline std::vector<float> reference(const test_item& it, std::vector<float>* log
     return out;
 }
 
-// The CPU twin: one range over the block, the sink partial, the merge.
-// logits [n_tok x G x n_slots].
-inline std::vector<float> cpu_twin(const test_item& it, std::vector<float>& logits) {
+// The CPU twin: one range over the block, the sink partial, the merge; ref:
+// through the float reference path (kernel_attention_range_ref: the
+// dequantized codes in float, the GPU's arithmetic), else the fast path the
+// engine runs (with a KIVI side: the folded query rounded to int8 per group,
+// the value weights to 7 bits). logits [n_tok x G x n_slots].
+inline std::vector<float> cpu_twin(const test_item& it, std::vector<float>& logits, bool ref = true) {
     const item_spec& s = it.spec;
     const attn_kv_view kv = it.cache->view(0, 0);
     const int G = s.n_group, W = it.width, rows = s.n_tok * G;
@@ -167,10 +188,11 @@ inline std::vector<float> cpu_twin(const test_item& it, std::vector<float>& logi
     logits.assign((size_t)rows * n, -INFINITY);
     std::vector<float> m(rows), l(rows), acc((size_t)rows * kv.r_v), sm(rows), sl(rows),
         sacc((size_t)rows * std::max(kv.sink_dim, 1));
-    std::vector<float> scratch(kernel_attention_scratch(G, n, kv.r_k, kv.r_v, std::max(kv.gear_k.rank, kv.gear_v.rank)));
+    std::vector<float> scratch(
+        kernel_attention_scratch(G, n, kv.r_k, kv.r_v, std::max(kv.k.gear.rank, kv.v.gear.rank)));
     attn_partial parts[2] = {attn_partial{m.data(), l.data(), acc.data(), logits.data(), n},
                              attn_partial{sm.data(), sl.data(), sacc.data(), logits.data(), n, kv.sink_dim}};
-    kernel_attention_range(kv, 0, n, q, parts[0], scratch.data());
+    (ref ? kernel_attention_range_ref : kernel_attention_range)(kv, 0, n, q, parts[0], scratch.data());
     int np = 1;
     if (kv.n_sink_slots > 0) kernel_attention_sinks(kv, q, parts[np++]);
     std::vector<float> out((size_t)rows * W, 0.0f);
@@ -228,21 +250,28 @@ inline gpu_result run_gpu(const std::vector<test_item*>& items, int blocks, int6
     return r;
 }
 
-inline const layout k_layouts[] = {
-    {"f32", 16, dtype::F32, false}, {"f16", 16, dtype::F16, false}, {"q8", 8, dtype::F16, false},
-    {"q4", 4, dtype::F16, false},   {"q4_gear", 4, dtype::F16, true},
-};
+// Every key x value layout pair (16, 8, 4, 2 bits per side).
+inline std::vector<layout> all_layout_pairs() {
+    std::vector<layout> v;
+    for (int k : {16, 8, 4, 2})
+        for (int b : {16, 8, 4, 2}) v.push_back({k, b});
+    return v;
+}
 
-// The batch the layout tests run: every shape the issue names.
+// The batch the layout tests run, one item per G = 1..7 query heads per KV
+// head: ranks 4 .. 128, uneven and odd, one slot, ranges shorter than a chunk,
+// multi-token steps, exact sinks, eviction (gaps, shortened and merged KIVI
+// groups), f16 and f32 rows, GEAR rank 2 and outliers alone on KIVI sides.
 inline std::vector<item_spec> decode_batch_specs() {
     return {
-        // r_k r_v len  G  tok sinks keep  group
-        {4, 4, 300, 1, 1, 0, 1.0f, 32},      // rank 4
-        {64, 64, 1, 3, 1, 0, 1.0f, 32},      // one slot
-        {12, 20, 37, 3, 2, 4, 1.0f, 32},     // uneven, sinks, two tokens
-        {128, 96, 300, 2, 1, 4, 0.6f, 32},   // evicted, sinks
-        {36, 100, 150, 7, 1, 0, 0.8f, 8},    // evicted, small groups, 7 heads
-        {100, 36, 260, 1, 3, 0, 1.0f, 32},   // three tokens
+        // r_k r_v len  G  tok sinks keep  group type        gear
+        {4, 4, 300, 1, 1, 0, 1.0f, 32, dtype::F16, GEAR_OFF},       // rank 4
+        {64, 64, 1, 2, 1, 0, 1.0f, 32, dtype::F32, GEAR_OFF},       // one slot
+        {12, 20, 37, 3, 2, 4, 1.0f, 32, dtype::F16, GEAR_RANK2},    // uneven, sinks, two tokens
+        {128, 96, 300, 4, 1, 4, 0.35f, 32, dtype::F32, GEAR_RANK2}, // evicted (groups merged), sinks
+        {36, 100, 150, 5, 1, 0, 0.8f, 8, dtype::F16, GEAR_SPARSE},  // evicted, small groups
+        {100, 36, 260, 6, 3, 0, 1.0f, 32, dtype::F16, GEAR_RANK2},  // three tokens
+        {13, 7, 200, 7, 1, 4, 0.6f, 16, dtype::F16, GEAR_SPARSE},   // seven heads, odd ranks
     };
 }
 

@@ -4,7 +4,8 @@
 // passes when the bug is detected:
 //   ZK_MUTANT_CHECK set: by a harness check, whose report must contain it;
 //   otherwise: by the comparison with the reference (the error must exceed the
-//   decode tests' tolerance, 2e-6, by far).
+//   decode tests' tolerance, 2e-6, by far, in at least one of the layouts: a
+//   bug in a KIVI or GEAR path leaves the f16 rows exact).
 // The report is printed, so the log shows how each bug was caught.
 #include <gtest/gtest.h>
 
@@ -19,8 +20,8 @@ using namespace zk::cuda_test;
 
 TEST(Mutant, IsCaught) {
     std::printf("mutant %s\n", ZK_MUTANT_NAME);
-    for (int li : {1, 3}) {  // f16 and 4-bit
-        const layout& lay = k_layouts[li];
+    double worst_all = 0;
+    for (const layout lay : {layout{16, 16}, layout{4, 2}}) {  // f16 rows; 4-bit keys, 2-bit values
         const std::vector<item_spec> specs = decode_batch_specs();
         std::vector<test_item> items;
         for (size_t i = 0; i < specs.size(); i++) items.push_back(build_item(specs[i], lay, 1000 + 17 * (uint32_t)i));
@@ -34,15 +35,18 @@ TEST(Mutant, IsCaught) {
             v = e.what();
         }
 #ifdef ZK_MUTANT_CHECK
-        std::printf("  %s: harness: %s\n", lay.name, v.c_str());
+        std::printf("  %s: harness: %s\n", lay.name().c_str(), v.c_str());
         EXPECT_NE(v.find(ZK_MUTANT_CHECK), std::string::npos) << "expected a harness report containing '"
                                                                << ZK_MUTANT_CHECK << "', got: '" << v << "'";
 #else
         ASSERT_EQ(v, "") << "expected no harness report (the comparison catches this one)";
         double worst = 0;
         for (size_t i = 0; i < items.size(); i++) worst = std::max(worst, rel_err(r.out[i], reference(items[i])));
-        std::printf("  %s: no harness report; max error vs reference %.3g (tolerance 2e-6)\n", lay.name, worst);
-        EXPECT_GT(worst, 1e-3);
+        std::printf("  %s: no harness report; max error vs reference %.3g (tolerance 2e-6)\n", lay.name().c_str(), worst);
+        worst_all = std::max(worst_all, worst);
 #endif
     }
+#ifndef ZK_MUTANT_CHECK
+    EXPECT_GT(worst_all, 1e-3);
+#endif
 }
