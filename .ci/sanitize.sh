@@ -42,9 +42,9 @@ for f in tests/test_*.cpp; do
     t="$(basename "$f" .cpp)"
     [[ "$skip" == *" $t "* ]] || gtests+=("$t")
 done
-# The SIMT harness (fibers, told to ASan at every switch) and two kernel tests
-# on it; the 8K attention runs in the plain build only.
-simt_tests=(test_simt_harness test_cuda_kv_append test_cuda_attention_decode)
+# The SIMT harness (fibers, told to ASan at every switch) and the KV and
+# attention kernel tests on it; the 8K attention runs in the plain build only.
+simt_tests=(test_simt_harness test_cuda_kv_append test_cuda_attention_decode test_cuda_attention_prefill)
 filter[test_cuda_attention_decode]="-*EightThousandSlots*"
 
 # --- ASan + UBSan (and the fuzz targets, from the same build)
