@@ -5,11 +5,21 @@
 // Qwen2.5-Coder-1.5B is d 128, G 6; the 0.5B d 64, G 7).
 // Args: rank (r_k = r_v), bits (16 = f16, 8, 4, 5 = 4-bit + GEAR), context[, G].
 // Items/s counts cached tokens read, so bytes per token read is comparable.
+// BM_plan_attention/<plan>/<context>: a whole model's decode attention under a
+// KV plan (calib/plan.h: each head's key/value precision and ranks), one
+// benchmark per plan file listed in ZACK_BENCH_PLANS (comma-separated), G query
+// heads per KV head from ZACK_BENCH_GROUP (default 6, Qwen2.5-Coder-1.5B); the
+// counter us_per_layer is the time of one layer.
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
+#include "calib/plan.h"
 #include "engine/kv_cache.h"
 #include "kernels/attention.h"
 
@@ -17,26 +27,34 @@ using namespace zk;
 
 namespace {
 
-// A cache of n_layers layers (k_heads heads, rank r for keys and values, n
-// tokens), filled with normal rows as a decode step would find it.
-kv_cache make_cache(int n_layers, int k_heads, int r, int bits, int64_t n) {
-    kv_cache_params p;
-    p.bits = bits == 5 ? 4 : bits;
-    p.gear = bits == 5;
-    kv_cache c(n_layers, k_heads, n, p, std::vector<int>((size_t)n_layers * k_heads, r),
-               std::vector<int>((size_t)n_layers * k_heads, r));
+// Fills every block of c with n tokens of normal rows, as a decode step would find it.
+void fill_cache(kv_cache& c, int64_t n) {
     std::mt19937 g(1);
     std::normal_distribution<float> N(0, 1);
-    std::vector<float> rows((size_t)256 * r);
     std::vector<int32_t> pos(256);
-    for (int l = 0; l < n_layers; l++)
-        for (int h = 0; h < k_heads; h++)
+    std::vector<float> rows;
+    for (int l = 0; l < c.n_layer(); l++)
+        for (int h = 0; h < c.n_head_kv(); h++) {
+            const kv_block& b = c.block(l, h);
+            const int r = std::max(b.r_k, b.r_v);
+            rows.resize((size_t)256 * r);
             for (int64_t t = 0; t < n; t += 256) {
                 const int64_t k = std::min<int64_t>(256, n - t);
                 for (auto& x : rows) x = N(g);
                 for (int64_t i = 0; i < k; i++) pos[i] = (int32_t)(t + i);
                 c.append(l, h, k, rows.data(), r, rows.data(), r, pos.data());
             }
+        }
+}
+
+// A cache of n_layers layers (k_heads heads, rank r for keys and values, n tokens).
+kv_cache make_cache(int n_layers, int k_heads, int r, int bits, int64_t n) {
+    kv_cache_params p;
+    p.bits = bits == 5 ? 4 : bits;
+    p.gear = bits == 5;
+    kv_cache c(n_layers, k_heads, n, p, std::vector<int>((size_t)n_layers * k_heads, r),
+               std::vector<int>((size_t)n_layers * k_heads, r));
+    fill_cache(c, n);
     return c;
 }
 
@@ -75,6 +93,65 @@ void BM_decode_attention_30_layers(benchmark::State& st) { run_decode_attention(
 
 // One layer of 2 KV heads with G = range(3) query heads each.
 void BM_decode_attention_gqa(benchmark::State& st) { run_decode_attention(st, 1, 2, (int)st.range(3)); }
+
+// A whole model's decode attention under a plan: every head with its own
+// precisions and ranks, one thread.
+void run_plan_attention(benchmark::State& st, const kv_plan& pl, int64_t n, int k_group) {
+    kv_cache_params p;
+    p.bits = pl.bits;
+    p.bits_k = pl.bits_k;
+    p.bits_v = pl.bits_v;
+    const size_t nh = (size_t)pl.n_layer * pl.n_kv;
+    const std::vector<int> full(nh, pl.head_dim);
+    kv_cache c(pl.n_layer, pl.n_kv, n, p, pl.ranks_k.empty() ? full : pl.ranks_k,
+               pl.ranks_v.empty() ? full : pl.ranks_v);
+    fill_cache(c, n);
+    const int d = pl.head_dim;
+    std::mt19937 g(2);
+    std::normal_distribution<float> N(0, 1);
+    std::vector<float> q((size_t)k_group * d), m(k_group), l(k_group), acc((size_t)k_group * d), out(acc.size());
+    for (auto& x : q) x = N(g);
+    std::vector<float> scratch(kernel_attention_scratch(k_group, n, d, d, 0));
+    const int32_t qpos = (int32_t)n;
+    for (auto _ : st) {
+        for (int li = 0; li < pl.n_layer; li++)
+            for (int h = 0; h < pl.n_kv; h++) {
+                const attn_kv_view kv = c.view(li, h);
+                attn_q_view qv{q.data(), 0, kv.r_k, k_group, 1, &qpos, 0.125f};
+                attn_partial part{m.data(), l.data(), acc.data()};
+                kernel_attention_range(kv, 0, kv.n_slots, qv, part, scratch.data());
+                kernel_attention_merge(&part, 1, 1, k_group, kv.r_v, out.data(), 0, d);
+            }
+        benchmark::DoNotOptimize(out.data());
+    }
+    st.SetItemsProcessed(st.iterations() * n * (int64_t)nh);
+    st.counters["kv_fraction"] = c.bytes_per_token_exact() / c.bytes_per_token_f16(d);
+    st.counters["us_per_layer"] = benchmark::Counter((double)pl.n_layer * 1e-6,
+                                                     benchmark::Counter::kIsIterationInvariantRate |
+                                                         benchmark::Counter::kInvert);
+}
+
+// One benchmark per plan file in ZACK_BENCH_PLANS, at 8K and 32K slots.
+const bool k_plans_registered = [] {
+    const char* env = std::getenv("ZACK_BENCH_PLANS");
+    if (!env) return false;
+    const char* ge = std::getenv("ZACK_BENCH_GROUP");
+    const int k_group = ge ? std::atoi(ge) : 6;
+    std::stringstream ss(env);
+    std::string path;
+    while (std::getline(ss, path, ',')) {
+        std::ifstream in(path);
+        std::stringstream body;
+        body << in.rdbuf();
+        const kv_plan pl = kv_plan::from_json(nlohmann::json::parse(body.str()), path);
+        const std::string name = path.substr(path.find_last_of('/') + 1);
+        for (int64_t n : {8192, 32768})
+            benchmark::RegisterBenchmark(("BM_plan_attention/" + name + "/" + std::to_string(n)).c_str(),
+                                         [pl, n, k_group](benchmark::State& st) { run_plan_attention(st, pl, n, k_group); })
+                ->Unit(benchmark::kMillisecond);
+    }
+    return true;
+}();
 
 void args(benchmark::internal::Benchmark* b) {
     for (int64_t ctx : {2048, 8192})

@@ -147,8 +147,8 @@ TEST(PlanPerHead, BestOfEveryCombination) {
             for (int h = 0; h < 2; h++)
                 for (int bk : bits)
                     for (int bv : bits)
-                        for (int b : {0, 2})
-                            for (int rk = 0; rk < 2; rk++)
+                        for (int b : {0, 2})  // quantized keys: pca only (the basis their loss is measured in)
+                            for (int rk = 0; rk < 2 && (bk == 16 || b == 0); rk++)
                                 for (int rv = 0; rv < 2; rv++)
                                     o[h].push_back({in.curves.loss_k[b][h * 2 + rk] + in.curves.loss_v[h * 2 + rv] +
                                                         in.qloss(bk, bv, h),
@@ -167,6 +167,8 @@ TEST(PlanPerHead, BestOfEveryCombination) {
             EXPECT_LE(p.kv_fraction, target + 1e-12);
             EXPECT_NEAR(p.kv_fraction, zk::plan_bytes(p) / f16, 1e-12);
             EXPECT_EQ(p.source_sha256, "abc");
+            for (size_t h = 0; h < p.bits_k.size(); h++)
+                if (p.bits_k[h] < 16) EXPECT_EQ(p.kbasis[h], 0) << "head " << h;
         }
     }
 }

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The KV-plan measurements of bench/RESULTS.md on Qwen2.5-Coder-1.5B (issue #16):
+# a .zack calibrated on licence text and Python sources, then held-out accuracy
+# of plans at several byte targets on three tasks the calibration never saw:
+#   ppl      Node.js `url` + `child_process` docs (prose with code), 4K context, KL
+#            against saved baseline logits
+#   passkey  a number hidden at depths 0.25/0.5/0.75 of 4K-16K tokens of filler
+#   code     the 62 function-completion problems of tests/data/code, run in the sandbox
+# and the smallest plan keeping >= 99% of the baseline (eval --target, plans at
+# each eviction level searched jointly). Every file lands in $OUT (default
+# /tmp/kv_plans); the corpora come from files every Debian machine with python3
+# and nodejs' docs has. Hours on a 2-core machine: run the parts you need.
+#
+#   bash bench/kv_plans.sh calibrate   # the .zack (about 5 min)
+#   bash bench/kv_plans.sh ppl         # baseline logits, then each target
+#   bash bench/kv_plans.sh target      # eval --target 0.99 over plan and plan+evict
+#   bash bench/kv_plans.sh passkey
+#   bash bench/kv_plans.sh code
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+zack="${ZACK:-$here/build/zack}"
+model="${MODEL:-$here/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf}"
+out="${OUT:-/tmp/kv_plans}"
+targets="${TARGETS:-0.1 0.15 0.2 0.25 0.3}"
+threads="${THREADS:-2}"
+mkdir -p "$out"
+z="$out/q15.zack"
+
+corpora() {
+    cat /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0 > "$out/calib_lic.txt"
+    cat /usr/lib/python3.11/shlex.py /usr/lib/python3.11/fractions.py /usr/lib/python3.11/heapq.py > "$out/calib_py.txt"
+    cat /usr/share/doc/nodejs/api/url.md /usr/share/doc/nodejs/api/child_process.md > "$out/heldout_node.md"
+}
+
+case "${1:-}" in
+    calibrate)
+        corpora
+        "$zack" calibrate -m "$model" --corpus "$out/calib_lic.txt" --corpus "$out/calib_py.txt" --tokens 8192 \
+            --sens-tokens 4096 --ctx 1024 -t "$threads" -o "$z" --kv-target ${targets// /,}
+        ;;
+    ppl)
+        [ -f "$out/base4k.bin" ] || "$zack" eval -m "$z" --task ppl -f "$out/heldout_node.md" -c 4096 --limit 2 \
+            -t "$threads" --kl-divergence-base "$out/base4k.bin"
+        for cfg in "--kv-bits 4" "--kv-bits 2" $(for t in $targets; do echo "--kv-plan=$t"; done); do
+            "$zack" eval -m "$z" --task ppl --kl-divergence-base "$out/base4k.bin" --kl-divergence -t "$threads" \
+                ${cfg/=/ } --json "$out/ppl_$(echo "$cfg" | tr -c 'a-z0-9.' _).json"
+        done
+        ;;
+    target)
+        "$zack" eval -m "$z" --task ppl --kl-divergence-base "$out/base4k.bin" --kl-divergence -t "$threads" \
+            --target 0.99 --methods plan plan+evict --steps 5 --json "$out/target.json" --plot "$out/target.svg" \
+            --plan-out "$out/best_ppl.json"
+        ;;
+    passkey)
+        for len in 4096 8192 16384; do
+            "$zack" eval -m "$z" --task passkey --passkey-lengths "$len" --passkey-depths 0.25,0.5,0.75 \
+                -c $((len + 256)) -t "$threads" --sweep --methods plan --points 4 --plan-min 0.1 \
+                --json "$out/passkey_$len.json"
+        done
+        ;;
+    code)
+        for cfg in "" "--kv-bits 4" $(for t in $targets; do echo "--kv-plan=$t"; done); do
+            "$zack" eval -m "$z" --task code --data "$here/tests/data/code/problems.jsonl" -t "$threads" ${cfg/=/ } \
+                --json "$out/code_$(echo "base$cfg" | tr -c 'a-z0-9.' _).json"
+        done
+        ;;
+    *) sed -n '2,19p' "$0"; exit 2 ;;
+esac
