@@ -95,6 +95,9 @@ void kvq_dequantize_q8_row(const int8_t* codes, const uint16_t* d, int r, float*
 static void q_vrow_skip(int bits, const float* x, int r, uint8_t* codes, uint16_t* s, uint16_t* m,
                         const uint8_t* skip) {
     const int top = (1 << bits) - 1;
+    // a row's unused high bits are zero (not what a compacted slot held): the
+    // CPU and CUDA caches stay byte-identical after eviction
+    std::memset(codes, 0, (size_t)kv_qb_row_bytes(bits, r));
     for (int b0 = 0, bi = 0; b0 < r; b0 += KV_Q4_VBLOCK, bi++) {
         const int n = std::min(KV_Q4_VBLOCK, r - b0);
         q_grid(bits, x + b0, n, 1, skip ? skip + b0 : nullptr, 1, &s[bi], &m[bi]);
@@ -121,6 +124,7 @@ void kvq_quantize_keys(int bits, const float* X, int n, int r, uint8_t* codes, u
                        const uint8_t* skip) {
     check_bits(bits);
     const int rb = kv_qb_row_bytes(bits, r), top = (1 << bits) - 1;
+    std::memset(codes, 0, (size_t)n * rb);  // unused high bits zero, as for values
     for (int c = 0; c < r; c++) {
         q_grid(bits, X + c, n, r, skip ? skip + c : nullptr, r, &s[c], &m[c]);
         const float sv = fp16_to_fp32(s[c]), mv = fp16_to_fp32(m[c]);
