@@ -43,13 +43,15 @@ public:
         t.c_cflag |= CS8;
         t.c_cc[VMIN] = 1;
         t.c_cc[VTIME] = 0;
-        ok_ = tcsetattr(k_in, TCSAFLUSH, &t) == 0;
+        // TCSADRAIN, not TCSAFLUSH: keys typed ahead (while a reply streamed, or
+        // between two prompts) stay queued instead of being thrown away.
+        ok_ = tcsetattr(k_in, TCSADRAIN, &t) == 0;
         if (ok_) term_write("\x1b[?2004h");  // bracketed paste on
     }
     ~raw_mode() {
         if (!ok_) return;
         term_write("\x1b[?2004l");
-        tcsetattr(k_in, TCSAFLUSH, &saved_);
+        tcsetattr(k_in, TCSADRAIN, &saved_);
     }
     bool ok() const { return ok_; }
 
