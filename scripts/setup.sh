@@ -6,7 +6,8 @@
 #         bubblewrap (the sandbox that runs model-written code in `zack eval --task code`),
 #         clang with its sanitizer and libFuzzer runtimes and llvm-symbolizer (.ci/sanitize.sh,
 #         scripts/fuzz.sh)
-#   pip:  numpy, gguf, tokenizers, jinja2 — used only by tests and bench scripts
+#   pip:  numpy, gguf, tokenizers, jinja2, llama-cpp-python (built for AVX2) — used only by
+#         tests and bench scripts
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
@@ -30,6 +31,26 @@ fi
 req="$here/scripts/requirements-test.txt"
 python3 -m pip install -q --disable-pip-version-check -r "$req" >&2 ||
     python3 -m pip install -q --disable-pip-version-check --break-system-packages -r "$req" >&2
+
+# llama.cpp through llama-cpp-python, the reference of test_gemma_ref and the peer
+# of the bench scripts, built from source for AVX2 + FMA + F16C alone: the same
+# code (and rounding) on every x86-64 machine CI may run on, and never its AMX
+# matmul, which crashes 0.3.36 (SIGSEGV in ggml_backend_amx_mul_mat) on
+# Sapphire Rapids machines. A build with other features is replaced.
+lcpp_ok() {
+    python3 -c "import llama_cpp, sys; s = llama_cpp.llama_print_system_info().decode()
+sys.exit(0 if llama_cpp.__version__ == '0.3.36' and 'AVX2 = 1' in s and 'AVX512 = 1' not in s and 'AMX' not in s else 1)" \
+        2>/dev/null
+}
+if ! lcpp_ok; then
+    echo "setup: building llama-cpp-python 0.3.36 for AVX2 (a few minutes)" >&2
+    lcpp=(install -q --disable-pip-version-check --force-reinstall --no-deps --no-cache-dir
+          --no-binary llama-cpp-python llama-cpp-python==0.3.36)
+    export CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+    python3 -m pip "${lcpp[@]}" >&2 || python3 -m pip "${lcpp[@]}" --break-system-packages >&2
+    unset CMAKE_ARGS
+    lcpp_ok || { echo "setup: llama-cpp-python was not built for AVX2 alone" >&2; exit 1; }
+fi
 
 build="${ZACK_BUILD_DIR:-$here/build}"
 cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release >&2
