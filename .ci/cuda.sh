@@ -7,6 +7,8 @@
 # Set ZACK_CUDA_FULL=1 to also build them (zack_core again, several minutes).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# device pointers that start null in the harness but are garbage under nvcc
+python3 scripts/cuda_lint.py
 build="${ZACK_CUDA_BUILD_DIR:-build-cuda}"
 nvcc="${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
 if [ ! -x "$nvcc" ]; then

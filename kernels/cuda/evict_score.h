@@ -17,12 +17,12 @@ namespace zk {
 namespace cuda {
 
 struct cuda_evict_item {
-    dptr<const float> logits;  // row (t * n_group + j) at that times logits_stride; -inf: not visible
+    dptr<const float> logits{};  // row (t * n_group + j) at that times logits_stride; -inf: not visible
     int64_t logits_stride = 0;
     int n_tok = 1, n_group = 1;
     int t_from = 0;            // rows of tokens t >= t_from count
     int64_t n = 0;             // slots
-    dptr<float> score;         // [n], added to
+    dptr<float> score{};         // [n], added to
 };
 
 void cuda_evict_accumulate(dptr<const cuda_evict_item> items, int n_items, cuda_stream stream);

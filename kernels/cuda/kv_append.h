@@ -32,8 +32,8 @@ namespace cuda {
 
 // Source rows: n rows of r channels, row t at t * stride, f32 or f16.
 struct cuda_rows {
-    dptr<const float> f32;     // one of f32 / f16
-    dptr<const uint16_t> f16;
+    dptr<const float> f32{};     // one of f32 / f16
+    dptr<const uint16_t> f16{};
     int64_t stride = 0;
     int64_t n = 0;
     int r = 0;
@@ -63,13 +63,13 @@ struct cuda_kv_side_store {
     int r = 0;
     // rows of the cache's type (one of the two): a rows side's [capacity x r];
     // a quantizing side's residual window [residual x r] when windowed
-    dptr<float> rows32;
-    dptr<uint16_t> rows16;
+    dptr<float> rows32{};
+    dptr<uint16_t> rows16{};
     // Q8: int8 codes (as bytes) [capacity x r], scales [capacity x blocks32(r)];
     // KIVI: codes [capacity x row_bytes(r)]; keys: scales, mins [max_groups x r];
     // values: [capacity x blocks32(r)]
-    dptr<uint8_t> codes;
-    dptr<uint16_t> scale, min;
+    dptr<uint8_t> codes{};
+    dptr<uint16_t> scale{}, min{};
 };
 
 // src's n tokens arrive at slots [s0, s0 + n), window rows [rs0, rs0 + n) of a

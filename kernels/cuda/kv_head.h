@@ -33,37 +33,37 @@ struct cuda_kv_side {
     int64_t n_quant = 0;          // slots [0, n_quant) in the codes (0 for KV_LAYOUT_ROWS)
     // slot s >= n_quant: row s - n_quant, [(n_slots - n_quant) x r] of the head's
     // type (one of the two, by type; none when every slot is quantized)
-    dptr<const float> rows32;
-    dptr<const uint16_t> rows16;
+    dptr<const float> rows32{};
+    dptr<const uint16_t> rows16{};
     // Q8: int8 codes (as bytes) [n_quant x r]; KIVI: [n_quant x kv_kivi_row_bytes(bits, r)],
     // channel c in bits bits * (c % (8 / bits)) of byte c * bits / 8
-    dptr<const uint8_t> codes;
+    dptr<const uint8_t> codes{};
     // Q8: f16 scales [n_quant x blocks32(r)]; KIVI keys: f16 scale and min per
     // (group, channel) [n_groups x r]; KIVI values: per (slot, block of 32
     // channels) [n_quant x blocks32(r)]
-    dptr<const uint16_t> scale, min;
+    dptr<const uint16_t> scale{}, min{};
     // GEAR (KIVI only; rank 0 and n_out 0: none): A [n_groups x group x rank],
     // B [n_groups x r x rank] f16; sparse corrections [n_groups x n_out]: index
     // t * r + c ascending (KV_GEAR_NONE pads the end) and f16 value
     int gear_rank = 0, gear_nout = 0;
-    dptr<const uint16_t> gear_a, gear_b, gear_idx, gear_val;
+    dptr<const uint16_t> gear_a{}, gear_b{}, gear_idx{}, gear_val{};
 };
 
 struct cuda_kv_head {
     int type = CUDA_KV_F16;  // the full-precision rows of both sides
     int r_k = 0, r_v = 0;
     int64_t n_slots = 0;
-    dptr<const int32_t> pos;  // [n_slots] ascending
+    dptr<const int32_t> pos{};  // [n_slots] ascending
     cuda_kv_side k, v;
     // KIVI groups (a block with a KIVI side): group g holds slots
     // [group_start[g], group_start[g + 1]), group_start[n_groups] = the KIVI sides' n_quant
     int group = 0;
     int64_t n_groups = 0;
-    dptr<const int32_t> group_start;  // [n_groups + 1]
+    dptr<const int32_t> group_start{};  // [n_groups + 1]
     // exact sinks: slots [0, n_sink_slots) read f32 rows of sink_dim channels, row pos[s]
     int64_t n_sink_slots = 0;
     int sink_dim = 0;
-    dptr<const float> sink_k, sink_v;  // [pos[n_sink_slots - 1] + 1 x sink_dim]
+    dptr<const float> sink_k{}, sink_v{};  // [pos[n_sink_slots - 1] + 1 x sink_dim]
 };
 
 // Elements of each array of one side that a block uses (counts of the array's

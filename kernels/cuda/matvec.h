@@ -23,7 +23,7 @@ constexpr int k_matvec_max_tok = 8;
 struct cuda_weight {
     dtype type = dtype::F32;
     int64_t n_rows = 0, n_cols = 0;
-    dptr<const uint8_t> data;  // n_rows * dtype_row_size(type, n_cols) bytes
+    dptr<const uint8_t> data{};  // n_rows * dtype_row_size(type, n_cols) bytes
 };
 
 // True for the types these kernels read.
