@@ -31,7 +31,11 @@ __device__ inline void attn_softmax_chunk(sptr<float> sc, int n, int rows, sptr<
         const float f = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
         const float psum = warp_sum(p);
         if (lane < n) sc[r * k_attn_chunk + lane] = p;
-        if (lane == 0) {  // after the warp's collectives: every lane has read m_run[r]
+        // every lane has read m_run[r] before lane 0 rewrites it (the shuffles
+        // above order that too, but compute-sanitizer's racecheck counts only
+        // barriers: it reported this read/write pair on an H100)
+        __syncwarp();
+        if (lane == 0) {
             m_run[r] = m_new;
             l_run[r] = l_run[r] * f + psum;
             fsc[r] = f;

@@ -41,18 +41,18 @@ struct cuda_attn_item {
     cuda_kv_head kv;
     // q[t * q_stride + j * q_head_stride + c]: token t < n_tok, group member
     // j < n_group, channel c < r_k (< sink_dim when the block has exact sinks)
-    dptr<const float> q;
+    dptr<const float> q{};
     int64_t q_stride = 0, q_head_stride = 0;
     int n_group = 1;
     int n_tok = 1;
-    dptr<const int32_t> q_pos;  // [n_tok]: token t sees slots with pos <= q_pos[t]
+    dptr<const int32_t> q_pos{};  // [n_tok]: token t sees slots with pos <= q_pos[t]
     float scale = 1.0f;         // 1 / sqrt(original head dim)
     // out[t * out_stride + j * out_head_stride + c], c < max(r_v, sink_dim)
-    dptr<float> out;
+    dptr<float> out{};
     int64_t out_stride = 0, out_head_stride = 0;
     // optional: scaled scores at logits[(t * n_group + j) * logits_stride + s]
     // for every slot (-inf where token t cannot see it), for eviction policies
-    dptr<float> logits;
+    dptr<float> logits{};
     int64_t logits_stride = 0;
 };
 
@@ -73,27 +73,34 @@ struct cuda_attn_part {
 
 // The whole work split of one launch.
 struct cuda_attn_plan {
-    std::vector<cuda_attn_task> tasks;   // longest first
+    // tasks [0, n_fast) run on the fast kernel (attention_decode_fast.h), the
+    // rest on the generic one; each part longest first
+    std::vector<cuda_attn_task> tasks;
+    int n_fast = 0;
+    int fast_variant = 0;                // the fast kernel's variant (attention_decode_fast.h)
     std::vector<cuda_attn_part> parts;   // item i's parts: [item_parts[i], item_parts[i + 1])
     std::vector<int32_t> item_parts;     // [n_items + 1]
     int64_t partial_floats = 0;          // scratch the partials need
-    size_t smem_bytes = 0;               // dynamic shared memory per block
+    size_t smem_bytes = 0;               // dynamic shared memory per block of the generic kernel
 };
 
 // Splits the items' slots into tasks of equal cost for about `blocks` blocks
 // (e.g. 2 x the SM count): an item of cost C gets round(C / W) ranges of equal
 // slot count, W = total / blocks, but no range shorter than min_range slots
-// (unless the item has fewer). Throws zk::error for ranks above 256 or
-// inconsistent items.
-cuda_attn_plan cuda_attn_plan_make(const std::vector<cuda_attn_item>& items, int blocks, int64_t min_range = 32);
+// (unless the item has fewer). An item the fast kernel takes has its ranges
+// also cut where a side turns from codes to rows (a windowed block's n_quant).
+// Throws zk::error for ranks above 256 or inconsistent items.
+// allow_fast = false puts every task on the generic kernel.
+cuda_attn_plan cuda_attn_plan_make(const std::vector<cuda_attn_item>& items, int blocks, int64_t min_range = 32,
+                                   bool allow_fast = true);
 
 // The plan in device memory (uploaded once per plan; reused while the shapes
 // stay the same).
 struct cuda_attn_plan_device {
-    dptr<const cuda_attn_task> tasks;
+    dptr<const cuda_attn_task> tasks{};
     int n_tasks = 0;
-    dptr<const cuda_attn_part> parts;
-    dptr<const int32_t> item_parts;
+    dptr<const cuda_attn_part> parts{};
+    dptr<const int32_t> item_parts{};
 };
 
 // Runs the tasks (partials into `partials`, plan.partial_floats floats), then
