@@ -7,6 +7,7 @@
 
 #include "ggml-like/error.h"
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attention_decode_fast.h"
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace zk {
@@ -187,7 +188,8 @@ size_t task_smem(int rows, int rk, int rv) {
 
 }  // namespace
 
-cuda_attn_plan cuda_attn_plan_make(const std::vector<cuda_attn_item>& items, int blocks, int64_t min_range) {
+cuda_attn_plan cuda_attn_plan_make(const std::vector<cuda_attn_item>& items, int blocks, int64_t min_range,
+                                   bool allow_fast) {
     cuda_attn_plan plan;
     const int n_items = (int)items.size();
     int64_t total = 0;
@@ -201,45 +203,69 @@ cuda_attn_plan cuda_attn_plan_make(const std::vector<cuda_attn_item>& items, int
     }
     const int64_t W = std::max<int64_t>(1, total / std::max(1, blocks));
     min_range = std::max<int64_t>(1, min_range);
+    std::vector<int64_t> fast_task_ids;
     plan.item_parts.push_back(0);
     for (int i = 0; i < n_items; i++) {
         const cuda_attn_item& it = items[i];
         const cuda_kv_head& kv = it.kv;
         const int rows = it.n_tok * it.n_group;
         const int64_t a = kv.n_sink_slots, n = kv.n_slots - a;
+        const bool fast = allow_fast && cuda_attn_fast_item(it);
+        auto add = [&](int sink, int64_t s0, int64_t s1, int64_t cost, int acc_dim, int rk) {
+            plan.tasks.push_back({i, sink, s0, s1, plan.partial_floats, cost});
+            plan.parts.push_back({plan.partial_floats, acc_dim});
+            plan.partial_floats += (int64_t)rows * (2 + acc_dim);
+            if (fast)
+                fast_task_ids.push_back((int64_t)plan.tasks.size() - 1);
+            else
+                plan.smem_bytes = std::max(plan.smem_bytes, task_smem(rows, rk, acc_dim));
+        };
         if (n > 0) {
             const int64_t cost = n * (kv.r_k + kv.r_v);
             int64_t nc = std::max<int64_t>(1, (cost + W / 2) / W);
             nc = std::max<int64_t>(1, std::min(nc, n / min_range));
             for (int64_t c = 0; c < nc; c++) {
-                const int64_t s0 = a + n * c / nc, s1 = a + n * (c + 1) / nc;
-                plan.tasks.push_back({i, 0, s0, s1, plan.partial_floats, (s1 - s0) * (kv.r_k + kv.r_v)});
-                plan.parts.push_back({plan.partial_floats, kv.r_v});
-                plan.partial_floats += (int64_t)rows * (2 + kv.r_v);
+                int64_t s0 = a + n * c / nc;
+                const int64_t s1 = a + n * (c + 1) / nc;
+                // the fast kernel reads one layout per side: cut where a side turns to rows
+                if (fast)
+                    for (int64_t cut : {std::min(kv.k.n_quant, kv.v.n_quant), std::max(kv.k.n_quant, kv.v.n_quant)})
+                        if (cut > s0 && cut < s1) {
+                            add(0, s0, cut, (cut - s0) * (kv.r_k + kv.r_v), kv.r_v, kv.r_k);
+                            s0 = cut;
+                        }
+                add(0, s0, s1, (s1 - s0) * (kv.r_k + kv.r_v), kv.r_v, kv.r_k);
             }
-            plan.smem_bytes = std::max(plan.smem_bytes, task_smem(rows, kv.r_k, kv.r_v));
         }
-        if (kv.n_sink_slots > 0) {
-            plan.tasks.push_back({i, 1, 0, kv.n_sink_slots, plan.partial_floats, kv.n_sink_slots * 2 * kv.sink_dim});
-            plan.parts.push_back({plan.partial_floats, kv.sink_dim});
-            plan.partial_floats += (int64_t)rows * (2 + kv.sink_dim);
-            plan.smem_bytes = std::max(plan.smem_bytes, task_smem(rows, kv.sink_dim, kv.sink_dim));
-        }
+        if (kv.n_sink_slots > 0) add(1, 0, kv.n_sink_slots, kv.n_sink_slots * 2 * kv.sink_dim, kv.sink_dim, kv.sink_dim);
         plan.item_parts.push_back((int32_t)plan.parts.size());
     }
-    // longest first; equal costs keep their creation order
-    std::stable_sort(plan.tasks.begin(), plan.tasks.end(),
-                     [](const cuda_attn_task& x, const cuda_attn_task& y) { return x.cost > y.cost; });
+    // fast tasks first, each kind longest first; equal costs keep their creation order
+    std::vector<uint8_t> is_fast(plan.tasks.size(), 0);
+    for (int64_t k : fast_task_ids) is_fast[k] = 1;
+    std::vector<int64_t> order(plan.tasks.size());
+    for (size_t k = 0; k < order.size(); k++) order[k] = (int64_t)k;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
+        if (is_fast[x] != is_fast[y]) return is_fast[x] > is_fast[y];
+        return plan.tasks[x].cost > plan.tasks[y].cost;
+    });
+    std::vector<cuda_attn_task> sorted;
+    sorted.reserve(order.size());
+    for (int64_t k : order) sorted.push_back(plan.tasks[k]);
+    plan.tasks = std::move(sorted);
+    plan.n_fast = (int)fast_task_ids.size();
     return plan;
 }
 
 void cuda_attention_decode(dptr<const cuda_attn_item> items, int n_items, const cuda_attn_plan& plan,
                            const cuda_attn_plan_device& dplan, dptr<float> partials, cuda_stream stream) {
     if (n_items == 0) return;
-    if (dplan.n_tasks > 0) {
+    if (dplan.n_tasks != (int)plan.tasks.size()) ZK_THROW("CUDA decode attention: the device plan is not the plan's");
+    cuda_attention_decode_fast(items, dplan.tasks, plan.n_fast, plan.fast_variant, partials, stream);
+    if (dplan.n_tasks > plan.n_fast) {
         if (plan.smem_bytes > 48 * 1024) ZK_SET_MAX_DYNAMIC_SMEM(attn_decode_kernel, plan.smem_bytes);
-        ZK_LAUNCH(attn_decode_kernel, dim3(dplan.n_tasks), dim3(k_attn_block), plan.smem_bytes, stream, items,
-                  dplan.tasks, partials);
+        ZK_LAUNCH(attn_decode_kernel, dim3(dplan.n_tasks - plan.n_fast), dim3(k_attn_block), plan.smem_bytes, stream,
+                  items, dplan.tasks + plan.n_fast, partials);
     }
     ZK_LAUNCH(attn_merge_kernel, dim3(n_items), dim3(k_attn_block), 0, stream, items, dplan.parts, dplan.item_parts,
               partials);

@@ -101,7 +101,33 @@ __device__ __forceinline__ U* dptr_cast(T* p) {
 }
 #endif
 
+// The same shared memory viewed as another type (bounds stay the array's).
+#if defined(ZK_SIMT)
+template <class U, class T>
+__device__ inline sptr<U> sptr_cast(sptr<T> p) {
+    return p.template as<U>();
+}
+#else
+template <class U, class T>
+__device__ __forceinline__ U* sptr_cast(T* p) {
+    return (U*)p;
+}
+#endif
+
 constexpr unsigned k_full_mask = 0xffffffffu;
+
+// Vector loads: one 16-, 8- or 4-byte access of aligned device memory (nvcc
+// emits LDG.128 / .64 / .32 for them; the harness checks their alignment).
+struct alignas(16) cu_v16 { uint32_t w[4]; };
+struct alignas(8) cu_v8 { uint32_t w[2]; };
+struct alignas(16) cu_f4 { float x[4]; };
+template <class V, class T>
+__device__ __forceinline__ V cu_load(dptr<const T> p, int64_t i) {
+    return dptr_cast<const V>(p + i)[0];
+}
+// The f16 in the low (hi = 0) or high half of a 32-bit word.
+__device__ __forceinline__ float h2f_lo(uint32_t w) { return __half2float(__ushort_as_half((uint16_t)(w & 0xffffu))); }
+__device__ __forceinline__ float h2f_hi(uint32_t w) { return __half2float(__ushort_as_half((uint16_t)(w >> 16))); }
 
 // Full unrolling of a loop with a constant trip count (register arrays stay in
 // registers only when every index is a compile-time constant).

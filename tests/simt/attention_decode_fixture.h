@@ -205,8 +205,11 @@ struct gpu_result {
     cuda_attn_plan plan;
 };
 
-// All items in one launch.
-inline gpu_result run_gpu(const std::vector<test_item*>& items, int blocks, int64_t min_range) {
+// All items in one launch; with logits (the eviction scores) every item runs
+// on the generic kernel, without them the fast kernel takes those it can
+// (attention_decode_fast.h).
+inline gpu_result run_gpu(const std::vector<test_item*>& items, int blocks, int64_t min_range,
+                          bool want_logits = true, int fast_variant = 0) {
     device_pool pool;
     std::vector<cuda_attn_item> host;
     std::vector<dptr<float>> outs, lgs;
@@ -226,13 +229,14 @@ inline gpu_result run_gpu(const std::vector<test_item*>& items, int blocks, int6
         ci.out_stride = (int64_t)s.n_group * t->width;
         ci.out_head_stride = t->width;
         const int64_t ns = std::max<int64_t>(ci.kv.n_slots, 1);
-        lgs.push_back(pool.zeros<float>((size_t)s.n_tok * s.n_group * ns, "logits"));
+        lgs.push_back(want_logits ? pool.zeros<float>((size_t)s.n_tok * s.n_group * ns, "logits") : dptr<float>());
         ci.logits = lgs.back();
-        ci.logits_stride = ns;
+        ci.logits_stride = want_logits ? ns : 0;
         host.push_back(ci);
     }
     gpu_result r;
     r.plan = cuda_attn_plan_make(host, blocks, min_range);
+    r.plan.fast_variant = fast_variant;
     const dptr<const cuda_attn_item> ditems = pool.up(host, "items");
     cuda_attn_plan_device dp;
     dp.tasks = pool.up(r.plan.tasks, "tasks");
@@ -245,7 +249,9 @@ inline gpu_result run_gpu(const std::vector<test_item*>& items, int blocks, int6
     for (size_t i = 0; i < items.size(); i++) {
         const item_spec& s = items[i]->spec;
         r.out.push_back(pool.down(outs[i], (size_t)s.n_tok * s.n_group * items[i]->width));
-        r.logits.push_back(pool.down(lgs[i], (size_t)s.n_tok * s.n_group * std::max<int64_t>(host[i].kv.n_slots, 1)));
+        if (want_logits)
+            r.logits.push_back(
+                pool.down(lgs[i], (size_t)s.n_tok * s.n_group * std::max<int64_t>(host[i].kv.n_slots, 1)));
     }
     return r;
 }
@@ -272,6 +278,22 @@ inline std::vector<item_spec> decode_batch_specs() {
         {36, 100, 150, 5, 1, 0, 0.8f, 8, dtype::F16, GEAR_SPARSE},  // evicted, small groups
         {100, 36, 260, 6, 3, 0, 1.0f, 32, dtype::F16, GEAR_RANK2},  // three tokens
         {13, 7, 200, 7, 1, 4, 0.6f, 16, dtype::F16, GEAR_SPARSE},   // seven heads, odd ranks
+    };
+}
+
+// A batch the fast kernel takes whole (no logits asked): ranks multiples of 8
+// up to 128, at most 8 query rows, no GEAR, f16 rows; with KIVI sides, ranges
+// cut at the residual window; eviction (irregular KIVI groups), exact sinks,
+// multi-token steps, a single slot.
+inline std::vector<item_spec> fast_batch_specs() {
+    return {
+        // r_k r_v len  G  tok sinks keep  group
+        {128, 128, 300, 6, 1, 4, 1.0f, 32},   // Qwen2.5-1.5B's shape, sinks, the window
+        {64, 96, 37, 7, 1, 0, 1.0f, 32},      // seven heads, short
+        {8, 16, 1000, 1, 2, 0, 0.5f, 32},     // low rank, two tokens, evicted
+        {128, 64, 2000, 4, 2, 4, 0.7f, 16},   // eight rows, evicted, small groups, sinks
+        {32, 32, 1, 3, 1, 0, 1.0f, 32},       // one slot
+        {40, 120, 450, 2, 1, 4, 1.0f, 32},    // uneven multiples of 8
     };
 }
 

@@ -116,6 +116,31 @@ TEST(CudaAttentionDecodeSplit, RangesOfOneSlot) {
     for (size_t i = 0; i < items.size(); i++) EXPECT_LE(rel_err(r.out[i], reference(items[i])), 2e-6) << i;
 }
 
+// The fast kernel (attention_decode_fast.h): every task of a batch it takes
+// whole, at every layout pair, against the double reference and the CPU twin's
+// reference path with the generic kernel's tolerances.
+TEST_P(CudaAttentionDecode, FastKernelMatchesCpuTwinAndReference) {
+    const layout lay = GetParam();
+    const std::vector<item_spec> specs = fast_batch_specs();
+    std::vector<test_item> items;
+    for (size_t i = 0; i < specs.size(); i++) items.push_back(build_item(specs[i], lay, 2000 + 31 * (uint32_t)i));
+    std::vector<test_item*> ptrs;
+    for (auto& t : items) ptrs.push_back(&t);
+    for (const int P : {0, 1}) {  // the kernel's two variants (warps x slots per lane)
+        const gpu_result r = run_gpu(ptrs, 40, 8, false, P);
+        EXPECT_EQ(r.plan.n_fast, (int)r.plan.tasks.size()) << "every task on the fast kernel";
+        for (size_t i = 0; i < items.size(); i++) {
+            std::vector<float> lg;
+            const std::vector<float> ref = reference(items[i]), twin = cpu_twin(items[i], lg);
+            const double e_ref = rel_err(r.out[i], ref), e_twin = rel_err(r.out[i], twin);
+            EXPECT_LE(e_ref, 2e-6) << lay.name() << " variant " << P << " item " << i;
+            EXPECT_LE(e_twin, 1e-5) << lay.name() << " variant " << P << " item " << i;
+            std::printf("fast variant %d %s item %zu: vs reference %.2e, vs CPU twin (ref path) %.2e\n", P,
+                        lay.name().c_str(), i, e_ref, e_twin);
+        }
+    }
+}
+
 // The plan: ranges cover every non-sink slot once, cost about the same across
 // heads of unequal rank, and run longest first.
 TEST(CudaAttentionDecodeSplit, PlanGivesEqualWorkLongestFirst) {
@@ -139,7 +164,8 @@ TEST(CudaAttentionDecodeSplit, PlanGivesEqualWorkLongestFirst) {
     for (int i = 0; i < 4; i++) covered[i].assign(slots[i], 0);
     for (size_t k = 0; k < p.tasks.size(); k++) {
         const cuda_attn_task& t = p.tasks[k];
-        if (k > 0) {
+        // fast tasks first, then the generic kernel's; each part longest first
+        if (k > 0 && (int)k != p.n_fast) {
             EXPECT_LE(t.cost, p.tasks[k - 1].cost) << "longest first";
         }
         for (int64_t s = t.s0; s < t.s1; s++) covered[t.item][s]++;

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds the CUDA variant's GPU tests and bench_cuda_attention here (nvcc, no
+# GPU needed) and packs them for a GPU machine into .devrun/ (ignored by git):
+# the binaries, stripped, and the shared libraries they need that are neither
+# glibc's nor CUDA's (OpenBLAS, LAPACK, gfortran). The GPU machine then runs
+# bench/gpu/run_device.sh with .devrun carried along.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$here"
+build="${ZACK_CUDA_BUILD_DIR:-build-cuda}"
+nvcc="${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
+cmake -S . -B "$build" -DZACK_CUDA=ON -DZACK_BENCH=OFF -DCMAKE_CUDA_COMPILER="$nvcc" \
+    -DCMAKE_BUILD_TYPE=Release >/dev/null
+targets=$(cd tests/simt && ls test_cuda_*.cpp | sed 's/test_cuda_/gpu_/; s/\.cpp$//')
+cmake --build "$build" -j"$(nproc)" --target $targets bench_cuda_attention >&2
+rm -rf .devrun
+mkdir -p .devrun/lib
+for t in $targets bench_cuda_attention; do
+    f=$(find "$build" -name "$t" -type f -perm -u+x | head -1)
+    strip -o ".devrun/$t" "$f"
+done
+# the libraries outside glibc and CUDA
+for lib in $(ldd .devrun/* 2>/dev/null | awk '/=> \// {print $3}' | sort -u); do
+    case "$(basename "$lib")" in
+        libc.so*|libm.so*|libpthread*|libdl*|librt*|ld-linux*|libcuda.so*|libcublas*) ;;
+        *) cp -L "$lib" .devrun/lib/ ;;
+    esac
+done
+du -sh .devrun >&2
+ls .devrun .devrun/lib >&2
