@@ -20,20 +20,23 @@ tests/data/qwen_ref/*.txt (Python code and English prose, used byte for byte):
 
 Checks, with the figures that set their bounds
 ----------------------------------------------
-Perplexity over every position of all texts together (ppl = exp(mean NLL of each
-next token), the first token unscored).
-  * |ppl_zack / ppl_llamacpp_rounding - 1| <= 0.5% (issue #15's bound).
-  * |ppl_zack / ppl_exact - 1| <= |ppl_llamacpp_rounding / ppl_exact - 1| + 0.5%:
-    8-bit activations cost perplexity by themselves, most on the 1.5B, whose
-    first-token activations are huge and share 256-value Q8_K blocks. Measured
-    on these texts (249 tokens scored), with llama.cpp itself through
-    llama-cpp-python 0.3.36 on the same ids for comparison (not run here):
-                 exact    rounding ref        llama.cpp           zack
-      1.5B       9.9904   10.2279 (+2.38%)    10.2561 (+2.66%)    10.2355 (+2.45%)
-      0.5B      18.4442   18.4656 (+0.12%)    18.3906 (-0.29%)    18.4699 (+0.14%)
-    zack is +0.075% / +0.023% from the rounding reference, -0.20% / +0.43% from
-    llama.cpp. Against the exact reference alone a 0.5% bound would fail
-    llama.cpp too on the 1.5B.
+Perplexity (ppl = exp(mean NLL of each next token), the first token unscored).
+  * Issue #15's bound, |ppl_zack / ppl_llamacpp - 1| <= 0.5%, against llama.cpp
+    itself (llama-cpp-python 0.3.36, built for AVX2 by scripts/setup.sh: the
+    same arithmetic on every CI machine) on the first 1,024 tokens of four
+    files of tests/data/tokenizer (Python, prose, a licence, C: ~3,700 tokens).
+    Measured: 1.5B +0.07% in all (per file -0.24% .. +0.58%), 0.5B +0.08%
+    (-0.13% .. +0.32%).
+    Why not on the short texts below against the numpy rounding reference:
+    8-bit activations make the 1.5B's perplexity chaotic in the float order
+    (its first-token activations are huge and share 256-value Q8_K blocks), so
+    on 249 tokens the rounding reference moved from 10.2279 to 10.2995 (+0.7%)
+    between an AVX2 and an AVX-512 machine, zack from 10.2355 to 10.2024, and
+    llama.cpp reads 10.3311: any two of them differ by up to 1.3% there.
+  * On the short texts, |ppl_zack / ppl_exact - 1| <= |ppl_rounding / ppl_exact
+    - 1| + 0.5%: 8-bit activations cost perplexity by themselves (1.5B: the
+    rounding reference +2.4% .. +3.1% from exact, zack +2.1% .. +2.5%, llama.cpp
+    +2.7% .. +3.4%); zack must not lose more than that rounding explains.
 Logits at every position against the exact reference, bounded by what the
 rounding reference itself shows in the same run (no fixed constants):
   * mean over positions of max|zack - exact| / max|exact| <= 2x the rounding
@@ -52,7 +55,7 @@ identical on both models and texts; llama.cpp's on the 1.5B code text is not:
 see the report of issue #15.)
 
 Env: ZACK_MODEL_QWEN15, ZACK_MODEL_QWEN05 (GGUFs), ZACK_BUILD (tests/tool_logits),
-ZACK_BIN (zack). A missing model or tool fails the test.
+ZACK_BIN (zack). A missing model, tool or llama_cpp fails the test.
 """
 from __future__ import annotations
 
@@ -74,6 +77,10 @@ import ref_tokenizer  # noqa: E402
 
 MODELS = (("qwen2.5-coder-1.5b", "ZACK_MODEL_QWEN15"), ("qwen2.5-coder-0.5b", "ZACK_MODEL_QWEN05"))
 TEXT_DIR = HERE / "data" / "qwen_ref"
+# the perplexity against llama.cpp: the first PPL_TOKENS tokens of each
+PPL_FILES = ("code_textwrap.py.txt", "prose_handwritten.txt", "license_Apache-2.0.txt", "code_xxmodule.c.txt")
+PPL_DIR = HERE / "data" / "tokenizer"
+PPL_TOKENS = 1024
 GREEDY_N = 32
 PPL_TOL = 0.005
 NEAR_TIE = 0.02
@@ -84,12 +91,18 @@ class Fail(Exception):
     pass
 
 
-def nll(logits: np.ndarray, targets) -> np.ndarray:
-    """-log softmax(logits[i])[targets[i]] in float64; logits [n, n_vocab]."""
-    lg = logits.astype(np.float64)
-    mx = lg.max(-1, keepdims=True)
-    lse = np.log(np.exp(lg - mx).sum(-1)) + mx[:, 0]
-    return lse - lg[np.arange(len(targets)), np.asarray(targets)]
+def nll(logits: np.ndarray, targets, block: int = 64) -> np.ndarray:
+    """-log softmax(logits[i])[targets[i]]; logits [n, n_vocab]. Rows in blocks
+    (a 1,024 x 151,936 array in float64 at once is 1.2 GB); e^(x - max) in
+    float32, its sum and the log in float64."""
+    targets = np.asarray(targets)
+    out = np.empty(len(targets), dtype=np.float64)
+    for i in range(0, len(targets), block):
+        lg = np.asarray(logits[i:i + block], dtype=np.float32)
+        mx = lg.max(-1, keepdims=True)
+        lse = np.log(np.exp(lg - mx).sum(-1, dtype=np.float64)) + mx[:, 0]
+        out[i:i + block] = lse - lg[np.arange(len(lg)), targets[i:i + block]]
+    return out
 
 
 def zack_logits_greedy(tool, model, ids, n_vocab, tmp):
@@ -170,6 +183,32 @@ def check_greedy(label, ref_rows, g):
     return lines, errors
 
 
+def check_ppl_llamacpp(name, model, tool, n_vocab, tmp):
+    """Issue #15's bound: zack's perplexity within PPL_TOL of llama.cpp's on PPL_FILES."""
+    import llama_cpp
+
+    llm = llama_cpp.Llama(model_path=str(model), n_ctx=PPL_TOKENS, n_batch=512, n_threads=2, n_threads_batch=2,
+                          logits_all=True, verbose=False)
+    nz, nl, parts = [], [], []
+    for f in PPL_FILES:
+        ids = ref_tokenizer.encode(model, (PPL_DIR / f).read_bytes().decode("utf-8"))[:PPL_TOKENS]
+        z, _ = zack_logits_greedy(tool, model, ids, n_vocab, tmp)
+        llm.reset()
+        llm.eval(ids)
+        lc = np.array(llm.scores[:len(ids)], dtype=np.float32)
+        nz.append(nll(z[:-1], ids[1:]))
+        nl.append(nll(lc[:-1], ids[1:]))
+        parts.append(f"{f} {np.exp(nz[-1].mean()) / np.exp(nl[-1].mean()) - 1:+.2%}")
+    del llm
+    pz, pl = float(np.exp(np.concatenate(nz).mean())), float(np.exp(np.concatenate(nl).mean()))
+    d = pz / pl - 1
+    print(f"  perplexity against llama.cpp on {sum(len(v) for v in nz)} tokens of {len(PPL_FILES)} files: zack "
+          f"{pz:.4f}, llama.cpp {pl:.4f} ({d:+.3%}; per file {', '.join(parts)})")
+    if abs(d) > PPL_TOL:
+        return [f"{name}: perplexity {pz:.4f} is {d:+.3%} from llama.cpp's {pl:.4f} (bound {PPL_TOL:.1%})"]
+    return []
+
+
 def check_model(name, model, tool, zbin, texts, tmp):
     t0 = time.time()
     errors = []
@@ -206,16 +245,13 @@ def check_model(name, model, tool, zbin, texts, tmp):
         stats["n"] += n
     ppl = {k: float(np.exp(np.concatenate(v).mean())) for k, v in (("zack", nz), ("exact", ne), ("round", nr))}
     n_scored = sum(len(v) for v in nz)
-    d_round = ppl["zack"] / ppl["round"] - 1
+    d_round = ppl["zack"] / ppl["round"] - 1  # printed: see the module docstring for why it is not bounded
     d_exact = ppl["zack"] / ppl["exact"] - 1
     d_rounding_exact = ppl["round"] / ppl["exact"] - 1
     print(f"\n{name}: {n_scored} tokens scored in {len(texts)} texts")
     print(f"  perplexity: zack {ppl['zack']:.4f}, reference with llama.cpp rounding {ppl['round']:.4f} "
           f"({d_round:+.3%}), exact reference {ppl['exact']:.4f} ({d_exact:+.3%}; the rounding "
           f"reference {d_rounding_exact:+.3%})")
-    if abs(d_round) > PPL_TOL:
-        errors.append(f"{name}: perplexity {ppl['zack']:.4f} is {d_round:+.3%} from the llama.cpp-rounding "
-                      f"reference's {ppl['round']:.4f} (bound {PPL_TOL:.1%})")
     if abs(d_exact) > abs(d_rounding_exact) + PPL_TOL:
         errors.append(f"{name}: perplexity {ppl['zack']:.4f} is {d_exact:+.3%} from the exact reference's "
                       f"{ppl['exact']:.4f}, more than rounding explains ({d_rounding_exact:+.3%}) + {PPL_TOL:.1%}")
@@ -242,6 +278,7 @@ def check_model(name, model, tool, zbin, texts, tmp):
         if got != want:
             errors.append(f"{name}/{p.name}: `zack run --raw -n {GREEDY_N} --temp 0` printed {got!r}, "
                           f"the greedy ids give {want!r}")
+    errors += check_ppl_llamacpp(name, model, tool, info["n_vocab"], tmp)
     print(f"  ({t_zack:.1f} s zack logits, {t_ref:.1f} s reference, {time.time() - t0:.1f} s in all)")
     ref_gguf.release(str(model))  # the next model's pages need not stay mapped
     return errors
@@ -261,6 +298,12 @@ def main() -> int:
     texts = [(p, p.read_bytes().decode("utf-8")) for p in sorted(TEXT_DIR.glob("*.txt"))]
     if len(texts) < 2:
         print(f"FAIL: expected the texts in {TEXT_DIR}")
+        return 1
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        print("FAIL: the llama_cpp package (llama-cpp-python) is the perplexity reference and is not installed "
+              "(scripts/setup.sh installs it)")
         return 1
     errors = []
     with tempfile.TemporaryDirectory(prefix="zack_qwen_ref_") as tmp:
