@@ -149,35 +149,57 @@ __global__ void __launch_bounds__(k_attn_block, 3)
     for (int i = tid; i < rows * rv; i += k_attn_block) pa[i] = acc[i];
 }
 
-// The normalised output of item blockIdx.x from its partials; channels a part
-// does not have (a range of r_v < a sink's sink_dim) count as zeros.
+// The normalised output of row blockIdx.y of item blockIdx.x from its
+// partials; channels a part does not have (a range of r_v < a sink's
+// sink_dim) count as zeros. The block's threads share the parts: the max and
+// the weighted sum of the parts' l as block reductions, the parts' weights kept
+// in shared memory (recomputed past k_merge_parts), then a thread per channel
+// sums the parts' accumulators, its loads independent of each other (an item
+// split into hundreds of ranges, as a batch of one is, merges in microseconds).
+constexpr int k_merge_parts = 1024;
 __global__ void __launch_bounds__(k_attn_block)
     attn_merge_kernel(dptr<const cuda_attn_item> items, dptr<const cuda_attn_part> parts,
                       dptr<const int32_t> item_parts, dptr<const float> partials) {
     const cuda_attn_item& it = items[blockIdx.x];
-    const int G = it.n_group, rows = it.n_tok * G;
+    const int G = it.n_group, rows = it.n_tok * G, r = blockIdx.y;
+    if (r >= rows) return;  // the whole block: items of fewer rows than the grid's
+    const int tid = threadIdx.x;
     const int p0 = item_parts[blockIdx.x], p1 = item_parts[blockIdx.x + 1];
-    int width = it.kv.r_v;
-    for (int p = p0; p < p1; p++) width = cu_max(width, parts[p].acc_dim);
-    for (int i = threadIdx.x; i < rows * width; i += k_attn_block) {
-        const int r = i / width, c = i % width;
-        float mx = -INFINITY;
-        for (int p = p0; p < p1; p++) mx = fmaxf(mx, partials[parts[p].off + r]);
+    const int width = cu_max(it.kv.r_v, it.kv.n_sink_slots > 0 ? it.kv.sink_dim : 0);
+    ZK_SHARED(float, red, 32);
+    ZK_SHARED(float, wts, k_merge_parts);
+    float mx = -INFINITY;
+    for (int p = p0 + tid; p < p1; p += k_attn_block) mx = fmaxf(mx, partials[parts[p].off + r]);
+    const float M = block_max(mx, red);
+    dptr<float> out = it.out + (r / G) * it.out_stride + (r % G) * it.out_head_stride;
+    if (M == -INFINITY) {  // nothing visible to this row
+        for (int c = tid; c < width; c += k_attn_block) out[c] = 0.0f;
+        return;
+    }
+    float ls = 0.0f;
+    for (int p = p0 + tid; p < p1; p += k_attn_block) {
+        const int64_t off = parts[p].off;
+        const float lp = partials[off + rows + r];
+        const float w = lp == 0.0f ? 0.0f : expf(partials[off + r] - M);
+        if (p - p0 < k_merge_parts) wts[p - p0] = w;
+        ls += w * lp;
+    }
+    const float L = block_sum(ls, red);  // (its barriers publish wts too)
+    for (int c = tid; c < width; c += k_attn_block) {
         float o = 0.0f;
-        if (mx != -INFINITY) {
-            float l = 0.0f;
-            for (int p = p0; p < p1; p++) {
-                const int64_t off = parts[p].off;
+        for (int p = p0; p < p1; p++) {
+            const int64_t off = parts[p].off;
+            float w;
+            if (p - p0 < k_merge_parts) {
+                w = wts[p - p0];
+            } else {
                 const float lp = partials[off + rows + r];
-                if (lp == 0.0f) continue;
-                const float w = expf(partials[off + r] - mx);
-                const int d = parts[p].acc_dim;
-                l += w * lp;
-                if (c < d) o += w * partials[off + 2 * rows + (int64_t)r * d + c];
+                w = lp == 0.0f ? 0.0f : expf(partials[off + r] - M);
             }
-            o *= 1.0f / l;
+            const int d = parts[p].acc_dim;
+            if (w != 0.0f && c < d) o += w * partials[off + 2 * rows + (int64_t)r * d + c];
         }
-        it.out[(r / G) * it.out_stride + (r % G) * it.out_head_stride + c] = o;
+        out[c] = o * (1.0f / L);
     }
 }
 
@@ -209,6 +231,7 @@ cuda_attn_plan cuda_attn_plan_make(const std::vector<cuda_attn_item>& items, int
         const cuda_attn_item& it = items[i];
         const cuda_kv_head& kv = it.kv;
         const int rows = it.n_tok * it.n_group;
+        plan.max_rows = std::max(plan.max_rows, rows);
         const int64_t a = kv.n_sink_slots, n = kv.n_slots - a;
         const bool fast = allow_fast && cuda_attn_fast_item(it);
         auto add = [&](int sink, int64_t s0, int64_t s1, int64_t cost, int acc_dim, int rk) {
@@ -267,7 +290,8 @@ void cuda_attention_decode(dptr<const cuda_attn_item> items, int n_items, const 
         ZK_LAUNCH(attn_decode_kernel, dim3(dplan.n_tasks - plan.n_fast), dim3(k_attn_block), plan.smem_bytes, stream,
                   items, dplan.tasks + plan.n_fast, partials);
     }
-    ZK_LAUNCH(attn_merge_kernel, dim3(n_items), dim3(k_attn_block), 0, stream, items, dplan.parts, dplan.item_parts,
+    ZK_LAUNCH(attn_merge_kernel, dim3(n_items, plan.max_rows), dim3(k_attn_block), 0, stream, items, dplan.parts,
+              dplan.item_parts,
               partials);
 }
 

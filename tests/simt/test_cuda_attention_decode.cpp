@@ -100,13 +100,15 @@ INSTANTIATE_TEST_SUITE_P(KeyValue, CudaAttentionDecode, ::testing::ValuesIn(all_
                          [](const ::testing::TestParamInfo<layout>& i) { return i.param.name(); });
 
 // One range per slot (min_range 1, many blocks): every partial is a single
-// slot, the merge combines hundreds of them.
+// slot, the merge combines up to 1,300 of them (past the 1,024 whose weights
+// it keeps in shared memory).
 TEST(CudaAttentionDecodeSplit, RangesOfOneSlot) {
     const layout lay{8, 8};
     std::vector<test_item> items;
     items.push_back(build_item({4, 8, 40, 2, 1, 4, 1.0f, 32}, lay, 5));
     items.push_back(build_item({32, 16, 25, 1, 1, 0, 1.0f, 32}, lay, 6));
-    std::vector<test_item*> ptrs{&items[0], &items[1]};
+    items.push_back(build_item({8, 8, 1300, 2, 1, 0, 1.0f, 32}, lay, 7));
+    std::vector<test_item*> ptrs{&items[0], &items[1], &items[2]};
     const gpu_result r = run_gpu(ptrs, 10000, 1);
     for (const cuda_attn_task& t : r.plan.tasks) {
         if (!t.sink) {
