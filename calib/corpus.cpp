@@ -1,5 +1,7 @@
 #include "calib/corpus.h"
 
+#include <algorithm>
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -271,6 +273,24 @@ std::vector<std::vector<int32_t>> corpus_tokenize(const model& m, const std::vec
     std::vector<std::vector<int32_t>> out;
     for (const std::string& d : docs) out.push_back(m.voc->encode(d, /*add_special=*/false, /*parse_special=*/false));
     return out;
+}
+
+std::vector<std::vector<int32_t>> corpus_take_tail(std::vector<std::vector<int32_t>>& docs, int64_t n) {
+    std::vector<std::vector<int32_t>> tail;
+    while (n > 0 && !docs.empty()) {
+        std::vector<int32_t>& d = docs.back();
+        if ((int64_t)d.size() <= n) {
+            n -= (int64_t)d.size();
+            tail.push_back(std::move(d));
+            docs.pop_back();
+        } else {
+            tail.emplace_back(d.end() - n, d.end());
+            d.resize(d.size() - (size_t)n);
+            n = 0;
+        }
+    }
+    std::reverse(tail.begin(), tail.end());
+    return tail;
 }
 
 }  // namespace zk

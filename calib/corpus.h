@@ -57,4 +57,9 @@ std::string corpus_join(const std::vector<std::string>& samples);
 // Tokenizes documents without BOS/EOS (the statistics pass adds BOS per window).
 std::vector<std::vector<int32_t>> corpus_tokenize(const model& m, const std::vector<std::string>& docs);
 
+// Removes the last n tokens of the documents (whole documents from the end,
+// then the end of the one they stop in) and returns them as documents of their
+// own, in order: text a later step can measure on that the statistics never saw.
+std::vector<std::vector<int32_t>> corpus_take_tail(std::vector<std::vector<int32_t>>& docs, int64_t n);
+
 }  // namespace zk

@@ -122,6 +122,7 @@ plan_inputs plan_inputs::from_model(const model& m) {
     in.qbits.assign(z.sens_qbits.begin(), z.sens_qbits.end());
     in.q.assign(z.sens_q.begin(), z.sens_q.end());
     in.source_sha256 = m.file->get_str("zack.source.sha256", "");
+    in.rank_weight = z.sens_rank_weight;
     return in;
 }
 
@@ -197,7 +198,7 @@ double plan_predicted_loss(const plan_inputs& in, int bits, const std::vector<in
 }
 
 double plan_predicted_loss(const plan_inputs& in, const kv_plan& p) {
-    double loss = p.ranks_k.empty() ? 0.0 : ranks_loss(in.curves, p.ranks_k, p.ranks_v, p.kbasis);
+    double loss = p.ranks_k.empty() ? 0.0 : in.rank_weight * ranks_loss(in.curves, p.ranks_k, p.ranks_v, p.kbasis);
     const size_t nh = (size_t)in.curves.n_layer * in.curves.n_kv;
     for (size_t h = 0; h < nh; h++) loss += in.qloss(p.head_bits_k(h), p.head_bits_v(h), h);
     return loss;
@@ -233,7 +234,7 @@ kv_plan plan_per_head(const plan_inputs& in, double target) {
                     if (bk < 16 && b != 0) continue;
                     for (size_t rk = 0; rk < nr; rk++)
                         for (size_t rv = 0; rv < nr; rv++) {
-                            const double l = c.loss_k[b][h * nr + rk] + c.loss_v[h * nr + rv] + lq;
+                            const double l = in.rank_weight * (c.loss_k[b][h * nr + rk] + c.loss_v[h * nr + rv]) + lq;
                             what[h].push_back({bk, bv, b, c.grid[rk], c.grid[rv]});
                             items[h].push_back({plan_head_cost(bk, bv, c.grid[rk], c.grid[rv]), l});
                         }
@@ -334,9 +335,11 @@ kv_plan plan_for_target(const plan_inputs& in, double target) {
     return best;
 }
 
-kv_plan plan_for_target(const model& m, double target) {
+kv_plan plan_for_target(const model& m, double target, double rank_weight) {
     plan_validate_target(target);
-    return plan_for_target(plan_inputs::from_model(m), target);
+    plan_inputs in = plan_inputs::from_model(m);
+    if (rank_weight > 0) in.rank_weight = rank_weight;
+    return plan_for_target(in, target);
 }
 
 void plan_check_model(const kv_plan& p, const model& m, const std::string& where) {

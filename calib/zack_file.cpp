@@ -1,5 +1,6 @@
 #include "calib/zack_file.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -22,6 +23,12 @@ zack_spectra zack_calibration_spectra(const zack_calibration& c) {
     return spec;
 }
 
+bool zack_calibration_fits_rank_weight(const zack_calibration& c) {
+    if (c.sens.grid.empty()) return false;
+    const plan_inputs in = zack_calibration_plan_inputs(c);
+    return in.per_head() && std::find(in.qbits.begin(), in.qbits.end(), 2) != in.qbits.end();
+}
+
 plan_inputs zack_calibration_plan_inputs(const zack_calibration& c) {
     if (c.sens.grid.empty()) ZK_THROW("the calibration has no sensitivity curves (--sens-tokens 0)");
     plan_inputs in;
@@ -31,6 +38,7 @@ plan_inputs zack_calibration_plan_inputs(const zack_calibration& c) {
     in.curves.loss_v = c.sens.v;
     in.qbits = c.sens.qbits;
     in.q = c.sens.q;
+    in.rank_weight = c.sens.rank_weight;
     return in;
 }
 
@@ -119,6 +127,7 @@ void zack_file_write(const model& src, const zack_calibration& c, const zack_wri
             w.set("zack.sens.q", gguf_value::make_arr_f32(to_f32(c.sens.q.data(), nq)));
         }
         w.set("zack.sens.metric", gguf_value::make_str(c.sens.metric));
+        w.set("zack.sens.rank_weight", gguf_value::make_f32((float)c.sens.rank_weight));
         w.set("zack.sens.queries", gguf_value::make_u64((uint64_t)c.sens.queries));
         w.set("zack.sens.tokens", gguf_value::make_u64((uint64_t)c.sens.tokens));
     }

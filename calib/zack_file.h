@@ -44,6 +44,7 @@ struct zack_sens_curves {
     std::vector<double> q;
     std::string metric;                    // what the numbers are
     int64_t queries = 0, tokens = 0;       // measured query tokens, tokens fed
+    double rank_weight = 1;                // plan_inputs::rank_weight (calib/rank_fit.h fits it)
 };
 
 // Rotations and singular values of every (layer, KV head).
@@ -66,6 +67,9 @@ struct zack_spectra;
 zack_spectra zack_calibration_spectra(const zack_calibration& c);
 // What plan prediction needs, from a calibration with sensitivity curves.
 plan_inputs zack_calibration_plan_inputs(const zack_calibration& c);
+// Whether the calibration has what the rank-weight fit needs (calib/rank_fit.h):
+// curves and the loss of every precision pair, 2-bit among them.
+bool zack_calibration_fits_rank_weight(const zack_calibration& c);
 
 struct zack_write_params {
     int rank_align = 4;

@@ -145,6 +145,9 @@ void model_load_sensitivity(model& m) {
         std::copy(q4.begin(), q4.end(), z.sens_q.begin() + 8 * nh);  // [2][2]
     }
     z.sens_metric = f.get_str("zack.sens.metric", "");
+    z.sens_rank_weight = f.get_float("zack.sens.rank_weight", 1.0);
+    if (!(z.sens_rank_weight > 0 && z.sens_rank_weight < 1e6))
+        ZK_THROW("%s: zack.sens.rank_weight %g is not a positive weight", f.path().c_str(), z.sens_rank_weight);
 }
 
 // The zack.* keys and tensors of a .zack file (models/README.md lists them).

@@ -105,6 +105,9 @@ struct zack_info {
     std::vector<int32_t> sens_qbits;
     std::vector<float> sens_q;
     std::string sens_metric;
+    // What a unit of rank loss costs against a unit of quantization loss in a
+    // plan (calib/plan.h, plan_inputs::rank_weight); 1 in files without it.
+    double sens_rank_weight = 1.0;
     bool has_key_bases() const { return !layers.empty() && layers[0].kqa && layers[0].kqb && layers[0].kpair; }
 };
 

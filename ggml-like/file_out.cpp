@@ -167,6 +167,28 @@ void file_out::commit() {
     on_signal_.release();
 }
 
+file_scratch::file_scratch(const std::string& target, const char* tag) {
+    const std::string dir = file_out_dirname(target);
+    std::string pat = dir + "/." + file_out_basename(target) + "." + tag + ".XXXXXX";
+    std::vector<char> name(pat.begin(), pat.end());
+    name.push_back('\0');
+    int fd;
+    {
+        const interrupt_hold hold;  // registered before a Ctrl-C can end the process
+        fd = mkostemp(name.data(), O_CLOEXEC);
+        if (fd >= 0) on_signal_.track(name.data());
+    }
+    if (fd < 0)
+        ZK_THROW("%s: cannot create a scratch file in '%s': %s", target.c_str(), dir.c_str(), std::strerror(errno));
+    close(fd);
+    path_ = name.data();
+}
+
+file_scratch::~file_scratch() {
+    unlink(path_.c_str());
+    on_signal_.release();
+}
+
 void file_out_write(const std::string& path, const std::string& data) {
     file_out f(path);
     f.write(data);

@@ -63,6 +63,23 @@ private:
 // The whole file at once: file_out + write + commit.
 void file_out_write(const std::string& path, const std::string& data);
 
+// An intermediate file next to an output (".NAME.TAG.XXXXXX" in the
+// directory of `target`, created empty): a step that must write and read a
+// whole file before the real output exists (calibrate's rank-weight fit). It is
+// removed when this object ends, and by Ctrl-C / SIGTERM / SIGPIPE meanwhile.
+class file_scratch {
+public:
+    file_scratch(const std::string& target, const char* tag);
+    ~file_scratch();
+    file_scratch(const file_scratch&) = delete;
+    file_scratch& operator=(const file_scratch&) = delete;
+    const std::string& path() const { return path_; }
+
+private:
+    std::string path_;
+    interrupt_temp on_signal_;
+};
+
 // ---- standard output ----
 // Writes to stdout and flushes; throws zk::error("writing to standard output:
 // ...") when the stream reports an error (a full disk, a closed pipe when

@@ -18,6 +18,7 @@
 #include "calib/corpus.h"
 #include "calib/ranks.h"
 #include "calib/plan.h"
+#include "calib/rank_fit.h"
 #include "calib/sensitivity.h"
 #include "calib/zack_file.h"
 #include "engine/model.h"
@@ -64,6 +65,10 @@ void options_add_calibrate(CLI::App& app, calibrate_opts& o) {
         ->check(CLI::Range(int64_t(0), int64_t(1) << 24));
     app.add_option("--sens-stride", o.sens_stride, "sensitivity pass: every N-th token of a window is a measured query")
         ->check(CLI::Range(1, 1 << 16));
+    app.add_option("--fit-tokens", o.fit_tokens,
+                   "tokens set aside from the end of the corpus (at most a third) on which the weight of rank "
+                   "losses against quantization losses in KV plans is chosen end to end (0 = none: weight 1)")
+        ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
     app.add_option("--kv-target", o.kv_targets,
                    "record KV plans (precision + ranks) predicted for these fractions of the f16 cache, each in "
                    "(0, 1]; run/bench/eval --kv-plan F uses one")
@@ -134,7 +139,7 @@ int cmd_calibrate(const calibrate_opts& o) {
     if (texts.empty()) {
         corpus_gen_params gp;
         // A small margin: the text is re-tokenized and each window adds a BOS.
-        gp.n_tokens = o.n_tokens + o.n_tokens / 32 + 64;
+        gp.n_tokens = o.n_tokens + o.n_tokens / 32 + 64 + (o.sens_tokens > 0 ? o.fit_tokens : 0);
         gp.seed = o.seed;
         gp.sampling = o.gen;
         gp.max_per_sample = o.gen_len;
@@ -148,7 +153,22 @@ int cmd_calibrate(const calibrate_opts& o) {
     } else {
         corpus_desc = "files: " + join_names(o.corpus);
     }
-    const std::vector<std::vector<int32_t>> docs = corpus_tokenize(*m, texts);
+    std::vector<std::vector<int32_t>> docs = corpus_tokenize(*m, texts);
+    // The rank-weight fit measures on the end of the corpus, which the statistics and the
+    // sensitivity pass then never see (in-sample, rank cuts look cheaper than they are):
+    // at most a third of it, and none below 256 tokens.
+    std::vector<std::vector<int32_t>> fit_docs;
+    if (o.fit_tokens > 0 && o.sens_tokens > 0) {
+        int64_t total = 0;
+        for (const auto& d : docs) total += (int64_t)d.size();
+        const int64_t n_fit = std::min<int64_t>(o.fit_tokens, total / 3);
+        if (n_fit >= 256)
+            fit_docs = corpus_take_tail(docs, n_fit);
+        else
+            std::fprintf(stderr, "zack calibrate: note: a corpus of %lld tokens is too short to set %lld aside for the "
+                         "rank-weight fit; plans weigh rank and quantization losses 1:1\n",
+                         (long long)total, (long long)o.fit_tokens);
+    }
 
     calib_params cp;
     cp.n_tokens = o.n_tokens;
@@ -179,6 +199,22 @@ int cmd_calibrate(const calibrate_opts& o) {
     }
     zack_write_params wp;
     wp.rank_align = o.rank_align;
+    if (!fit_docs.empty() && zack_calibration_fits_rank_weight(c)) {
+        // the weight of rank losses in plans, end to end on the .zack itself: written
+        // first to a temporary file next to the output, loaded, measured, removed
+        const file_scratch fit_file(out_target, "rankfit");
+        zack_file_write(*m, c, wp, fit_file.path());
+        const auto zm = model_load(fit_file.path());
+        rank_fit_params fp;
+        fp.n_tokens = o.fit_tokens;
+        fp.n_ctx = std::min<int64_t>(o.fit_tokens, 3072);
+        fp.n_score = fp.n_ctx / 4;
+        fp.n_threads = n_threads;
+        fp.progress = !o.quiet;
+        const rank_fit f = calib_fit_rank_weight(*zm, zack_calibration_plan_inputs(c), fit_docs, fp);
+        c.sens.rank_weight = f.weight;
+        std::fprintf(stderr, "zack calibrate: rank losses weigh %.3g x quantization losses in KV plans\n", f.weight);
+    }
     for (double t : o.kv_targets) {
         kv_plan pl = plan_for_target(zack_calibration_plan_inputs(c), t);
         pl.source = "zack calibrate --kv-target";

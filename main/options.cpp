@@ -123,6 +123,9 @@ void options_add_model(CLI::App& app, model_opts& o) {
     app.add_option("--kv-target", o.kv_target,
                    "a KV plan (precision + ranks) predicted for this fraction of the f16 cache, in (0, 1] "
                    "(a .zack with sensitivity curves)")->group(g);
+    app.add_option("--kv-rank-weight", o.kv_rank_weight,
+                   "with --kv-target: what a unit of measured rank loss costs against a unit of quantization loss "
+                   "(> 0; default: the weight zack calibrate measured, zack.sens.rank_weight)")->group(g);
     app.add_option("--kv-plan", o.kv_plan,
                    "a KV plan: a plan file (zack eval --target writes one) or the target of a plan the .zack "
                    "recorded (zack calibrate --kv-target)")->group(g);
@@ -323,6 +326,9 @@ void options_resolve_ranks(const model_opts& o, const model& m, session_params& 
         ZK_THROW("--kv-eps %g is out of range [0, 1) (-1 = off)", o.kv_eps);
     if (std::isnan(o.kv_target) || (o.kv_target != -1 && !(o.kv_target > 0 && o.kv_target <= 1)))
         ZK_THROW("--kv-target %g is outside (0, 1] (a fraction of the f16 full-rank cache)", o.kv_target);
+    if (std::isnan(o.kv_rank_weight) || (o.kv_rank_weight != -1 && !(o.kv_rank_weight > 0)))
+        ZK_THROW("--kv-rank-weight %g must be positive", o.kv_rank_weight);
+    if (o.kv_rank_weight > 0 && o.kv_target <= 0) ZK_THROW("--kv-rank-weight goes with --kv-target");
     const bool want_plan = o.kv_target > 0 || !o.kv_plan.empty();
     const bool want = o.kv_rate >= 0 || o.kv_eps >= 0;
     if (want_plan) {
@@ -333,7 +339,8 @@ void options_resolve_ranks(const model_opts& o, const model& m, session_params& 
         if (!m.zack.present)
             ZK_THROW("%s: KV plans need a .zack model; make one with: zack calibrate -m %s -o MODEL.zack",
                      m.file->path().c_str(), m.file->path().c_str());
-        const kv_plan plan = o.kv_plan.empty() ? plan_for_target(m, o.kv_target) : plan_load(m, o.kv_plan);
+        const kv_plan plan =
+            o.kv_plan.empty() ? plan_for_target(m, o.kv_target, o.kv_rank_weight) : plan_load(m, o.kv_plan);
         if (plan.evict != "none" && o.kv_evict != "none")
             ZK_THROW("the KV plan sets eviction (%s): drop --kv-evict", plan.evict.c_str());
         plan_apply(plan, m, p);

@@ -52,6 +52,7 @@ struct model_opts {
     std::string kv_alloc;      // sensitivity | sigma | uniform; "" = sensitivity when the .zack has curves
     std::string kv_key_basis = "auto";  // auto | pca | score | pairs
     double kv_target = -1;     // a plan for this fraction of the f16 cache (calib/plan.h); < 0: not set
+    double kv_rank_weight = -1;  // --kv-target's rank weight (plan_inputs::rank_weight); < 0: the .zack's
     std::string kv_plan;       // a plan file, or the target of a plan the .zack recorded
     bool verbose = false;
     // llama.cpp spellings (k_group_llama): empty = not given

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "calib/calibrate.h"
 #include "calib/corpus.h"
 #include "calib/plan.h"
+#include "calib/rank_fit.h"
 #include "calib/sensitivity.h"
 #include "calib/zack_file.h"
 #include "engine/model.h"
@@ -41,13 +43,18 @@ struct temp_zack {
     ~temp_zack() { std::remove(path.c_str()); }
 };
 
+// The calibration texts, tokenized.
+std::vector<std::vector<int32_t>> calib_docs(const model& m) {
+    const std::string dir = std::string(ZACK_SOURCE_DIR) + "/tests/data/calib/";
+    return corpus_tokenize(m, corpus_read_files({dir + "apache-2.0.txt", dir + "cc0-1.0.txt"}));
+}
+
 // A .zack of the default model from the calibration texts, with sensitivity curves and a plan.
 const temp_zack& calibrated() {
     static temp_zack z;
     if (z.m) return z;
     const model& src = zk_test::source_model();
-    const std::string dir = std::string(ZACK_SOURCE_DIR) + "/tests/data/calib/";
-    const auto docs = corpus_tokenize(src, corpus_read_files({dir + "apache-2.0.txt", dir + "cc0-1.0.txt"}));
+    const auto docs = calib_docs(src);
     calib_params cp;
     cp.n_tokens = 4096;
     cp.n_ctx = 512;
@@ -185,3 +192,50 @@ TEST(AllocModel, PlanForAnotherModelIsRefused) {
 }
 
 }  // namespace
+
+// The weight of rank losses against quantization losses, chosen end to end on
+// the calibration text (calib/rank_fit.h), must give plans no worse on unseen
+// text than the 1:1 sum, at the targets where plans trade rank cuts for bits.
+TEST(AllocModel, FittedRankWeightPlansAreNoWorse) {
+    const model& m = *calibrated().m;
+    plan_inputs in = plan_inputs::from_model(m);
+    ASSERT_TRUE(in.per_head());
+    rank_fit_params fp;
+    fp.n_tokens = 768;
+    fp.n_ctx = 768;
+    fp.n_score = 384;
+    fp.progress = false;
+    // on text neither the calibration (licences) nor the held-out measure (Python) uses
+    const std::string dir = std::string(ZACK_SOURCE_DIR) + "/tests/data/tokenizer/";
+    const auto fit_docs = corpus_tokenize(m, corpus_read_files({dir + "prose_handwritten.txt", dir + "code_xxmodule.c.txt"}));
+    const rank_fit f = calib_fit_rank_weight(m, in, fit_docs, fp);
+    ASSERT_EQ(f.kl.size(), fp.weights.size());
+    EXPECT_GT(f.tokens, 300);
+    for (size_t i = 0; i < f.kl.size(); i++) {
+        std::printf("weight %-5g calibration KL %.4f%s\n", fp.weights[i], f.kl[i], fp.weights[i] == f.weight ? "  <-" : "");
+        EXPECT_GE(f.kl[i], *std::min_element(f.kl.begin(), f.kl.end()));
+        if (fp.weights[i] == f.weight) EXPECT_EQ(f.kl[i], *std::min_element(f.kl.begin(), f.kl.end()));
+    }
+    EXPECT_GT(f.targets[0], 0.1);
+    EXPECT_LT(f.targets[1], 0.4);
+
+    const int64_t n = 384, skip = 32;
+    const std::vector<int32_t> ids = heldout_tokens(m, n);
+    session_params base_p;
+    base_p.n_ctx = n;
+    base_p.n_batch = n;
+    session b(m, base_p);
+    const std::vector<double> base = log_probs(b.decode(ids.data(), n, true), n, m.hp.n_vocab);
+    double sum[2] = {0, 0};
+    for (double t : f.targets)
+        for (int k = 0; k < 2; k++) {
+            in.rank_weight = k == 0 ? 1.0 : f.weight;
+            const kv_plan p = plan_for_target(in, t);
+            session_params sp = base_p;
+            plan_apply(p, m, sp);
+            const double kl = kl_of(m, sp, ids, base, skip);
+            sum[k] += kl;
+            std::printf("held out: target %.3f weight %-5g %s  KL %.4f\n", t, in.rank_weight, p.describe().c_str(), kl);
+        }
+    EXPECT_LE(sum[1], sum[0] * 1.05) << "summed held-out KL: fitted weight " << f.weight << " vs 1";
+}

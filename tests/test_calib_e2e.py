@@ -236,7 +236,9 @@ def main():
               f"bench --kv-rate 0.5 holds fewer KV bytes ({half['kv_bytes_per_token']} vs {full['kv_bytes_per_token']})")
     else:
         check(False, f"bench --kv-rate: {p.stderr.strip()}")
-    for args, needle in [(["--kv-rate", "1.2"], "rate"), (["--kv-eps", "0.1", "--kv-rate", "0.2"], "not both"), (["--kv-rate", "-0.5"], "rate")]:
+    for args, needle in [(["--kv-rate", "1.2"], "rate"), (["--kv-eps", "0.1", "--kv-rate", "0.2"], "not both"),
+                         (["--kv-rate", "-0.5"], "rate"), (["--kv-rank-weight", "3"], "goes with --kv-target"),
+                         (["--kv-target", "0.3", "--kv-rank-weight", "-2"], "must be positive")]:
         p = subprocess.run([ZACK, "run", "-m", out, "-p", "hi", *args], capture_output=True, text=True)
         check(p.returncode != 0 and needle in p.stderr and len(p.stderr.strip().splitlines()) == 1,
               f"run {args}: {p.stderr.strip()!r}")

@@ -137,8 +137,10 @@ TEST(PlanPerHead, BestOfEveryCombination) {
     const int d = 16;
     const std::vector<int> grid = {8, 16};
     const std::vector<int> bits = {16, 8, 4, 2};
-    for (uint32_t seed = 1; seed <= 6; seed++) {
-        const zk::plan_inputs in = tiny_inputs(seed, 1, 2, d, grid);
+    for (uint32_t seed = 1; seed <= 6; seed++)
+    for (const double w : {1.0, 3.7}) {  // rank losses weighted against quantization losses
+        zk::plan_inputs in = tiny_inputs(seed, 1, 2, d, grid);
+        in.rank_weight = w;
         const double f16 = zk::plan_f16_bytes(1, 2, d);
         for (double target : {0.12, 0.2, 0.3, 0.45, 0.7, 1.0}) {
             // every (bits_k, bits_v, basis, rank_k, rank_v) of both heads, costed as the plan costs them
@@ -150,7 +152,7 @@ TEST(PlanPerHead, BestOfEveryCombination) {
                         for (int b : {0, 2})  // quantized keys: pca only (the basis their loss is measured in)
                             for (int rk = 0; rk < 2 && (bk == 16 || b == 0); rk++)
                                 for (int rv = 0; rv < 2; rv++)
-                                    o[h].push_back({in.curves.loss_k[b][h * 2 + rk] + in.curves.loss_v[h * 2 + rv] +
+                                    o[h].push_back({w * (in.curves.loss_k[b][h * 2 + rk] + in.curves.loss_v[h * 2 + rv]) +
                                                         in.qloss(bk, bv, h),
                                                     zk::plan_head_cost(bk, bv, grid[rk], grid[rv])});
             double best = std::numeric_limits<double>::infinity();
@@ -162,7 +164,8 @@ TEST(PlanPerHead, BestOfEveryCombination) {
                 continue;
             }
             const zk::kv_plan p = zk::plan_for_target(in, target);
-            EXPECT_NEAR(p.loss, best, 1e-9) << "seed " << seed << " target " << target << " " << p.to_json().dump();
+            EXPECT_NEAR(p.loss, best, 1e-9) << "seed " << seed << " weight " << w << " target " << target << " "
+                                            << p.to_json().dump();
             EXPECT_NEAR(zk::plan_predicted_loss(in, p), p.loss, 1e-12);
             EXPECT_LE(p.kv_fraction, target + 1e-12);
             EXPECT_NEAR(p.kv_fraction, zk::plan_bytes(p) / f16, 1e-12);
@@ -205,6 +208,28 @@ TEST(PlanPerHead, SensitiveHeadsKeepMoreBits) {
     EXPECT_EQ(r.bits, 16);
     EXPECT_GT(r.rate, 0.3);
     EXPECT_EQ(r.to_json()["zack_plan"], 1);
+}
+
+// The heavier rank losses weigh against quantization losses, the fewer
+// dimensions a plan cuts for the same bytes (it quantizes harder instead).
+TEST(PlanPerHead, RankWeightTradesRanksForBits) {
+    zk::plan_inputs in = tiny_inputs(11, 4, 2, 64, {16, 32, 48, 64});
+    auto first_rate = [&](double t) {
+        zk::plan_inputs a = in;
+        a.rank_weight = 0.2;
+        return zk::plan_for_target(a, t).rate;
+    };
+    for (double t : {0.15, 0.25, 0.4}) {
+        double last = 2.0;
+        for (const double w : {0.2, 1.0, 5.0, 50.0}) {
+            in.rank_weight = w;
+            const zk::kv_plan p = zk::plan_for_target(in, t);
+            EXPECT_LE(p.rate, last + 1e-12) << "target " << t << " weight " << w;
+            EXPECT_LE(p.kv_fraction, t);
+            last = p.rate;
+        }
+        EXPECT_LT(last, first_rate(t)) << "target " << t << ": the weight changed nothing";
+    }
 }
 
 TEST(PlanFile, PerHeadRoundTripAndBadInput) {

@@ -1,0 +1,54 @@
+// The exchange rate between the two kinds of loss a KV plan adds up
+// (calib/plan.h, plan_inputs::rank_weight), chosen end to end at calibration.
+//
+// The sensitivity pass measures rank cuts and quantized caches in one unit,
+// the relative error of each layer's attention output, but they need not cost
+// the same at the model's output: a rank cut removes the same directions from
+// every token, quantization adds noise. On Qwen2.5-Coder-1.5B plans that summed
+// them 1:1 cut ranks where 2-bit codes were cheaper (plan 0.2 at 4K context: KLD
+// 0.054; with rank losses weighted 30x, 0.029 for the same bytes); on
+// SmolLM2-135M 1:1 is about right. It depends on the context too: on the same
+// Qwen text at 1K context, weight 1 did better than 30 (KLD 0.029 vs 0.038 at
+// plan 0.2): a rank cut's error grows with the keys a query attends over. A
+// ratio of two probes (2-bit everywhere vs a rank cut) predicted 0.17 on
+// SmolLM2 and made plans worse: the KL is not linear in the predicted loss.
+// So the weight is chosen the way it is used, at a long context: for each
+// candidate weight, the plans at two targets in the range where plans trade
+// rank cuts for bits (a quarter and half of the way from the 2-bit cache's
+// bytes to the 4-bit one's) are run over windows of corpus text the
+// statistics never saw (n_ctx tokens, the last n_score of them scored), and
+// the weight whose plans lose the least KL to the full cache wins (ties go to 1).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "calib/plan.h"
+
+namespace zk {
+
+struct model;
+
+struct rank_fit_params {
+    int64_t n_tokens = 3072;  // tokens, in windows of n_ctx (BOS added where the vocabulary has one)
+    int64_t n_ctx = 3072;
+    int64_t n_score = 768;    // positions scored at the end of each window (the rest is context)
+    std::vector<double> weights = {1, 3, 10, 30};  // candidates
+    int n_threads = 2;
+    bool progress = true;  // a line per candidate on stderr
+};
+
+struct rank_fit {
+    double weight = 1;
+    double targets[2] = {0, 0};   // the plans' targets (fractions of the f16 cache)
+    std::vector<double> kl;       // per candidate: the summed mean KL of its two plans
+    int64_t tokens = 0;           // positions scored per plan
+};
+
+// zm: a .zack model (its folded weights serve the ranks); in: its plan inputs
+// (curves and the loss of every precision pair, 2-bit among them); docs: token
+// documents (no BOS), the windows taken from their end. Throws zk::error when
+// the inputs lack the 2-bit losses or the documents have no window.
+rank_fit calib_fit_rank_weight(const model& zm, const plan_inputs& in, const std::vector<std::vector<int32_t>>& docs,
+                               const rank_fit_params& p);
+
+}  // namespace zk
