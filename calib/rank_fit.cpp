@@ -123,6 +123,9 @@ rank_fit calib_fit_rank_weight(const model& zm, const plan_inputs& in, const std
         // strictly better wins; at equal KL, the weight nearer 1
         if (kl < best || (kl == best && std::fabs(std::log(w)) < std::fabs(std::log(f.weight)))) best = kl, f.weight = w;
     }
+    // 1:1 stays unless the winner beats it clearly (noise on short text moves nearby weights)
+    for (size_t i = 0; i < p.weights.size(); i++)
+        if (p.weights[i] == 1 && f.weight != 1 && best > f.kl[i] * (1 - p.margin)) f.weight = 1;
     return f;
 }
 

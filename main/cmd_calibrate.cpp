@@ -139,7 +139,8 @@ int cmd_calibrate(const calibrate_opts& o) {
     if (texts.empty()) {
         corpus_gen_params gp;
         // A small margin: the text is re-tokenized and each window adds a BOS.
-        gp.n_tokens = o.n_tokens + o.n_tokens / 32 + 64 + (o.sens_tokens > 0 ? o.fit_tokens : 0);
+        // ... and the text the rank-weight fit sets aside (below), up to half as much again
+        gp.n_tokens = o.n_tokens + o.n_tokens / 32 + 64 + (o.sens_tokens > 0 ? std::min(o.fit_tokens, o.n_tokens / 2) : 0);
         gp.seed = o.seed;
         gp.sampling = o.gen;
         gp.max_per_sample = o.gen_len;

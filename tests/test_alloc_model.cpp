@@ -196,6 +196,8 @@ TEST(AllocModel, PlanForAnotherModelIsRefused) {
 // The weight of rank losses against quantization losses, chosen end to end on
 // the calibration text (calib/rank_fit.h), must give plans no worse on unseen
 // text than the 1:1 sum, at the targets where plans trade rank cuts for bits.
+// On SmolLM2 the candidates' KL differ by noise and the margin keeps 1 (weight
+// 3 was 7.6% better on the fit text and 5.7% worse held out).
 TEST(AllocModel, FittedRankWeightPlansAreNoWorse) {
     const model& m = *calibrated().m;
     plan_inputs in = plan_inputs::from_model(m);
@@ -214,7 +216,12 @@ TEST(AllocModel, FittedRankWeightPlansAreNoWorse) {
     for (size_t i = 0; i < f.kl.size(); i++) {
         std::printf("weight %-5g calibration KL %.4f%s\n", fp.weights[i], f.kl[i], fp.weights[i] == f.weight ? "  <-" : "");
         EXPECT_GE(f.kl[i], *std::min_element(f.kl.begin(), f.kl.end()));
-        if (fp.weights[i] == f.weight) EXPECT_EQ(f.kl[i], *std::min_element(f.kl.begin(), f.kl.end()));
+    }
+    // the chosen weight is the least KL's, or 1 when that one is within the margin of 1's
+    const double least = *std::min_element(f.kl.begin(), f.kl.end());
+    for (size_t i = 0; i < f.kl.size(); i++) {
+        if (fp.weights[i] == f.weight && f.weight != 1) EXPECT_EQ(f.kl[i], least);
+        if (fp.weights[i] == 1 && f.weight == 1) EXPECT_GE(least, f.kl[i] * (1 - fp.margin) - 1e-12);
     }
     EXPECT_GT(f.targets[0], 0.1);
     EXPECT_LT(f.targets[1], 0.4);
