@@ -220,8 +220,12 @@ TEST(AllocModel, FittedRankWeightPlansAreNoWorse) {
     // the chosen weight is the least KL's, or 1 when that one is within the margin of 1's
     const double least = *std::min_element(f.kl.begin(), f.kl.end());
     for (size_t i = 0; i < f.kl.size(); i++) {
-        if (fp.weights[i] == f.weight && f.weight != 1) EXPECT_EQ(f.kl[i], least);
-        if (fp.weights[i] == 1 && f.weight == 1) EXPECT_GE(least, f.kl[i] * (1 - fp.margin) - 1e-12);
+        if (fp.weights[i] == f.weight && f.weight != 1) {
+            EXPECT_EQ(f.kl[i], least);
+        }
+        if (fp.weights[i] == 1 && f.weight == 1) {
+            EXPECT_GE(least, f.kl[i] * (1 - fp.margin) - 1e-12);
+        }
     }
     EXPECT_GT(f.targets[0], 0.1);
     EXPECT_LT(f.targets[1], 0.4);
