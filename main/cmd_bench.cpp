@@ -11,6 +11,7 @@
 // are totals over the row's B sequences.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <cmath>
@@ -19,9 +20,6 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "calib/alloc.h"
-#include "calib/plan.h"
-#include "calib/ranks.h"
 #include "engine/batch.h"
 #include "engine/model.h"
 #include "engine/session.h"
@@ -138,10 +136,11 @@ std::string bench_bits_from_cache_types(const bench_opts& o) {
                  o.cache_type_k.c_str(), o.cache_type_v.c_str());
     std::string bits;
     for (const std::string& t : k) {
-        std::string type = o.kv_type;
+        std::string type = o.kv.kv_type;
         int b = 16;
         options_cache_type(t, "-ctk", &type, &b);
-        if (type != o.kv_type) ZK_THROW("-ctk %s: bench takes one element type; use --kv-type %s", t.c_str(), t.c_str());
+        if (type != o.kv.kv_type)
+            ZK_THROW("-ctk %s: bench takes one element type; use --kv-type %s", t.c_str(), t.c_str());
         bits += (bits.empty() ? "" : ",") + std::to_string(b);
     }
     return bits;
@@ -166,23 +165,24 @@ void options_add_bench(CLI::App& app, bench_opts& o) {
     app.add_option("-r,--repetitions", o.reps, "repetitions per test")->check(CLI::Range(1, 1000));
     app.add_option("-c,--ctx-size", o.n_ctx, "context size (0 = just enough for the largest test)")
         ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
-    app.add_option("--kv-type", o.kv_type, "KV cache element type")->check(CLI::IsMember({"f32", "f16"}));
     app.add_option("-o,--output", o.format, "output format (jsonl: one JSON object per test, printed as it ends)")
         ->check(CLI::IsMember({"md", "csv", "json", "jsonl"}));
     app.add_option("--output-file", o.output_file, "write the results to this file instead of stdout");
-    app.add_option("--kv-rate", o.kv_rate, "ZACK compression rates, comma list (-1 = uncompressed; needs a .zack)");
-    app.add_option("--kv-bits", o.kv_bits, "KV precisions, comma list of 16, 8, 4, 2");
-    app.add_option("--kv-evict", o.kv_evict, "eviction policies, comma list");
-    app.add_option("--kv-budget", o.kv_budget, "eviction budgets in tokens, comma list (0 = none)");
-    app.add_flag("--kv-gear", o.kv_gear, "GEAR error correction for 4- and 2-bit caches");
-    app.add_option("--kv-alloc", o.kv_alloc, "how --kv-rate ranks are allocated: sensitivity, sigma or uniform")
-        ->check(CLI::IsMember({"sensitivity", "sigma", "uniform"}));
+    const char* g = k_group_kv;
+    app.add_option("--kv-rate", o.kv_rate, "ZACK compression rates, comma list (-1 = uncompressed; needs a .zack)")
+        ->group(g);
+    app.add_option("--kv-bits", o.kv_bits, "KV precisions, comma list of 16, 8, 4, 2")->group(g);
+    app.add_option("--kv-evict", o.kv_evict, "eviction policies, comma list")->group(g);
+    app.add_option("--kv-budget", o.kv_budget, "eviction budgets in tokens, comma list (0 = none)")->group(g);
     app.add_option("--kv-plan", o.kv_plan,
                    "KV plans, comma list: plan files or targets of plans the .zack recorded (each one more "
-                   "configuration)");
+                   "configuration)")->group(g);
     app.add_option("--kv-target", o.kv_target,
-                   "KV plans predicted for these fractions of the f16 cache, comma list (each one more configuration)");
-    const char* g = k_group_llama;
+                   "KV plans predicted for these fractions of the f16 cache, comma list (each one more configuration)")
+        ->group(g);
+    // the rest, one value each, as `zack run` takes them (--kv-gear applies to the 4- and 2-bit configurations)
+    options_add_kv(app, o.kv, true);
+    g = k_group_llama;
     app.add_option("--cache-type-k", o.cache_type_k, "-ctk: comma list of f16, q8_0, q4_0 (-> --kv-bits 16, 8, 4)")
         ->group(g);
     app.add_option("--cache-type-v", o.cache_type_v, "-ctv: the same list as -ctk (K and V share one precision)")
@@ -230,72 +230,101 @@ int cmd_bench(const bench_opts& o) {
         std::fprintf(stderr, "bench: note: tests reach %lld tokens, beyond the model's trained context %d\n",
                      (long long)need, m->hp.n_ctx_train);
 
-    // KV configurations: the product of the --kv-* lists
+    // KV configurations: the product of the --kv-* lists, each turned into
+    // session parameters the way `zack run` turns its flags
     struct kv_config {
         session_params sp;
         std::string desc;
     };
     std::vector<kv_config> kv_configs;
-    for (const std::string& rate_s : split_list(o.kv_rate, "--kv-rate"))
-        for (int64_t bits : parse_list(kv_bits_list, "--kv-bits", 4))
-            for (const std::string& policy : split_list(o.kv_evict, "--kv-evict"))
-                for (int64_t budget : parse_list(o.kv_budget, "--kv-budget", 0)) {
-                    kv_config c;
-                    c.sp.n_ctx = n_ctx;
-                    c.sp.kv_type = dtype_from_name(o.kv_type);
-                    c.sp.n_batch = 512;
-                    c.sp.kv_bits = (int)bits;
-                    c.sp.kv_gear = o.kv_gear && (bits == 4 || bits == 2);
-                    c.sp.evict.policy = policy;
-                    c.sp.evict.budget = budget;
-                    c.desc = bits == 16 ? o.kv_type : strfmt("q%lld%s", (long long)bits, c.sp.kv_gear ? "+gear" : "");
-                    double rate = -1;
-                    try {
-                        rate = std::stod(rate_s);
-                    } catch (...) {
-                        ZK_THROW("--kv-rate: '%s' is not a number", rate_s.c_str());
-                    }
-                    if (rate >= 0) {
-                        if (!m->zack.present) ZK_THROW("--kv-rate needs a .zack model (zack calibrate makes one)");
-                        rank_request rq;
-                        rq.rate = rate;
-                        if (!o.kv_alloc.empty()) rq.alloc = rank_alloc_from_name(o.kv_alloc), rq.alloc_set = true;
-                        const zack_ranks r = ranks_resolve(*m, rq);
-                        c.sp.ranks_k = r.k;
-                        c.sp.ranks_v = r.v;
-                        c.sp.kbasis = r.kb;
-                        c.desc += strfmt(" zack%.2f", rate);
-                    }
-                    if (policy != "none") c.desc += strfmt(" %s%lld", policy.c_str(), (long long)budget);
-                    kv_cache_validate_params(session_kv_params(c.sp));
-                    evict_validate_params(c.sp.evict, n_ctx);
-                    kv_configs.push_back(c);
-                }
-
-    // KV plans: one configuration each, with the precision and ranks they set
-    auto add_plan = [&](const kv_plan& pl, const std::string& name) {
+    if (o.kv.kv_rank_weight != -1 && o.kv_target.empty()) ZK_THROW("--kv-rank-weight goes with --kv-target");
+    model_opts base = o.kv;
+    base.n_ctx = n_ctx;
+    base.n_batch = 512;
+    base.n_threads = 1;  // set per row group
+    // what the shared flags change from their defaults, in every description
+    std::string common;
+    const model_opts dflt;
+    if (base.kv_group != dflt.kv_group) common += strfmt(" g%d", base.kv_group);
+    if (base.kv_residual != dflt.kv_residual) common += strfmt(" res%d", base.kv_residual);
+    if (base.kv_sinks != dflt.kv_sinks) common += strfmt(" sinks%d", base.kv_sinks);
+    if (base.kv_recent != dflt.kv_recent) common += strfmt(" recent%lld", (long long)base.kv_recent);
+    if (base.kv_crush > 0) common += strfmt(" crush%g/%s", base.kv_crush, base.kv_crush_anchor.c_str());
+    // and what shapes the ranks, on the configurations that have ranks
+    std::string rank_desc;
+    if (!base.kv_alloc.empty()) rank_desc += " " + base.kv_alloc;
+    if (base.kv_uniform) rank_desc += " uniform";
+    if (base.kv_key_basis != dflt.kv_key_basis) rank_desc += " keys:" + base.kv_key_basis;
+    auto add_config = [&](const model_opts& mo, std::string desc) {
         kv_config c;
-        c.sp.n_ctx = n_ctx;
-        c.sp.kv_type = dtype_from_name(o.kv_type);
-        c.sp.n_batch = 512;
-        plan_apply(pl, *m, c.sp);
-        c.desc = "plan " + name;
-        kv_cache_validate_params(session_kv_params(c.sp));
-        evict_validate_params(c.sp.evict, n_ctx);
+        c.sp = options_session_params(mo);
+        options_resolve_ranks(mo, *m, c.sp);
+        c.desc = desc + common;
         kv_configs.push_back(c);
     };
+    auto number = [](const std::string& s, const char* flag) {
+        size_t used = 0;
+        double v = 0;
+        try {
+            v = std::stod(s, &used);
+        } catch (...) {
+            used = 0;
+        }
+        if (used != s.size()) ZK_THROW("%s: '%s' is not a number", flag, s.c_str());
+        return v;
+    };
+    std::vector<double> rates;
+    for (const std::string& rate_s : split_list(o.kv_rate, "--kv-rate")) rates.push_back(number(rate_s, "--kv-rate"));
+    // with a rate in the list, the configurations without one (-1) are the
+    // uncompressed baselines and drop the flags that shape ranks; with none,
+    // options_resolve_ranks says what such a flag needs
+    const bool some_rate = base.kv_eps >= 0 || *std::max_element(rates.begin(), rates.end()) >= 0;
+    for (double rate : rates)
+        for (int64_t bits : parse_list(kv_bits_list, "--kv-bits", 2))
+            for (const std::string& policy : split_list(o.kv_evict, "--kv-evict"))
+                for (int64_t budget : parse_list(o.kv_budget, "--kv-budget", 0)) {
+                    model_opts mo = base;
+                    mo.kv_rank_weight = -1;  // the plans' (below)
+                    mo.kv_bits = (int)bits;
+                    mo.kv_gear = base.kv_gear && (bits == 4 || bits == 2);
+                    mo.kv_evict = policy;
+                    mo.kv_budget = policy == "none" ? -1 : budget;
+                    mo.kv_rate = rate;
+                    std::string desc =
+                        bits == 16 ? mo.kv_type : strfmt("q%lld%s", (long long)bits, mo.kv_gear ? "+gear" : "");
+                    if (mo.kv_rate >= 0) desc += strfmt(" zack%.2f", mo.kv_rate);
+                    if (mo.kv_eps >= 0) desc += strfmt(" eps%.2f", mo.kv_eps);
+                    if (mo.kv_rate >= 0 || mo.kv_eps >= 0) {
+                        desc += rank_desc;
+                    } else if (some_rate) {
+                        mo.kv_uniform = false;
+                        mo.kv_alloc.clear();
+                        mo.kv_key_basis = dflt.kv_key_basis;
+                    }
+                    if (policy != "none") desc += strfmt(" %s%lld", policy.c_str(), (long long)budget);
+                    add_config(mo, desc);
+                }
+    // KV plans: one configuration each, with the precision, ranks and eviction they set
+    auto plan_opts = [&]() {
+        model_opts mo = base;  // without the flags that shape the --kv-rate configurations
+        mo.kv_gear = false;
+        mo.kv_eps = -1;
+        mo.kv_uniform = false;
+        mo.kv_alloc.clear();
+        mo.kv_key_basis = dflt.kv_key_basis;
+        return mo;
+    };
     if (!o.kv_plan.empty())
-        for (const std::string& spec : split_list(o.kv_plan, "--kv-plan")) add_plan(plan_load(*m, spec), spec);
+        for (const std::string& spec : split_list(o.kv_plan, "--kv-plan")) {
+            model_opts mo = plan_opts();
+            mo.kv_plan = spec;
+            add_config(mo, "plan " + spec);
+        }
     if (!o.kv_target.empty())
         for (const std::string& t : split_list(o.kv_target, "--kv-target")) {
-            double f = 0;
-            try {
-                f = std::stod(t);
-            } catch (...) {
-                ZK_THROW("--kv-target: '%s' is not a number", t.c_str());
-            }
-            if (!m->zack.present) ZK_THROW("--kv-target needs a .zack model (zack calibrate makes one)");
-            add_plan(plan_for_target(*m, f), "t" + t);
+            model_opts mo = plan_opts();
+            mo.kv_target = number(t, "--kv-target");
+            add_config(mo, "plan t" + t);
         }
 
     std::vector<bench_row> rows;

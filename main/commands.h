@@ -19,7 +19,6 @@ struct bench_opts {
     std::string threads = "2";
     int reps = 3;
     int64_t n_ctx = 0;
-    std::string kv_type = "f16";
     std::string format = "md";       // md | csv | json | jsonl (llama-bench's -o)
     std::string output_file;         // write the results here (file_out) instead of stdout
     // llama-bench spellings: -ctk/-ctv lists map onto --kv-bits; -ngl/-fa are accepted
@@ -29,10 +28,12 @@ struct bench_opts {
     std::string kv_bits = "16";
     std::string kv_evict = "none";
     std::string kv_budget = "0";
-    bool kv_gear = false;
-    std::string kv_alloc;           // how --kv-rate ranks are allocated ("" = sensitivity when the .zack has curves)
     // KV plans (calib/plan.h), each one more configuration: plan specs and targets, comma lists
     std::string kv_plan, kv_target;
+    // every other --kv-* flag, one value for all configurations: the table and
+    // the checks `zack run` uses (options_add_kv, options_session_params,
+    // options_resolve_ranks); its list fields are set per configuration
+    model_opts kv;
 };
 void options_add_bench(CLI::App& app, bench_opts& o);
 int cmd_bench(const bench_opts& o);

@@ -80,12 +80,29 @@ void options_add_model(CLI::App& app, model_opts& o) {
     app.add_option("-b,--batch-size", o.n_batch, "tokens per forward chunk during prompt processing")
         ->check(CLI::Range(int64_t(1), int64_t(1) << 16))->group(k_group_model);
     app.add_flag("-v,--verbose", o.verbose, "print model, cache and timing details to stderr")->group(k_group_model);
+    options_add_kv(app, o, false);
 
-    // The KV flags are validated by the engine (zk::error with the flag name),
-    // not by CLI11, so that every front end gets the same messages.
+    const char* g = k_group_llama;
+    app.add_option("--cache-type-k", o.cache_type_k,
+                   "-ctk: K cache type f32, f16, q8_0 or q4_0 (-> --kv-type / --kv-bits 16, 8, 4; zack stores K "
+                   "and V alike, so give -ctv the same)")->group(g);
+    app.add_option("--cache-type-v", o.cache_type_v, "-ctv: V cache type, as -ctk")->group(g);
+    app.add_option("--n-gpu-layers,--gpu-layers", o.n_gpu_layers,
+                   "-ngl: layers on the GPU; accepted, no effect in a CPU build (-v says so)")->group(g);
+    app.add_option("--flash-attn", o.flash_attn,
+                   "-fa [on|off|auto]: accepted, no effect: zack's attention is always one fused pass")
+        ->expected(0, 1)->group(g);
+}
+
+void options_add_kv(CLI::App& app, model_opts& o, bool lists_elsewhere) {
+    // The KV flags are validated by the engine and options_session_params /
+    // options_resolve_ranks (zk::error with the flag name), not by CLI11, so
+    // that every front end gets the same messages.
     const char* g = k_group_kv;
     app.add_option("--kv-type", o.kv_type, "KV cache element type")->check(CLI::IsMember({"f32", "f16"}))->group(g);
-    app.add_option("--kv-bits", o.kv_bits, "KV cache precision: 16 (--kv-type rows), 8, or 4 or 2 (KIVI layout)")->group(g);
+    if (!lists_elsewhere)
+        app.add_option("--kv-bits", o.kv_bits, "KV cache precision: 16 (--kv-type rows), 8, or 4 or 2 (KIVI layout)")
+            ->group(g);
     app.add_option("--kv-group", o.kv_group, "4/2-bit: tokens per per-channel key quantization group")->group(g);
     app.add_option("--kv-residual", o.kv_residual,
                    "4/2-bit: newest tokens kept in full precision, a multiple of the group (0 = 128 tokens, "
@@ -94,10 +111,12 @@ void options_add_model(CLI::App& app, model_opts& o) {
         ->group(g);
     app.add_option("--kv-gear-rank", o.kv_gear_rank, "GEAR: rank of the residual approximation")->group(g);
     app.add_option("--kv-gear-outliers", o.kv_gear_outliers, "GEAR: fraction of elements kept exactly")->group(g);
-    app.add_option("--kv-evict", o.kv_evict, "token eviction policy: none, streaming, h2o, snapkv, keyformer")
-        ->group(g);
-    app.add_option("--kv-budget", o.kv_budget, "tokens kept per (layer, KV head) with --kv-evict (-1 = not set)")
-        ->group(g);
+    if (!lists_elsewhere) {
+        app.add_option("--kv-evict", o.kv_evict, "token eviction policy: none, streaming, h2o, snapkv, keyformer")
+            ->group(g);
+        app.add_option("--kv-budget", o.kv_budget, "tokens kept per (layer, KV head) with --kv-evict (-1 = not set)")
+            ->group(g);
+    }
     app.add_option("--kv-sinks", o.kv_sinks,
                    "attention sinks: the first tokens, never evicted and kept exact (f32, full head dim) in a "
                    "quantized or compressed cache (0 = none)")->group(g);
@@ -106,9 +125,10 @@ void options_add_model(CLI::App& app, model_opts& o) {
     app.add_option("--kv-crush", o.kv_crush,
                    "KVCrush: fraction of the budget for representatives of evicted tokens (0 = off, < 1)")->group(g);
     app.add_option("--kv-crush-anchor", o.kv_crush_anchor, "KVCrush anchor: mean, random or alternate")->group(g);
-    app.add_option("--kv-rate", o.kv_rate,
-                   "ZACK: overall fraction of K/V dimensions removed, in [0, 1) (needs a .zack model; -1 = off)")
-        ->group(g);
+    if (!lists_elsewhere)
+        app.add_option("--kv-rate", o.kv_rate,
+                       "ZACK: overall fraction of K/V dimensions removed, in [0, 1) (needs a .zack model; -1 = off)")
+            ->group(g);
     app.add_option("--kv-eps", o.kv_eps, "ZACK: singular-value removal rate shared by all heads, in [0, 1) (-1 = off)")
         ->group(g);
     app.add_flag("--kv-uniform", o.kv_uniform, "ZACK: same rank for every head instead of adaptive ranks (ablation)")
@@ -120,26 +140,17 @@ void options_add_model(CLI::App& app, model_opts& o) {
     app.add_option("--kv-key-basis", o.kv_key_basis,
                    "ZACK: basis of the compressed keys: auto (the best per head, sensitivity), pca, score or pairs")
         ->check(CLI::IsMember({"auto", "pca", "score", "pairs"}))->group(g);
-    app.add_option("--kv-target", o.kv_target,
-                   "a KV plan (precision + ranks) predicted for this fraction of the f16 cache, in (0, 1] "
-                   "(a .zack with sensitivity curves)")->group(g);
+    if (!lists_elsewhere)
+        app.add_option("--kv-target", o.kv_target,
+                       "a KV plan (precision + ranks) predicted for this fraction of the f16 cache, in (0, 1] "
+                       "(a .zack with sensitivity curves)")->group(g);
     app.add_option("--kv-rank-weight", o.kv_rank_weight,
                    "with --kv-target: what a unit of measured rank loss costs against a unit of quantization loss "
                    "(> 0; default: the weight zack calibrate measured, zack.sens.rank_weight)")->group(g);
-    app.add_option("--kv-plan", o.kv_plan,
-                   "a KV plan: a plan file (zack eval --target writes one) or the target of a plan the .zack "
-                   "recorded (zack calibrate --kv-target)")->group(g);
-
-    g = k_group_llama;
-    app.add_option("--cache-type-k", o.cache_type_k,
-                   "-ctk: K cache type f32, f16, q8_0 or q4_0 (-> --kv-type / --kv-bits 16, 8, 4; zack stores K "
-                   "and V alike, so give -ctv the same)")->group(g);
-    app.add_option("--cache-type-v", o.cache_type_v, "-ctv: V cache type, as -ctk")->group(g);
-    app.add_option("--n-gpu-layers,--gpu-layers", o.n_gpu_layers,
-                   "-ngl: layers on the GPU; accepted, no effect in a CPU build (-v says so)")->group(g);
-    app.add_option("--flash-attn", o.flash_attn,
-                   "-fa [on|off|auto]: accepted, no effect: zack's attention is always one fused pass")
-        ->expected(0, 1)->group(g);
+    if (!lists_elsewhere)
+        app.add_option("--kv-plan", o.kv_plan,
+                       "a KV plan: a plan file (zack eval --target writes one) or the target of a plan the .zack "
+                       "recorded (zack calibrate --kv-target)")->group(g);
 }
 
 void options_add_sampling(CLI::App& app, sampler_params& p) {

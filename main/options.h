@@ -78,6 +78,10 @@ struct run_opts {
 };
 
 void options_add_model(CLI::App& app, model_opts& o);
+// The KV flags (k_group_kv) alone, into o's kv_* fields; options_add_model adds
+// them. lists_elsewhere: leave out --kv-bits, --kv-rate, --kv-evict, --kv-budget,
+// --kv-plan and --kv-target, which `zack bench` takes as comma lists to sweep.
+void options_add_kv(CLI::App& app, model_opts& o, bool lists_elsewhere);
 void options_add_sampling(CLI::App& app, sampler_params& p);
 void options_add_run(CLI::App& app, run_opts& o);
 

@@ -236,6 +236,24 @@ def main():
               f"bench --kv-rate 0.5 holds fewer KV bytes ({half['kv_bytes_per_token']} vs {full['kv_bytes_per_token']})")
     else:
         check(False, f"bench --kv-rate: {p.stderr.strip()}")
+    # bench takes every --kv-* flag of run: the rank, sink and plan flags on a sweep
+    p = subprocess.run([ZACK, "bench", "-m", out, "-p", "0", "-n", "2", "-r", "1", "--kv-rate", "-1,0.5", "--kv-alloc",
+                        "uniform", "--kv-sinks", "8", "--kv-target", "0.3", "--kv-rank-weight", "3", "-o", "json"],
+                       capture_output=True, text=True)
+    if p.returncode == 0:
+        res = json.loads(p.stdout)["results"]
+        kvs = [r["kv"] for r in res]
+        check(kvs == ["f16 sinks8", "f16 zack0.50 uniform sinks8", "plan t0.3 sinks8"], f"bench shared KV flags: {kvs}")
+        b = [r["kv_bytes_per_token"] for r in res]
+        check(len(b) == 3 and b[1] < 0.6 * b[0] and b[2] < 0.35 * b[0], f"bench: rate and plan bytes/token {b}")
+    else:
+        check(False, f"bench with the shared KV flags: {p.stderr.strip()}")
+    for args, needle in [(["--kv-alloc", "uniform"], "needs --kv-rate"), (["--kv-rank-weight", "3"], "goes with"),
+                         (["--kv-crush", "0.5"], "crush"), (["--kv-target", "0.3", "--kv-rank-weight", "0"], "positive")]:
+        p = subprocess.run([ZACK, "bench", "-m", out, "-p", "8", "-n", "0", "-r", "1", *args], capture_output=True,
+                           text=True)
+        check(p.returncode != 0 and needle in p.stderr and len(p.stderr.strip().splitlines()) == 1,
+              f"bench {args}: {p.stderr.strip()!r}")
     for args, needle in [(["--kv-rate", "1.2"], "rate"), (["--kv-eps", "0.1", "--kv-rate", "0.2"], "not both"),
                          (["--kv-rate", "-0.5"], "rate"), (["--kv-rank-weight", "3"], "goes with --kv-target"),
                          (["--kv-target", "0.3", "--kv-rank-weight", "-2"], "must be positive")]:
