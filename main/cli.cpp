@@ -47,7 +47,7 @@ cli_app::cli_app() {
     calibrate_cmd->option_defaults()->always_capture_default();
     options_add_calibrate(*calibrate_cmd, co);
 
-    eval_cmd = eval_add_subcommand(app);
+    eval_cmd = eval_add_subcommand(app, *eo);
 }
 
 int cli_app::parse(int argc, const char* const* argv) {
@@ -92,11 +92,13 @@ int cli_app::run() {
         rc = cmd_info(info_path, info_json);
     } else if (bench_cmd->parsed()) {
         cli_bare_means_on(*bench_cmd, "--flash-attn", bo.flash_attn);
+        for (const char* f : {"--kv-rate", "--kv-bits", "--kv-evict", "--kv-budget", "--cache-type-k", "--cache-type-v"})
+            bo.kv_sweep_given = bo.kv_sweep_given || bench_cmd->count(f) > 0;
         rc = cmd_bench(bo);
     } else if (calibrate_cmd->parsed()) {
         rc = cmd_calibrate(co);
     } else if (eval_cmd->parsed()) {
-        rc = cmd_eval(*eval_cmd);  // its bare -fa is only reported (options_llama_notes)
+        rc = cmd_eval(*eval_cmd, *eo);  // its bare -fa is only reported (options_llama_notes)
     }
     file_out_stdout_finish();  // a failed write to stdout (> /dev/full) is an error too
     return rc;

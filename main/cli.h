@@ -28,6 +28,7 @@ struct cli_app {
     sampler_params sp;
     run_opts ro;
     bench_opts bo;
+    std::shared_ptr<eval_opts> eo = eval_opts_make();  // defined with its table in main/cmd_eval.cpp
     calibrate_opts co;
     std::string info_path;
     bool info_json = false;

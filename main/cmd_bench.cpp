@@ -176,7 +176,7 @@ void options_add_bench(CLI::App& app, bench_opts& o) {
     app.add_option("--kv-budget", o.kv_budget, "eviction budgets in tokens, comma list (0 = none)")->group(g);
     app.add_option("--kv-plan", o.kv_plan,
                    "KV plans, comma list: plan files or targets of plans the .zack recorded (each one more "
-                   "configuration)")->group(g);
+                   "configuration; without a sweep list such as --kv-bits 16, only the plans run)")->group(g);
     app.add_option("--kv-target", o.kv_target,
                    "KV plans predicted for these fractions of the f16 cache, comma list (each one more configuration)")
         ->group(g);
@@ -279,6 +279,8 @@ int cmd_bench(const bench_opts& o) {
     // uncompressed baselines and drop the flags that shape ranks; with none,
     // options_resolve_ranks says what such a flag needs
     const bool some_rate = base.kv_eps >= 0 || *std::max_element(rates.begin(), rates.end()) >= 0;
+    const bool plans = !o.kv_plan.empty() || !o.kv_target.empty();
+    if (plans && !o.kv_sweep_given) rates.clear();  // the plans alone
     for (double rate : rates)
         for (int64_t bits : parse_list(kv_bits_list, "--kv-bits", 2))
             for (const std::string& policy : split_list(o.kv_evict, "--kv-evict"))

@@ -32,8 +32,6 @@
 
 namespace zk {
 
-namespace {
-
 struct eval_opts {
     model_opts mo;
     std::string task;
@@ -64,7 +62,9 @@ struct eval_opts {
     bool quiet = false;
 };
 
-eval_opts g_eo;
+std::shared_ptr<eval_opts> eval_opts_make() { return std::make_shared<eval_opts>(); }
+
+namespace {
 
 // A configuration that cannot run in this build or on this model.
 struct config_unavailable : std::runtime_error {
@@ -189,8 +189,7 @@ std::unique_ptr<eval_task> make_task(const model& m, const eval_opts& eo, int64_
 
 }  // namespace
 
-CLI::App* eval_add_subcommand(CLI::App& parent) {
-    eval_opts& o = g_eo;
+CLI::App* eval_add_subcommand(CLI::App& parent, eval_opts& o) {
     CLI::App* app = parent.add_subcommand(
         "eval", "accuracy against the uncompressed model (ppl, lastword, mc, passkey, code), sweeps and --target bisection");
     app->option_defaults()->always_capture_default();
@@ -258,8 +257,7 @@ CLI::App* eval_add_subcommand(CLI::App& parent) {
     return app;
 }
 
-int cmd_eval(CLI::App& app) {
-    eval_opts& eo = g_eo;
+int cmd_eval(CLI::App& app, eval_opts& eo) {
     if (eo.kld && eo.kld_base.empty()) ZK_THROW("--kl-divergence needs --kl-divergence-base FILE (the saved baseline)");
     if (!eo.kld_base.empty() && eo.task != "ppl")
         ZK_THROW("--kl-divergence-base works with --task ppl, not %s", eo.task.c_str());

@@ -1,6 +1,8 @@
 // Subcommand entry points; each returns the process exit code and throws zk::error
 // for failures (printed once by main).
 #pragma once
+#include <memory>
+
 #include "calib/corpus.h"
 #include "main/options.h"
 
@@ -30,6 +32,9 @@ struct bench_opts {
     std::string kv_budget = "0";
     // KV plans (calib/plan.h), each one more configuration: plan specs and targets, comma lists
     std::string kv_plan, kv_target;
+    // whether any sweep list above (or -ctk/-ctv) was given: with plans and
+    // none, only the plans run (give --kv-bits 16 for the baseline beside them)
+    bool kv_sweep_given = false;
     // every other --kv-* flag, one value for all configurations: the table and
     // the checks `zack run` uses (options_add_kv, options_session_params,
     // options_resolve_ranks); its list fields are set per configuration
@@ -64,7 +69,9 @@ void options_add_calibrate(CLI::App& app, calibrate_opts& o);
 int cmd_calibrate(const calibrate_opts& o);
 
 // `zack eval` (main/cmd_eval.cpp registers and keeps its own options).
-CLI::App* eval_add_subcommand(CLI::App& app);
-int cmd_eval(CLI::App& eval);
+struct eval_opts;
+std::shared_ptr<eval_opts> eval_opts_make();
+CLI::App* eval_add_subcommand(CLI::App& app, eval_opts& o);
+int cmd_eval(CLI::App& eval, eval_opts& o);
 
 }  // namespace zk

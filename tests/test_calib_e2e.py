@@ -248,6 +248,12 @@ def main():
         check(len(b) == 3 and b[1] < 0.6 * b[0] and b[2] < 0.35 * b[0], f"bench: rate and plan bytes/token {b}")
     else:
         check(False, f"bench with the shared KV flags: {p.stderr.strip()}")
+    # plans alone run alone; a sweep flag given explicitly adds its configurations
+    for extra, want in [([], ["plan t0.3"]), (["--kv-bits", "16"], ["f16", "plan t0.3"])]:
+        p = subprocess.run([ZACK, "bench", "-m", out, "-p", "0", "-n", "1", "-r", "1", "--kv-target", "0.3", *extra,
+                            "-o", "json"], capture_output=True, text=True)
+        kvs = [r["kv"] for r in json.loads(p.stdout)["results"]] if p.returncode == 0 else p.stderr.strip()
+        check(kvs == want, f"bench --kv-target 0.3 {extra}: {kvs}")
     for args, needle in [(["--kv-alloc", "uniform"], "needs --kv-rate"), (["--kv-rank-weight", "3"], "goes with"),
                          (["--kv-crush", "0.5"], "crush"), (["--kv-target", "0.3", "--kv-rank-weight", "0"], "positive")]:
         p = subprocess.run([ZACK, "bench", "-m", out, "-p", "8", "-n", "0", "-r", "1", *args], capture_output=True,
