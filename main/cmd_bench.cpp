@@ -319,6 +319,7 @@ int cmd_bench(const bench_opts& o) {
     if (!o.kv_plan.empty())
         for (const std::string& spec : split_list(o.kv_plan, "--kv-plan")) {
             model_opts mo = plan_opts();
+            mo.kv_rank_weight = -1;  // a recorded plan has its ranks already
             mo.kv_plan = spec;
             add_config(mo, "plan " + spec);
         }
