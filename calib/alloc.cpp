@@ -40,7 +40,7 @@ rank_curves rank_curves::from_model(const model& m) {
     if (!z.present) ZK_THROW("%s is not a .zack file (run zack calibrate first)", m.file->path().c_str());
     if (z.sens_grid.empty())
         ZK_THROW("%s has no sensitivity curves (made by an older zack calibrate): recalibrate, or use "
-                 "--kv-alloc sigma|uniform", m.file->path().c_str());
+                 "kv.alloc sigma|uniform", m.file->path().c_str());
     rank_curves c;
     c.n_layer = m.hp.n_layer, c.n_kv = m.hp.n_head_kv, c.d = m.hp.head_dim;
     c.grid.assign(z.sens_grid.begin(), z.sens_grid.end());

@@ -20,8 +20,9 @@ int64_t calib_collect(const model& m, const std::vector<std::vector<int32_t>>& d
 
 int64_t calib_feed(const model& m, const std::vector<std::vector<int32_t>>& docs, const calib_params& p,
                    calib_observer& acc, const char* label) {
-    if (p.n_tokens <= 0) ZK_THROW("--tokens must be positive, got %lld", (long long)p.n_tokens);
-    if (p.n_ctx < 2) ZK_THROW("--ctx must be at least 2, got %lld", (long long)p.n_ctx);
+    if (p.n_tokens <= 0)
+        ZK_THROW_PARAM("calib.n_tokens", "calib.n_tokens must be positive, got %lld", (long long)p.n_tokens);
+    if (p.n_ctx < 2) ZK_THROW_PARAM("calib.n_ctx", "calib.n_ctx must be at least 2, got %lld", (long long)p.n_ctx);
     const vocab& voc = *m.voc;
     const bool bos = voc.add_bos() && voc.bos() >= 0;
     int64_t available = 0;

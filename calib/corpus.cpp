@@ -163,10 +163,11 @@ struct gen_slot {
 }  // namespace
 
 std::vector<std::string> corpus_generate(const model& m, const corpus_gen_params& p) {
-    if (p.n_tokens <= 0) ZK_THROW("--tokens must be positive, got %lld", (long long)p.n_tokens);
+    if (p.n_tokens <= 0)
+        ZK_THROW_PARAM("calib.n_tokens", "calib.n_tokens must be positive, got %lld", (long long)p.n_tokens);
     if (p.max_per_sample <= 0) ZK_THROW("tokens per sample must be positive");
     if (p.n_parallel < 1 || p.n_parallel > 256)
-        ZK_THROW("--gen-parallel must be between 1 and 256, got %d", p.n_parallel);
+        ZK_THROW_PARAM("calib.gen_parallel", "calib.gen_parallel must be between 1 and 256, got %d", p.n_parallel);
     sampler_params smp_p = p.sampling;
     sampler_validate_params(smp_p);
     const vocab& voc = *m.voc;

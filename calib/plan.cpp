@@ -45,7 +45,8 @@ nlohmann::json kv_plan::to_json() const {
 kv_plan kv_plan::from_json(const nlohmann::json& j, const std::string& where) {
     kv_plan p;
     try {
-        if (!j.is_object() || !j.contains("zack_plan")) ZK_THROW("%s: not a zack plan (no zack_plan key)", where.c_str());
+        if (!j.is_object() || !j.contains("zack_plan"))
+            ZK_THROW("%s: not a zack plan (no zack_plan key)", where.c_str());
         const int version = j.at("zack_plan").get<int>();
         if (version != 1 && version != 2)
             ZK_THROW("%s: plan version %d is not supported (this zack reads 1 and 2)", where.c_str(), version);
@@ -72,12 +73,14 @@ kv_plan kv_plan::from_json(const nlohmann::json& j, const std::string& where) {
     }
     auto valid_bits = [](int b) { return b == 16 || b == 8 || b == 4 || b == 2; };
     if (!valid_bits(p.bits)) ZK_THROW("%s: plan bits %d is not 16, 8, 4 or 2", where.c_str(), p.bits);
-    if (p.n_layer <= 0 || p.n_kv <= 0 || p.head_dim <= 0) ZK_THROW("%s: plan model shapes must be positive", where.c_str());
+    if (p.n_layer <= 0 || p.n_kv <= 0 || p.head_dim <= 0)
+        ZK_THROW("%s: plan model shapes must be positive", where.c_str());
     const size_t nh = (size_t)p.n_layer * p.n_kv;
     if (p.ranks_k.size() != p.ranks_v.size() || (!p.ranks_k.empty() && p.ranks_k.size() != nh))
         ZK_THROW("%s: plan ranks must have %zu entries each (layers x KV heads) or none", where.c_str(), nh);
     if (p.bits_k.size() != p.bits_v.size() || (!p.bits_k.empty() && p.bits_k.size() != nh))
-        ZK_THROW("%s: plan bits_k and bits_v must have %zu entries each (layers x KV heads) or none", where.c_str(), nh);
+        ZK_THROW("%s: plan bits_k and bits_v must have %zu entries each (layers x KV heads) or none", where.c_str(),
+                 nh);
     for (size_t i = 0; i < p.bits_k.size(); i++)
         if (!valid_bits(p.bits_k[i]) || !valid_bits(p.bits_v[i]))
             ZK_THROW("%s: plan precision of head %zu is not 16, 8, 4 or 2 bits", where.c_str(), i);
@@ -362,7 +365,8 @@ std::vector<kv_plan> plan_list(const model& m) {
     std::vector<kv_plan> out;
     const gguf_value* v = m.file->find("zack.plans");
     if (!v) return out;
-    if (v->type != gguf_type::ARRAY) ZK_THROW("%s: zack.plans must be an array of JSON strings", m.file->path().c_str());
+    if (v->type != gguf_type::ARRAY)
+        ZK_THROW("%s: zack.plans must be an array of JSON strings", m.file->path().c_str());
     for (size_t i = 0; i < v->arr.size(); i++) {
         const std::string where = m.file->path() + ": zack.plans[" + std::to_string(i) + "]";
         if (v->arr[i].type != gguf_type::STRING) ZK_THROW("%s must be a JSON string", where.c_str());
@@ -380,9 +384,9 @@ std::vector<kv_plan> plan_list(const model& m) {
 kv_plan plan_load(const model& m, const std::string& spec) {
     struct stat st;
     if (stat(spec.c_str(), &st) == 0) {
-        if (!S_ISREG(st.st_mode)) ZK_THROW("--kv-plan %s: not a regular file", spec.c_str());
+        if (!S_ISREG(st.st_mode)) ZK_THROW_PARAM("kv.plan", "kv.plan %s: not a regular file", spec.c_str());
         std::ifstream in(spec);
-        if (!in) ZK_THROW("--kv-plan %s: cannot open", spec.c_str());
+        if (!in) ZK_THROW_PARAM("kv.plan", "kv.plan %s: cannot open", spec.c_str());
         std::stringstream ss;
         ss << in.rdbuf();
         nlohmann::json j;
@@ -399,7 +403,7 @@ kv_plan plan_load(const model& m, const std::string& spec) {
     char* end = nullptr;
     const double t = std::strtod(spec.c_str(), &end);
     if (end == spec.c_str() || *end)
-        ZK_THROW("--kv-plan %s: no such file, and not a target of a recorded plan", spec.c_str());
+        ZK_THROW_PARAM("kv.plan", "kv.plan %s: no such file, and not a target of a recorded plan", spec.c_str());
     const std::vector<kv_plan> plans = plan_list(m);
     std::string have;
     for (const kv_plan& p : plans) {
@@ -411,15 +415,16 @@ kv_plan plan_load(const model& m, const std::string& spec) {
         std::snprintf(buf, sizeof buf, "%s%g", have.empty() ? "" : ", ", p.target);
         have += buf;
     }
-    ZK_THROW("--kv-plan %s: %s recorded no plan for that target (%s; --kv-target computes one)", spec.c_str(),
+    ZK_THROW_PARAM("kv.plan", "kv.plan %s: %s recorded no plan for that target (%s; kv.target computes one)",
+                   spec.c_str(),
              m.file->path().c_str(), have.empty() ? "it has none" : ("it has " + have).c_str());
 }
 
 void plan_apply(const kv_plan& p, const model& m, session_params& sp) {
     plan_check_model(p, m, "plan");
-    sp.kv_bits = p.bits;
-    sp.kv_bits_k = p.bits_k;
-    sp.kv_bits_v = p.bits_v;
+    sp.kv.bits = p.bits;
+    sp.kv.bits_k = p.bits_k;
+    sp.kv.bits_v = p.bits_v;
     sp.ranks_k = p.ranks_k;
     sp.ranks_v = p.ranks_v;
     sp.kbasis = p.ranks_k.empty() ? std::vector<int>{} : p.kbasis;

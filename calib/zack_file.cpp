@@ -30,7 +30,7 @@ bool zack_calibration_fits_rank_weight(const zack_calibration& c) {
 }
 
 plan_inputs zack_calibration_plan_inputs(const zack_calibration& c) {
-    if (c.sens.grid.empty()) ZK_THROW("the calibration has no sensitivity curves (--sens-tokens 0)");
+    if (c.sens.grid.empty()) ZK_THROW("the calibration has no sensitivity curves (calib.sens_tokens 0)");
     plan_inputs in;
     in.curves.n_layer = c.n_layer, in.curves.n_kv = c.n_kv, in.curves.d = c.d;
     in.curves.grid = c.sens.grid;

@@ -33,8 +33,14 @@ batch_decoder::batch_decoder(const std::vector<session*>& seqs, int n_threads) :
     int split_threads = n_threads;
     for (session* s : seqs_) split_threads = std::max(split_threads, s->params().n_threads);
     const int B = size();
-    pool_ = std::make_unique<thread_pool>(n_threads);
-    fb_ = std::make_unique<forward_buffers>(m.hp, B, B, split_threads, cap, gear_rank, observe);
+    // the sequences' device: every session of a batch runs on one
+    const backend_device dev = seqs_[0]->params().device;
+    for (size_t i = 1; i < seqs_.size(); i++)
+        if (seqs_[i]->params().device != dev)
+            ZK_THROW("batch_decoder: session %zu runs on %s, session 0 on %s (one device per batch)", i,
+                     backend_device_name(seqs_[i]->params().device), backend_device_name(dev));
+    be_ = backend_create(backend_params{dev, n_threads});
+    fb_ = be_->buffers_create(m.hp, B, B, split_threads, cap, gear_rank, observe);
     logits_.resize((size_t)B * m.hp.n_vocab);
 }
 
@@ -44,7 +50,7 @@ const float* batch_decoder::step(const int32_t* tokens) {
     const int B = size();
     for (int i = 0; i < B; i++) seqs_[i]->check_tokens(tokens + i, 1);
     for (int i = 0; i < B; i++) seqs_[i]->evict_before(1);
-    session::forward(rows_.data(), B, tokens, false, logits_.data(), *fb_, *pool_);
+    session::forward(rows_.data(), B, tokens, false, logits_.data(), *fb_, *be_);
     for (int i = 0; i < B; i++) seqs_[i]->evict_after(1);
     return logits_.data();
 }

@@ -36,7 +36,7 @@ public:
 private:
     std::vector<session*> seqs_;
     std::vector<forward_seq> rows_;  // [B]: sequence i owns row i
-    std::unique_ptr<thread_pool> pool_;
+    std::unique_ptr<backend> be_;
     std::unique_ptr<forward_buffers> fb_;
     std::vector<float> logits_;  // [B x n_vocab]
 };

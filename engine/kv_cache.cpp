@@ -69,24 +69,29 @@ int kv_cache_residual(const kv_cache_params& p, int64_t capacity) {
 
 void kv_cache_validate_params(const kv_cache_params& p, int n_layer, int n_head_kv) {
     if (p.type != dtype::F32 && p.type != dtype::F16)
-        ZK_THROW("KV cache type %s is not supported (f32, f16)", dtype_name(p.type));
-    if (!kv_layout_for_bits(p.bits)) ZK_THROW("--kv-bits must be %s, got %d", kv_layout_bits_list(), p.bits);
+        ZK_THROW_PARAM("kv.type", "kv.type %s is not supported (f32, f16)", dtype_name(p.type));
+    if (!kv_layout_for_bits(p.bits))
+        ZK_THROW_PARAM("kv.bits", "kv.bits must be %s, got %d", kv_layout_bits_list(), p.bits);
     validate_table(p.bits_k, "kv_bits_k", "key", n_layer, n_head_kv);
     validate_table(p.bits_v, "kv_bits_v", "value", n_layer, n_head_kv);
     if (kv_cache_windowed(p)) {
         if (p.group <= 0 || p.group > 256)
-            ZK_THROW("--kv-group must be between 1 and 256 tokens, got %d", p.group);
+            ZK_THROW_PARAM("kv.group", "kv.group must be between 1 and 256 tokens, got %d", p.group);
         if (p.residual < 0 || (p.residual > 0 && p.residual % p.group != 0))
-            ZK_THROW("--kv-residual must be a positive multiple of the group (%d), got %d", p.group, p.residual);
+            ZK_THROW_PARAM("kv.residual", "kv.residual must be a positive multiple of the group (%d), got %d", p.group,
+                           p.residual);
     }
-    if (p.sinks < 0 || p.sinks > 64) ZK_THROW("--kv-sinks must be between 0 and 64 tokens, got %d", p.sinks);
+    if (p.sinks < 0 || p.sinks > 64)
+        ZK_THROW_PARAM("kv.sinks", "kv.sinks must be between 0 and 64 tokens, got %d", p.sinks);
     if (p.gear) {
         if (!kv_cache_windowed(p))
-            ZK_THROW("--kv-gear corrects 4- and 2-bit quantization; it needs --kv-bits 4 or 2 (got %d)", p.bits);
+            ZK_THROW_PARAM("kv.gear", "kv.gear corrects 4- and 2-bit quantization; it needs kv.bits 4 or 2 (got %d)",
+                           p.bits);
         if (p.gear_rank < 0 || p.gear_rank > 16)
-            ZK_THROW("GEAR rank must be between 0 and 16, got %d", p.gear_rank);
+            ZK_THROW_PARAM("kv.gear_rank", "kv.gear_rank must be between 0 and 16, got %d", p.gear_rank);
         if (!(p.gear_outliers >= 0 && p.gear_outliers < 0.5f))
-            ZK_THROW("GEAR outlier fraction must be in [0, 0.5), got %g", p.gear_outliers);
+            ZK_THROW_PARAM("kv.gear_outliers", "kv.gear_outliers (GEAR's outlier fraction) must be in [0, 0.5), got %g",
+                           p.gear_outliers);
     }
 }
 

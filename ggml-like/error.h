@@ -36,9 +36,23 @@ inline std::string strfmt(const char* fmt, ...) {
 
 [[noreturn]] inline void throw_error(const std::string& msg) { throw error(msg); }
 
+// A bad value of an engine parameter. The engine names parameters as its
+// structs do ("kv.bits", "evict.budget": struct prefix, field), never as a
+// front end spells them; main/ rewrites those names into its flags
+// (options_flag_spelling) when it prints the one line.
+struct param_error : error {
+    param_error(const std::string& param_, const std::string& msg) : error(msg), param(param_) {}
+    std::string param;
+};
+[[noreturn]] inline void throw_param_error(const char* param, const std::string& msg) {
+    throw param_error(param, msg);
+}
+
 }  // namespace zk
 
 #define ZK_THROW(...) ::zk::throw_error(::zk::strfmt(__VA_ARGS__))
+// ZK_THROW_PARAM("kv.bits", "kv.bits must be %s, got %d", ...): the message names the parameter.
+#define ZK_THROW_PARAM(param, ...) ::zk::throw_param_error(param, ::zk::strfmt(__VA_ARGS__))
 #define ZK_ASSERT(cond)                                                                   \
     do {                                                                                  \
         if (!(cond)) ZK_THROW("internal error: %s failed at %s:%d", #cond, __FILE__, __LINE__); \

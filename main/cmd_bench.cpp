@@ -162,6 +162,7 @@ void options_add_bench(CLI::App& app, bench_opts& o) {
     app.add_option("-b,--batch", o.batch,
                    "sequences decoded together in tg tests, comma list (each prefilled to the depth alone)");
     app.add_option("-t,--threads", o.threads, "thread counts, comma list");
+    options_add_device(app, o.kv);
     app.add_option("-r,--repetitions", o.reps, "repetitions per test")->check(CLI::Range(1, 1000));
     app.add_option("-c,--ctx-size", o.n_ctx, "context size (0 = just enough for the largest test)")
         ->check(CLI::Range(int64_t(0), int64_t(1) << 20));

@@ -132,9 +132,9 @@ private:
 // The parts of session_params that say what ran (for --json).
 nlohmann::json session_json(const session_params& p, const model& m) {
     nlohmann::json j = {{"n_ctx", p.n_ctx}, {"threads", p.n_threads}, {"batch", p.n_batch},
-                        {"kv_type", dtype_name(p.kv_type)}};
-    j["kv_bits"] = p.kv_bits;
-    if (!p.kv_bits_k.empty()) j["kv_bits_k"] = p.kv_bits_k, j["kv_bits_v"] = p.kv_bits_v;
+                        {"kv_type", dtype_name(p.kv.type)}};
+    j["kv_bits"] = p.kv.bits;
+    if (!p.kv.bits_k.empty()) j["kv_bits_k"] = p.kv.bits_k, j["kv_bits_v"] = p.kv.bits_v;
     if (p.evict.policy != "none") j["evict"] = {{"policy", p.evict.policy}, {"budget", p.evict.budget}};
     if (!p.ranks_k.empty()) {
         j["ranks_k"] = p.ranks_k;
@@ -350,8 +350,8 @@ int cmd_eval(CLI::App& app, eval_opts& eo) {
             p.available = false;
         } catch (const error& e) {
             if (strict) throw;
-            p.error = e.what();
-            std::fprintf(stderr, "warning: %s: %s\n", c.cli().c_str(), e.what());
+            p.error = options_flag_spelling(e.what());
+            std::fprintf(stderr, "warning: %s: %s\n", c.cli().c_str(), p.error.c_str());
         }
         return p;
     });
@@ -409,7 +409,8 @@ int cmd_eval(CLI::App& app, eval_opts& eo) {
     if (!eo.plan_out.empty()) {
         const int64_t best = eval_smallest_passing(rep.runs, eo.target);
         if (best < 0)
-            ZK_THROW("--plan-out %s: no configuration kept %.1f%% of the baseline; nothing written", eo.plan_out.c_str(),
+            ZK_THROW("--plan-out %s: no configuration kept %.1f%% of the baseline; nothing written",
+                     eo.plan_out.c_str(),
                      100 * eo.target);
         const eval_point& p = rep.runs[best];
         const nlohmann::json& sj = p.session;

@@ -8,6 +8,7 @@
 #include "ggml-like/error.h"
 #include "ggml-like/interrupt.h"
 #include "main/cli.h"
+#include "main/options.h"
 
 int main(int argc, char** argv) {
     zk::cli_app cli;
@@ -17,7 +18,8 @@ int main(int argc, char** argv) {
     try {
         return cli.run();
     } catch (const zk::error& e) {
-        std::fprintf(stderr, "zack: error: %s\n", e.what());
+        // engine parameters named as this CLI's flags
+        std::fprintf(stderr, "zack: error: %s\n", zk::options_flag_spelling(e.what()).c_str());
         return 1;
     } catch (const std::bad_alloc&) {
         std::fprintf(stderr, "zack: error: out of memory\n");

@@ -71,10 +71,16 @@ std::vector<std::string> options_expand_aliases(int argc, const char* const* arg
 // Option groups
 // ---------------------------------------------------------------------------
 
+void options_add_device(CLI::App& app, model_opts& o) {
+    app.add_option("--device", o.device, "where the forward pass runs: cpu (cuda: issue #18)")
+        ->check(CLI::IsMember({"cpu", "cuda"}))->group(k_group_model);
+}
+
 void options_add_model(CLI::App& app, model_opts& o) {
     app.add_option("-m,--model", o.model_path, "model file (.gguf or .zack)")->required()->group(k_group_model);
     app.add_option("-t,--threads", o.n_threads, "threads (0 = all hardware threads)")
         ->check(CLI::Range(0, 512))->group(k_group_model);
+    options_add_device(app, o);
     app.add_option("-c,--ctx-size", o.n_ctx, "context size in tokens")
         ->check(CLI::Range(int64_t(1), int64_t(1) << 20))->group(k_group_model);
     app.add_option("-b,--batch-size", o.n_batch, "tokens per forward chunk during prompt processing")
@@ -237,6 +243,8 @@ void options_cache_type(const std::string& name, const char* flag, std::string* 
 session_params options_session_params(const model_opts& o) {
     session_params p;
     p.n_threads = o.n_threads > 0 ? o.n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
+    p.device = backend_device_parse(o.device);
+    backend_check_device(p.device);
     p.n_ctx = o.n_ctx;
     p.n_batch = o.n_batch;
     std::string kv_type = o.kv_type;
@@ -256,13 +264,13 @@ session_params options_session_params(const model_opts& o) {
         kv_type = tk;
         kv_bits = bk;
     }
-    p.kv_type = dtype_from_name(kv_type);
-    p.kv_bits = kv_bits;
-    p.kv_group = o.kv_group;
-    p.kv_residual = o.kv_residual;
-    p.kv_gear = o.kv_gear;
-    p.kv_gear_rank = o.kv_gear_rank;
-    p.kv_gear_outliers = o.kv_gear_outliers;
+    p.kv.type = dtype_from_name(kv_type);
+    p.kv.bits = kv_bits;
+    p.kv.group = o.kv_group;
+    p.kv.residual = o.kv_residual;
+    p.kv.gear = o.kv_gear;
+    p.kv.gear_rank = o.kv_gear_rank;
+    p.kv.gear_outliers = o.kv_gear_outliers;
     p.evict.policy = o.kv_evict;
     // An explicit --kv-budget without a policy would be ignored: say so instead.
     if (o.kv_budget >= 0 && o.kv_evict == "none")
@@ -274,20 +282,73 @@ session_params options_session_params(const model_opts& o) {
     p.evict.n_recent = o.kv_recent;
     p.evict.crush = o.kv_crush;
     p.evict.crush_anchor = o.kv_crush_anchor;
-    kv_cache_validate_params(session_kv_params(p));
+    kv_cache_validate_params(p.kv);
     evict_validate_params(p.evict, p.n_ctx);
     return p;
+}
+
+namespace {
+
+// The engine's parameter names and the flags that set them (one table: a new
+// engine parameter with a flag gets its row here).
+const struct {
+    const char* param;
+    const char* flag;
+} k_param_flags[] = {
+    {"kv.bits", "--kv-bits"},           {"kv.group", "--kv-group"},         {"kv.type", "--kv-type"},
+    {"kv.residual", "--kv-residual"},   {"kv.sinks", "--kv-sinks"},
+    {"kv.gear_rank", "--kv-gear-rank"}, {"kv.gear_outliers", "--kv-gear-outliers"},
+    {"kv.gear", "--kv-gear"},           {"kv.alloc", "--kv-alloc"},
+    {"evict.policy", "--kv-evict"},     {"evict.budget", "--kv-budget"},
+    {"evict.n_sink", "--kv-sinks"},     {"evict.n_recent", "--kv-recent"},
+    {"evict.crush_anchor", "--kv-crush-anchor"}, {"evict.crush", "--kv-crush"},
+    {"calib.n_tokens", "--tokens"},     {"calib.n_ctx", "--ctx"},
+    {"calib.gen_parallel", "--gen-parallel"}, {"calib.sens_tokens", "--sens-tokens"},
+    {"kv.plan", "--kv-plan"},           {"kv.target", "--kv-target"},
+    {"eval.data", "--data"},            {"eval.file", "-f"},
+    {"eval.limit", "--limit"},          {"eval.on_error", "--on-error"},
+    {"eval.code_prompt", "--code-prompt"}, {"eval.code_max_tokens", "--code-max-tokens"},
+    {"eval.kl_divergence_base", "--kl-divergence-base"}, {"eval.kl_divergence", "--kl-divergence"},
+    {"eval.ppl_stride", "--ppl-stride"},
+};
+
+bool param_char(char c) { return std::isalnum((unsigned char)c) || c == '_' || c == '.'; }
+
+}  // namespace
+
+std::string options_flag_spelling(const std::string& msg) {
+    std::string out;
+    size_t i = 0;
+    while (i < msg.size()) {
+        // a whole word of parameter characters, compared without a trailing '.'
+        // (the end of a sentence)
+        if (!param_char(msg[i]) || (i > 0 && param_char(msg[i - 1]))) {
+            out += msg[i++];
+            continue;
+        }
+        size_t j = i;
+        while (j < msg.size() && param_char(msg[j])) j++;
+        size_t e = j;
+        while (e > i && msg[e - 1] == '.') e--;
+        const std::string word = msg.substr(i, e - i);
+        const char* flag = nullptr;
+        for (const auto& pf : k_param_flags)
+            if (word == pf.param) flag = pf.flag;
+        out += flag ? std::string(flag) + msg.substr(e, j - e) : msg.substr(i, j - i);
+        i = j;
+    }
+    return out;
 }
 
 std::vector<std::string> options_llama_notes(const model_opts& o) {
     std::vector<std::string> notes;
     if (!o.n_gpu_layers.empty()) {
-#ifdef ZACK_WITH_CUDA
-        notes.push_back("-ngl " + o.n_gpu_layers + ": accepted; the CUDA backend does not run whole layers yet, all "
-                        "layers run on the CPU");
-#else
-        notes.push_back("-ngl " + o.n_gpu_layers + ": accepted; this build has no GPU backend, all layers run on the CPU");
-#endif
+        if (backend_cuda_built())
+            notes.push_back("-ngl " + o.n_gpu_layers + ": accepted; the CUDA backend does not run whole layers yet, "
+                            "all layers run on the CPU");
+        else
+            notes.push_back("-ngl " + o.n_gpu_layers +
+                            ": accepted; this build has no GPU backend, all layers run on the CPU");
     }
     if (!o.flash_attn.empty())
         notes.push_back("-fa " + o.flash_attn + ": accepted; zack's attention is always one fused pass over the cache");
@@ -346,7 +407,7 @@ void options_resolve_ranks(const model_opts& o, const model& m, session_params& 
         if (o.kv_target > 0 && !o.kv_plan.empty()) ZK_THROW("give either --kv-plan or --kv-target, not both");
         if (want || o.kv_uniform || !o.kv_alloc.empty() || o.kv_key_basis != "auto")
             ZK_THROW("a KV plan sets the ranks: drop --kv-rate/--kv-eps/--kv-uniform/--kv-alloc/--kv-key-basis");
-        if (p.kv_bits != 16) ZK_THROW("a KV plan sets the cache precision: drop --kv-bits/-ctk/-ctv");
+        if (p.kv.bits != 16) ZK_THROW("a KV plan sets the cache precision: drop --kv-bits/-ctk/-ctv");
         if (!m.zack.present)
             ZK_THROW("%s: KV plans need a .zack model; make one with: zack calibrate -m %s -o MODEL.zack",
                      m.file->path().c_str(), m.file->path().c_str());

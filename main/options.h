@@ -29,6 +29,7 @@ extern const char* const k_group_sample;  // sampling
 struct model_opts {
     std::string model_path;
     int n_threads = 0;  // 0 = all hardware threads
+    std::string device = "cpu";  // engine/backend.h: cpu | cuda
     int64_t n_ctx = 4096;
     int64_t n_batch = 256;
     std::string kv_type = "f16";
@@ -78,6 +79,8 @@ struct run_opts {
 };
 
 void options_add_model(CLI::App& app, model_opts& o);
+// --device alone (options_add_model adds it; bench, which has its own -t list, too).
+void options_add_device(CLI::App& app, model_opts& o);
 // The KV flags (k_group_kv) alone, into o's kv_* fields; options_add_model adds
 // them. lists_elsewhere: leave out --kv-bits, --kv-rate, --kv-evict, --kv-budget,
 // --kv-plan and --kv-target, which `zack bench` takes as comma lists to sweep.
@@ -110,6 +113,9 @@ void options_resolve_ranks(const model_opts& o, const model& m, session_params& 
 // Turns model options into session parameters (validates thread count, maps
 // -ctk/-ctv onto the KV type and bits, checks --kv-budget against --kv-evict).
 session_params options_session_params(const model_opts& o);
+// An engine message with its parameter names ("kv.bits", "evict.budget", ...,
+// see zk::param_error) spelled as this CLI's flags ("--kv-bits", "--kv-budget").
+std::string options_flag_spelling(const std::string& msg);
 
 // What the accepted-but-inert llama.cpp flags (-ngl, -fa) did, one line each, for -v.
 std::vector<std::string> options_llama_notes(const model_opts& o);

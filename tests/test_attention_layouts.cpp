@@ -291,17 +291,24 @@ TEST(KvMixed, BadTablesRejectedByName) {
     p.bits = 2;
     EXPECT_EQ(error_of(p, 1, 1), "");
     p.bits = 3;
-    EXPECT_NE(error_of(p, 1, 1).find("--kv-bits must be 16, 8, 4 or 2"), std::string::npos);
+    EXPECT_NE(error_of(p, 1, 1).find("kv.bits must be 16, 8, 4 or 2"), std::string::npos);
+    // the engine names the parameter (main/ spells it as a flag)
+    try {
+        kv_cache_validate_params(p, 1, 1);
+        ADD_FAILURE() << "3 bits accepted";
+    } catch (const param_error& e) {
+        EXPECT_EQ(e.param, "kv.bits");
+    }
     // GEAR needs a KIVI side somewhere: 2-bit values of one head suffice
     p = kv_cache_params{};
     p.gear = true;
-    EXPECT_NE(error_of(p, 1, 2).find("--kv-gear"), std::string::npos);
+    EXPECT_NE(error_of(p, 1, 2).find("kv.gear"), std::string::npos);
     p.bits_v = {16, 2};
     EXPECT_EQ(error_of(p, 1, 2), "");
     EXPECT_NO_THROW(kv_cache(1, 2, 64, p, {32, 32}, {32, 32}));
     // the KIVI group is checked when one side is KIVI
     p.group = 0;
-    EXPECT_NE(error_of(p, 1, 2).find("--kv-group"), std::string::npos);
+    EXPECT_NE(error_of(p, 1, 2).find("kv.group"), std::string::npos);
     p.bits_v = {16, 8};
     p.gear = false;
     EXPECT_EQ(error_of(p, 1, 2), "");
@@ -341,23 +348,23 @@ TEST(KvMixed, SessionTablesEqualBits) {
             a.n_batch = 64;
             if (evict) a.evict.policy = "h2o", a.evict.budget = 96, a.evict.chunk = 16;
             session_params b = a;
-            a.kv_bits = bits;
-            b.kv_bits_k.assign(4, bits);
-            b.kv_bits_v.assign(4, bits);
+            a.kv.bits = bits;
+            b.kv.bits_k.assign(4, bits);
+            b.kv.bits_v.assign(4, bits);
             EXPECT_EQ(logits(a), logits(b)) << bits << "-bit, evict " << evict;
         }
     session_params mixed;
     mixed.n_ctx = 512;
-    mixed.kv_bits_k = {16, 8, 4, 2};
-    mixed.kv_bits_v = {2, 4, 8, 16};
-    mixed.kv_gear = true;
+    mixed.kv.bits_k = {16, 8, 4, 2};
+    mixed.kv.bits_v = {2, 4, 8, 16};
+    mixed.kv.gear = true;
     mixed.evict.policy = "h2o", mixed.evict.budget = 96, mixed.evict.chunk = 16;
     for (float x : logits(mixed)) ASSERT_TRUE(std::isfinite(x));
     session s(*m, mixed);
     EXPECT_EQ(s.cache().layout_k(1, 1), KV_LAYOUT_Q2);
     EXPECT_EQ(s.cache().layout_v(1, 1), KV_LAYOUT_ROWS);
     EXPECT_EQ(s.cache().layout_v(0, 1), KV_LAYOUT_Q4);
-    mixed.kv_bits_v = {2, 4, 8};
+    mixed.kv.bits_v = {2, 4, 8};
     try {
         session bad(*m, mixed);
         ADD_FAILURE() << "a 3-entry table for 4 heads was accepted";

@@ -224,9 +224,9 @@ TEST(Batch, CompressedQuantizedEvictingMix) {
     const zack_ranks r3 = ranks_for_rate(spec, 0.3, z.zack.rank_align);
     std::vector<session_params> sps(4, base_params(2));
     sps[0].ranks_k = r5.k, sps[0].ranks_v = r5.v;
-    sps[1].ranks_k = r5.k, sps[1].ranks_v = r5.v, sps[1].kv_bits = 4;
-    sps[2].kv_bits = 4, sps[2].evict.policy = "h2o", sps[2].evict.budget = 96, sps[2].evict.chunk = 8;
-    sps[3].ranks_k = r3.k, sps[3].ranks_v = r3.v, sps[3].kv_bits = 8;
+    sps[1].ranks_k = r5.k, sps[1].ranks_v = r5.v, sps[1].kv.bits = 4;
+    sps[2].kv.bits = 4, sps[2].evict.policy = "h2o", sps[2].evict.budget = 96, sps[2].evict.chunk = 8;
+    sps[3].ranks_k = r3.k, sps[3].ranks_v = r3.v, sps[3].kv.bits = 8;
     const std::vector<trace> b = expect_batch_matches(z, sps, {2}, "zack/4-bit/h2o/8-bit");
     // 150 + 16 tokens went through a cache of budget 96 + chunk 8
     EXPECT_EQ(b[2].n_past, 166);

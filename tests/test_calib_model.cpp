@@ -274,7 +274,7 @@ TEST(CalibModel, ExactSinksSeeTheWholeHead) {
     session_params sp;
     sp.n_ctx = 64;
     sp.n_threads = 2;
-    sp.kv_type = dtype::F32;
+    sp.kv.type = dtype::F32;
     sp.ranks_k.assign((size_t)L * KV, r);
     sp.ranks_v.assign((size_t)L * KV, r);
     session s(*z, sp);

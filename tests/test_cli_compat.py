@@ -1,7 +1,7 @@
 """End-to-end tests of the llama.cpp-compatible CLI on the real default model:
 llama.cpp's multi-letter flags parsed as themselves and mapped onto zack's
 options (the mapped spelling gives the same greedy text as the native one),
---version, -f, -sys, -e, -r, -no-cnv, -i/-cnv with -p, --color, presence and
+--version, --device, -f, -sys, -e, -r, -no-cnv, -i/-cnv with -p, --color, presence and
 frequency penalties, -s -1, the one-shot context-full exit status, the final
 newline of raw output, outputs that never clobber and write errors on stdout,
 and the smaller bad-input cases (invalid UTF-8, --kv-rate nan, --kv-budget 0)."""
@@ -64,6 +64,20 @@ def test_version():
     check(r.returncode == 0 and re.match(r"zack \d+\.\d+\.\d+ \(commit [0-9a-f]+", r.stdout) is not None,
           f"--version: version and commit ({r.stdout.splitlines()[:1]!r})")
     check("built for:" in r.stdout and "this CPU:" in r.stdout and "CUDA:" in r.stdout, "--version: CPU features, CUDA")
+
+
+def test_device():
+    # the backend is chosen once from --device (engine/backend.h): cpu is the
+    # default's arithmetic; cuda is refused in one line, before the model loads,
+    # saying why (a build without CUDA, or no CUDA forward pass yet)
+    same_text(["--device", "cpu"], [], "--device cpu = the default")
+    cuda_why = "built without CUDA" if "not built" in zack("--version").stdout else "not available"
+    one_line_error(greedy("--device", "cuda"), "run --device cuda", "device cuda", cuda_why)
+    one_line_error(zack("bench", "-m", MODEL, "-p", "8", "-n", "0", "--device", "cuda"), "bench --device cuda",
+                   "device cuda")
+    one_line_error(zack("eval", "-m", MODEL, "--task", "ppl", "-f", MODEL, "--device", "cuda"),
+                   "eval --device cuda", "device cuda")
+    one_line_error(greedy("--device", "tpu"), "unknown device", "--device", "tpu")
 
 
 def test_prompt_sources(tmp):
@@ -179,6 +193,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         test_llama_flags()
         test_version()
+        test_device()
         test_prompt_sources(tmp)
         test_generation_controls()
         test_context_full_and_chat_flags()

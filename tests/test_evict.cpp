@@ -117,7 +117,7 @@ TEST_P(Evict, RealModelLargeBudgetIsIdentity) {
         session_params sp;
         sp.n_ctx = 64;
         sp.n_threads = 2;
-        sp.kv_bits = pc.bits;
+        sp.kv.bits = pc.bits;
         sp.prefill_tiled = false;  // `none` would take the tiled kernel: another summation order
         sp.evict = ep;
         session s(m, sp);
@@ -158,7 +158,7 @@ TEST_P(Evict, RealModelSmallBudgetBounded) {
     sp.n_ctx = 512;
     sp.n_threads = 2;
     sp.n_batch = 32;  // several prefill chunks, evicting between them
-    sp.kv_bits = pc.bits;
+    sp.kv.bits = pc.bits;
     sp.evict = make_params(pc, budget);
     sp.evict.chunk = 8;
     session s(m, sp);

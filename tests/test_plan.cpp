@@ -170,8 +170,11 @@ TEST(PlanPerHead, BestOfEveryCombination) {
             EXPECT_LE(p.kv_fraction, target + 1e-12);
             EXPECT_NEAR(p.kv_fraction, zk::plan_bytes(p) / f16, 1e-12);
             EXPECT_EQ(p.source_sha256, "abc");
-            for (size_t h = 0; h < p.bits_k.size(); h++)
-                if (p.bits_k[h] < 16) EXPECT_EQ(p.kbasis[h], 0) << "head " << h;
+            for (size_t h = 0; h < p.bits_k.size(); h++) {
+                if (p.bits_k[h] < 16) {
+                    EXPECT_EQ(p.kbasis[h], 0) << "head " << h;
+                }
+            }
         }
     }
 }

@@ -211,28 +211,30 @@ std::vector<layout> layouts() {
         edit(p);
         out.push_back({name, zack, p});
     };
-    add("f32", false, [](session_params& p) { p.kv_type = dtype::F32; });
+    add("f32", false, [](session_params& p) { p.kv.type = dtype::F32; });
     add("f16", false, [](session_params&) {});
-    add("q8", false, [](session_params& p) { p.kv_bits = 8; });
-    add("q4", false, [](session_params& p) { p.kv_bits = 4; });
-    add("q4 gear", false, [](session_params& p) { p.kv_bits = 4, p.kv_gear = true; });
+    add("q8", false, [](session_params& p) { p.kv.bits = 8; });
+    add("q4", false, [](session_params& p) { p.kv.bits = 4; });
+    add("q4 gear", false, [](session_params& p) { p.kv.bits = 4, p.kv.gear = true; });
     add("zack f16", true, [](session_params&) {});
-    add("zack q4", true, [](session_params& p) { p.kv_bits = 4; });
+    add("zack q4", true, [](session_params& p) { p.kv.bits = 4; });
     for (const char* pol : {"streaming", "h2o", "snapkv", "keyformer"})
         add(pol, false, [&](session_params& p) { p.evict.policy = pol, p.evict.budget = 256, p.evict.chunk = 32; });
-    add("h2o q4", false, [](session_params& p) { p.kv_bits = 4, p.evict.policy = "h2o", p.evict.budget = 256; });
+    add("h2o q4", false, [](session_params& p) { p.kv.bits = 4, p.evict.policy = "h2o", p.evict.budget = 256; });
     add("snapkv kvcrush q8", false,
-        [](session_params& p) { p.kv_bits = 8, p.evict.policy = "snapkv", p.evict.budget = 256, p.evict.crush = 0.25f; });
-    add("q2", false, [](session_params& p) { p.kv_bits = 2; });
-    add("q2 gear", false, [](session_params& p) { p.kv_bits = 2, p.kv_gear = true; });
+        [](session_params& p) {
+            p.kv.bits = 8, p.evict.policy = "snapkv", p.evict.budget = 256, p.evict.crush = 0.25f;
+        });
+    add("q2", false, [](session_params& p) { p.kv.bits = 2; });
+    add("q2 gear", false, [](session_params& p) { p.kv.bits = 2, p.kv.gear = true; });
     // per head and side (2 layers x 2 KV heads): every layout as keys and as values
-    add("mixed per head", false, [](session_params& p) { p.kv_bits_k = {16, 8, 4, 2}, p.kv_bits_v = {2, 4, 8, 16}; });
+    add("mixed per head", false, [](session_params& p) { p.kv.bits_k = {16, 8, 4, 2}, p.kv.bits_v = {2, 4, 8, 16}; });
     add("zack mixed h2o gear", true, [](session_params& p) {
-        p.kv_bits_k = {4, 2, 8, 4}, p.kv_bits_v = {2, 2, 4, 16}, p.kv_gear = true;
+        p.kv.bits_k = {4, 2, 8, 4}, p.kv.bits_v = {2, 2, 4, 16}, p.kv.gear = true;
         p.evict.policy = "h2o", p.evict.budget = 192, p.evict.chunk = 16;
     });
     add("zack h2o q4 gear", true, [](session_params& p) {
-        p.kv_bits = 4, p.kv_gear = true, p.evict.policy = "h2o", p.evict.budget = 192, p.evict.chunk = 16;
+        p.kv.bits = 4, p.kv.gear = true, p.evict.policy = "h2o", p.evict.budget = 192, p.evict.chunk = 16;
     });
     return out;
 }

@@ -97,7 +97,7 @@ session_params zack_params(int threads, int bits) {
     const zack_ranks r = ranks_for_rate(zack_spectra::from_model(z), 0.4, z.zack.rank_align);
     sp.ranks_k = r.k;
     sp.ranks_v = r.v;
-    sp.kv_bits = bits;
+    sp.kv.bits = bits;
     return sp;
 }
 
@@ -148,7 +148,7 @@ TEST(Threads, BatchedDecodingMatchesAlone) {
     const tiny_models& t = models();
     const int steps = 12;
     std::vector<session_params> sps = {params(2), params(2), zack_params(2, 8), zack_params(3, 16)};
-    sps[1].kv_bits = 4;
+    sps[1].kv.bits = 4;
     sps[3].evict.policy = "h2o";
     sps[3].evict.budget = 48;
     sps[3].evict.chunk = 8;

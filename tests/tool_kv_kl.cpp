@@ -33,12 +33,12 @@ zk::session_params parse_config(const std::string& cfg, zk::session_params sp, c
         const size_t eq = kv.find('=');
         if (eq == std::string::npos) ZK_THROW("config '%s': '%s' is not key=value", cfg.c_str(), kv.c_str());
         const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
-        if (k == "bits") sp.kv_bits = std::stoi(v);
-        else if (k == "type") sp.kv_type = zk::dtype_from_name(v);
-        else if (k == "group") sp.kv_group = std::stoi(v);
-        else if (k == "residual") sp.kv_residual = std::stoi(v);
-        else if (k == "gear") sp.kv_gear = v != "0";
-        else if (k == "gear_rank") sp.kv_gear_rank = std::stoi(v);
+        if (k == "bits") sp.kv.bits = std::stoi(v);
+        else if (k == "type") sp.kv.type = zk::dtype_from_name(v);
+        else if (k == "group") sp.kv.group = std::stoi(v);
+        else if (k == "residual") sp.kv.residual = std::stoi(v);
+        else if (k == "gear") sp.kv.gear = v != "0";
+        else if (k == "gear_rank") sp.kv.gear_rank = std::stoi(v);
         else if (k == "sinks") sp.evict.n_sink = std::stoi(v);
         else if (k == "evict") sp.evict.policy = v;
         else if (k == "budget") sp.evict.budget = std::stoll(v);
@@ -59,7 +59,8 @@ zk::session_params parse_config(const std::string& cfg, zk::session_params sp, c
         }
         else if (k == "full_layer") {  // after rate=...: this layer back at full rank (diagnostics)
             const int il = std::stoi(v), KV = m.hp.n_head_kv;
-            if (il < 0 || il >= m.hp.n_layer || sp.ranks_k.empty()) ZK_THROW("full_layer=%d needs a rate and a layer", il);
+            if (il < 0 || il >= m.hp.n_layer || sp.ranks_k.empty())
+                ZK_THROW("full_layer=%d needs a rate and a layer", il);
             for (int g = 0; g < KV; g++) sp.ranks_k[il * KV + g] = sp.ranks_v[il * KV + g] = m.hp.head_dim;
         }
         else if (k == "srate" || k == "srate0" || k == "srate1" || k == "srate2") {  // sensitivity allocation
@@ -94,7 +95,8 @@ zk::session_params parse_config(const std::string& cfg, zk::session_params sp, c
                 int il, g, rk, rv, kb = 0;
                 const int got = std::sscanf(line.c_str(), "%d %d %d %d %d", &il, &g, &rk, &rv, &kb);
                 if (got < 4) continue;
-                if (il < 0 || il >= m.hp.n_layer || g < 0 || g >= m.hp.n_head_kv) ZK_THROW("%s: bad head %d %d", v.c_str(), il, g);
+                if (il < 0 || il >= m.hp.n_layer || g < 0 || g >= m.hp.n_head_kv)
+                    ZK_THROW("%s: bad head %d %d", v.c_str(), il, g);
                 sp.ranks_k[(size_t)il * m.hp.n_head_kv + g] = rk;
                 sp.ranks_v[(size_t)il * m.hp.n_head_kv + g] = rv;
                 sp.kbasis[(size_t)il * m.hp.n_head_kv + g] = kb;
@@ -152,7 +154,7 @@ int main(int argc, char** argv) {
             if (!std::strcmp(argv[i], "--prompt") && i + 1 < argc) P = std::stoll(argv[++i]);
             else if (!std::strcmp(argv[i], "--decode") && i + 1 < argc) D = std::stoll(argv[++i]);
             else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) base.n_threads = std::stoi(argv[++i]);
-            else if (!std::strcmp(argv[i], "--kv-type") && i + 1 < argc) base.kv_type = zk::dtype_from_name(argv[++i]);
+            else if (!std::strcmp(argv[i], "--kv-type") && i + 1 < argc) base.kv.type = zk::dtype_from_name(argv[++i]);
             else configs.push_back(argv[i]);
         }
         std::ifstream in(argv[2]);

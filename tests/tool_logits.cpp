@@ -32,10 +32,10 @@ int main(int argc, char** argv) {
         for (int i = 4; i + 1 < argc; i += 2) {
             if (!std::strcmp(argv[i], "--threads")) sp.n_threads = std::stoi(argv[i + 1]);
             if (!std::strcmp(argv[i], "--batch")) sp.n_batch = std::stoi(argv[i + 1]);
-            if (!std::strcmp(argv[i], "--kv-type")) sp.kv_type = zk::dtype_from_name(argv[i + 1]);
+            if (!std::strcmp(argv[i], "--kv-type")) sp.kv.type = zk::dtype_from_name(argv[i + 1]);
             if (!std::strcmp(argv[i], "--greedy")) n_greedy = std::stoll(argv[i + 1]);
-            if (!std::strcmp(argv[i], "--kv-bits")) sp.kv_bits = std::stoi(argv[i + 1]);
-            if (!std::strcmp(argv[i], "--kv-gear")) sp.kv_gear = std::stoi(argv[i + 1]) != 0;
+            if (!std::strcmp(argv[i], "--kv-bits")) sp.kv.bits = std::stoi(argv[i + 1]);
+            if (!std::strcmp(argv[i], "--kv-gear")) sp.kv.gear = std::stoi(argv[i + 1]) != 0;
             if (!std::strcmp(argv[i], "--kv-evict")) sp.evict.policy = argv[i + 1];
             if (!std::strcmp(argv[i], "--kv-budget")) sp.evict.budget = std::stoll(argv[i + 1]);
             if (!std::strcmp(argv[i], "--kv-sinks")) sp.evict.n_sink = std::stoi(argv[i + 1]);

@@ -119,7 +119,7 @@ std::vector<code_problem> code_load_problems(const std::string& file, eval_issue
 code_prompt_mode code_prompt_mode_from_name(const std::string& s) {
     if (s == "raw") return code_prompt_mode::RAW;
     if (s == "chat") return code_prompt_mode::CHAT;
-    ZK_THROW("--code-prompt must be raw or chat, got '%s'", s.c_str());
+    ZK_THROW_PARAM("eval.code_prompt", "eval.code_prompt must be raw or chat, got '%s'", s.c_str());
 }
 
 // ---- where a completion ends ----
@@ -216,8 +216,9 @@ class code_task final : public eval_task {
 public:
     code_task(const model& m, const std::vector<std::string>& files, const eval_code_opts& o, eval_on_error policy)
         : eval_task(policy), o_(o) {
-        if (files.empty()) ZK_THROW("code: no JSONL files given (--data FILE ...)");
-        if (o.max_tokens < 1) ZK_THROW("code: --code-max-tokens must be >= 1, got %d", o.max_tokens);
+        if (files.empty()) ZK_THROW_PARAM("eval.data", "code: no JSONL files given (eval.data FILE ...)");
+        if (o.max_tokens < 1)
+            ZK_THROW_PARAM("eval.code_max_tokens", "code: eval.code_max_tokens must be >= 1, got %d", o.max_tokens);
         std::set<std::string> ids;
         for (const std::string& f : files)
             for (code_problem& p : code_load_problems(f, issues_)) {

@@ -48,7 +48,7 @@ public:
     lastword_task(const model& m, const std::vector<std::string>& files, const eval_lastword_opts& o,
                   eval_on_error policy)
         : eval_task(policy) {
-        if (files.empty()) ZK_THROW("lastword: no text files given (--data FILE ...)");
+        if (files.empty()) ZK_THROW_PARAM("eval.data", "lastword: no text files given (eval.data FILE ...)");
         if (o.min_words < 2 || o.max_words < o.min_words)
             ZK_THROW("lastword: need 2 <= min words <= max words, got %d and %d", o.min_words, o.max_words);
         for (const std::string& f : files) {

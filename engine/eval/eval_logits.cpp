@@ -102,7 +102,7 @@ eval_logits_file::eval_logits_file(const std::string& path) : path_(path) {
     map_ = static_cast<const uint8_t*>(m);
 
     if (std::memcmp(map_, k_logits_magic, sizeof k_logits_magic) != 0)
-        ZK_THROW("%s: not a zack logits file (no ZKLOGITS magic; it is written by zack eval --kl-divergence-base)",
+        ZK_THROW("%s: not a zack logits file (no ZKLOGITS magic; it is written with eval.kl_divergence_base)",
                  path.c_str());
     reader r{map_, size_, sizeof k_logits_magic, path_};
     const uint32_t version = r.get<uint32_t>("version");

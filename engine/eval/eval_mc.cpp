@@ -42,7 +42,7 @@ class mc_task final : public eval_task {
 public:
     mc_task(const model& m, const std::vector<std::string>& files, const eval_mc_opts& o, eval_on_error policy)
         : eval_task(policy) {
-        if (files.empty()) ZK_THROW("mc: no JSONL files given (--data FILE ...)");
+        if (files.empty()) ZK_THROW_PARAM("eval.data", "mc: no JSONL files given (eval.data FILE ...)");
         for (const std::string& f : files) load(m, f);
         if (o.limit > 0 && (int64_t)items_.size() > o.limit) items_.resize(o.limit);
         if (items_.empty()) ZK_THROW("mc: no usable questions in the data files");

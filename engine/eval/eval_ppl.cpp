@@ -42,7 +42,8 @@ public:
             load_baseline(m, files);
             return;
         }
-        if (files.empty()) ZK_THROW("ppl: no text files given (--data FILE ... or -f FILE)");
+        if (files.empty())
+            ZK_THROW_PARAM("eval.data", "ppl: no text files given (eval.data FILE ... or eval.file FILE)");
         std::string text;
         for (const std::string& f : files) {
             const std::string t = eval_read_text(f, issues_);
@@ -82,14 +83,15 @@ public:
         per_chunk_ = window_ - 1 - first_;
         const double bytes = (double)n_chunks_ * per_chunk_ * n_vocab_ * sizeof(float);
         if (bytes > 8e9)
-            ZK_THROW("ppl: keeping the baseline's log-probabilities would need %.1f GB; use --limit to evaluate "
+            ZK_THROW("ppl: keeping the baseline's log-probabilities would need %.1f GB; use eval.limit to evaluate "
                      "fewer chunks", bytes / 1e9);
     }
 
     // --kl-divergence: tokens, chunking and the baseline from the logits file.
     void load_baseline(const model& m, const std::vector<std::string>& files) {
         if (!files.empty())
-            ZK_THROW("ppl: --kl-divergence reads the tokens from %s; give no --data/-f", o_.logits_path.c_str());
+            ZK_THROW("ppl: eval.kl_divergence reads the tokens from %s; give no eval.data/eval.file",
+                     o_.logits_path.c_str());
         file_ = std::make_unique<eval_logits_file>(o_.logits_path);
         const eval_logits_header& h = file_->header();
         const char* path = o_.logits_path.c_str();
@@ -100,7 +102,7 @@ public:
         if (o_.ctx_set_by_user && o_.n_ctx != c)
             ZK_THROW("%s was saved with -c %lld; drop -c or give the same", path, (long long)c);
         if (o_.stride != 0 && o_.stride != h.stride)
-            ZK_THROW("%s was saved with --ppl-stride %lld; drop it or give the same", path, (long long)h.stride);
+            ZK_THROW("%s was saved with eval.ppl_stride %lld; drop it or give the same", path, (long long)h.stride);
         tokens_ = file_->tokens();
         window_ = h.window;
         first_ = h.first;

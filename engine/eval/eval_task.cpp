@@ -16,7 +16,7 @@ namespace zk {
 eval_on_error eval_on_error_from_name(const std::string& s) {
     if (s == "stop") return eval_on_error::STOP;
     if (s == "skip") return eval_on_error::SKIP;
-    ZK_THROW("--on-error must be stop or skip, got '%s'", s.c_str());
+    ZK_THROW_PARAM("eval.on_error", "eval.on_error must be stop or skip, got '%s'", s.c_str());
 }
 
 std::string eval_data_issue::describe() const {
@@ -27,7 +27,7 @@ std::string eval_data_issue::describe() const {
 void eval_issues::report(const std::string& file, int64_t line, const std::string& what) {
     eval_data_issue is{file, line, what};
     if (policy_ == eval_on_error::STOP)
-        ZK_THROW("%s (--on-error skip leaves such items out)", is.describe().c_str());
+        ZK_THROW("%s (eval.on_error skip leaves such items out)", is.describe().c_str());
     std::fprintf(stderr, "warning: %s (skipped)\n", is.describe().c_str());
     issues_.push_back(std::move(is));
 }

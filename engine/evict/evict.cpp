@@ -105,30 +105,35 @@ void evict_validate_params(const evict_params& p, int64_t n_ctx) {
     if (!known) {
         std::string names;
         for (const auto& e : k_registry) names += std::string(names.empty() ? "" : ", ") + e.name;
-        ZK_THROW("unknown --kv-evict policy '%s' (known: %s)", p.policy.c_str(), names.c_str());
+        ZK_THROW_PARAM("evict.policy", "evict.policy: unknown policy '%s' (known: %s)", p.policy.c_str(), names.c_str());
     }
-    if (p.n_sink < 0 || p.n_sink > 64) ZK_THROW("--kv-sinks must be between 0 and 64 tokens, got %d", p.n_sink);
+    if (p.n_sink < 0 || p.n_sink > 64)
+        ZK_THROW_PARAM("evict.n_sink", "evict.n_sink must be between 0 and 64 tokens, got %d", p.n_sink);
     if (p.policy == "none") {
-        if (p.budget != 0) ZK_THROW("--kv-budget %lld needs an eviction policy (--kv-evict)", (long long)p.budget);
-        if (p.crush != 0) ZK_THROW("--kv-crush needs an eviction policy (--kv-evict) to wrap");
+        if (p.budget != 0) ZK_THROW_PARAM("evict.budget", "evict.budget %lld needs an eviction policy (evict.policy)",
+                                          (long long)p.budget);
+        if (p.crush != 0) ZK_THROW_PARAM("evict.crush", "evict.crush needs an eviction policy (evict.policy) to wrap");
         return;
     }
     if (p.budget <= 0)
-        ZK_THROW("--kv-evict %s needs a positive --kv-budget in tokens, got %lld", p.policy.c_str(),
-                 (long long)p.budget);
-    if (p.n_recent < -1) ZK_THROW("--kv-recent must be >= 0, got %lld", (long long)p.n_recent);
+        ZK_THROW_PARAM("evict.budget", "evict.policy %s needs a positive evict.budget in tokens, got %lld",
+                       p.policy.c_str(), (long long)p.budget);
+    if (p.n_recent < -1)
+        ZK_THROW_PARAM("evict.n_recent", "evict.n_recent must be >= 0, got %lld", (long long)p.n_recent);
     if (p.n_sink + evict_n_recent(p) >= p.budget)
-        ZK_THROW("--kv-budget %lld leaves no room beyond %d sink and %lld recent tokens", (long long)p.budget,
-                 p.n_sink, (long long)evict_n_recent(p));
+        ZK_THROW_PARAM("evict.budget", "evict.budget %lld leaves no room beyond %d sink and %lld recent tokens",
+                       (long long)p.budget, p.n_sink, (long long)evict_n_recent(p));
     if (p.chunk <= 0) ZK_THROW("eviction chunk must be positive, got %lld", (long long)p.chunk);
     if (p.snap_window <= 0) ZK_THROW("snapkv window must be positive, got %d", p.snap_window);
-    if (p.snap_pool <= 0 || p.snap_pool % 2 == 0) ZK_THROW("snapkv pool width must be odd and positive, got %d", p.snap_pool);
+    if (p.snap_pool <= 0 || p.snap_pool % 2 == 0)
+        ZK_THROW("snapkv pool width must be odd and positive, got %d", p.snap_pool);
     if (!(p.tau_init > 0 && p.tau_end > 0))
         ZK_THROW("keyformer temperatures must be positive, got %g and %g", p.tau_init, p.tau_end);
     if (!(p.crush >= 0 && p.crush < 1))
-        ZK_THROW("--kv-crush must be a fraction of the budget in [0, 1), got %g", p.crush);
+        ZK_THROW_PARAM("evict.crush", "evict.crush must be a fraction of the budget in [0, 1), got %g", p.crush);
     if (p.crush_anchor != "mean" && p.crush_anchor != "random" && p.crush_anchor != "alternate")
-        ZK_THROW("--kv-crush-anchor must be mean, random or alternate, got '%s'", p.crush_anchor.c_str());
+        ZK_THROW_PARAM("evict.crush_anchor", "evict.crush_anchor must be mean, random or alternate, got '%s'",
+                       p.crush_anchor.c_str());
     (void)n_ctx;
 }
 
@@ -146,7 +151,7 @@ std::unique_ptr<evict_policy> evict_policy_create(const evict_params& p, int64_t
             if (p.crush > 0) pol = evict_make_kvcrush(p, std::move(pol));
             return pol;
         }
-    ZK_THROW("unknown --kv-evict policy '%s'", p.policy.c_str());
+    ZK_THROW_PARAM("evict.policy", "evict.policy: unknown policy '%s'", p.policy.c_str());
 }
 
 void evict_run(kv_cache& c, const evict_policy& policy, int64_t budget) {

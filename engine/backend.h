@@ -1,0 +1,98 @@
+// The compute backend of a forward pass: every operation the pass runs on
+// activations (weight matmuls, norms, RoPE, the gated activation, the q/k
+// projection of compressed heads, KV append and attention) goes through this
+// interface, and the backend is chosen in one place, backend_create(), when a
+// session (or a batch_decoder) is made. engine/session.cpp and
+// engine/arch_block.cpp call only this interface; the kernels behind it are
+// declared in kernels/<op>.h with a CPU reference and, where built, a CUDA twin.
+//
+//   CPU   engine/backend_cpu.{h,cpp} (dense ops on a thread pool) and
+//         engine/backend_cpu_attn.cpp (attention scheduling: flash-decoding
+//         slot ranges, tiled prefill, exact sinks, eviction observation)
+//   CUDA  kernels/cuda/ holds the kernels; the CUDA forward pass (issue #18)
+//         plugs in here: backend_create refuses --device cuda until it exists.
+//
+// Buffers: a pass's activations live in forward_buffers (engine/forward_buffers.h),
+// which the backend makes (buffers_create) and owns the layout of; on the CPU
+// they are host arrays, read directly by observers and eviction.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/arch.h"
+#include "engine/forward_buffers.h"
+#include "ggml-like/threadpool.h"
+#include "kernels/matmul.h"
+#include "kernels/rope.h"
+
+namespace zk {
+
+enum class backend_device { CPU, CUDA };
+
+// "cpu" or "cuda"; throws naming the accepted values.
+backend_device backend_device_parse(const std::string& s);
+const char* backend_device_name(backend_device d);
+// Whether this build has the CUDA kernels (cmake -DZACK_CUDA=ON).
+bool backend_cuda_built();
+
+struct backend_params {
+    backend_device device = backend_device::CPU;
+    int n_threads = 2;
+};
+
+class backend {
+public:
+    virtual ~backend() = default;
+    virtual backend_device device() const = 0;
+    // The threads host-side work may use (calibration statistics, eviction).
+    virtual thread_pool& host_pool() = 0;
+
+    // Buffers for passes over up to n_rows rows of up to max_seqs sequences
+    // (forward_buffers' constructor says what the other arguments size).
+    virtual std::unique_ptr<forward_buffers> buffers_create(const model_hparams& hp, int64_t n_rows, int max_seqs,
+                                                            int n_threads, int64_t cap, int gear_rank,
+                                                            bool observe) = 0;
+
+    // ---- dense ops; shapes row-major, n_tok rows
+    // x [n x n_embd] <- the rows of `tokens` of the embedding table, times `scale`
+    virtual void embed(const weight_view& table, const int32_t* tokens, int64_t n, float scale, float* x) = 0;
+    // Y [n_tok x n_rows] = X [n_tok x n_cols] W^T (kernels/matmul.h)
+    virtual void matmul(const weight_view& w, const float* x, int64_t n_tok, float* y, forward_buffers& fb) = 0;
+    virtual void matmul_multi(const weight_view* ws, float* const* ys, int n_w, const float* x, int64_t n_tok,
+                              forward_buffers& fb) = 0;
+    // y = rmsnorm(x) * w over rows of n (x, y may alias)
+    virtual void rmsnorm(const float* x, const float* w, float* y, int64_t n_tok, int64_t n, float eps) = 0;
+    // y[t] += b for each of n_tok rows of n
+    virtual void add_bias(float* y, const float* b, int64_t n_tok, int64_t n) = 0;
+    // x += y over n elements
+    virtual void add(float* x, const float* y, int64_t n) = 0;
+    virtual void rope_table(const rope_params& p, const int32_t* pos, int64_t n_tok, float* cs) = 0;
+    virtual void rope_apply(float* x, int64_t n_tok, int64_t n_heads, int64_t head_dim, const rope_params& p,
+                            const float* cs) = 0;
+    // g [n_tok x F] <- act(g) * u (SwiGLU or GeGLU by the architecture)
+    virtual void glu(arch_act act, float* g, const float* u, int64_t n_tok, int64_t F) = 0;
+    // y <- c tanh(y / c) over n elements
+    virtual void softcap(float* y, int64_t n, float c) = 0;
+
+    // ---- attention side, for one layer of a pass over seqs[0 .. n_seqs)
+    // q~ = q R and k~ = k R of compressed sequences' heads, in place in fb.q, fb.k.
+    virtual void project_qk(const backend_seq* seqs, int n_seqs, const model_hparams& hp, int il,
+                            forward_buffers& fb) = 0;
+    // Appends every sequence's new k, v rows (fb.k, fb.v) to its cache.
+    virtual void kv_append(const backend_seq* seqs, int n_seqs, const model_hparams& hp, int il,
+                           forward_buffers& fb) = 0;
+    // fb.attn [rows x n_head x head_dim] <- attention of every row against its
+    // own sequence's cache (which already holds the row's key and value).
+    virtual void attention(const backend_seq* seqs, int n_seqs, const model_hparams& hp, int il,
+                           forward_buffers& fb) = 0;
+};
+
+// Throws with a one-line reason when the device cannot run a forward pass in
+// this build (front ends call it before loading a model).
+void backend_check_device(backend_device d);
+// The one place a device is chosen; throws as backend_check_device.
+std::unique_ptr<backend> backend_create(const backend_params& p);
+
+}  // namespace zk

@@ -1,0 +1,359 @@
+// The CPU backend's attention side (engine/backend_cpu.h): the q/k projection
+// of compressed heads, KV append, and attention of every row against its own
+// sequence's cache, scheduled as the paper's section 5.3 says: tasks cost
+// ~ slots x (r_k + r_v), run longest first on the pool's threads, with a
+// decode segment's slots split into ranges merged afterwards (flash-decoding).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "engine/backend_cpu.h"
+#include "engine/evict/evict.h"
+#include "engine/kv_cache.h"
+#include "ggml-like/error.h"
+#include "kernels/attention.h"
+#include "kernels/attention_prefill.h"
+#include "kernels/project.h"
+
+namespace zk {
+
+namespace {
+
+// A decode segment's slot ranges hold at least this many slots.
+constexpr int64_t k_min_range = 128;
+
+// Sliding-window layers (model_hparams::n_swa; 0 = a global layer): a query at
+// position p sees the positions > p - n_swa. Slots ascend by position, so
+// those are the slots from the one returned here on. The cache keeps every
+// token (masking, not a window-sized cache).
+int64_t window_first_slot(const attn_kv_view& kv, int64_t n_swa, int32_t p) {
+    if (n_swa <= 0 || p - n_swa + 1 <= 0) return 0;
+    return std::lower_bound(kv.pos, kv.pos + kv.n_slots, (int32_t)(p - n_swa + 1)) - kv.pos;
+}
+
+// The exact sinks a query whose first visible slot is lo sees: the view with
+// the sink slots below lo cut off (kernel_attention_sinks reads sink rows by
+// position, so moving pos on is enough; its logits move on by the same count).
+attn_kv_view window_sinks(attn_kv_view kv, int64_t lo) {
+    const int64_t cut = std::min(lo, kv.n_sink_slots);
+    kv.pos += cut;
+    kv.n_sink_slots -= cut;
+    return kv;
+}
+
+// Logits of slots a windowed query cannot see, for eviction policies: -inf.
+void window_mask_logits(float* lg, int64_t stride, int64_t rows, int64_t lo) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t s = 0; s < lo; s++) lg[r * stride + s] = -INFINITY;
+}
+
+}  // namespace
+
+
+void backend_cpu::kv_append(const backend_seq* seqs, int n_seqs, const model_hparams& hp, int il,
+                            forward_buffers& fb) {
+    const int64_t D = hp.head_dim, KV = hp.n_head_kv;
+    // V needs no work before this: W_v is folded, so a rank-r_v head keeps the
+    // first r_v channels of v.
+    for (int i = 0; i < n_seqs; i++) {
+        const backend_seq& sq = seqs[i];
+        for (int g = 0; g < KV; g++)
+            sq.cache->append(il, g, sq.n, fb.k.data() + (sq.row0 * KV + g) * D, KV * D,
+                             fb.v.data() + (sq.row0 * KV + g) * D, KV * D, fb.pos.data() + sq.row0);
+    }
+}
+
+// q~ = q R[:, :r_k] for every query head and k~ = k R[:, :r_k] for every KV
+// head, in place, with the projection of the row's own sequence: head h's first
+// r_k channels of q/k become the projection (the rest is left unused; with
+// exact sinks all head_dim channels are rotated, q R and k R). Layout stays
+// [n x heads x head_dim]. Rows of uncompressed sequences are left as they are.
+void backend_cpu::project_qk(const backend_seq* seqs, int n_seqs, const model_hparams& hp, int il, forward_buffers& fb) {
+    int64_t n = 0;
+    for (int i = 0; i < n_seqs; i++) n += seqs[i].n;
+    const int D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv, G = hp.n_group();
+    auto body = [&](int64_t b, int64_t e, int) {
+        for (int64_t task = b; task < e; task++) {
+            const int64_t t = task / KV;
+            const int g = (int)(task % KV);
+            const backend_seq& s = seqs[fb.row_seq[t]];
+            if (!s.compressed()) continue;
+            const float* Pq = (*s.proj_q)[(size_t)il * KV + g].data();
+            const float* Pk = (*s.proj_k)[(size_t)il * KV + g].data();
+            // the cache keeps r_k channels; exact sinks need all of them, of
+            // every query and of their own keys
+            const int r_k = s.cache->block(il, g).r_k, sinks = s.cache->params().sinks;
+            const int rq = sinks > 0 ? D : r_k;
+            kernel_project_head(Pk, fb.pos[t] < sinks ? D : r_k, D, fb.k.data() + (t * KV + g) * D);
+            for (int j = 0; j < G; j++) kernel_project_head(Pq, rq, D, fb.q.data() + (t * H + g * G + j) * D);
+        }
+    };
+    // the closure holds one reference, so std::function stores it without allocating
+    pool_.parallel_for(n * KV, 1, [&body](int64_t b, int64_t e, int ith) { body(b, e, ith); });
+}
+
+// Attention of every row against its own sequence's cache. A decode segment
+// (<= k_session_decode_max_tok tokens) gets (head, slot range) tasks, merged
+// per head afterwards (flash-decoding); a prefill segment gets a task per
+// (head, token). All tasks of the pass share one longest-first schedule.
+bool backend_cpu::attention_prefill(const backend_seq& sq, const model_hparams& hp, int il, forward_buffers& fb) {
+    const backend_seq& s = sq;
+    const int64_t D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv, G = hp.n_group();
+    if (sq.n <= k_session_decode_max_tok || s.policy->needs_attention() || !s.prefill_tiled) return false;
+    // the tiled kernel masks causally only: a local layer whose window has
+    // moved on takes the per-token tasks, which start at the window
+    if (hp.layer_is_swa(il) && s.n_past + sq.n > hp.n_swa) return false;
+    const int64_t kb = kernel_prefill_key_block();
+    int64_t kt_size = 0, nblk = 0;  // per head: floats of the transposed keys, key blocks
+    for (int g = 0; g < KV; g++) {
+        const attn_kv_view kv = s.cache->view(il, (int)g);
+        if (!kernel_prefill_supported(kv)) return false;
+        kt_size = std::max(kt_size, kernel_prefill_keys_size(kv.n_slots, kv.r_k));
+        nblk = std::max(nblk, (kv.n_slots + kb - 1) / kb);
+    }
+    if ((int64_t)fb.prefill_kt.size() < KV * kt_size) fb.prefill_kt.resize((size_t)(KV * kt_size));
+    // Compressed heads write only their first r_v channels; W_o's folded rows
+    // for the rest must see zeros.
+    if (s.compressed()) std::memset(fb.attn.data() + sq.row0 * H * D, 0, sizeof(float) * sq.n * H * D);
+    // every query block of the chunk reads the same keys: transpose them once
+    pool_.parallel_for(KV * nblk, 4, [&](int64_t b, int64_t e, int) {
+        for (int64_t i = b; i < e; i++) {
+            const attn_kv_view kv = s.cache->view(il, (int)(i / nblk));
+            const int64_t blk = i % nblk;
+            if (blk * kb < kv.n_slots)
+                kernel_prefill_keys(kv, blk, blk + 1, fb.prefill_kt.data() + (i / nblk) * kt_size);
+        }
+    });
+    // tasks: (KV head, block of prefill_tokens tokens), longest first
+    const int64_t nt = fb.prefill_tokens;
+    fb.tasks.clear();
+    for (int g = 0; g < KV; g++) {
+        const kv_block& b = s.cache->block(il, g);
+        for (int64_t t0 = 0; t0 < sq.n; t0 += nt) {
+            const int64_t last = std::min(sq.n, t0 + nt) - 1;
+            fb.tasks.push_back({std::min(b.n_used, s.n_past + last + 1) * (b.r_k + b.r_v), 0, g, t0, 0});
+        }
+    }
+    std::sort(fb.tasks.begin(), fb.tasks.end(), [](const attn_task& a, const attn_task& b) {
+        if (a.cost != b.cost) return a.cost > b.cost;
+        return a.g != b.g ? a.g < b.g : a.c < b.c;
+    });
+    const float scale = hp.score_scale();
+    auto run = [&](int64_t i, int ith) {
+        const attn_task& tk = fb.tasks[i];
+        const attn_kv_view kv = s.cache->view(il, tk.g);
+        const int64_t t0 = tk.c, n = std::min(nt, sq.n - t0);
+        const attn_q_view q{fb.q.data() + (sq.row0 + t0) * H * D + tk.g * G * D, H * D, D, (int)G, n,
+                            fb.pos.data() + sq.row0 + t0, scale};
+        kernel_attention_prefill(kv, fb.prefill_kt.data() + tk.g * kt_size, q,
+                                 fb.attn.data() + (sq.row0 + t0) * H * D + tk.g * G * D, H * D, D,
+                                 fb.prefill_scratch.data() + ith * fb.prefill_scratch_stride);
+    };
+    pool_.parallel_for((int64_t)fb.tasks.size(), 1, [&run](int64_t b, int64_t e, int ith) {
+        for (int64_t i = b; i < e; i++) run(i, ith);
+    });
+    return true;
+}
+
+void backend_cpu::attention(const backend_seq* seqs, int n_seqs, const model_hparams& hp, int il, forward_buffers& fb) {
+    if (n_seqs == 1 && attention_prefill(seqs[0], hp, il, fb)) return;
+    const int64_t D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv, G = hp.n_group();
+    const float scale = hp.score_scale();  // of the original head dim, also when compressed
+    const int64_t n_swa = hp.layer_is_swa(il) ? hp.n_swa : 0;
+    // Decode segments share one slot range per task, which the window's start
+    // must not cut inside: several tokens whose windows differ go per token.
+    auto is_decode = [n_swa](const backend_seq& sq) {
+        return sq.n <= k_session_decode_max_tok && !(n_swa > 0 && sq.n > 1 && sq.n_past + sq.n > n_swa);
+    };
+    const int nth = pool_.size();
+    const int64_t score_stride = (int64_t)fb.score.size() / fb.n_threads;
+
+    int n_decode = 0;
+    for (int i = 0; i < n_seqs; i++) n_decode += is_decode(seqs[i]);
+    // The per-thread observation sums of a prefill segment serve one sequence.
+    ZK_ASSERT(n_decode == n_seqs || n_seqs == 1);
+
+    // tasks, and where their partials go
+    fb.tasks.clear();
+    int64_t part = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        const backend_seq& sq = seqs[i];
+        const backend_seq& s = sq;
+        const kv_cache& cache = *s.cache;
+        auto cost = [&](int g, int64_t slots) {
+            const kv_block& b = cache.block(il, g);
+            return slots * (b.r_k + b.r_v);
+        };
+        fb.seg_part[i] = part;
+        // Compressed heads write only their first r_v channels; W_o's folded rows
+        // for the rest must see zeros.
+        if (s.compressed()) std::memset(fb.attn.data() + sq.row0 * H * D, 0, sizeof(float) * sq.n * H * D);
+        if (is_decode(sq)) {
+            // Slot ranges per head as for this sequence decoded alone on its own
+            // threads (enough that each has work on the KV heads). Not fewer in a
+            // batch, though the batch has more heads to share out: the split
+            // decides the merge's rounding, and on this engine (8-bit
+            // activations) a 1e-7 change grows into different greedy tokens. So
+            // a batched row is the same arithmetic as its sequence alone
+            // (tests/test_batch.cpp).
+            const int64_t nt = s.n_threads;
+            int64_t nc = std::min<int64_t>((cache.n_used_max() + k_min_range - 1) / k_min_range,
+                                           (2 * nt + KV - 1) / KV);
+            nc = std::max<int64_t>(1, std::min(nc, fb.max_chunks));
+            fb.seg_nc[i] = nc;
+            for (int g = 0; g < KV; g++)
+                for (int64_t c = 0; c < nc; c++) {
+                    fb.tasks.push_back({cost(g, cache.block(il, g).n_used / nc), i, g, c, part});
+                    part += sq.n * G * (2 + D);
+                }
+        } else {
+            fb.seg_nc[i] = 0;
+            for (int g = 0; g < KV; g++)
+                for (int64_t t = 0; t < sq.n; t++) {
+                    fb.tasks.push_back({cost(g, std::min(cache.block(il, g).n_used, s.n_past + t + 1)), i, g, t, part});
+                    part += G * (2 + D);
+                }
+        }
+    }
+    ZK_ASSERT(part <= (int64_t)fb.part.size());
+    // Heads differ in rank (and, evicted, in slots): hand the tasks out longest first.
+    std::sort(fb.tasks.begin(), fb.tasks.end(), [](const attn_task& a, const attn_task& b) {
+        if (a.cost != b.cost) return a.cost > b.cost;
+        return a.part < b.part;  // creation order
+    });
+
+    auto run_task = [&](const attn_task& tk, int ith) {
+        const backend_seq& sq = seqs[tk.seq];
+        const backend_seq& s = sq;
+        const attn_kv_view kv = s.cache->view(il, tk.g);
+        const bool observe = s.policy->needs_attention();
+        const float* q_seg = fb.q.data() + sq.row0 * H * D + tk.g * G * D;
+        const int32_t* pos_seg = fb.pos.data() + sq.row0;
+        float* pb = fb.part.data() + tk.part;
+        float* scratch = fb.score.data() + ith * score_stride;
+        const int64_t nc = fb.seg_nc[tk.seq];
+        if (nc > 0) {
+            const int64_t n = sq.n, cap = s.cache->capacity();
+            attn_partial p{pb, pb + n * G, pb + 2 * n * G};
+            if (observe) {
+                p.logits = s.logits_buf + tk.g * n * G * cap;
+                p.logits_stride = cap;
+            }
+            // (one token, or tokens whose windows all start at slot 0)
+            const int64_t lo = window_first_slot(kv, n_swa, pos_seg[0]);
+            const int64_t s0 = lo + (kv.n_slots - lo) * tk.c / nc, s1 = lo + (kv.n_slots - lo) * (tk.c + 1) / nc;
+            const attn_q_view q{q_seg, H * D, D, (int)G, n, pos_seg, scale};
+            kernel_attention_range(kv, s0, s1, q, p, scratch);
+            return;
+        }
+        // prefill token t sees the slots up to its position (slot index <=
+        // position, also after eviction): stop the range there
+        const int64_t t = tk.c;
+        attn_partial p{pb, pb + G, pb + 2 * G};
+        float* lg = observe ? fb.thread_logits.data() + (size_t)ith * G * fb.cap : nullptr;
+        p.logits = lg;
+        p.logits_stride = fb.cap;
+        const attn_q_view q{q_seg + t * H * D, H * D, D, (int)G, 1, pos_seg + t, scale};
+        const int64_t s1 = std::min(kv.n_slots, s.n_past + t + 1);
+        const int64_t lo = std::min(window_first_slot(kv, n_swa, pos_seg[t]), s1);
+        if (lg && lo > 0) window_mask_logits(lg, fb.cap, G, lo);
+        kernel_attention_range(kv, lo, s1, q, p, scratch);
+        attn_partial parts[2] = {p, p};
+        int n_parts = 1;
+        const attn_kv_view kvs = window_sinks(kv, lo);
+        if (kvs.n_sink_slots > 0) {
+            float* sb = fb.sink_part.data() + (size_t)ith * fb.sink_part_stride;
+            parts[n_parts++] = attn_partial{sb, sb + G, sb + 2 * G, lg ? lg + (kvs.pos - kv.pos) : nullptr, fb.cap,
+                                            kv.sink_dim};
+            kernel_attention_sinks(kvs, q, parts[1]);
+        }
+        kernel_attention_merge(parts, n_parts, 1, (int)G, kv.r_v,
+                               fb.attn.data() + (sq.row0 + t) * H * D + tk.g * G * D, H * D, D);
+        if (observe) {
+            const evict_observation o{il, tk.g, pos_seg[t], t, sq.n, s.n_ctx, kv.pos};
+            float* acc = fb.thread_scores.data() + ((size_t)ith * KV + tk.g) * fb.cap;
+            for (int64_t j = 0; j < G; j++) s.policy->observe(o, lg + j * fb.cap, s1, acc);
+        }
+    };
+    pool_.parallel_for((int64_t)fb.tasks.size(), 1, [&run_task, &fb](int64_t b, int64_t e, int ith) {
+        for (int64_t i = b; i < e; i++) run_task(fb.tasks[i], ith);
+    });
+
+    // decode segments: merge each head's ranges, then show the policy the logits
+    bool observe_decode = false;
+    for (int i = 0; i < n_seqs; i++) {
+        const backend_seq& sq = seqs[i];
+        const int64_t nc = fb.seg_nc[i];
+        if (nc == 0) continue;
+        observe_decode |= sq.policy->needs_attention();
+        const int64_t per_task = sq.n * G * (2 + D);
+        const backend_seq& s = sq;
+        for (int g = 0; g < KV; g++) {
+            attn_partial parts[65];
+            for (int64_t c = 0; c < nc; c++) {
+                float* pb = fb.part.data() + fb.seg_part[i] + (g * nc + c) * per_task;
+                parts[c] = attn_partial{pb, pb + sq.n * G, pb + 2 * sq.n * G};
+            }
+            int n_parts = (int)nc;
+            const attn_kv_view kv = s.cache->view(il, g);
+            // a window that has moved on (one token: see run_task) hides the
+            // slots below lo, exact sinks included
+            const int64_t lo = window_first_slot(kv, n_swa, fb.pos[sq.row0]);
+            const int64_t cap = s.cache->capacity();
+            if (lo > 0 && s.policy->needs_attention())
+                window_mask_logits(s.logits_buf + g * sq.n * G * cap, cap, sq.n * G, lo);
+            const attn_kv_view kvs = window_sinks(kv, lo);
+            if (kvs.n_sink_slots > 0) {
+                // a few rows per head: serial, on the sink buffer of thread 0
+                float* sb = fb.sink_part.data();
+                const int64_t n = sq.n;
+                attn_partial p{sb, sb + n * G, sb + 2 * n * G, nullptr, 0, kv.sink_dim};
+                if (s.policy->needs_attention()) {
+                    p.logits = s.logits_buf + g * n * G * cap + (kvs.pos - kv.pos);
+                    p.logits_stride = cap;
+                }
+                const attn_q_view q{fb.q.data() + sq.row0 * H * D + g * G * D, H * D, D, (int)G, n,
+                                    fb.pos.data() + sq.row0, scale};
+                kernel_attention_sinks(kvs, q, p);
+                parts[n_parts++] = p;
+            }
+            kernel_attention_merge(parts, n_parts, sq.n, (int)G, kv.r_v, fb.attn.data() + sq.row0 * H * D + g * G * D,
+                                   H * D, D);
+        }
+    }
+    if (observe_decode) {
+        auto observe_head = [&](int64_t b, int64_t e, int) {
+            for (int64_t task = b; task < e; task++) {
+                const backend_seq& sq = seqs[task / KV];
+                const backend_seq& s = sq;
+                const int g = (int)(task % KV);
+                if (fb.seg_nc[task / KV] == 0 || !s.policy->needs_attention()) continue;
+                kv_block& blk = s.cache->block(il, g);
+                const int64_t n = sq.n, cap = s.cache->capacity();
+                for (int64_t t = 0; t < n; t++) {
+                    const evict_observation o{il, g, fb.pos[sq.row0 + t], t, n, s.n_ctx, blk.pos.data()};
+                    for (int64_t j = 0; j < G; j++)
+                        s.policy->observe(o, s.logits_buf + ((g * n + t) * G + j) * cap, blk.n_used,
+                                           blk.score.data());
+                }
+            }
+        };
+        pool_.parallel_for(n_seqs * KV, 1, [&observe_head](int64_t b, int64_t e, int ith) { observe_head(b, e, ith); });
+    }
+    if (n_decode == 0 && seqs[0].policy->needs_attention()) {
+        // prefill: per-thread sums into the blocks' scores, in thread order
+        const backend_seq& s = seqs[0];
+        auto add_scores = [&](int64_t b, int64_t e, int) {
+            for (int64_t g = b; g < e; g++) {
+                kv_block& blk = s.cache->block(il, (int)g);
+                for (int i = 0; i < nth; i++) {
+                    float* acc = fb.thread_scores.data() + ((size_t)i * KV + g) * fb.cap;
+                    for (int64_t sl = 0; sl < blk.n_used; sl++) blk.score[sl] += acc[sl], acc[sl] = 0;
+                }
+            }
+        };
+        pool_.parallel_for(KV, 1, [&add_scores](int64_t b, int64_t e, int ith) { add_scores(b, e, ith); });
+    }
+}
+
+}  // namespace zk

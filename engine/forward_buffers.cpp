@@ -1,0 +1,50 @@
+#include "engine/forward_buffers.h"
+
+#include <algorithm>
+
+#include "ggml-like/error.h"
+#include "kernels/attention.h"
+#include "kernels/attention_prefill.h"
+
+namespace zk {
+
+forward_buffers::forward_buffers(const model_hparams& hp, int64_t n_rows_, int max_seqs_, int n_threads_,
+                                 int64_t cap_, int gear_rank, bool observe)
+    : n_rows(n_rows_), max_seqs(max_seqs_), n_threads(n_threads_), cap(cap_) {
+    ZK_ASSERT(n_rows >= 1 && max_seqs >= 1 && n_threads >= 1 && cap >= 1);
+    const int64_t R = n_rows, E = hp.n_embd, D = hp.head_dim, KV = hp.n_head_kv, G = hp.n_group();
+    x.resize(R * E);
+    xn.resize(R * E);
+    q.resize(R * hp.n_head * D);
+    k.resize(R * KV * D);
+    v.resize(R * KV * D);
+    attn.resize(R * hp.n_head * D);
+    tmp.resize(R * E);
+    gate.resize(R * hp.n_ff);
+    up.resize(R * hp.n_ff);
+    rope_cs.resize(R * hp.rope.n_dims);
+    if (hp.n_swa > 0) rope_cs_swa.resize(R * hp.rope_swa.n_dims);
+    pos.resize(R);
+    row_seq.resize(R);
+    max_chunks = std::min<int64_t>(64, std::max<int64_t>(1, 4 * n_threads));
+    // A decode segment of n tokens needs KV x nc x n x G x (2 + D) floats of
+    // partials (nc <= max_chunks), a prefill segment (alone in its pass) KV x n x G x (2 + D).
+    const int64_t decode_rows = std::min<int64_t>(R, (int64_t)max_seqs * k_session_decode_max_tok);
+    part.resize(KV * G * (2 + D) * std::max(decode_rows * max_chunks, R));
+    tasks.reserve(KV * std::max(std::min<int64_t>(max_seqs, R) * max_chunks, R));
+    seg_nc.resize(max_seqs);
+    seg_part.resize(max_seqs);
+    score.resize((size_t)n_threads * kernel_attention_scratch((int)G, cap, (int)D, (int)D, gear_rank));
+    sink_part_stride = k_session_decode_max_tok * G * (2 + D);
+    sink_part.resize((size_t)n_threads * sink_part_stride);
+    if (observe) {
+        thread_logits.resize((size_t)n_threads * G * cap);
+        thread_scores.assign((size_t)n_threads * KV * cap, 0.0f);
+    }
+    prefill_tokens = kernel_prefill_tokens((int)G);
+    prefill_scratch_stride = kernel_prefill_scratch((int)G, prefill_tokens, (int)D, (int)D);
+    prefill_scratch.resize((size_t)n_threads * prefill_scratch_stride);
+    seqs.resize(max_seqs);
+}
+
+}  // namespace zk

@@ -1,0 +1,109 @@
+// The activations and scratch of forward passes (engine/session.h), made by
+// the backend (engine/backend.h, buffers_create) and sized once, so a pass
+// allocates nothing; and the per-sequence view of a pass that attention sees.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "engine/model.h"
+#include "kernels/matmul.h"
+
+namespace zk {
+
+class kv_cache;
+class evict_policy;
+
+// Decode-style passes (a few new tokens per sequence) split each head's slots
+// into ranges so that every thread has work; longer segments (prefill) get one
+// attention task per token.
+constexpr int64_t k_session_decode_max_tok = 4;
+
+// One sequence's part of a pass, as attention and the q/k projection see it:
+// rows [row0, row0 + n) of the activations, at positions n_past .. n_past + n - 1.
+struct backend_seq {
+    kv_cache* cache = nullptr;
+    evict_policy* policy = nullptr;  // shown the attention logits when it needs them
+    // The logits a decode segment shows the policy,
+    // [n_head_kv x k_session_decode_max_tok x group x capacity] (null when not observing).
+    float* logits_buf = nullptr;
+    // Compressed heads: per (layer, KV head) the key basis's projections stored
+    // transposed, [head_dim x head_dim] (engine/session.h); null = not compressed.
+    const std::vector<std::vector<float>>* proj_q = nullptr;
+    const std::vector<std::vector<float>>* proj_k = nullptr;
+    int64_t row0 = 0, n = 0;
+    int64_t n_past = 0;  // tokens in the sequence before this pass
+    int64_t n_ctx = 0;   // the sequence's context (positions run up to it)
+    int n_threads = 1;   // the sequence's own thread count: it sets a decode segment's split
+    bool prefill_tiled = true;
+    bool compressed() const { return proj_q != nullptr; }
+};
+
+// An attention task of a forward pass: (sequence, KV head, slot range) for a
+// decode segment, (sequence, KV head, token) for a prefill segment.
+struct attn_task {
+    int64_t cost;  // ~ slots x (r_k + r_v); tasks run longest first
+    int32_t seq;   // index into the pass's sequences
+    int32_t g;     // KV head
+    int64_t c;     // decode: slot range index; prefill: token index in the segment
+    int64_t part;  // offset of its partial (m, l, acc) in forward_buffers::part
+};
+
+// Activations and scratch of forward passes over up to n_rows token rows that
+// may belong to up to max_seqs sequences (rows of one sequence are contiguous);
+// R = n_rows below.
+// Made by the backend of whoever runs passes: a session for its own decode()
+// calls, a batch_decoder (engine/batch.h) for steps over several sessions.
+// Sized once, so a pass allocates nothing.
+struct forward_buffers {
+    // n_threads: at least the pool's size and every sequence's own thread count
+    // (it sets how many slot ranges a sequence's heads are split into);
+    // cap: the largest cache capacity among the sequences; gear_rank: the largest
+    // GEAR rank (0 = none); observe: some sequence's policy needs attention logits.
+    forward_buffers(const model_hparams& hp, int64_t n_rows, int max_seqs, int n_threads, int64_t cap,
+                    int gear_rank, bool observe);
+
+    int64_t n_rows;
+    int max_seqs;
+    int n_threads;
+    int64_t cap;
+    int64_t max_chunks;           // slot ranges per (sequence, head) in a decode segment, 4 x n_threads (<= 64)
+    matmul_scratch mm;
+    std::vector<float> x;         // [R x n_embd] residual stream
+    std::vector<float> xn;        // [R x n_embd] normalised input of a sub-layer
+    std::vector<float> q;         // [R x n_head x head_dim]
+    std::vector<float> k;         // [R x n_head_kv x head_dim]
+    std::vector<float> v;         // [R x n_head_kv x head_dim]
+    std::vector<float> attn;      // [R x n_head x head_dim] attention output
+    std::vector<float> tmp;       // [R x n_embd] projection output
+    std::vector<float> gate;      // [R x n_ff]
+    std::vector<float> up;        // [R x n_ff]
+    std::vector<float> rope_cs;   // [R x rope_dims/2 x 2]
+    std::vector<float> rope_cs_swa;  // the same for sliding-window layers (empty without)
+    std::vector<int32_t> pos;     // [R] each row's own position
+    std::vector<int32_t> row_seq; // [R] index of the row's sequence in the pass
+    // Attention partials, per task [tokens x group x (2 + head_dim)] (m, l, acc),
+    // and per-thread kernel scratch [n_threads x kernel_attention_scratch(cap)].
+    std::vector<float> part;
+    std::vector<float> score;
+    // Exact-sink partials, per thread [k_session_decode_max_tok x group x (2 + head_dim)].
+    std::vector<float> sink_part;
+    int64_t sink_part_stride = 0;
+    std::vector<attn_task> tasks;
+    std::vector<backend_seq> seqs;  // [max_seqs] the pass's sequences, as attention sees them
+    std::vector<int64_t> seg_nc;    // [max_seqs] slot ranges of each decode segment
+    std::vector<int64_t> seg_part;  // [max_seqs] first partial of each segment
+    // Prefill with an attention-observing policy (one such segment per pass):
+    // per-thread logits [n_threads x group x cap] and score sums
+    // [n_threads x n_head_kv x cap], added to the blocks in thread order.
+    std::vector<float> thread_logits;
+    std::vector<float> thread_scores;
+    // Tiled prefill attention: per-thread kernel scratch, and the keys of one
+    // layer's KV heads transposed ([n_head_kv x kernel_prefill_keys_size]),
+    // grown to the longest prefix seen (at most a few times per session).
+    std::vector<float> prefill_scratch;
+    int64_t prefill_scratch_stride = 0;
+    int prefill_tokens = 1;
+    std::vector<float> prefill_kt;
+};
+
+}  // namespace zk
