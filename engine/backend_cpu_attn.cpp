@@ -49,7 +49,6 @@ void window_mask_logits(float* lg, int64_t stride, int64_t rows, int64_t lo) {
 
 }  // namespace
 
-
 void backend_cpu::kv_append(const backend_seq* seqs, int n_seqs, const model_hparams& hp, int il,
                             forward_buffers& fb) {
     const int64_t D = hp.head_dim, KV = hp.n_head_kv;
@@ -68,7 +67,8 @@ void backend_cpu::kv_append(const backend_seq* seqs, int n_seqs, const model_hpa
 // r_k channels of q/k become the projection (the rest is left unused; with
 // exact sinks all head_dim channels are rotated, q R and k R). Layout stays
 // [n x heads x head_dim]. Rows of uncompressed sequences are left as they are.
-void backend_cpu::project_qk(const backend_seq* seqs, int n_seqs, const model_hparams& hp, int il, forward_buffers& fb) {
+void backend_cpu::project_qk(const backend_seq* seqs, int n_seqs, const model_hparams& hp, int il,
+                             forward_buffers& fb) {
     int64_t n = 0;
     for (int i = 0; i < n_seqs; i++) n += seqs[i].n;
     const int D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv, G = hp.n_group();
@@ -96,7 +96,8 @@ void backend_cpu::project_qk(const backend_seq* seqs, int n_seqs, const model_hp
 // (<= k_session_decode_max_tok tokens) gets (head, slot range) tasks, merged
 // per head afterwards (flash-decoding); a prefill segment gets a task per
 // (head, token). All tasks of the pass share one longest-first schedule.
-bool backend_cpu::attention_prefill(const backend_seq& sq, const model_hparams& hp, int il, forward_buffers& fb) {
+bool backend_cpu::attention_prefill(const backend_seq& sq, const model_hparams& hp, int il,
+                                    forward_buffers& fb) {
     const backend_seq& s = sq;
     const int64_t D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv, G = hp.n_group();
     if (sq.n <= k_session_decode_max_tok || s.policy->needs_attention() || !s.prefill_tiled) return false;
@@ -155,7 +156,8 @@ bool backend_cpu::attention_prefill(const backend_seq& sq, const model_hparams& 
     return true;
 }
 
-void backend_cpu::attention(const backend_seq* seqs, int n_seqs, const model_hparams& hp, int il, forward_buffers& fb) {
+void backend_cpu::attention(const backend_seq* seqs, int n_seqs, const model_hparams& hp, int il,
+                            forward_buffers& fb) {
     if (n_seqs == 1 && attention_prefill(seqs[0], hp, il, fb)) return;
     const int64_t D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv, G = hp.n_group();
     const float scale = hp.score_scale();  // of the original head dim, also when compressed

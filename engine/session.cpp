@@ -1,14 +1,11 @@
 #include "engine/session.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
 
 #include "engine/arch_block.h"
 #include "ggml-like/error.h"
 
 namespace zk {
-
 
 void session_validate_params(const session_params& p, const model_hparams& hp) {
     if (p.n_ctx <= 0) ZK_THROW("context size must be positive, got %lld", (long long)p.n_ctx);
@@ -17,8 +14,8 @@ void session_validate_params(const session_params& p, const model_hparams& hp) {
         ZK_THROW("thread count must be between 1 and 512, got %d", p.n_threads);
     if (p.n_batch <= 0) ZK_THROW("batch size must be positive, got %lld", (long long)p.n_batch);
     if (p.kv.scores || p.kv.evicting || p.kv.sinks != 0 || p.kv.sink_dim != 0)
-        ZK_THROW_PARAM("kv.sinks", "kv.sinks, kv.sink_dim, kv.scores and kv.evicting are set by the session "
-                                   "(from evict and the model); leave them at their defaults");
+        ZK_THROW_PARAM("kv", "session_params::kv: its sinks, sink_dim, scores and evicting fields are the "
+                             "session's to set (from evict and the model); leave them at their defaults");
     kv_cache_validate_params(p.kv, hp.n_layer, hp.n_head_kv);
     evict_validate_params(p.evict, p.n_ctx);
 }

@@ -1,5 +1,6 @@
-// Mutable run state for one sequence on a model: the KV cache, activation
-// buffers sized once for a batch of tokens, and the thread pool. decode() runs
+// Mutable run state for one sequence on a model: the KV cache, the compute
+// backend chosen at creation (engine/backend.h) and the activation buffers it
+// made, sized once for a batch of tokens. decode() runs
 // the decoder over new tokens and returns their logits. The forward pass itself
 // takes rows of several sequences at once; engine/batch.h decodes a batch of
 // sessions through it.
@@ -90,8 +91,7 @@ public:
     void set_observer(session_observer* obs) { observer_ = obs; }
     const kv_cache& cache() const { return *cache_; }
     const model& mdl() const { return m_; }
-    thread_pool& pool() { return be_->host_pool(); }
-    backend& compute() { return *be_; }
+    thread_pool& pool() { return be_->host_pool(); }  // host-side work (calibration statistics)
 
 private:
     friend class batch_decoder;
