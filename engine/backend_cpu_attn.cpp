@@ -24,8 +24,9 @@ constexpr int64_t k_min_range = 128;
 
 // Sliding-window layers (model_hparams::n_swa; 0 = a global layer): a query at
 // position p sees the positions > p - n_swa. Slots ascend by position, so
-// those are the slots from the one returned here on. The cache keeps every
-// token (masking, not a window-sized cache).
+// those are the slots from the one returned here on. The session drops the
+// slots a window has left only when the layer's smaller capacity fills
+// (session::window_drop), so the mask still hides the rest.
 int64_t window_first_slot(const attn_kv_view& kv, int64_t n_swa, int32_t p) {
     if (n_swa <= 0 || p - n_swa + 1 <= 0) return 0;
     return std::lower_bound(kv.pos, kv.pos + kv.n_slots, (int32_t)(p - n_swa + 1)) - kv.pos;

@@ -126,6 +126,11 @@ kv_side_shape kv_cache::side_shape(kv_role role, size_t i, const kv_layout& layo
     return s;
 }
 
+int64_t kv_cache::block_capacity(size_t i, int64_t capacity) const {
+    const int64_t own = layer_cap_.empty() ? 0 : layer_cap_[i / n_head_kv_];
+    return own > 0 ? std::min(own, capacity) : capacity;
+}
+
 size_t kv_cache::block_bytes(size_t i, int64_t C) const {
     size_t s = (size_t)C * sizeof(int32_t) + (p_.scores ? (size_t)C * sizeof(float) : 0);
     s += (size_t)p_.sinks * 2 * p_.sink_dim * sizeof(float);  // exact sinks (fixed)
@@ -143,7 +148,8 @@ kv_cache::kv_cache(int n_layer, int n_head_kv, int64_t capacity, dtype type, con
       }(), ranks_k, ranks_v) {}
 
 kv_cache::kv_cache(int n_layer, int n_head_kv, int64_t capacity, const kv_cache_params& p,
-                   const std::vector<int>& ranks_k, const std::vector<int>& ranks_v)
+                   const std::vector<int>& ranks_k, const std::vector<int>& ranks_v,
+                   const std::vector<int64_t>& layer_capacity)
     : n_layer_(n_layer), n_head_kv_(n_head_kv), p_(p) {
     kv_cache_validate_params(p, n_layer, n_head_kv);
     if (p.sinks > 0 && (p.sink_dim <= 0 || p.sink_dim > 256))
@@ -153,9 +159,22 @@ kv_cache::kv_cache(int n_layer, int n_head_kv, int64_t capacity, const kv_cache_
     ZK_ASSERT(ranks_k.size() == n && ranks_v.size() == n);
     windowed_ = kv_cache_windowed(p);
     capacity = round_capacity(capacity);
-    if (windowed_) residual_ = kv_cache_residual(p, capacity);
     capacity_ = capacity;
-    const size_t C = (size_t)capacity;
+    if (!layer_capacity.empty()) {
+        ZK_ASSERT(layer_capacity.size() == (size_t)n_layer);
+        layer_cap_.resize(n_layer);
+        for (int il = 0; il < n_layer; il++) {
+            ZK_ASSERT(layer_capacity[il] >= 0);
+            layer_cap_[il] = layer_capacity[il] > 0 ? round_capacity(layer_capacity[il]) : 0;
+        }
+    }
+    if (windowed_) {
+        residual_ = kv_cache_residual(p, capacity);
+        for (int64_t c : layer_cap_)  // a smaller layer still holds its residual window and a group
+            if (c > 0 && c < capacity && c < residual_ + p.group)
+                ZK_THROW("a layer capacity of %lld slots cannot hold the %d-token residual window and a group",
+                         (long long)c, residual_);
+    }
     int r_max = 1;  // of the windowed blocks: the re-packing scratch
     blocks_.resize(n);
     for (size_t i = 0; i < n; i++) {
@@ -163,16 +182,17 @@ kv_cache::kv_cache(int n_layer, int n_head_kv, int64_t capacity, const kv_cache_
         b.r_k = ranks_k[i];
         b.r_v = ranks_v[i];
         ZK_ASSERT(b.r_k >= 1 && b.r_v >= 1);
+        b.capacity = block_capacity(i, capacity);
         const kv_layout &lk = layout_of(p, KV_ROLE_KEYS, i), &lv = layout_of(p, KV_ROLE_VALUES, i);
         b.windowed = lk.windowed || lv.windowed;
-        b.k = lk.create(side_shape(KV_ROLE_KEYS, i, lk, capacity));
-        b.v = lv.create(side_shape(KV_ROLE_VALUES, i, lv, capacity));
+        b.k = lk.create(side_shape(KV_ROLE_KEYS, i, lk, b.capacity));
+        b.v = lv.create(side_shape(KV_ROLE_VALUES, i, lv, b.capacity));
         if (b.windowed) {
-            b.group_start.assign((size_t)max_groups(capacity) + 1, 0);
+            b.group_start.assign((size_t)max_groups(b.capacity) + 1, 0);
             r_max = std::max(r_max, std::max(b.r_k, b.r_v));
         }
-        b.pos.resize(C);
-        if (p.scores) b.score.assign(C, 0.0f);
+        b.pos.resize((size_t)b.capacity);
+        if (p.scores) b.score.assign((size_t)b.capacity, 0.0f);
         if (p.sinks > 0) {
             b.sink_k.assign((size_t)p.sinks * p.sink_dim, 0.0f);
             b.sink_v.assign((size_t)p.sinks * p.sink_dim, 0.0f);
@@ -193,14 +213,21 @@ size_t kv_cache::bytes_allocated() const {
 size_t kv_cache::bytes_for_capacity(int64_t capacity) const {
     capacity = round_capacity(capacity);
     size_t s = 0;
-    for (size_t i = 0; i < blocks_.size(); i++) s += block_bytes(i, capacity);
+    for (size_t i = 0; i < blocks_.size(); i++) s += block_bytes(i, block_capacity(i, capacity));
     return s;
 }
 
 double kv_cache::bytes_per_token_exact() const {
-    // Over a whole number of groups, so the per-group arrays divide evenly.
+    // Over a whole number of groups, so the per-group arrays divide evenly;
+    // every block counted, a sliding-window layer's too: what one token held
+    // in every block costs (how many a block holds is its n_used).
     const int64_t span = windowed_ ? 2 * p_.group : 1;
-    return (double)(bytes_for_capacity(capacity_ + span) - bytes_for_capacity(capacity_)) / (double)span;
+    auto every_block = [&](int64_t C) {
+        size_t s = 0;
+        for (size_t i = 0; i < blocks_.size(); i++) s += block_bytes(i, round_capacity(C));
+        return s;
+    };
+    return (double)(every_block(capacity_ + span) - every_block(capacity_)) / (double)span;
 }
 
 size_t kv_cache::bytes_per_token() const { return (size_t)(bytes_per_token_exact() + 0.999999); }
@@ -245,6 +272,15 @@ std::string kv_cache::describe(int head_dim) const {
         std::snprintf(buf, sizeof buf, "; first %d tokens also exact (f32, %d channels)", p_.sinks, p_.sink_dim);
         prec += buf;
     }
+    int n_small = 0;
+    int64_t small = 0;
+    for (int64_t c : layer_cap_)
+        if (c > 0 && c < capacity_) n_small++, small = std::max(small, c);
+    if (n_small > 0) {
+        std::snprintf(buf, sizeof buf, "; %d sliding-window layers hold at most %lld tokens",
+                      n_small, (long long)small);
+        prec += buf;
+    }
     const double per_tok = bytes_per_token_exact();
     const double f16 = (double)bytes_per_token_f16(head_dim);
     std::snprintf(buf, sizeof buf,
@@ -274,7 +310,7 @@ void kv_cache::clear() {
 void kv_cache::flush_group(kv_block& b) {
     const int G = p_.group;
     const int64_t g = b.n_groups;
-    ZK_ASSERT(g < max_groups(capacity_));
+    ZK_ASSERT(g < max_groups(b.capacity));
     b.group_start[g] = (int32_t)b.n_quant;
     const kv_group_ref gr{g, b.n_quant, G};
     const int64_t rest = b.n_used - b.n_quant - G;
@@ -290,9 +326,9 @@ void kv_cache::flush_group(kv_block& b) {
 void kv_cache::append(int layer, int head, int64_t n_tok, const float* k_rows, int64_t k_stride,
                       const float* v_rows, int64_t v_stride, const int32_t* pos) {
     kv_block& b = block(layer, head);
-    if (b.n_used + n_tok > capacity_)
+    if (b.n_used + n_tok > b.capacity)
         ZK_THROW("KV cache is full (%lld of %lld slots used, %lld more needed)", (long long)b.n_used,
-                 (long long)capacity_, (long long)n_tok);
+                 (long long)b.capacity, (long long)n_tok);
     // a quantizing side of a block without a window quantizes every token at once
     const bool at_once = !b.windowed && (b.k->layout() != KV_LAYOUT_ROWS || b.v->layout() != KV_LAYOUT_ROWS);
     for (int64_t t = 0; t < n_tok; t++) {

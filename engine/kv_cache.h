@@ -77,6 +77,7 @@ int kv_cache_residual(const kv_cache_params& p, int64_t capacity);
 struct kv_block {
     int r_k = 0;
     int r_v = 0;
+    int64_t capacity = 0; // slots this block holds (a sliding-window layer's may be fewer than the cache's)
     int64_t n_used = 0;   // slots in use
     int64_t n_quant = 0;  // slots [0, n_quant) are in the codes of the quantized sides
     int64_t n_groups = 0; // KIVI groups in use (windowed blocks)
@@ -92,15 +93,19 @@ class kv_cache {
 public:
     // ranks_k/ranks_v: [n_layer x n_head_kv] (row-major). A KIVI side rounds
     // the capacity up to a multiple of the group.
+    // layer_capacity (optional, [n_layer]): layers that hold fewer slots (0 =
+    // `capacity`), as sliding-window layers do: only their window and the
+    // next chunk (engine/session.cpp drops the slots the window has left).
     kv_cache(int n_layer, int n_head_kv, int64_t capacity, const kv_cache_params& p,
-             const std::vector<int>& ranks_k, const std::vector<int>& ranks_v);
+             const std::vector<int>& ranks_k, const std::vector<int>& ranks_v,
+             const std::vector<int64_t>& layer_capacity = {});
     // A plain 16-bit cache of `type`.
     kv_cache(int n_layer, int n_head_kv, int64_t capacity, dtype type, const std::vector<int>& ranks_k,
              const std::vector<int>& ranks_v);
 
     int n_layer() const { return n_layer_; }
     int n_head_kv() const { return n_head_kv_; }
-    int64_t capacity() const { return capacity_; }
+    int64_t capacity() const { return capacity_; }  // of the largest block
     dtype type() const { return p_.type; }
     const kv_cache_params& params() const { return p_; }
     kv_block& block(int layer, int head) { return blocks_[(size_t)layer * n_head_kv_ + head]; }
@@ -125,10 +130,13 @@ public:
     void clear();
     // Bytes held by every block's arrays (what is allocated).
     size_t bytes_allocated() const;
-    // The same total computed from the layout for a given capacity (accounting).
+    // The same total computed from the layout for a given capacity (accounting;
+    // layers with a smaller capacity of their own stay at it).
     size_t bytes_for_capacity(int64_t capacity) const;
-    // Bytes one more token of capacity costs, summed over every (layer, head),
-    // scales, positions and scores included (rounded up; exact: the double).
+    // Bytes one more token held in every block costs, summed over every (layer,
+    // head), scales, positions and scores included (rounded up; exact: the
+    // double). Sliding-window layers count too: they hold fewer tokens, not
+    // cheaper ones (eval's tokens-kept meter counts what each block holds).
     size_t bytes_per_token() const;
     double bytes_per_token_exact() const;
     // An f16 cache of K and V at full head dim, per token over all heads.
@@ -145,6 +153,8 @@ private:
     size_t block_bytes(size_t i, int64_t capacity) const;
     int64_t max_groups(int64_t capacity) const;
     int64_t round_capacity(int64_t capacity) const;
+    // The capacity block i has in a cache of `capacity` slots.
+    int64_t block_capacity(size_t i, int64_t capacity) const;
 
     int n_layer_;
     int n_head_kv_;
@@ -152,6 +162,7 @@ private:
     kv_cache_params p_;
     bool windowed_ = false;  // some block has a KIVI side
     int residual_ = 0;
+    std::vector<int64_t> layer_cap_;  // [n_layer] a layer's own capacity, 0 = the cache's
     std::vector<kv_block> blocks_;
     std::vector<float> scratch_;  // re-packing: [2 x group x r] floats + GEAR work
 };

@@ -86,7 +86,23 @@ session::session(const model& m, const session_params& p) : m_(m), params_(p) {
         kp.scores = policy_->needs_attention();
         if (evicting_) capacity = std::min(p.n_ctx, p.evict.budget + std::max(p.evict.chunk, params_.n_batch));
     }
-    cache_ = std::make_unique<kv_cache>(hp.n_layer, hp.n_head_kv, capacity, kp, rk, rv);
+    // Sliding-window layers hold their window, the group a KIVI block keeps
+    // whole at its edge, and one chunk of new tokens (window_drop).
+    std::vector<int64_t> layer_cap;
+    if (hp.n_swa > 0 && p.window_cache) {
+        const int64_t chunk = std::max(params_.n_batch, evicting_ ? p.evict.chunk : int64_t(1));
+        // a KIVI block also keeps its residual window (window_drop never cuts into it)
+        const int64_t kivi = kv_cache_windowed(kp) ? kp.group + kv_cache_residual(kp, capacity) : 0;
+        const int64_t swa_cap = hp.n_swa + kivi + chunk;
+        if (swa_cap < capacity) {
+            layer_cap.assign(hp.n_layer, 0);
+            for (int il = 0; il < hp.n_layer; il++)
+                if (hp.layer_is_swa(il)) layer_cap[il] = swa_cap;
+            windowed_layers_ = true;
+        }
+    }
+    cache_ = std::make_unique<kv_cache>(hp.n_layer, hp.n_head_kv, capacity, kp, rk, rv, layer_cap);
+    if (windowed_layers_) keep_.resize((size_t)cache_->capacity());
     const int64_t cap = cache_->capacity();
     fb_ = be_->buffers_create(hp, params_.n_batch, 1, p.n_threads, cap, kp.gear ? kp.gear_rank : 0,
                               policy_->needs_attention());
@@ -129,7 +145,38 @@ const float* session::decode(const int32_t* tokens, int64_t n, bool logits_all) 
     return logits_.data();
 }
 
+// A sliding-window layer's block that `incoming` tokens would overflow drops
+// the slots no query of theirs can see (positions up to n_past - n_swa); a
+// KIVI block keeps the group holding its first visible slot whole, so its
+// groups stay full and nothing is re-quantized. The attention of what is kept
+// is the same arithmetic as with every token kept (tests/test_window_cache.cpp).
+void session::window_drop(int64_t incoming) {
+    const model_hparams& hp = m_.hp;
+    const int32_t first = (int32_t)(n_past_ - hp.n_swa + 1);  // the first position the chunk sees
+    for (int il = 0; il < hp.n_layer; il++) {
+        if (!hp.layer_is_swa(il)) continue;
+        for (int g = 0; g < hp.n_head_kv; g++) {
+            const kv_block& b = cache_->block(il, g);
+            if (b.n_used + incoming <= b.capacity) continue;
+            // slots ascend by position
+            int64_t k0 = std::lower_bound(b.pos.begin(), b.pos.begin() + b.n_used, first) - b.pos.begin();
+            if (b.windowed) {
+                // whole groups only, and never the residual window: the groups
+                // are quantized when they would have been with every token kept
+                k0 = std::min(k0, b.n_quant);
+                const auto starts_end = b.group_start.begin() + b.n_groups + 1;
+                if (k0 < b.n_quant) k0 = *(std::upper_bound(b.group_start.begin(), starts_end, (int32_t)k0) - 1);
+            }
+            if (k0 == 0) continue;
+            std::fill(keep_.begin(), keep_.begin() + k0, (uint8_t)0);
+            std::fill(keep_.begin() + k0, keep_.begin() + b.n_used, (uint8_t)1);
+            cache_->compact(il, g, keep_.data());
+        }
+    }
+}
+
 void session::evict_before(int64_t incoming) {
+    if (windowed_layers_) window_drop(incoming);
     if (evicting_ && cache_->n_used_max() + incoming > cache_->capacity())
         evict_run(*cache_, *policy_, params_.evict.budget);
 }

@@ -59,6 +59,11 @@ struct session_params {
     // rounding (grown by the 8-bit activations); off, both paths are one
     // arithmetic (tests compare policies bit for bit that way).
     bool prefill_tiled = true;
+    // Sliding-window layers (model_hparams::n_swa) hold only their window and
+    // the next chunk, dropping older slots (session::window_drop), as
+    // llama.cpp's SWA cache does; off, they keep every token behind the mask.
+    // Same logits either way.
+    bool window_cache = true;
 };
 
 void session_validate_params(const session_params& p, const model_hparams& hp);
@@ -110,9 +115,12 @@ private:
     backend_seq view(int64_t row0, int64_t n);
     // Throws unless n tokens are valid ids and fit in the context.
     void check_tokens(const int32_t* tokens, int64_t n) const;
-    // Evicts down to the budget when the policy says so: before a chunk of
-    // `incoming` tokens that would not fit, or after a decode() call.
+    // Makes room for a chunk of `incoming` tokens: sliding-window layers drop
+    // what their window has left (window_drop), then the policy evicts down to
+    // the budget when the chunk would not fit; evict_after does so after a
+    // decode() call.
     void evict_before(int64_t incoming);
+    void window_drop(int64_t incoming);
     void evict_after(int64_t n_call);
 
     const model& m_;
@@ -134,6 +142,10 @@ private:
     // to it, [n_head_kv x k_session_decode_max_tok x group x capacity].
     std::unique_ptr<evict_policy> policy_;
     bool evicting_ = false;
+    // Sliding-window layers with a capacity of their own, and the keep mask
+    // window_drop hands the cache, [capacity].
+    bool windowed_layers_ = false;
+    std::vector<uint8_t> keep_;
     std::vector<float> logits_buf_;
 };
 
