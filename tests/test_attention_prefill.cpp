@@ -132,4 +132,6 @@ INSTANTIATE_TEST_SUITE_P(
                       prefill_case{7, 64, 64, dtype::F16, 200, false}, prefill_case{3, 64, 64, dtype::F16, 97, false},
                       prefill_case{1, 64, 64, dtype::F32, 33, false}, prefill_case{6, 128, 128, dtype::F16, 150, true},
                       prefill_case{3, 36, 48, dtype::F16, 70, false}, prefill_case{2, 20, 16, dtype::F32, 1, false},
-                      prefill_case{4, 44, 12, dtype::F16, 50, false}));
+                      prefill_case{4, 44, 12, dtype::F16, 50, false},
+                      // Gemma 3 270M: 4 query heads on one KV head of 256
+                      prefill_case{4, 256, 256, dtype::F16, 300, false}));
