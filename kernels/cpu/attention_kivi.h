@@ -148,6 +148,8 @@ constexpr int KIVI_VALUE_HEADS = 4;
 constexpr int KIVI_VALUE_HEADS = 3;
 #endif
 constexpr float KIVI_WMAX = 127.0f;  // largest rounded weight
+// Chunks of slots whose codes and scales are asked for ahead (simd::prefetch_l2).
+constexpr int KIVI_PREFETCH_CHUNKS = 2;
 
 // The chunk loop of the value sums, over Codes (the width):
 //   Codes::center        the centring (8 for 4-bit codes 0..15, 2 for 2-bit 0..3)
@@ -178,6 +180,12 @@ void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const u
         const bool two = 2 * k + 1 < nb;
         for (int64_t s = a; s < b; s += C) {
             const int m = (int)std::min<int64_t>(C, b - s);
+            if (k == 0 && s + KIVI_PREFETCH_CHUNKS * C < b) {  // later row chunks find the rows in L2
+                const int64_t p = s + KIVI_PREFETCH_CHUNKS * C, np = std::min<int64_t>(C, b - p);
+                simd::prefetch_l2(codes + p * rb, (size_t)(np * rb));
+                simd::prefetch_l2(vs + p * nb, sizeof(uint16_t) * (size_t)(np * nb));
+                simd::prefetch_l2(vm + p * nb, sizeof(uint16_t) * (size_t)(np * nb));
+            }
             // per slot, the f16 pairs {s_b0, s_b1} and {m_b0, m_b1}: read in place
             // when the two blocks are a whole row of scales, else gathered (zeros
             // past the chunk's end or a missing second block)

@@ -47,6 +47,10 @@ inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
     return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
+// Rows asked for ahead of the slot being read (simd::prefetch_l2): at r = 128
+// f16, 4 KiB.
+constexpr int64_t k_stripe_prefetch_slots = 16;
+
 // sc[j * n + s - s0] = q_j . k_s for s in [a, b); r % 4 == 0. G is a template
 // parameter so the 4 x G accumulators stay in registers.
 // Scores of slots [a, b) for G <= 4 heads: 4 slots x G accumulators. With
@@ -66,6 +70,10 @@ void scores_fast_g(const T* K, const uint16_t* d, int nb, int64_t off, int64_t a
             for (int u = 0; u < 4; u++) acc[j][u] = _mm256_setzero_ps();
         const T* k0 = K + (s - off) * r;
         const uint16_t* d0 = SCALED ? d + (s - off) * nb : nullptr;
+        if (s + k_stripe_prefetch_slots + 4 <= b) {  // the 4 rows that many slots ahead
+            simd::prefetch_l2(k0 + k_stripe_prefetch_slots * r, sizeof(T) * 4 * r);
+            if (SCALED) simd::prefetch_l2(d0 + k_stripe_prefetch_slots * nb, sizeof(uint16_t) * 4 * nb);
+        }
         __m256 sc0 = _mm256_set1_ps(1.0f), sc1 = sc0, sc2 = sc0, sc3 = sc0;
         auto scales_at = [&](int c) {  // the 4 slots' scales of the block holding channel c
             if (!SCALED || c % KV_Q8_BLOCK != 0) return;
@@ -143,10 +151,12 @@ void scores_fast(const T* K, const uint16_t* d, int nb, int64_t off, int64_t a, 
 }
 
 // One stripe of channels [c0, c0 + 8 NV (+ 4 if TAIL)) of the value sum, with
-// G x NV accumulators held in registers over all slots of [a, b).
+// G x NV accumulators held in registers over all slots of [a, b). The first
+// stripe (c0 == 0) asks for whole rows ahead, which the others then find in L2.
 template <typename T, int G, int NV, bool TAIL>
 void values_stripe(const T* V, int64_t off, int64_t a, int64_t b, int64_t s0, int64_t n, int r, int c0,
                    const float* sc, float* acc) {
+    const int64_t pf_end = c0 == 0 ? b - k_stripe_prefetch_slots : a;
     __m256 ac[G][NV > 0 ? NV : 1];
     __m128 at[G];
 #pragma GCC unroll 8
@@ -157,6 +167,7 @@ void values_stripe(const T* V, int64_t off, int64_t a, int64_t b, int64_t s0, in
     }
     for (int64_t s = a; s < b; s++) {
         const T* v = V + (s - off) * r + c0;
+        if (s < pf_end) simd::prefetch_l2(v + k_stripe_prefetch_slots * r, sizeof(T) * r);
         __m256 vv[NV > 0 ? NV : 1];
 #pragma GCC unroll 8
         for (int u = 0; u < NV; u++) vv[u] = load8(v + 8 * u);

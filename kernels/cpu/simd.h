@@ -2,6 +2,7 @@
 // the build targets them (-march=native on the host), scalar otherwise.
 #pragma once
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -50,6 +51,15 @@ inline __m256 exp8(__m256 x) {
     return _mm256_andnot_ps(under, res);
 }
 #endif
+
+// Asks for [p, p + bytes) in L2 (prefetcht1, a hint: no fault past a buffer's
+// end). Decode attention reads each layer's cache once per token, after the
+// weights have pushed it out of the caches, in runs of a few KiB per KV head
+// that the hardware prefetchers pick up late; L2, not L1, so the requests do
+// not hold the L1 fill buffers the demand loads of both SMT threads need.
+inline void prefetch_l2(const void* p, size_t bytes) {
+    for (size_t k = 0; k < bytes; k += 64) __builtin_prefetch((const char*)p + k, 0, 2);
+}
 
 inline float dot_f32(const float* a, const float* b, int n) {
     int i = 0;
