@@ -107,6 +107,8 @@ def main():
                     help="llama.cpp caches: f16 (no flash attention), f16-fa, q4_0 (flash attention)")
     ap.add_argument("--extra", action="append", default=[], metavar="LABEL=FLAGS",
                     help="another zack row on --zack-model (or --model), e.g. 'h2o 1024=--kv-evict h2o --kv-budget 1024'")
+    ap.add_argument("--no-rate-rows", action="store_true",
+                    help="with --zack-model, skip its ZACK rate 0.5 rows (only --extra rows use it)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="measure every engine this many times in turn; rows give the median (± half the range)")
     ap.add_argument("--json", default="", help="also write every row to this JSON file")
@@ -121,7 +123,7 @@ def main():
             rows += llama_bench(a.model, a.threads, depths, prompts, a.gen, a.reps, cache)
         print("measuring zack ...", file=sys.stderr)
         rows += zack_bench(a.zack, a.model, a.threads, depths, prompts, a.gen, a.reps, "zack f16", [])
-        if a.zack_model:
+        if a.zack_model and not a.no_rate_rows:
             rows += zack_bench(a.zack, a.zack_model, a.threads, depths, prompts, a.gen, a.reps, "zack ZACK0.5",
                                ["--kv-rate", "0.5"])
             rows += zack_bench(a.zack, a.zack_model, a.threads, depths, prompts, a.gen, a.reps,
