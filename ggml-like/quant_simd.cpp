@@ -210,8 +210,8 @@ using bk_iq4_nl = bk_signed<up_iq4_nl>;
 // default model's decode matmuls (bench_matmul Model/decode, 2 threads, from
 // DRAM): 8.4 -> 5.9 ms; 1 tile ahead is slower, 3 level with 2. The lines go to
 // L2, not L1 (_MM_HINT_T1): a T0 prefetch holds one of the core's few L1 fill
-// buffers, which both SMT threads share, until its line arrives, so it throttles
-// the demand loads; into L2 it does not. Qwen2.5-Coder-0.5B's Q5_0 matrices from
+// buffers until its line arrives, so (the likely reason) it throttles the demand
+// loads; into L2 it does not. Qwen2.5-Coder-0.5B's Q5_0 matrices from
 // DRAM, 2 threads: 17.0 -> 20.2 GB/s (read probe 25 GB/s), its Q8_0 output 20.0 -> 21.7.
 constexpr int64_t k_prefetch_tiles = 2;
 
