@@ -22,9 +22,18 @@ static void* work(void* a) {
     return (void*)(long)(o[0] > 1e30);
 }
 int main(int argc, char** argv) {
-    T = argc > 1 ? atoi(argv[1]) : 2; n = argc > 2 ? (size_t)atol(argv[2]) << 18 : (size_t)1 << 29;  // floats (2 GiB by default)
+    T = argc > 1 ? atoi(argv[1]) : 2;
+    const long mib = argc > 2 ? atol(argv[2]) : 2048;
+    if (T < 1 || T > 64 || mib < 1 || mib > (1L << 20)) {
+        fprintf(stderr, "read_bandwidth: usage: read_bandwidth [THREADS 1..64] [MiB 1..1048576], got %s %s\n",
+                argc > 1 ? argv[1] : "-", argc > 2 ? argv[2] : "-");
+        return 2;
+    }
+    n = (size_t)mib << 18;  // floats
     n = n / (32 * (size_t)T) * 32 * T;
-    buf = aligned_alloc(64, n * 4); memset(buf, 1, n * 4);
+    buf = aligned_alloc(64, n * 4);
+    if (!buf || n == 0) { fprintf(stderr, "read_bandwidth: cannot allocate %ld MiB\n", mib); return 1; }
+    memset(buf, 1, n * 4);
     double best = 0;
     for (int r = 0; r < 5; r++) {
         pthread_t th[64]; double t0 = now();

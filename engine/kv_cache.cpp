@@ -210,24 +210,22 @@ size_t kv_cache::bytes_allocated() const {
     return s;
 }
 
-size_t kv_cache::bytes_for_capacity(int64_t capacity) const {
+size_t kv_cache::bytes_at(int64_t capacity, bool own_capacities) const {
     capacity = round_capacity(capacity);
     size_t s = 0;
-    for (size_t i = 0; i < blocks_.size(); i++) s += block_bytes(i, block_capacity(i, capacity));
+    for (size_t i = 0; i < blocks_.size(); i++)
+        s += block_bytes(i, own_capacities ? block_capacity(i, capacity) : capacity);
     return s;
 }
+
+size_t kv_cache::bytes_for_capacity(int64_t capacity) const { return bytes_at(capacity, true); }
 
 double kv_cache::bytes_per_token_exact() const {
     // Over a whole number of groups, so the per-group arrays divide evenly;
     // every block counted, a sliding-window layer's too: what one token held
     // in every block costs (how many a block holds is its n_used).
     const int64_t span = windowed_ ? 2 * p_.group : 1;
-    auto every_block = [&](int64_t C) {
-        size_t s = 0;
-        for (size_t i = 0; i < blocks_.size(); i++) s += block_bytes(i, round_capacity(C));
-        return s;
-    };
-    return (double)(every_block(capacity_ + span) - every_block(capacity_)) / (double)span;
+    return (double)(bytes_at(capacity_ + span, false) - bytes_at(capacity_, false)) / (double)span;
 }
 
 size_t kv_cache::bytes_per_token() const { return (size_t)(bytes_per_token_exact() + 0.999999); }

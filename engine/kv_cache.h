@@ -155,6 +155,9 @@ private:
     int64_t round_capacity(int64_t capacity) const;
     // The capacity block i has in a cache of `capacity` slots.
     int64_t block_capacity(size_t i, int64_t capacity) const;
+    // Every block's bytes at `capacity` slots, layers with a capacity of their
+    // own held at it (own_capacities) or not (the per-token cost).
+    size_t bytes_at(int64_t capacity, bool own_capacities) const;
 
     int n_layer_;
     int n_head_kv_;
