@@ -26,12 +26,35 @@ struct temp_slot {
 
 temp_slot g_slots[k_slots];
 
+// interrupt_hold sections open in any thread, and a SIGINT/SIGTERM that arrived
+// in one of them. Blocking the signal in the holding thread is not enough: the
+// kernel hands a process-directed signal to any thread that does not block it,
+// and OpenBLAS starts its own threads before main() runs. The handler, in
+// whichever thread, therefore defers while a hold is open, and the last hold to
+// close ends the process. Lock-free atomics are async-signal-safe.
+std::atomic<int> g_hold_depth{0};
+std::atomic<int> g_pending{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the handler needs lock-free atomics");
+
 void write_stderr(const char* s) { (void)!write(STDERR_FILENO, s, std::strlen(s)); }
 
-void on_terminate(int sig) {
+[[noreturn]] void terminate_now(int sig) {
     interrupt_remove_temps();
     write_stderr("\nzack: interrupted\n");
     _exit(128 + sig);
+}
+
+void on_terminate(int sig) {
+    if (g_hold_depth.load() > 0) {
+        // Store, then look at the depth again; the closing hold lowers the depth,
+        // then takes the pending signal. With sequentially consistent operations at
+        // least one of the two sees the other, and the exchange lets only one act.
+        g_pending.store(sig);
+        if (g_hold_depth.load() > 0) return;
+        sig = g_pending.exchange(0);
+        if (sig == 0) return;  // the closing hold took it
+    }
+    terminate_now(sig);
 }
 
 // Installed with SA_RESETHAND | SA_NODEFER: the default action is back and the
@@ -71,9 +94,19 @@ interrupt_hold::interrupt_hold() {
     sigaddset(&hold, SIGTERM);
     sigaddset(&hold, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &hold, &old_);
+    g_hold_depth.fetch_add(1);
 }
 
-interrupt_hold::~interrupt_hold() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+interrupt_hold::~interrupt_hold() {
+    // Deferred by a handler in another thread: end the process now, as the
+    // handler would have. A signal held back in this thread arrives when the mask
+    // is restored, after the depth has dropped, and ends it the same way.
+    if (g_hold_depth.fetch_sub(1) == 1) {
+        const int sig = g_pending.exchange(0);
+        if (sig != 0) terminate_now(sig);
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+}
 
 void interrupt_temp::track(const std::string& path) {
     release();

@@ -45,10 +45,13 @@ private:
     int slot_ = -1;
 };
 
-// Holds back SIGINT, SIGTERM and SIGPIPE in this thread for its lifetime; one
-// that arrives meanwhile is delivered when it ends. file_out holds them from
-// creating its temporary until the path is registered: a Ctrl-C in between
-// would otherwise leave the new temporary behind.
+// Holds back SIGINT, SIGTERM and SIGPIPE for its lifetime; one that arrives
+// meanwhile ends the process when the hold ends. In this thread the signals are
+// blocked; a SIGINT/SIGTERM that another thread takes (a pool worker, an
+// OpenBLAS thread) is deferred by the handler until the last open hold ends.
+// file_out holds them from creating its temporary until the path is
+// registered: a Ctrl-C in between would otherwise leave the new temporary
+// behind.
 class interrupt_hold {
 public:
     interrupt_hold();

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ggml-like/error.h"
+#include "ggml-like/interrupt.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -156,6 +157,13 @@ thread_pool::thread_pool(int n_threads) : p_(nullptr) {
     if (n_threads < 1) ZK_THROW("thread_pool: n_threads must be >= 1, got %d", n_threads);
     p_ = new impl;
     p_->n = n_threads;
+    // Workers start with SIGINT, SIGTERM and SIGPIPE blocked (a new thread
+    // inherits its creator's mask) and keep them blocked, so a signal sent to the
+    // process always reaches the thread that runs main(). interrupt_hold there
+    // can then defer it while a temporary file is created and registered; a
+    // worker could otherwise take the signal inside that window and leave the
+    // file behind (test_signals.py saw it in CI with -t 2).
+    const interrupt_hold workers_ignore_signals;
     try {
         for (int i = 1; i < n_threads; i++) {
             impl* p = p_;
