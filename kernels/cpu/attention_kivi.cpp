@@ -15,8 +15,9 @@ namespace attn {
 
 namespace {
 
-// Key groups are prefetched this many ahead (simd::prefetch_l2): one group's
-// scores take about as long as a DRAM access.
+// Key groups' scales and mins (and, on the float path, code rows) are asked for
+// this many groups ahead (simd::prefetch_l2): one group's scores take about as
+// long as a DRAM access.
 constexpr int64_t k_kivi_prefetch_groups = 2;
 
 int kivi_bits(kv_layout_id id) { return id == KV_LAYOUT_Q4 ? 4 : 2; }
@@ -105,13 +106,15 @@ void kivi_scores(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64
         const uint16_t* mn = kv.k.min + g * r;
         if (g + k_kivi_prefetch_groups < kv.n_groups && kv.group_start[g + k_kivi_prefetch_groups] < b) {
             const int64_t p = g + k_kivi_prefetch_groups;
-            simd::prefetch_l2(codes + kv.group_start[p] * rb, (size_t)(kv.group_start[p + 1] - kv.group_start[p]) * rb);
+            if (!int_path)  // the integer score loops ask for their rows as they go
+                simd::prefetch_l2(codes + kv.group_start[p] * rb,
+                                  (size_t)(kv.group_start[p + 1] - kv.group_start[p]) * rb);
             simd::prefetch_l2(kv.k.scale + p * r, sizeof(uint16_t) * r);
             simd::prefetch_l2(kv.k.min + p * r, sizeof(uint16_t) * r);
         }
         if (int_path) {
             ik->fold(G, w.qpad, scl, mn, r, nrc, w.qi, w.qd, w.bias);
-            ik->scores(G, r, nrc, codes, rb, ga, gb, s0, n, w.qi, w.qd, w.bias, w.sc);
+            ik->scores(G, r, nrc, codes, rb, ga, gb, b, s0, n, w.qi, w.qd, w.bias, w.sc);
         } else {
             simd::f16_to_f32_row(scl, w.krow, r);
             simd::f16_to_f32_row(mn, w.kmin, r);

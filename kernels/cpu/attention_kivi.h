@@ -47,6 +47,18 @@ inline __m256i kivi_round_int8(const float* src, __m256 vid) {
                                        order);
 }
 
+// The integer score loops ask for code rows this many slots ahead
+// (simd::prefetch_l2), four rows per four slots as they go. Asking for a whole
+// group's rows at once, two groups ahead, stalled on the core's fill buffers:
+// perf put most of kivi_scores' own samples on that loop.
+constexpr int64_t KIVI_SCORE_PREFETCH_SLOTS = 64;
+
+// Rows [s + KIVI_SCORE_PREFETCH_SLOTS, + 4) into L2 while they lie below pf_end.
+inline void kivi_prefetch_rows(const uint8_t* codes, int rb, int64_t s, int64_t pf_end) {
+    const int64_t p = s + KIVI_SCORE_PREFETCH_SLOTS;
+    if (p + 4 <= pf_end) simd::prefetch_l2(codes + p * rb, 4 * (size_t)rb);
+}
+
 // Folded queries of GB <= 4 heads for one key group, as int8 in the layout the
 // score loop of the width reads (Pack::pack: per row chunk of Pack::chunk
 // channels; qi [GB x nrc x chunk], zeros past r; nrc x chunk <= 256). qs = q_c s_c
@@ -154,8 +166,10 @@ constexpr int KIVI_PREFETCH_CHUNKS = 2;
 // The chunk loop of the value sums, over Codes (the width):
 //   Codes::center        the centring (8 for 4-bit codes 0..15, 2 for 2-bit 0..3)
 //   Codes::chunk_bytes   bytes of a row chunk of 64 channels (two value blocks)
-//   Codes::pairs<G, HALF>(cp, rb, np, last, pd, ac)   the pair loop of one chunk
-//                        of slots: 4 int16 vectors per head, 8 channels per lane each
+//   Codes::pairs<G, HALF>(cp, rb, np, last, pf, pd, ac)   the pair loop of one
+//                        chunk of slots: 4 int16 vectors per head, 8 channels per
+//                        lane each; asks for each iteration's rows pf bytes ahead
+//                        into L2 (pf = 0: none)
 //   Codes::channel(half, k, h, v, e)   the channel of element e of lane h of vector v
 // HALF (r <= 32, one value block): the two lanes carry different slots
 // instead of two blocks. Slot entries of the weight dwords are then (t, t + 2)
@@ -180,11 +194,15 @@ void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const u
         const bool two = 2 * k + 1 < nb;
         for (int64_t s = a; s < b; s += C) {
             const int m = (int)std::min<int64_t>(C, b - s);
-            if (k == 0 && s + KIVI_PREFETCH_CHUNKS * C < b) {  // later row chunks find the rows in L2
+            // KIVI_PREFETCH_CHUNKS chunks ahead, on the first row chunk (later ones
+            // find the rows in L2): the scales here, the code rows a pair at a
+            // time in the pair loop (ahead: their distance in bytes, 0 = none)
+            int64_t ahead = 0;
+            if (k == 0 && s + KIVI_PREFETCH_CHUNKS * C < b) {
                 const int64_t p = s + KIVI_PREFETCH_CHUNKS * C, np = std::min<int64_t>(C, b - p);
-                simd::prefetch_l2(codes + p * rb, (size_t)(np * rb));
                 simd::prefetch_l2(vs + p * nb, sizeof(uint16_t) * (size_t)(np * nb));
                 simd::prefetch_l2(vm + p * nb, sizeof(uint16_t) * (size_t)(np * nb));
+                if (np == C) ahead = KIVI_PREFETCH_CHUNKS * C * (int64_t)rb;
             }
             // per slot, the f16 pairs {s_b0, s_b1} and {m_b0, m_b1}: read in place
             // when the two blocks are a whole row of scales, else gathered (zeros
@@ -205,7 +223,18 @@ void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const u
             } else if (nb == 2 && m == C) {
                 sd = (const uint32_t*)(vs + s * 2);
                 md = (const uint32_t*)(vm + s * 2);
-            } else if (two && m == C) {  // wider rows (r > 64): the pair's dword of each slot, 8 slots a gather
+            } else if (nb == 4 && m == C) {  // r in (96, 128]: 8 slots' scales are 64 bytes, dword k of each slot
+                const __m256i pick = _mm256_setr_epi32(k, k + 2, k + 4, k + 6, k, k + 2, k + 4, k + 6);
+                auto dwords8 = [&](const uint16_t* p) {  // slots 0..3 from the first vector, 4..7 from the second
+                    const __m256i lo = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i*)p), pick);
+                    const __m256i hi = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i*)(p + 16)), pick);
+                    return _mm256_permute2x128_si256(lo, hi, 0x20);
+                };
+                for (int h = 0; h < C / 8; h++) {
+                    _mm256_store_si256((__m256i*)(st + 8 * h), dwords8(vs + (s + 8 * h) * 4));
+                    _mm256_store_si256((__m256i*)(mt + 8 * h), dwords8(vm + (s + 8 * h) * 4));
+                }
+            } else if (two && m == C) {  // wider rows (r > 128): the pair's dword of each slot, 8 slots a gather
                 const __m256i row = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(nb));
                 const int* bs = (const int*)(vs + s * nb + 2 * k);
                 const int* bm = (const int*)(vm + s * nb + 2 * k);
@@ -295,7 +324,8 @@ void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const u
                     _mm256_store_si256((__m256i*)(pd[j] + 8 * h), _mm256_permutevar8x32_epi32(v, pair_order));
                 }
             __m256i ac[G][4];
-            Codes::template pairs<G, HALF>(codes + s * rb + Codes::chunk_bytes * k, rb, HALF ? (m + 3) / 4 : (m + 1) / 2, m - 1, &pd[0][0], ac);
+            Codes::template pairs<G, HALF>(codes + s * rb + Codes::chunk_bytes * k, rb, HALF ? (m + 3) / 4 : (m + 1) / 2,
+                                           m - 1, ahead, &pd[0][0], ac);
 #pragma GCC unroll 4
             for (int j = 0; j < G; j++) {
                 const __m256 d0 = _mm256_set1_ps(dsc[j][0]), d1 = _mm256_set1_ps(dsc[j][1]);

@@ -80,8 +80,9 @@ struct kivi_int_kernels {
     void (*fold)(int G, const float* q, const uint16_t* scl, const uint16_t* mn, int r, int nrc, int8_t* qi,
                  float* qd, float* bias);
     // sc[j * n + s - s0] = qd_j (qi_j . code_s) + bias_j for slots [a, b) of one group.
-    void (*scores)(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t s0, int64_t n,
-                   const int8_t* qi, const float* qd, const float* bias, float* sc);
+    // Code rows of slots below pf_end are asked for ahead (kivi_prefetch_rows).
+    void (*scores)(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end,
+                   int64_t s0, int64_t n, const int8_t* qi, const float* qd, const float* bias, float* sc);
     // acc_j += sum_s p_j(s) s_b(s) code(s) over slots [a, b); msum [G x nb] += sum_s p_j(s) m_b(s).
     void (*values)(int G, const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, int nb, int64_t a,
                    int64_t b, int64_t s0, int64_t n, int r, const float* sc, float* acc, float* msum);

@@ -63,8 +63,8 @@ inline __m256i q2_plane(__m256i x, __m256i m3) {
 // NRC = 0: r <= 64, a row is at most 16 bytes, so two slots share a vector (one
 // per lane) against the first 16 bytes of each query plane in both lanes.
 template <int G, int NRC>
-void scores_q2_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t s0, int64_t n, const int8_t* qi,
-                     const float* qd, const float* bias, float* sc) {
+void scores_q2_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end, int64_t s0, int64_t n,
+                     const int8_t* qi, const float* qd, const float* bias, float* sc) {
     constexpr int nrc = NRC == 0 ? 1 : NRC;
     const __m256i m3 = _mm256_set1_epi8(0x03);
     const __m256i ones = _mm256_set1_epi16(1);
@@ -73,6 +73,7 @@ void scores_q2_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t
     if constexpr (NRC == 0) {
         for (; s + 4 <= b; s += 4) {
             const uint8_t* c0 = codes + s * rb;
+            kivi_prefetch_rows(codes, rb, s, pf_end);
             const __m256i x01 = _mm256_loadu2_m128i((const __m128i*)(c0 + rb), (const __m128i*)c0);
             const __m256i x23 = _mm256_loadu2_m128i((const __m128i*)(c0 + 3 * rb), (const __m128i*)(c0 + 2 * rb));
             const __m256i p01[4] = {q2_plane<0>(x01, m3), q2_plane<1>(x01, m3), q2_plane<2>(x01, m3),
@@ -104,6 +105,7 @@ void scores_q2_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++) acc[j][u] = _mm256_setzero_si256();
         const uint8_t* c0 = codes + s * rb;
+        kivi_prefetch_rows(codes, rb, s, pf_end);
 #pragma GCC unroll 2
         for (int k = 0; k < nrc; k++) {
             const int8_t* qk = qi + 128 * k;
@@ -152,27 +154,27 @@ void scores_q2_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t
 }
 
 template <int G>
-void scores_q2_int_n(int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t s0, int64_t n,
-                     const int8_t* qi, const float* qd, const float* bias, float* sc) {
+void scores_q2_int_n(int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end, int64_t s0,
+                     int64_t n, const int8_t* qi, const float* qd, const float* bias, float* sc) {
     switch (nrc) {
-        case 0: return scores_q2_int_g<G, 0>(codes, rb, a, b, s0, n, qi, qd, bias, sc);
-        case 1: return scores_q2_int_g<G, 1>(codes, rb, a, b, s0, n, qi, qd, bias, sc);
-        default: return scores_q2_int_g<G, 2>(codes, rb, a, b, s0, n, qi, qd, bias, sc);
+        case 0: return scores_q2_int_g<G, 0>(codes, rb, a, b, pf_end, s0, n, qi, qd, bias, sc);
+        case 1: return scores_q2_int_g<G, 1>(codes, rb, a, b, pf_end, s0, n, qi, qd, bias, sc);
+        default: return scores_q2_int_g<G, 2>(codes, rb, a, b, pf_end, s0, n, qi, qd, bias, sc);
     }
 }
 
-void q2_scores(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t s0, int64_t n,
-               const int8_t* qi, const float* qd, const float* bias, float* sc) {
+void q2_scores(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end,
+               int64_t s0, int64_t n, const int8_t* qi, const float* qd, const float* bias, float* sc) {
     const int qstride = 128 * nrc;
     kivi_head_passes(G, 4, [&](int j0, int g) {  // query heads in register-sized groups
         const int8_t* q = qi + j0 * qstride;
         const int nr = r <= 64 ? 0 : nrc;
         float* o = sc + j0 * n;
         switch (g) {
-            case 1: scores_q2_int_n<1>(nr, codes, rb, a, b, s0, n, q, qd + j0, bias + j0, o); break;
-            case 2: scores_q2_int_n<2>(nr, codes, rb, a, b, s0, n, q, qd + j0, bias + j0, o); break;
-            case 3: scores_q2_int_n<3>(nr, codes, rb, a, b, s0, n, q, qd + j0, bias + j0, o); break;
-            default: scores_q2_int_n<4>(nr, codes, rb, a, b, s0, n, q, qd + j0, bias + j0, o); break;
+            case 1: scores_q2_int_n<1>(nr, codes, rb, a, b, pf_end, s0, n, q, qd + j0, bias + j0, o); break;
+            case 2: scores_q2_int_n<2>(nr, codes, rb, a, b, pf_end, s0, n, q, qd + j0, bias + j0, o); break;
+            case 3: scores_q2_int_n<3>(nr, codes, rb, a, b, pf_end, s0, n, q, qd + j0, bias + j0, o); break;
+            default: scores_q2_int_n<4>(nr, codes, rb, a, b, pf_end, s0, n, q, qd + j0, bias + j0, o); break;
         }
     });
 }
@@ -189,7 +191,7 @@ void q2_scores(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t a, i
 // accumulators in locals (see values_q4_pairs).
 template <int G, bool HALF>
 __attribute__((noinline)) void values_q2_pairs(const uint8_t* cp, int rb, int64_t np, int64_t last,
-                                               const uint32_t* pd, __m256i (&ac)[G][4]) {
+                                               int64_t pf, const uint32_t* pd, __m256i (&ac)[G][4]) {
     const __m256i m3 = _mm256_set1_epi8(0x03), two = _mm256_set1_epi8(2);
     // a pair's weight dword {u_t(b0), u_t(b1), u_t+1(b0), u_t+1(b1)}: the low
     // lane gets the b0 pair, the high lane the b1 pair (as values_q4_pairs)
@@ -201,6 +203,7 @@ __attribute__((noinline)) void values_q2_pairs(const uint8_t* cp, int rb, int64_
     const int64_t step = (HALF ? 4 : 2) * (int64_t)rb;
     const uint8_t* p = cp;
     for (int64_t i = 0; i < np; i++, p += step) {
+        if (pf) simd::prefetch_l2(p + pf, (size_t)step);
         __m256i w[G];
 #pragma GCC unroll 4
         for (int j = 0; j < G; j++) w[j] = _mm256_shuffle_epi8(_mm256_set1_epi32((int)pd[16 * j + i]), wctl);
@@ -241,8 +244,9 @@ struct q2_codes {
     static constexpr float center = 2.0f;
     static constexpr int chunk_bytes = 16;
     template <int G, bool HALF>
-    static void pairs(const uint8_t* cp, int rb, int64_t np, int64_t last, const uint32_t* pd, __m256i (&ac)[G][4]) {
-        values_q2_pairs<G, HALF>(cp, rb, np, last, pd, ac);
+    static void pairs(const uint8_t* cp, int rb, int64_t np, int64_t last, int64_t pf, const uint32_t* pd,
+                      __m256i (&ac)[G][4]) {
+        values_q2_pairs<G, HALF>(cp, rb, np, last, pf, pd, ac);
     }
     // vector v = plane v; element e of lane h: byte e of the block of lane h,
     // channel 4e + v in it (HALF: both lanes hold block 0 of other slots).

@@ -50,8 +50,8 @@ struct q4_pack {
 // NRC = 0: r <= 32, a row is at most 16 bytes, so two slots share a vector
 // (one per lane) against the query's 16 even and 16 odd bytes in both lanes.
 template <int G, int NRC>
-void scores_q4_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t s0, int64_t n, const int8_t* qi,
-                     const float* qd, const float* bias, float* sc) {
+void scores_q4_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end, int64_t s0, int64_t n,
+                     const int8_t* qi, const float* qd, const float* bias, float* sc) {
     constexpr int nrc = NRC == 0 ? 1 : NRC;
     const __m256i mask = _mm256_set1_epi8(0x0F);
     const int qstride = nrc * 64;
@@ -60,6 +60,7 @@ void scores_q4_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t
         const __m256i ones = _mm256_set1_epi16(1);
         for (; s + 4 <= b; s += 4) {
             const uint8_t* c0 = codes + s * rb;
+            kivi_prefetch_rows(codes, rb, s, pf_end);
             const __m256i x01 = _mm256_loadu2_m128i((const __m128i*)(c0 + rb), (const __m128i*)c0);
             const __m256i x23 = _mm256_loadu2_m128i((const __m128i*)(c0 + 3 * rb), (const __m128i*)(c0 + 2 * rb));
             const __m256i l01 = _mm256_and_si256(x01, mask), h01 = _mm256_and_si256(_mm256_srli_epi16(x01, 4), mask);
@@ -86,6 +87,7 @@ void scores_q4_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t
 #pragma GCC unroll 8
             for (int u = 0; u < 4; u++) acc[j][u] = _mm256_setzero_si256();
         const uint8_t* c0 = codes + s * rb;
+        kivi_prefetch_rows(codes, rb, s, pf_end);
 #pragma GCC unroll 4
         for (int k = 0; k < nrc; k++) {
             const int8_t* qk = qi + 64 * k;
@@ -130,29 +132,29 @@ void scores_q4_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t
 }
 
 template <int G>
-void scores_q4_int_n(int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t s0, int64_t n,
-                     const int8_t* qi, const float* qd, const float* bias, float* sc) {
+void scores_q4_int_n(int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end, int64_t s0,
+                     int64_t n, const int8_t* qi, const float* qd, const float* bias, float* sc) {
     switch (nrc) {
-        case 0: return scores_q4_int_g<G, 0>(codes, rb, a, b, s0, n, qi, qd, bias, sc);
-        case 1: return scores_q4_int_g<G, 1>(codes, rb, a, b, s0, n, qi, qd, bias, sc);
-        case 2: return scores_q4_int_g<G, 2>(codes, rb, a, b, s0, n, qi, qd, bias, sc);
-        case 3: return scores_q4_int_g<G, 3>(codes, rb, a, b, s0, n, qi, qd, bias, sc);
-        default: return scores_q4_int_g<G, 4>(codes, rb, a, b, s0, n, qi, qd, bias, sc);
+        case 0: return scores_q4_int_g<G, 0>(codes, rb, a, b, pf_end, s0, n, qi, qd, bias, sc);
+        case 1: return scores_q4_int_g<G, 1>(codes, rb, a, b, pf_end, s0, n, qi, qd, bias, sc);
+        case 2: return scores_q4_int_g<G, 2>(codes, rb, a, b, pf_end, s0, n, qi, qd, bias, sc);
+        case 3: return scores_q4_int_g<G, 3>(codes, rb, a, b, pf_end, s0, n, qi, qd, bias, sc);
+        default: return scores_q4_int_g<G, 4>(codes, rb, a, b, pf_end, s0, n, qi, qd, bias, sc);
     }
 }
 
-void q4_scores(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t s0, int64_t n,
-               const int8_t* qi, const float* qd, const float* bias, float* sc) {
+void q4_scores(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end,
+               int64_t s0, int64_t n, const int8_t* qi, const float* qd, const float* bias, float* sc) {
     const int qstride = 64 * nrc;
     kivi_head_passes(G, 4, [&](int j0, int g) {  // query heads in register-sized groups
         const int8_t* q = qi + j0 * qstride;
         const int nr = r <= 32 ? 0 : nrc;
         float* o = sc + j0 * n;
         switch (g) {
-            case 1: scores_q4_int_n<1>(nr, codes, rb, a, b, s0, n, q, qd + j0, bias + j0, o); break;
-            case 2: scores_q4_int_n<2>(nr, codes, rb, a, b, s0, n, q, qd + j0, bias + j0, o); break;
-            case 3: scores_q4_int_n<3>(nr, codes, rb, a, b, s0, n, q, qd + j0, bias + j0, o); break;
-            default: scores_q4_int_n<4>(nr, codes, rb, a, b, s0, n, q, qd + j0, bias + j0, o); break;
+            case 1: scores_q4_int_n<1>(nr, codes, rb, a, b, pf_end, s0, n, q, qd + j0, bias + j0, o); break;
+            case 2: scores_q4_int_n<2>(nr, codes, rb, a, b, pf_end, s0, n, q, qd + j0, bias + j0, o); break;
+            case 3: scores_q4_int_n<3>(nr, codes, rb, a, b, pf_end, s0, n, q, qd + j0, bias + j0, o); break;
+            default: scores_q4_int_n<4>(nr, codes, rb, a, b, pf_end, s0, n, q, qd + j0, bias + j0, o); break;
         }
     });
 }
@@ -185,7 +187,7 @@ __attribute__((always_inline)) inline void values_q4_nibbles(__m256i l0, __m256i
 // loop's load.
 template <int G, bool HALF>
 __attribute__((noinline)) void values_q4_pairs(const uint8_t* cp, int rb, int64_t np, int64_t last,
-                                               const uint32_t* pd, __m256i (&ac)[G][4]) {
+                                               int64_t pf, const uint32_t* pd, __m256i (&ac)[G][4]) {
     const __m256i mask = _mm256_set1_epi8(0x0F);
     // A pair's weights arrive as the dword {u_t(b0), u_t(b1), u_t+1(b0), u_t+1(b1)}
     // (slot-major, as the scales lie in memory); broadcast and shuffled: the low
@@ -198,6 +200,7 @@ __attribute__((noinline)) void values_q4_pairs(const uint8_t* cp, int rb, int64_
     const int64_t step = (HALF ? 4 : 2) * (int64_t)rb;
     const uint8_t* p = cp;
     for (int64_t i = 0; i < np; i++, p += step) {
+        if (pf) simd::prefetch_l2(p + pf, (size_t)step);
         __m256i w[G];
 #pragma GCC unroll 4
         for (int j = 0; j < G; j++) w[j] = _mm256_shuffle_epi8(_mm256_set1_epi32((int)pd[16 * j + i]), wctl);
@@ -231,8 +234,9 @@ struct q4_codes {
     static constexpr float center = 8.0f;
     static constexpr int chunk_bytes = 32;
     template <int G, bool HALF>
-    static void pairs(const uint8_t* cp, int rb, int64_t np, int64_t last, const uint32_t* pd, __m256i (&ac)[G][4]) {
-        values_q4_pairs<G, HALF>(cp, rb, np, last, pd, ac);
+    static void pairs(const uint8_t* cp, int rb, int64_t np, int64_t last, int64_t pf, const uint32_t* pd,
+                      __m256i (&ac)[G][4]) {
+        values_q4_pairs<G, HALF>(cp, rb, np, last, pf, pd, ac);
     }
     // vector v of lane h, element e: unpacklo (v even) holds code bytes 0..7 of
     // the lane, unpackhi (v odd) bytes 8..15; low nibbles (v < 2) are the even
