@@ -158,11 +158,11 @@ thread_pool::thread_pool(int n_threads) : p_(nullptr) {
     p_ = new impl;
     p_->n = n_threads;
     // Workers start with SIGINT, SIGTERM and SIGPIPE blocked (a new thread
-    // inherits its creator's mask) and keep them blocked, so a signal sent to the
-    // process always reaches the thread that runs main(). interrupt_hold there
-    // can then defer it while a temporary file is created and registered; a
-    // worker could otherwise take the signal inside that window and leave the
-    // file behind (test_signals.py saw it in CI with -t 2).
+    // inherits its creator's mask) and keep them blocked: they never run a
+    // handler, so a Ctrl-C goes to the main thread (or to a thread the pool does
+    // not own, such as OpenBLAS's, where the handler defers to any open
+    // interrupt_hold; interrupt.cpp). test_signals.py once saw a worker take
+    // the signal while calibrate -t 2 was creating a file.
     const interrupt_hold workers_ignore_signals;
     try {
         for (int i = 1; i < n_threads; i++) {
