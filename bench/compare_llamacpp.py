@@ -2,7 +2,9 @@
 """zack against llama.cpp on one machine, in one run.
 
 llama.cpp is measured through llama-cpp-python (`pip install llama-cpp-python`: it builds llama.cpp from
-source) on the same GGUF, with f16 and q4_0 KV caches; zack through `zack
+source; scripts/setup.sh builds it for AVX2 alone), or with --llama-bench BIN through llama.cpp's own
+llama-bench (bench/build_llama_bench.sh builds it at the instruction set of the zack build it meets:
+compare like with like), on the same GGUF, with f16 and q4_0 KV caches; zack through `zack
 bench`, uncompressed and with the given .zack at --kv-rate 0.5 (alone and with
 a 4-bit cache). Both see the same kind of input (random ordinary tokens), the
 same thread count, and the same depths. Prints a Markdown table with the
@@ -10,7 +12,7 @@ machine, date and the ratios; append it to bench/RESULTS.md by hand.
 
   python3 bench/compare_llamacpp.py --zack build/zack --model models/SmolLM2-135M-Instruct.Q4_1.gguf \
       [--zack-model m.zack] [--threads 2] [--depths 0,2048,8192] [--prompt 512,2048] [--gen 32] [--reps 2]
-      [--rounds 3]
+      [--rounds 3] [--llama-bench "$(bash bench/build_llama_bench.sh avx512)"]
 """
 import argparse
 import datetime
@@ -64,6 +66,40 @@ def llama_bench(model, threads, depths, prompts, gen, reps, cache):
     return rows
 
 
+def llama_bench_cli(binary, model, threads, depths, prompts, gen, reps, cache):
+    """The same rows from llama.cpp's llama-bench (its own warm-up; -r reps)."""
+    flags = {"f16": ["-fa", "0"], "f16-fa": ["-fa", "1"],
+             "q4_0": ["-fa", "1", "-ctk", "q4_0", "-ctv", "q4_0"]}[cache]
+    # prefill at depth 0 only (as llama_bench), then decode at every depth
+    runs = [("0", ",".join(map(str, prompts))), (",".join(map(str, depths)), "0")]
+    rows = []
+    for d, p in runs:
+        args = [binary, "-m", model, "-t", str(threads), "-r", str(reps), "-o", "json", "-d", d, "-p", p,
+                "-n", str(gen) if p == "0" else "0", *flags]
+        r = subprocess.run(args, capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"llama-bench failed (exit {r.returncode}): {r.stderr.strip()[-300:]}")
+        for x in json.loads(r.stdout):
+            test = f"pp{x['n_prompt']}" if x["n_prompt"] else f"tg{x['n_gen']}"
+            rows.append(dict(engine=f"llama.cpp {cache}", test=test, depth=x["n_depth"], tps=x["avg_ts"],
+                             sd=x["stddev_ts"], kv=gguf_kv_bytes(model, cache)))
+            print(f"  llama.cpp {cache} {test} @ {x['n_depth']}: {x['avg_ts']:.1f} tok/s", file=sys.stderr)
+    return rows
+
+
+def gguf_kv_bytes(model, cache):
+    """llama_kv_bytes from the GGUF's own keys (llama-bench reports no cache size)."""
+    import gguf
+    r = gguf.GGUFReader(model)
+    val = lambda k: r.fields[k].contents() if k in r.fields else None
+    arch = val("general.architecture")
+    n_layer, n_head = val(f"{arch}.block_count"), val(f"{arch}.attention.head_count")
+    n_head_kv = val(f"{arch}.attention.head_count_kv") or n_head
+    head = val(f"{arch}.attention.key_length") or val(f"{arch}.embedding_length") // n_head
+    row = head * n_head_kv
+    return 2 * n_layer * (row * 18 // 32 if cache == "q4_0" else row * 2)
+
+
 def llama_kv_bytes(llm, cache):
     """KV bytes per token of llama.cpp's cache: K and V rows of n_embd_k_gqa
     elements per layer, f16 (2 bytes) or q4_0 (18 bytes per 32)."""
@@ -103,6 +139,9 @@ def main():
     ap.add_argument("--prompt", default="512", help="prefill lengths at depth 0, comma-separated (e.g. 512,2048)")
     ap.add_argument("--gen", type=int, default=32)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--llama-bench", default="", metavar="BIN",
+                    help="measure llama.cpp with this llama-bench (bench/build_llama_bench.sh) "
+                         "instead of llama-cpp-python")
     ap.add_argument("--llama-caches", default="f16,f16-fa,q4_0",
                     help="llama.cpp caches: f16 (no flash attention), f16-fa, q4_0 (flash attention)")
     ap.add_argument("--extra", action="append", default=[], metavar="LABEL=FLAGS",
@@ -120,7 +159,10 @@ def main():
         rows = []
         print("measuring llama.cpp ...", file=sys.stderr)
         for cache in a.llama_caches.split(","):
-            rows += llama_bench(a.model, a.threads, depths, prompts, a.gen, a.reps, cache)
+            if a.llama_bench:
+                rows += llama_bench_cli(a.llama_bench, a.model, a.threads, depths, prompts, a.gen, a.reps, cache)
+            else:
+                rows += llama_bench(a.model, a.threads, depths, prompts, a.gen, a.reps, cache)
         print("measuring zack ...", file=sys.stderr)
         rows += zack_bench(a.zack, a.model, a.threads, depths, prompts, a.gen, a.reps, "zack f16", [])
         if a.zack_model and not a.no_rate_rows:
