@@ -21,7 +21,7 @@ base=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=O
 case "$isa" in
     avx2) flags=("${base[@]}") ;;
     avx512)
-        for f in avx512f avx512bw avx512vl avx512_vbmi avx512_vnni avx512_bf16 avx_vnni; do
+        for f in avx512f avx512bw avx512vl avx512vbmi avx512_vnni avx512_bf16 avx_vnni; do
             grep -qw "$f" /proc/cpuinfo || { echo "build_llama_bench: this CPU lacks $f; use avx2" >&2; exit 1; }
         done
         flags=("${base[@]}" -DGGML_AVX_VNNI=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON
