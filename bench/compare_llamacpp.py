@@ -17,6 +17,7 @@ machine, date and the ratios; append it to bench/RESULTS.md by hand.
 import argparse
 import datetime
 import json
+import os
 import platform
 import random
 import statistics
@@ -139,7 +140,7 @@ def main():
     ap.add_argument("--prompt", default="512", help="prefill lengths at depth 0, comma-separated (e.g. 512,2048)")
     ap.add_argument("--gen", type=int, default=32)
     ap.add_argument("--reps", type=int, default=2)
-    ap.add_argument("--llama-bench", default="", metavar="BIN",
+    ap.add_argument("--llama-bench", default=None, metavar="BIN",
                     help="measure llama.cpp with this llama-bench (bench/build_llama_bench.sh) "
                          "instead of llama-cpp-python")
     ap.add_argument("--llama-caches", default="f16,f16-fa,q4_0",
@@ -152,6 +153,9 @@ def main():
                     help="measure every engine this many times in turn; rows give the median (± half the range)")
     ap.add_argument("--json", default="", help="also write every row to this JSON file")
     a = ap.parse_args()
+    if a.llama_bench is not None and not (os.path.isfile(a.llama_bench) and os.access(a.llama_bench, os.X_OK)):
+        # also catches "$(bash bench/build_llama_bench.sh ...)" when the build failed and printed nothing
+        sys.exit(f"--llama-bench: '{a.llama_bench}' is not an executable file")
     depths = [int(x) for x in a.depths.split(",")]
     prompts = [int(x) for x in a.prompt.split(",")]
 
@@ -159,7 +163,7 @@ def main():
         rows = []
         print("measuring llama.cpp ...", file=sys.stderr)
         for cache in a.llama_caches.split(","):
-            if a.llama_bench:
+            if a.llama_bench is not None:
                 rows += llama_bench_cli(a.llama_bench, a.model, a.threads, depths, prompts, a.gen, a.reps, cache)
             else:
                 rows += llama_bench(a.model, a.threads, depths, prompts, a.gen, a.reps, cache)
