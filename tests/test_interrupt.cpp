@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -66,6 +67,12 @@ protected:
         if (err) *err = text;
         return status;
     }
+    // In a child: under interrupt_hold (as file_out holds it), creates out.tmp,
+    // lets send() deliver a SIGINT, marks reached.txt and registers out.tmp; the
+    // signal must wait for the hold's end, then remove the registered file and
+    // end the process (exit 130) before after.txt: only reached.txt is left.
+    // setup() runs first in the child.
+    void expect_held_until_registered(const std::function<void()>& setup, const std::function<void()>& send);
     std::string dir_;
 };
 
@@ -153,19 +160,17 @@ TEST_F(Interrupt, CtrlCWhileWritingAModelLeavesNothing) {
 
 }  // namespace
 
-// A Ctrl-C that arrives while a temporary is being created and registered
-// (interrupt_hold, as file_out holds it) waits until the registration is done,
-// then removes the file: nothing is left (test_signals.py met this window once
-// in CI, interrupting calibrate as soon as its temporary appeared).
-TEST_F(Interrupt, SignalDuringCreationWaitsForTheRegistration) {
+void Interrupt::expect_held_until_registered(const std::function<void()>& setup,
+                                             const std::function<void()>& send) {
     std::string err;
     const int st = in_child(
         [&] {
+            setup();
             zk::interrupt_temp t;
             {
                 const zk::interrupt_hold hold;
                 touch(path("out.tmp"));
-                raise(SIGINT);  // held back: the process is still here
+                send();
                 touch(path("reached.txt"));
                 t.track(path("out.tmp"));
             }
@@ -174,8 +179,15 @@ TEST_F(Interrupt, SignalDuringCreationWaitsForTheRegistration) {
         &err);
     ASSERT_TRUE(WIFEXITED(st)) << st;
     EXPECT_EQ(WEXITSTATUS(st), 130);
-    const std::vector<std::string> left = files();
-    EXPECT_EQ(left, std::vector<std::string>{"reached.txt"}) << err;
+    EXPECT_EQ(files(), std::vector<std::string>{"reached.txt"}) << err;
+}
+
+// A Ctrl-C that arrives while a temporary is being created and registered
+// waits until the registration is done, then removes the file: nothing is left
+// (test_signals.py met this window once in CI, interrupting calibrate as soon
+// as its temporary appeared).
+TEST_F(Interrupt, SignalDuringCreationWaitsForTheRegistration) {
+    expect_held_until_registered([] {}, [] { raise(SIGINT); });  // held back in this thread
 }
 
 // The same with other threads running, and the signal sent to the process
@@ -184,32 +196,20 @@ TEST_F(Interrupt, SignalDuringCreationWaitsForTheRegistration) {
 // scratch file behind). A plain thread that blocks nothing stands for the
 // threads OpenBLAS starts before main(); the handler it runs must defer.
 TEST_F(Interrupt, ProcessSignalWithOtherThreadsWaitsForTheRegistration) {
-    std::string err;
-    const int st = in_child(
+    std::unique_ptr<zk::thread_pool> pool;
+    expect_held_until_registered(
         [&] {
-            zk::thread_pool pool(4);
-            pool.run([](int, int) {});
-            std::thread bystander([] {
+            pool = std::make_unique<zk::thread_pool>(4);
+            pool->run([](int, int) {});
+            std::thread([] {
                 for (;;) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-            });
-            bystander.detach();
-            zk::interrupt_temp t;
-            {
-                const zk::interrupt_hold hold;
-                touch(path("out.tmp"));
-                kill(getpid(), SIGINT);
-                // give a worker that could take it time to run the handler
-                std::this_thread::sleep_for(std::chrono::milliseconds(50));
-                touch(path("reached.txt"));
-                t.track(path("out.tmp"));
-            }
-            touch(path("after.txt"));
+            }).detach();
         },
-        &err);
-    ASSERT_TRUE(WIFEXITED(st)) << st;
-    EXPECT_EQ(WEXITSTATUS(st), 130);
-    const std::vector<std::string> left = files();
-    EXPECT_EQ(left, std::vector<std::string>{"reached.txt"}) << err;
+        [] {
+            kill(getpid(), SIGINT);
+            // give a thread that could take it time to run the handler
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        });
 }
 
 // Every worker of a pool runs with the three signals blocked.

@@ -56,7 +56,10 @@ inline __m256 exp8(__m256 x) {
 // end). Decode attention reads each layer's cache once per token, after the
 // weights have pushed it out of the caches, in runs of a few KiB per KV head
 // that the hardware prefetchers pick up late; L2, not L1, so the requests do
-// not hold the L1 fill buffers the demand loads need (quant_simd.cpp).
+// not hold the L1 fill buffers the demand loads need (quant_simd.cpp). A
+// request still waits for a free fill buffer when too many are out: loops ask
+// for a few lines per step as they go, not a whole block at once
+// (attention_kivi.h, KIVI_SCORE_PREFETCH_SLOTS).
 inline void prefetch_l2(const void* p, size_t bytes) {
     for (size_t k = 0; k < bytes; k += 64) __builtin_prefetch((const char*)p + k, 0, 2);
 }
