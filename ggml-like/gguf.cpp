@@ -708,7 +708,28 @@ void gguf_writer::add_tensor_ref(const std::string& name, dtype type,
         ZK_THROW("gguf writer: tensor '%s': wrong data size (expected %zu bytes, got %zu)", tn,
                  expected, n_bytes);
     if (!data && n_bytes) ZK_THROW("gguf writer: tensor '%s': null data", tn);
-    tensors_.push_back(pending{name, type, shape, {}, data, n_bytes});
+    tensors_.push_back(pending{name, type, shape, {}, data, n_bytes, nullptr});
+}
+
+void gguf_writer::add_tensor_fill(const std::string& name, dtype type, const std::vector<int64_t>& shape,
+                                  fill_fn fill) {
+    if (!fill) ZK_THROW("gguf writer: tensor '%s': no fill function", name.c_str());
+    // the checks of add_tensor_ref, with the size the shape implies
+    int64_t rows = 1;
+    bool ok = !shape.empty() && shape[0] > 0 && dtype_is_known((uint32_t)type);
+    for (size_t d = 1; ok && d < shape.size(); d++) ok = shape[d] > 0 && !__builtin_mul_overflow(rows, shape[d], &rows);
+    size_t n_bytes = 0;  // when !ok, add_tensor_ref says what is wrong
+    if (ok) {
+        try {
+            if (__builtin_mul_overflow(dtype_row_size(type, shape[0]), (size_t)rows, &n_bytes)) n_bytes = 0;
+        } catch (const error& e) {
+            ZK_THROW("gguf writer: tensor '%s': %s", name.c_str(), e.what());
+        }
+    }
+    static const uint8_t k_dummy = 0;
+    add_tensor_ref(name, type, shape, &k_dummy, n_bytes);
+    tensors_.back().data = nullptr;
+    tensors_.back().fill = std::move(fill);
 }
 
 void gguf_writer::add_tensor(const std::string& name, dtype type, const std::vector<int64_t>& shape,
@@ -752,7 +773,19 @@ void gguf_writer::write(const std::string& path) const {
     out.write(head.data(), head.size());
     for (size_t k = 0; k < tensors_.size(); k++) {
         const pending& t = tensors_[k];
-        out.write(t.owned.empty() ? t.data : t.owned.data(), t.n_bytes);
+        if (t.fill) {
+            const size_t row = dtype_row_size(t.type, t.shape[0]);
+            const int64_t n_rows = (int64_t)(t.n_bytes / row);
+            const int64_t chunk = std::max<int64_t>(1, (int64_t)(k_fill_chunk / row));
+            std::vector<uint8_t> buf(row * (size_t)std::min(chunk, n_rows));
+            for (int64_t r = 0; r < n_rows; r += chunk) {
+                const int64_t n = std::min(chunk, n_rows - r);
+                t.fill(r, n, buf.data());
+                out.write(buf.data(), row * (size_t)n);
+            }
+        } else {
+            out.write(t.owned.empty() ? t.data : t.owned.data(), t.n_bytes);
+        }
         out.write(zeros.data(), align_up(t.n_bytes, alignment_) - t.n_bytes);
     }
     out.commit();

@@ -15,6 +15,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -144,6 +145,13 @@ public:
     // Like add_tensor but keeps a pointer (the caller keeps data alive until write()).
     void add_tensor_ref(const std::string& name, dtype type, const std::vector<int64_t>& shape,
                         const void* data, size_t n_bytes);
+    // Like add_tensor_ref, but the data is made at write() time: fill(row0, n_rows, dst)
+    // writes rows [row0, row0 + n_rows) of the tensor (n_rows x dtype_row_size bytes)
+    // into dst, in order, a chunk of at most k_fill_chunk bytes (or one row) at a time,
+    // so that a file larger than memory streams out (engine/model_synth.h).
+    using fill_fn = std::function<void(int64_t row0, int64_t n_rows, uint8_t* dst)>;
+    static constexpr size_t k_fill_chunk = (size_t)32 << 20;
+    void add_tensor_fill(const std::string& name, dtype type, const std::vector<int64_t>& shape, fill_fn fill);
     // Writes a temporary file next to PATH (zero padding after the header and
     // after each tensor up to the alignment), fsyncs it and renames it over PATH;
     // on any failure the temporary file is removed and zk::error is thrown.
@@ -157,6 +165,7 @@ private:
         std::vector<uint8_t> owned;
         const void* data;
         size_t n_bytes;
+        fill_fn fill;  // add_tensor_fill: data is null, the bytes are made at write()
     };
     std::vector<std::pair<std::string, gguf_value>> kv_;
     std::vector<pending> tensors_;

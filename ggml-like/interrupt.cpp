@@ -85,6 +85,10 @@ void interrupt_install() {
 void interrupt_remove_temps() {
     for (temp_slot& s : g_slots)
         if (s.state.load(std::memory_order_acquire) == ACTIVE) unlink(s.path);
+    // then the registered directories, emptied by the pass above (rmdir of a
+    // file path fails harmlessly)
+    for (temp_slot& s : g_slots)
+        if (s.state.load(std::memory_order_acquire) == ACTIVE) rmdir(s.path);
 }
 
 interrupt_hold::interrupt_hold() {

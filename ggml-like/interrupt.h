@@ -23,7 +23,9 @@ namespace zk {
 
 void interrupt_install();
 
-// Removes every registered temporary file (async-signal-safe).
+// Removes every registered temporary file, then every registered directory
+// that is empty by then (a temporary directory whose files were registered
+// too: bench --shape's synthetic model); async-signal-safe.
 void interrupt_remove_temps();
 
 // Registers a path for removal on a signal while it is tracked: from just

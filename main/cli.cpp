@@ -92,6 +92,8 @@ int cli_app::run() {
         rc = cmd_info(info_path, info_json);
     } else if (bench_cmd->parsed()) {
         cli_bare_means_on(*bench_cmd, "--flash-attn", bo.flash_attn);
+        if (bo.model_path.empty() && bo.shape.empty())
+            return cli_parse_error("bench", "a model is needed: -m FILE, or --shape NAME for random weights");
         for (const char* f : {"--kv-rate", "--kv-bits", "--kv-evict", "--kv-budget", "--cache-type-k", "--cache-type-v"})
             bo.kv_sweep_given = bo.kv_sweep_given || bench_cmd->count(f) > 0;
         rc = cmd_bench(bo);

@@ -10,21 +10,27 @@
 // batch 1. KV bytes per token are per sequence; KV bytes allocated and used
 // are totals over the row's B sequences.
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <thread>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "engine/batch.h"
 #include "engine/model.h"
+#include "engine/model_synth.h"
 #include "engine/session.h"
 #include "ggml-like/error.h"
 #include "ggml-like/file_out.h"
+#include "ggml-like/interrupt.h"
 #include "main/commands.h"
 
 namespace zk {
@@ -152,10 +158,57 @@ std::string fmt_bytes(size_t b) {
     return strfmt("%zu B", b);
 }
 
+// --shape: a synthetic model (engine/model_synth.h) written to a new
+// directory under $TMPDIR (else /tmp) and loaded. The file and the directory
+// are removed as soon as the model is mapped (the mapping outlives the name),
+// and on every way out before that: an error (the destructor) or a signal
+// (interrupt_temp).
+class synth_model_file {
+public:
+    explicit synth_model_file(const std::string& shape_name) {
+        const char* tmp = std::getenv("TMPDIR");
+        std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/zack-shape-XXXXXX";
+        {
+            interrupt_hold hold;  // no signal between creating the directory and registering it
+            if (!mkdtemp(&tmpl[0]))
+                ZK_THROW("--shape: cannot create a temporary directory %s (%s); set TMPDIR", tmpl.c_str(),
+                         std::strerror(errno));
+            dir_ = tmpl;
+            on_signal_dir_.track(dir_);
+        }
+        path_ = dir_ + "/" + shape_name + ".gguf";
+        on_signal_file_.track(path_);
+    }
+    ~synth_model_file() { remove(); }
+    synth_model_file(const synth_model_file&) = delete;
+    synth_model_file& operator=(const synth_model_file&) = delete;
+    const std::string& path() const { return path_; }
+    void remove() {
+        if (dir_.empty()) return;
+        ::unlink(path_.c_str());
+        ::rmdir(dir_.c_str());
+        on_signal_file_.release();
+        on_signal_dir_.release();
+        dir_.clear();
+    }
+
+private:
+    std::string dir_, path_;
+    interrupt_temp on_signal_dir_, on_signal_file_;
+};
+
+constexpr uint64_t k_shape_seed = 1;
+
 }  // namespace
 
 void options_add_bench(CLI::App& app, bench_opts& o) {
-    app.add_option("-m,--model", o.model_path, "model file (.gguf or .zack)")->required();
+    CLI::Option* model = app.add_option("-m,--model", o.model_path, "model file (.gguf or .zack); or --shape");
+    CLI::Option* shape =
+        app.add_option("--shape", o.shape,
+                       "no model file: benchmark random weights of this shape (" + synth_shape_names() + ")")
+            ->excludes(model);
+    app.add_option("--shape-type", o.shape_type, "--shape's weight type (" + synth_weight_type_names() + ")")
+        ->needs(shape);
     app.add_option("-p,--n-prompt", o.prompt, "prompt lengths to prefill, comma list (0 = skip)");
     app.add_option("-n,--n-gen", o.gen, "tokens to generate, comma list (0 = skip)");
     app.add_option("-d,--depth", o.depth, "context depths (tokens already in the cache), comma list");
@@ -208,14 +261,39 @@ int cmd_bench(const bench_opts& o) {
         if (o.kv_bits != "16") ZK_THROW("give --kv-bits or -ctk/-ctv, not both");
         kv_bits_list = ct_bits;
     }
+    // --shape: random weights; what needs a calibrated model measures nothing on them
+    const synth_shape* shape = o.shape.empty() ? nullptr : &synth_shape_find(o.shape);
+    const dtype shape_type = shape ? synth_weight_type_from_name(o.shape_type) : dtype::F32;
+    if (shape) {
+        const char* zack_only = nullptr;
+        for (const std::string& r : split_list(o.kv_rate, "--kv-rate"))
+            if (std::strtod(r.c_str(), nullptr) >= 0) zack_only = "--kv-rate";  // -1: uncompressed
+        if (o.kv.kv_eps >= 0) zack_only = "--kv-eps";
+        if (!o.kv_plan.empty()) zack_only = "--kv-plan";
+        if (!o.kv_target.empty()) zack_only = "--kv-target";
+        if (zack_only)
+            ZK_THROW("%s needs a calibrated .zack model; --shape benchmarks a plain GGUF with random weights, which "
+                     "has none (its precisions, eviction and batch sizes do apply)", zack_only);
+    }
     if (!o.output_file.empty()) file_out_check(o.output_file);
 
-    auto m = model_load(o.model_path);
+    std::unique_ptr<model> m;
+    std::string model_name = o.model_path;  // "model" in the outputs
+    if (shape) {
+        model_name = model_synth_label(*shape, shape_type);
+        synth_model_file tmp(shape->name);
+        model_synth_write(*shape, shape_type, k_shape_seed, tmp.path(), true);
+        m = model_load(tmp.path());
+        tmp.remove();
+    } else {
+        m = model_load(o.model_path);
+    }
     // llama-bench's jsonl: one object per test, with the model in every line
     auto jsonl_line = [&](const bench_row& r) {
         nlohmann::json j = row_json(r);
-        j["model"] = o.model_path;
+        j["model"] = model_name;
         j["model_desc"] = model_describe(*m);
+        if (shape) j["random_weights"] = {{"shape", shape->name}, {"type", dtype_name(shape_type)}};
         return j.dump();
     };
     int64_t need = 1;
@@ -426,8 +504,9 @@ int cmd_bench(const bench_opts& o) {
     std::string out;
     if (o.format == "json") {
         nlohmann::json j;
-        j["model"] = o.model_path;
+        j["model"] = model_name;
         j["model_desc"] = model_describe(*m);
+        if (shape) j["random_weights"] = {{"shape", shape->name}, {"type", dtype_name(shape_type)}};
         j["n_ctx"] = n_ctx;
         j["results"] = nlohmann::json::array();
         for (const auto& r : rows) j["results"].push_back(row_json(r));
@@ -443,7 +522,7 @@ int cmd_bench(const bench_opts& o) {
                           r.mean_tps, r.std_tps, r.mean_ms, r.std_ms, r.kv_bytes_per_token, r.kv_bytes,
                           r.kv_bytes_used, r.peak_rss);
     } else {
-        out = "model: " + model_describe(*m) + "\n\n";
+        out = "model: " + (shape ? model_name + " (not a real model): " : "") + model_describe(*m) + "\n\n";
         out += "| test | depth | batch | threads | kv | tokens/s (all seqs) | ms (TTFT or per step) | KV bytes/token (per seq) | KV bytes used (all seqs) | peak RSS |\n";
         out += "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|\n";
         for (const auto& r : rows)

@@ -14,6 +14,11 @@ int cmd_info(const std::string& path, bool json);
 // `zack bench` (main/cmd_bench.cpp). List flags are comma-separated.
 struct bench_opts {
     std::string model_path;
+    // --shape: no model file; a GGUF of this shape with random weights of
+    // shape_type is written to a temporary directory and benchmarked
+    // (engine/model_synth.h), and every output says so
+    std::string shape;
+    std::string shape_type = "q4_k";
     std::string prompt = "512";
     std::string gen = "128";
     std::string depth = "0";

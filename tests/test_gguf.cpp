@@ -501,6 +501,48 @@ TEST_F(GgufTest, WriterRejectsBadInput) {
     EXPECT_TRUE(fs::is_empty(dir_)) << "temporary file left behind";
 }
 
+// add_tensor_fill: the same bytes as add_tensor, made at write() in order,
+// in chunks of whole rows of at most k_fill_chunk bytes; bad shapes are refused
+// as add_tensor refuses them, and a throwing fill leaves no file.
+TEST_F(GgufTest, WriterFillStreamsRows) {
+    const int64_t cols = 64, rows = (int64_t)(gguf_writer::k_fill_chunk / (cols * 4)) * 2 + 3;  // 2 chunks + 3 rows
+    auto value = [&](int64_t r, int64_t c) { return (float)(r * 7 + c) * 0.5f; };
+    std::vector<float> whole((size_t)(rows * cols));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) whole[(size_t)(r * cols + c)] = value(r, c);
+    gguf_writer a, b;
+    const std::vector<float> small = {1, 2, 3, 4};
+    a.add_tensor("s", dtype::F32, {4}, small.data(), 16);
+    a.add_tensor("w", dtype::F32, {cols, rows}, whole.data(), whole.size() * 4);
+    b.add_tensor("s", dtype::F32, {4}, small.data(), 16);
+    std::vector<std::pair<int64_t, int64_t>> calls;
+    b.add_tensor_fill("w", dtype::F32, {cols, rows}, [&](int64_t row0, int64_t n, uint8_t* dst) {
+        calls.push_back({row0, n});
+        float* f = (float*)dst;
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t c = 0; c < cols; c++) f[r * cols + c] = value(row0 + r, c);
+    });
+    a.write(path("a.gguf"));
+    b.write(path("b.gguf"));
+    std::ifstream fa(path("a.gguf"), std::ios::binary), fb(path("b.gguf"), std::ios::binary);
+    const std::string ba((std::istreambuf_iterator<char>(fa)), {}), bb((std::istreambuf_iterator<char>(fb)), {});
+    EXPECT_TRUE(ba == bb) << "fill and add_tensor write the same file";
+    const int64_t chunk = (int64_t)(gguf_writer::k_fill_chunk / (cols * 4));
+    const std::vector<std::pair<int64_t, int64_t>> want = {{0, chunk}, {chunk, chunk}, {2 * chunk, 3}};
+    EXPECT_EQ(calls, want);
+
+    gguf_writer bad;
+    auto nop = [](int64_t, int64_t, uint8_t*) {};
+    EXPECT_THROW(bad.add_tensor_fill("x", dtype::Q8_0, {33}, nop), zk::error);
+    EXPECT_THROW(bad.add_tensor_fill("x", dtype::F32, {}, nop), zk::error);
+    EXPECT_THROW(bad.add_tensor_fill("x", dtype::F32, {4, 0}, nop), zk::error);
+    EXPECT_THROW(bad.add_tensor_fill("x", dtype::F32, {4}, nullptr), zk::error);
+    bad.add_tensor_fill("x", dtype::F32, {4}, [](int64_t, int64_t, uint8_t*) { throw zk::error("fill failed"); });
+    EXPECT_THROW(bad.add_tensor_fill("x", dtype::F32, {4}, nop), zk::error);  // duplicate
+    EXPECT_THROW(bad.write(path("bad.gguf")), zk::error);
+    EXPECT_FALSE(fs::exists(path("bad.gguf")));
+}
+
 TEST_F(GgufTest, WriterFailureLeavesNothing) {
     gguf_writer w;
     w.set("k", gguf_value::make_u32(1));
