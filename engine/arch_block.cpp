@@ -64,8 +64,11 @@ void arch_block_ffn(const model& m, int il, int64_t n, forward_buffers& fb, back
 }
 
 void arch_block_logits(const model& m, const float* xn, int64_t rows, float* out, forward_buffers& fb, backend& be) {
-    be.matmul(m.output, xn, rows, out, fb);
-    if (m.hp.logit_softcap > 0) be.softcap(out, rows * m.hp.n_vocab, m.hp.logit_softcap);
+    const int64_t n = rows * m.hp.n_vocab;
+    float* y = be.logits_target(out, n);
+    be.matmul(m.output, xn, rows, y, fb);
+    if (m.hp.logit_softcap > 0) be.softcap(y, n, m.hp.logit_softcap);
+    be.logits_fetch(out, y, n);
 }
 
 }  // namespace zk

@@ -2,8 +2,26 @@
 
 #include "engine/backend_cpu.h"
 #include "ggml-like/error.h"
+#ifdef ZACK_WITH_CUDA
+#include "engine/backend_cuda.h"
+#endif
 
 namespace zk {
+
+namespace {
+
+backend_cuda_entry& cuda_entry() {
+#ifdef ZACK_WITH_CUDA
+    static backend_cuda_entry e{&backend_cuda_create, &backend_cuda_check};
+#else
+    static backend_cuda_entry e;
+#endif
+    return e;
+}
+
+}  // namespace
+
+void backend_cuda_install(const backend_cuda_entry& e) { cuda_entry() = e; }
 
 backend_device backend_device_parse(const std::string& s) {
     if (s == "cpu") return backend_device::CPU;
@@ -24,17 +42,16 @@ bool backend_cuda_built() {
 
 void backend_check_device(backend_device d) {
     if (d == backend_device::CPU) return;
-    if (!backend_cuda_built())
+    if (!cuda_entry().create)
         ZK_THROW("device cuda: this zack was built without CUDA (configure with cmake -DZACK_CUDA=ON)");
-    // The CUDA kernels (kernels/cuda/) are built and tested on their own; the
-    // forward pass that drives them through this interface is issue #18's.
-    ZK_THROW("device cuda: the CUDA forward pass is not available yet; use device cpu");
+    cuda_entry().check();
 }
 
 std::unique_ptr<backend> backend_create(const backend_params& p) {
     if (p.n_threads < 1 || p.n_threads > 512)
         ZK_THROW("thread count must be between 1 and 512, got %d", p.n_threads);
     backend_check_device(p.device);
+    if (p.device == backend_device::CUDA) return cuda_entry().create(p);
     return std::make_unique<backend_cpu>(p.n_threads);
 }
 

@@ -9,8 +9,10 @@
 //   CPU   engine/backend_cpu.{h,cpp} (dense ops on a thread pool) and
 //         engine/backend_cpu_attn.cpp (attention scheduling: flash-decoding
 //         slot ranges, tiled prefill, exact sinks, eviction observation)
-//   CUDA  kernels/cuda/ holds the kernels; the CUDA forward pass (issue #18)
-//         plugs in here: backend_create refuses --device cuda until it exists.
+//   CUDA  engine/backend_cuda.{h,cpp} (dense ops over the kernels of
+//         kernels/cuda/) and engine/backend_cuda_kv.cpp (the device mirror of
+//         the KV cache, attention plans); built into zack with -DZACK_CUDA=ON,
+//         and into the SIMT harness tests (tests/simt) without a GPU.
 //
 // Buffers: a pass's activations live in forward_buffers (engine/forward_buffers.h),
 // which the backend makes (buffers_create) and owns the layout of; on the CPU
@@ -76,6 +78,12 @@ public:
     // y <- c tanh(y / c) over n elements
     virtual void softcap(float* y, int64_t n, float c) = 0;
 
+    // The logits of a pass leave the backend here: they are computed into
+    // logits_target(out, n) (CPU: host memory `out` itself; CUDA: device
+    // scratch of n floats) and logits_fetch copies them to `out` (CPU: nothing).
+    virtual float* logits_target(float* out, int64_t n) { return out; }
+    virtual void logits_fetch(float* out, const float* y, int64_t n) {}
+
     // ---- attention side, for one layer of a pass over seqs[0 .. n_seqs)
     // q~ = q R and k~ = k R of compressed sequences' heads, in place in fb.q, fb.k.
     virtual void project_qk(const backend_seq* seqs, int n_seqs, const model_hparams& hp, int il,
@@ -88,6 +96,15 @@ public:
     virtual void attention(const backend_seq* seqs, int n_seqs, const model_hparams& hp, int il,
                            forward_buffers& fb) = 0;
 };
+
+// Where the CUDA backend plugs in: a build with -DZACK_CUDA=ON installs
+// engine/backend_cuda.h's functions here itself; the SIMT harness tests install
+// the harness build of the same backend (tests/simt/test_backend_cuda.cpp).
+struct backend_cuda_entry {
+    std::unique_ptr<backend> (*create)(const backend_params& p) = nullptr;
+    void (*check)() = nullptr;  // throws with a one-line reason without a usable device
+};
+void backend_cuda_install(const backend_cuda_entry& e);
 
 // Throws with a one-line reason when the device cannot run a forward pass in
 // this build (front ends call it before loading a model).

@@ -8,24 +8,39 @@
 
 namespace zk {
 
+namespace {
+
+float* host_alloc(size_t n) { return new float[n](); }
+void host_release(void* p) { delete[] (float*)p; }
+
+}  // namespace
+
+const fb_allocator& fb_allocator_host() {
+    static const fb_allocator a{&host_alloc, &host_release, true};
+    return a;
+}
+
 forward_buffers::forward_buffers(const model_hparams& hp, int64_t n_rows_, int max_seqs_, int n_threads_,
-                                 int64_t cap_, int gear_rank, bool observe)
+                                 int64_t cap_, int gear_rank, bool observe, const fb_allocator& alloc)
     : n_rows(n_rows_), max_seqs(max_seqs_), n_threads(n_threads_), cap(cap_) {
     ZK_ASSERT(n_rows >= 1 && max_seqs >= 1 && n_threads >= 1 && cap >= 1);
     const int64_t R = n_rows, E = hp.n_embd, D = hp.head_dim, KV = hp.n_head_kv, G = hp.n_group();
-    x.resize(R * E);
-    xn.resize(R * E);
-    q.resize(R * hp.n_head * D);
-    k.resize(R * KV * D);
-    v.resize(R * KV * D);
-    attn.resize(R * hp.n_head * D);
-    tmp.resize(R * E);
-    gate.resize(R * hp.n_ff);
-    up.resize(R * hp.n_ff);
-    rope_cs.resize(R * hp.rope.n_dims);
-    if (hp.n_swa > 0) rope_cs_swa.resize(R * hp.rope_swa.n_dims);
+    auto make = [&alloc](int64_t n) { return fb_array(alloc.alloc((size_t)n), (size_t)n, alloc.release); };
+    x = make(R * E);
+    xn = make(R * E);
+    q = make(R * hp.n_head * D);
+    k = make(R * KV * D);
+    v = make(R * KV * D);
+    attn = make(R * hp.n_head * D);
+    tmp = make(R * E);
+    gate = make(R * hp.n_ff);
+    up = make(R * hp.n_ff);
+    rope_cs = make(R * hp.rope.n_dims);
+    if (hp.n_swa > 0) rope_cs_swa = make(R * hp.rope_swa.n_dims);
     pos.resize(R);
     row_seq.resize(R);
+    seqs.resize(max_seqs);
+    if (!alloc.host_attention) return;
     max_chunks = std::min<int64_t>(64, std::max<int64_t>(1, 4 * n_threads));
     // A decode segment of n tokens needs KV x nc x n x G x (2 + D) floats of
     // partials (nc <= max_chunks), a prefill segment (alone in its pass) KV x n x G x (2 + D).
@@ -44,7 +59,6 @@ forward_buffers::forward_buffers(const model_hparams& hp, int64_t n_rows_, int m
     prefill_tokens = kernel_prefill_tokens((int)G);
     prefill_scratch_stride = kernel_prefill_scratch((int)G, prefill_tokens, (int)D, (int)D);
     prefill_scratch.resize((size_t)n_threads * prefill_scratch_stride);
-    seqs.resize(max_seqs);
 }
 
 }  // namespace zk

@@ -13,6 +13,52 @@ namespace zk {
 class kv_cache;
 class evict_policy;
 
+// An activation array of forward passes in the memory of the backend that
+// made it: host memory for the CPU, device memory for CUDA. The forward pass
+// (engine/session.cpp, engine/arch_block.cpp) only takes addresses in it and
+// hands them to the backend; only the backend that made it reads or writes it.
+class fb_array {
+public:
+    // Frees what an allocator returned.
+    using release_fn = void (*)(void*);
+    fb_array() = default;
+    fb_array(float* p, size_t n, release_fn release) : p_(p), n_(n), release_(release) {}
+    fb_array(fb_array&& o) noexcept : p_(o.p_), n_(o.n_), release_(o.release_) { o.p_ = nullptr, o.n_ = 0; }
+    fb_array& operator=(fb_array&& o) noexcept {
+        if (this != &o) {
+            reset();
+            p_ = o.p_, n_ = o.n_, release_ = o.release_;
+            o.p_ = nullptr, o.n_ = 0;
+        }
+        return *this;
+    }
+    fb_array(const fb_array&) = delete;
+    fb_array& operator=(const fb_array&) = delete;
+    ~fb_array() { reset(); }
+    float* data() const { return p_; }
+    size_t size() const { return n_; }
+
+private:
+    void reset() {
+        if (p_ && release_) release_(p_);
+        p_ = nullptr;
+    }
+    float* p_ = nullptr;
+    size_t n_ = 0;
+    release_fn release_ = nullptr;
+};
+
+// Where a backend's activation arrays live: alloc returns n zeroed floats
+// (throwing zk::error when it cannot), release frees them.
+// fb_allocator_host() is host memory (the CPU backend's); the CUDA backend
+// allocates on the device and asks for no host attention scratch.
+struct fb_allocator {
+    float* (*alloc)(size_t n);
+    fb_array::release_fn release;
+    bool host_attention = true;  // size part, score, prefill scratch etc. for the CPU's attention
+};
+const fb_allocator& fb_allocator_host();
+
 // Decode-style passes (a few new tokens per sequence) split each head's slots
 // into ranges so that every thread has work; longer segments (prefill) get one
 // attention task per token.
@@ -59,26 +105,27 @@ struct forward_buffers {
     // (it sets how many slot ranges a sequence's heads are split into);
     // cap: the largest cache capacity among the sequences; gear_rank: the largest
     // GEAR rank (0 = none); observe: some sequence's policy needs attention logits.
+    // alloc: the backend's memory for the activation arrays (x .. rope_cs_swa).
     forward_buffers(const model_hparams& hp, int64_t n_rows, int max_seqs, int n_threads, int64_t cap,
-                    int gear_rank, bool observe);
+                    int gear_rank, bool observe, const fb_allocator& alloc = fb_allocator_host());
 
     int64_t n_rows;
     int max_seqs;
     int n_threads;
     int64_t cap;
-    int64_t max_chunks;           // slot ranges per (sequence, head) in a decode segment, 4 x n_threads (<= 64)
+    int64_t max_chunks = 1;       // slot ranges per (sequence, head) in a decode segment, 4 x n_threads (<= 64)
     matmul_scratch mm;
-    std::vector<float> x;         // [R x n_embd] residual stream
-    std::vector<float> xn;        // [R x n_embd] normalised input of a sub-layer
-    std::vector<float> q;         // [R x n_head x head_dim]
-    std::vector<float> k;         // [R x n_head_kv x head_dim]
-    std::vector<float> v;         // [R x n_head_kv x head_dim]
-    std::vector<float> attn;      // [R x n_head x head_dim] attention output
-    std::vector<float> tmp;       // [R x n_embd] projection output
-    std::vector<float> gate;      // [R x n_ff]
-    std::vector<float> up;        // [R x n_ff]
-    std::vector<float> rope_cs;   // [R x rope_dims/2 x 2]
-    std::vector<float> rope_cs_swa;  // the same for sliding-window layers (empty without)
+    fb_array x;               // [R x n_embd] residual stream
+    fb_array xn;              // [R x n_embd] normalised input of a sub-layer
+    fb_array q;               // [R x n_head x head_dim]
+    fb_array k;               // [R x n_head_kv x head_dim]
+    fb_array v;               // [R x n_head_kv x head_dim]
+    fb_array attn;            // [R x n_head x head_dim] attention output
+    fb_array tmp;             // [R x n_embd] projection output
+    fb_array gate;            // [R x n_ff]
+    fb_array up;              // [R x n_ff]
+    fb_array rope_cs;         // [R x rope_dims/2 x 2]
+    fb_array rope_cs_swa;     // the same for sliding-window layers (empty without)
     std::vector<int32_t> pos;     // [R] each row's own position
     std::vector<int32_t> row_seq; // [R] index of the row's sequence in the pass
     // Attention partials, per task [tokens x group x (2 + head_dim)] (m, l, acc),

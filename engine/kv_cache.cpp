@@ -1,6 +1,7 @@
 #include "engine/kv_cache.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 
@@ -139,6 +140,13 @@ size_t kv_cache::block_bytes(size_t i, int64_t C) const {
     return s + lk.bytes(side_shape(KV_ROLE_KEYS, i, lk, C)) + lv.bytes(side_shape(KV_ROLE_VALUES, i, lv, C));
 }
 
+namespace {
+uint64_t next_cache_id() {
+    static std::atomic<uint64_t> n{0};
+    return ++n;
+}
+}  // namespace
+
 kv_cache::kv_cache(int n_layer, int n_head_kv, int64_t capacity, dtype type, const std::vector<int>& ranks_k,
                    const std::vector<int>& ranks_v)
     : kv_cache(n_layer, n_head_kv, capacity, [&] {
@@ -150,7 +158,7 @@ kv_cache::kv_cache(int n_layer, int n_head_kv, int64_t capacity, dtype type, con
 kv_cache::kv_cache(int n_layer, int n_head_kv, int64_t capacity, const kv_cache_params& p,
                    const std::vector<int>& ranks_k, const std::vector<int>& ranks_v,
                    const std::vector<int64_t>& layer_capacity)
-    : n_layer_(n_layer), n_head_kv_(n_head_kv), p_(p) {
+    : id_(next_cache_id()), n_layer_(n_layer), n_head_kv_(n_head_kv), p_(p) {
     kv_cache_validate_params(p, n_layer, n_head_kv);
     if (p.sinks > 0 && (p.sink_dim <= 0 || p.sink_dim > 256))
         ZK_THROW("exact sinks need a row width between 1 and 256 channels, got %d", p.sink_dim);
@@ -298,6 +306,7 @@ int64_t kv_cache::n_used_max() const {
 void kv_cache::clear() {
     for (auto& b : blocks_) {
         b.n_used = b.n_quant = b.n_groups = 0;
+        b.edits++;
         if (!b.score.empty()) std::fill(b.score.begin(), b.score.end(), 0.0f);
     }
 }
@@ -418,6 +427,7 @@ void kv_cache::merge_groups(kv_block& b, int64_t g) {
 
 void kv_cache::compact(int layer, int head, const uint8_t* keep) {
     kv_block& b = block(layer, head);
+    b.edits++;
     int64_t w = 0;
     auto move_common = [&](int64_t s, int64_t d) {
         b.pos[d] = b.pos[s];

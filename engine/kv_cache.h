@@ -87,6 +87,10 @@ struct kv_block {
     std::vector<int32_t> pos;          // [capacity]
     std::vector<float> score;          // [capacity] when params.scores
     std::vector<float> sink_k, sink_v; // [sinks x sink_dim] exact rows, row p = position p
+    // Bumped by every change other than an append (compact, clear): a copy of
+    // the block elsewhere (the CUDA backend's device mirror) copies it whole
+    // again when this moves, and follows appends alone otherwise.
+    uint64_t edits = 0;
 };
 
 class kv_cache {
@@ -103,6 +107,9 @@ public:
     kv_cache(int n_layer, int n_head_kv, int64_t capacity, dtype type, const std::vector<int>& ranks_k,
              const std::vector<int>& ranks_v);
 
+    // Unique within the process (a copy elsewhere, the CUDA backend's device
+    // mirror, tells caches apart by it, not by address).
+    uint64_t id() const { return id_; }
     int n_layer() const { return n_layer_; }
     int n_head_kv() const { return n_head_kv_; }
     int64_t capacity() const { return capacity_; }  // of the largest block
@@ -146,6 +153,7 @@ public:
     std::string describe(int head_dim) const;
 
 private:
+    uint64_t id_;
     void flush_group(kv_block& b);
     void merge_groups(kv_block& b, int64_t g);
     // What side `role` of block i in `layout` is built for, at a capacity.

@@ -1,6 +1,10 @@
 #include "engine/session.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <mutex>
+#include <set>
+#include <string>
 
 #include "engine/arch_block.h"
 #include "ggml-like/error.h"
@@ -24,7 +28,7 @@ session::session(const model& m, const session_params& p) : m_(m), params_(p) {
     const model_hparams& hp = m.hp;
     session_validate_params(p, hp);
     params_.n_batch = std::min(p.n_batch, p.n_ctx);
-    be_ = backend_create(backend_params{p.device, p.n_threads});
+    be_ = device_create(params_.device);
     const size_t nh = (size_t)hp.n_layer * hp.n_head_kv;
     std::vector<int> rk(nh, hp.head_dim), rv(nh, hp.head_dim);
     if (!p.ranks_k.empty() || !p.ranks_v.empty()) {
@@ -104,14 +108,55 @@ session::session(const model& m, const session_params& p) : m_(m), params_(p) {
     cache_ = std::make_unique<kv_cache>(hp.n_layer, hp.n_head_kv, capacity, kp, rk, rv, layer_cap);
     if (windowed_layers_) keep_.resize((size_t)cache_->capacity());
     const int64_t cap = cache_->capacity();
-    fb_ = be_->buffers_create(hp, params_.n_batch, 1, p.n_threads, cap, kp.gear ? kp.gear_rank : 0,
-                              policy_->needs_attention());
+    try {
+        fb_ = be_->buffers_create(hp, params_.n_batch, 1, p.n_threads, cap, kp.gear ? kp.gear_rank : 0,
+                                  policy_->needs_attention());
+    } catch (const zk::error& e) {
+        if (be_->device() == backend_device::CPU || p.device_fallback == session_params::fallback::THROW) throw;
+        fall_back(e.what());
+        be_ = device_create(backend_device::CPU);
+        fb_ = be_->buffers_create(hp, params_.n_batch, 1, p.n_threads, cap, kp.gear ? kp.gear_rank : 0,
+                                  policy_->needs_attention());
+    }
     logits_.resize(hp.n_vocab);
     if (policy_->needs_attention())
         logits_buf_.resize((size_t)hp.n_head_kv * k_session_decode_max_tok * hp.n_group() * cap);
 }
 
 session::~session() = default;
+
+std::unique_ptr<backend> session::device_create(backend_device d) {
+    if (d != backend_device::CPU && params_.device_fallback != session_params::fallback::THROW) {
+        try {
+            backend_check_device(d);
+        } catch (const zk::error& e) {
+            fall_back(e.what());
+            d = backend_device::CPU;
+        }
+    }
+    params_.device = d;
+    return backend_create(backend_params{d, params_.n_threads});
+}
+
+void session::fall_back(const char* why) {
+    if (params_.device_fallback == session_params::fallback::CPU_NOTICE) {
+        std::string w = why;  // the refusal's advice ("; use device cpu") is what happens now
+        w = w.substr(0, w.find("; use "));
+        // once per reason: bench and eval make a session per configuration
+        static std::mutex mu;
+        static std::set<std::string> said;
+        std::lock_guard<std::mutex> lock(mu);
+        if (said.insert(w).second) std::fprintf(stderr, "zack: %s; running on the CPU\n", w.c_str());
+    }
+    params_.device = backend_device::CPU;
+}
+
+void session::set_observer(session_observer* obs) {
+    if (obs && be_->device() != backend_device::CPU)
+        ZK_THROW("device %s: observing a forward pass (calibration statistics) needs activations in host memory; "
+                 "use device cpu", backend_device_name(be_->device()));
+    observer_ = obs;
+}
 
 void session::reset() {
     cache_->clear();

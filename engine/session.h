@@ -35,6 +35,11 @@ struct session_params {
     int64_t n_ctx = 4096;     // tokens the cache can hold
     int n_threads = 2;
     backend_device device = backend_device::CPU;  // engine/backend.h: chosen once, at creation
+    // What a session does when `device` cannot run it (no device, or a feature
+    // the device's backend lacks: backend_cuda refuses in one line): THROW the
+    // reason; CPU_QUIET runs on the CPU; CPU_NOTICE also says why on stderr.
+    enum class fallback { THROW, CPU_QUIET, CPU_NOTICE };
+    fallback device_fallback = fallback::THROW;
     int64_t n_batch = 256;    // tokens per forward chunk during prefill
     // Compressed attention (a .zack model): K and V ranks per (layer, KV head),
     // [n_layer x n_head_kv] row-major. Empty = full head dim (no compression).
@@ -93,13 +98,19 @@ public:
     const session_params& params() const { return params_; }
     void reset();
     // Not owned; nullptr detaches. Called from the thread that runs decode().
-    void set_observer(session_observer* obs) { observer_ = obs; }
+    // Throws on a device whose activations are not in host memory (CUDA).
+    void set_observer(session_observer* obs);
     const kv_cache& cache() const { return *cache_; }
     const model& mdl() const { return m_; }
     thread_pool& pool() { return be_->host_pool(); }  // host-side work (calibration statistics)
 
 private:
     friend class batch_decoder;
+
+    // The backend of device d, or of the CPU after fall_back when d cannot run
+    // and params_.device_fallback allows it; params_.device says which.
+    std::unique_ptr<backend> device_create(backend_device d);
+    void fall_back(const char* why);
 
     // The engine's one forward pass, for decode() (one sequence) and
     // batch_decoder (several), on backend `be`: the weight matmuls run once over

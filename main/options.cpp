@@ -72,8 +72,10 @@ std::vector<std::string> options_expand_aliases(int argc, const char* const* arg
 // ---------------------------------------------------------------------------
 
 void options_add_device(CLI::App& app, model_opts& o) {
-    app.add_option("--device", o.device, "where the forward pass runs: cpu (cuda: issue #18)")
-        ->check(CLI::IsMember({"cpu", "cuda"}))->group(k_group_model);
+    app.add_option("--device", o.device,
+                   "where the forward pass runs: cpu, cuda (on the CPU, saying why, where it cannot), auto (cuda "
+                   "when this build has CUDA and a GPU is visible and the session's features run there, else cpu)")
+        ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->group(k_group_model);
 }
 
 void options_add_model(CLI::App& app, model_opts& o) {
@@ -243,8 +245,16 @@ void options_cache_type(const std::string& name, const char* flag, std::string* 
 session_params options_session_params(const model_opts& o) {
     session_params p;
     p.n_threads = o.n_threads > 0 ? o.n_threads : (int)std::max(1u, std::thread::hardware_concurrency());
-    p.device = backend_device_parse(o.device);
-    backend_check_device(p.device);
+    // auto: the GPU where this build and machine have one, quietly the CPU
+    // otherwise; cuda: the CPU with a line saying why where the GPU cannot
+    // (no device, or a feature its backend lacks: engine/backend_cuda.h)
+    if (o.device == "auto") {
+        p.device = backend_cuda_built() ? backend_device::CUDA : backend_device::CPU;
+        p.device_fallback = session_params::fallback::CPU_QUIET;
+    } else {
+        p.device = backend_device_parse(o.device);
+        p.device_fallback = session_params::fallback::CPU_NOTICE;
+    }
     p.n_ctx = o.n_ctx;
     p.n_batch = o.n_batch;
     std::string kv_type = o.kv_type;

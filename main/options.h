@@ -29,7 +29,7 @@ extern const char* const k_group_sample;  // sampling
 struct model_opts {
     std::string model_path;
     int n_threads = 0;  // 0 = all hardware threads
-    std::string device = "cpu";  // engine/backend.h: cpu | cuda
+    std::string device = "auto";  // engine/backend.h: auto | cpu | cuda
     int64_t n_ctx = 4096;
     int64_t n_batch = 256;
     std::string kv_type = "f16";

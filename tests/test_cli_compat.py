@@ -67,16 +67,23 @@ def test_version():
 
 
 def test_device():
-    # the backend is chosen once from --device (engine/backend.h): cpu is the
-    # default's arithmetic; cuda is refused in one line, before the model loads,
-    # saying why (a build without CUDA, or no CUDA forward pass yet)
+    # the backend is chosen once from --device (engine/backend.h): on this
+    # machine (no GPU) the default (auto) and cpu are the CPU, silently; cuda
+    # runs on the CPU after one line on stderr saying why (a build without
+    # CUDA, or no CUDA device), once per run however many sessions it makes;
+    # the CUDA forward pass itself is tests/simt/test_backend_cuda.cpp's
     same_text(["--device", "cpu"], [], "--device cpu = the default")
-    cuda_why = "built without CUDA" if "not built" in zack("--version").stdout else "not available"
-    one_line_error(greedy("--device", "cuda"), "run --device cuda", "device cuda", cuda_why)
-    one_line_error(zack("bench", "-m", MODEL, "-p", "8", "-n", "0", "--device", "cuda"), "bench --device cuda",
-                   "device cuda")
-    one_line_error(zack("eval", "-m", MODEL, "--task", "ppl", "-f", MODEL, "--device", "cuda"),
-                   "eval --device cuda", "device cuda")
+    same_text(["--device", "auto"], [], "--device auto = the default")
+    cuda_why = "built without CUDA" if "not built" in zack("--version").stdout else "no CUDA device"
+    r = greedy("--device", "cuda")
+    base = greedy()
+    check(r.returncode == 0 and r.stdout == base.stdout, "run --device cuda: runs on the CPU, same text")
+    notes = [l for l in r.stderr.splitlines() if "device cuda" in l]
+    check(len(notes) == 1 and cuda_why in notes[0] and "running on the CPU" in notes[0],
+          f"run --device cuda: one line saying why ({notes!r})")
+    r = zack("bench", "-m", MODEL, "-p", "8", "-n", "0", "--kv-bits", "16,4", "-r", "1", "--device", "cuda")
+    notes = [l for l in r.stderr.replace("\r", "\n").splitlines() if "device cuda" in l]
+    check(r.returncode == 0 and len(notes) == 1, f"bench --device cuda: two sessions, one line ({notes!r})")
     one_line_error(greedy("--device", "tpu"), "unknown device", "--device", "tpu")
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the CUDA variant's GPU tests and bench_cuda_attention here (nvcc, no
+# Builds the CUDA variant's GPU tests, zack and bench_cuda_attention here (nvcc, no
 # GPU needed) and packs them for a GPU machine into .devrun/ (ignored by git):
 # the binaries, stripped, and the shared libraries they need that are neither
 # glibc's nor CUDA's (OpenBLAS, LAPACK, gfortran). The GPU machine then runs
@@ -11,7 +11,7 @@ build="${ZACK_CUDA_BUILD_DIR:-build-cuda}"
 nvcc="${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
 cmake -S . -B "$build" -DZACK_CUDA=ON -DZACK_BENCH=OFF -DCMAKE_CUDA_COMPILER="$nvcc" \
     -DCMAKE_BUILD_TYPE=Release >/dev/null
-targets=$(cd tests/simt && ls test_cuda_*.cpp | sed 's/test_cuda_/gpu_/; s/\.cpp$//')
+targets="$(cd tests/simt && ls test_cuda_*.cpp | sed 's/test_cuda_/gpu_/; s/\.cpp$//') gpu_backend zack"
 cmake --build "$build" -j"$(nproc)" --target $targets bench_cuda_attention >&2
 rm -rf .devrun
 mkdir -p .devrun/lib
@@ -28,3 +28,9 @@ for lib in $(ldd .devrun/* 2>/dev/null | awk '/=> \// {print $3}' | sort -u); do
 done
 du -sh .devrun >&2
 ls .devrun .devrun/lib >&2
+# a device call carries 64 MiB and the pack is more (OpenBLAS alone is 35 MiB):
+# it travels as .devpack/devrun.tar.xz (about 10 MiB; carry .devpack and start
+# the command with `tar xJf .devpack/devrun.tar.xz`)
+mkdir -p .devpack
+tar cJf .devpack/devrun.tar.xz .devrun
+ls -la .devpack >&2

@@ -4,7 +4,8 @@
 # tests, bench_cuda_attention, and the shared libraries the machine may lack).
 # Everything lands in $OUT (default /tmp/zack_gpu): logs and JSON.
 #
-#   bash bench/gpu/run_device.sh [tests|bench|sanitize|all]    (SDPA=0: without PyTorch's SDPA)
+#   bash bench/gpu/run_device.sh [tests|backend|bench|sanitize|all]
+#   (SDPA=0: without PyTorch's SDPA; CPU=0: backend without the machine's CPU beside the GPU)
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 bin="$here/.devrun"
@@ -25,6 +26,9 @@ SECONDS=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
     # $OUT brings back 8 files at most: one log for all the test binaries
     fails=0
+    # no model files on a GPU machine: gpu_backend's real-model tests take a
+    # synthetic model of the default model's shape (tests/simt/test_backend_cuda.cpp)
+    [ -f "$here/models/SmolLM2-135M-Instruct.Q4_1.gguf" ] || export ZACK_TEST_SHAPE=smollm2-135m:q4_1
     logs=/tmp/zack_gpu_logs
     mkdir -p "$logs"
     for t in "$bin"/gpu_*; do
@@ -40,6 +44,22 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
     done
     echo "gpu tests: $fails failing binaries"
     for f in "$logs"/*.log; do echo "=== $f"; cat "$f"; done > "$out/gpu_tests.log"
+fi
+
+if [ "$what" = backend ] || [ "$what" = all ]; then
+    # the CUDA backend end to end: GPU vs CPU logits (a synthetic SmolLM2-shaped
+    # model stands in for the real one: no model files here), then zack bench
+    # on a synthetic Qwen2.5-1.5B Q4_K: the GPU at two KV precisions and depths,
+    # the machine's CPU beside it
+    ZACK_TEST_SHAPE=smollm2-135m:q4_1 timeout 200 "$bin/gpu_backend" > /tmp/zack_gpu_logs/backend.log 2>&1
+    echo "gpu_backend: exit $?"; grep -vE "^\[ " /tmp/zack_gpu_logs/backend.log | tail -60
+    cp /tmp/zack_gpu_logs/backend.log "$out/gpu_backend.log"
+    timeout 240 "$bin/zack" bench --shape qwen2.5-1.5b --device cuda -p 512 -n 64 -d 0,8192 --kv-bits 16,4 -r 2 \
+        2>&1 | tee "$out/bench_cuda_qwen1.5b.md"
+    [ "${CPU:-1}" = 1 ] && timeout 120 "$bin/zack" bench --shape qwen2.5-1.5b --device cpu -t 16 -p 512 -n 32 \
+        -d 0 -r 1 2>&1 | tee "$out/bench_cpu16_qwen1.5b.md"
+    timeout 200 "$bin/zack" bench --shape llama-8b --device cuda -p 512 -n 32 -d 0,8192 --kv-bits 16,4 -r 1 \
+        2>&1 | tee "$out/bench_cuda_llama8b.md"
 fi
 
 if [ "$what" = bench ] || [ "$what" = all ]; then

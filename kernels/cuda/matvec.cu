@@ -33,68 +33,35 @@ __device__ inline void q4_K_scale_min_dev(dptr<const uint8_t> s, int j, int& sc,
     }
 }
 
-// Elements 32u .. 32u + 31 of a row.
-__device__ inline void decode_unit(int type, dptr<const uint8_t> row, int64_t u, float (&w)[32]) {
+// Element e (0..31) of the row's 32-element unit u: the arithmetic of
+// ggml-like/quant.cpp's dequantization for that element alone, so a warp can
+// decode a unit a lane per element (coalesced loads) and one thread a unit.
+__device__ __forceinline__ float decode_elem(int type, dptr<const uint8_t> row, int64_t u, int e) {
     switch (type) {
-        case (int)dtype::F32: {
-            dptr<const float> f = dptr_cast<const float>(row) + 32 * u;
-            ZK_UNROLL
-            for (int e = 0; e < 32; e++) w[e] = f[e];
-            break;
-        }
-        case (int)dtype::F16: {
-            dptr<const uint16_t> f = dptr_cast<const uint16_t>(row) + 32 * u;
-            ZK_UNROLL
-            for (int e = 0; e < 32; e++) w[e] = h2f(f[e]);
-            break;
-        }
-        case (int)dtype::BF16: {
-            dptr<const uint16_t> f = dptr_cast<const uint16_t>(row) + 32 * u;
-            ZK_UNROLL
-            for (int e = 0; e < 32; e++) w[e] = __uint_as_float((uint32_t)f[e] << 16);
-            break;
-        }
+        case (int)dtype::F32: return dptr_cast<const float>(row)[32 * u + e];
+        case (int)dtype::F16: return h2f(dptr_cast<const uint16_t>(row)[32 * u + e]);
+        case (int)dtype::BF16: return __uint_as_float((uint32_t)dptr_cast<const uint16_t>(row)[32 * u + e] << 16);
         case (int)dtype::Q4_0: {
+            // element j (< 16) is the low nibble of byte j, element j + 16 its high nibble
             dptr<const uint8_t> b = row + u * k_q4_0_bytes;
-            const float d = ld_f16(b, 0);
-            ZK_UNROLL
-            for (int j = 0; j < 16; j++) {
-                const int q = b[2 + j];
-                w[j] = d * (float)((q & 0x0F) - 8);
-                w[j + 16] = d * (float)((q >> 4) - 8);
-            }
-            break;
+            const int q = b[2 + (e & 15)];
+            return ld_f16(b, 0) * (float)((e < 16 ? q & 0x0F : q >> 4) - 8);
         }
         case (int)dtype::Q4_1: {
             dptr<const uint8_t> b = row + u * k_q4_1_bytes;
-            const float d = ld_f16(b, 0), m = ld_f16(b, 2);
-            ZK_UNROLL
-            for (int j = 0; j < 16; j++) {
-                const int q = b[4 + j];
-                w[j] = __fmul_rn(d, (float)(q & 0x0F)) + m;
-                w[j + 16] = __fmul_rn(d, (float)(q >> 4)) + m;
-            }
-            break;
+            const int q = b[4 + (e & 15)];
+            return __fmul_rn(ld_f16(b, 0), (float)(e < 16 ? q & 0x0F : q >> 4)) + ld_f16(b, 2);
         }
         case (int)dtype::Q5_0: {
+            // the fifth bit of element e is bit e of the 32-bit qh
             dptr<const uint8_t> b = row + u * k_q5_0_bytes;
-            const float d = ld_f16(b, 0);
-            const uint32_t h = (uint32_t)b[2] | ((uint32_t)b[3] << 8) | ((uint32_t)b[4] << 16) | ((uint32_t)b[5] << 24);
-            ZK_UNROLL
-            for (int j = 0; j < 16; j++) {
-                const int q = b[6 + j];
-                w[j] = d * (float)(((q & 0x0F) | (int)(((h >> j) & 1) << 4)) - 16);
-                w[j + 16] = d * (float)(((q >> 4) | (int)(((h >> (j + 16)) & 1) << 4)) - 16);
-            }
-            break;
+            const int q = b[6 + (e & 15)];
+            const int hb = (b[2 + e / 8] >> (e % 8)) & 1;
+            return ld_f16(b, 0) * (float)(((e < 16 ? q & 0x0F : q >> 4) | (hb << 4)) - 16);
         }
         case (int)dtype::Q8_0: {
             dptr<const uint8_t> b = row + u * k_q8_0_bytes;
-            const float d = ld_f16(b, 0);
-            dptr<const int8_t> q = dptr_cast<const int8_t>(b + 2);
-            ZK_UNROLL
-            for (int e = 0; e < 32; e++) w[e] = (float)q[e] * d;
-            break;
+            return (float)dptr_cast<const int8_t>(b + 2)[e] * ld_f16(b, 0);
         }
         case (int)dtype::Q4_K: {
             // sub-block j of block u / 8: elements 64 (j / 2) + 32 (j % 2) + l are the
@@ -104,11 +71,8 @@ __device__ inline void decode_unit(int type, dptr<const uint8_t> row, int64_t u,
             int sc, m;
             q4_K_scale_min_dev(b + 4, j, sc, m);
             const float d0 = ld_f16(b, 0) * (float)sc, dm = ld_f16(b, 2) * (float)m;
-            dptr<const uint8_t> q = b + 16 + 32 * (j / 2);
-            const int sh = (j & 1) * 4;
-            ZK_UNROLL
-            for (int l = 0; l < 32; l++) w[l] = __fmul_rn(d0, (float)((q[l] >> sh) & 0x0F)) - dm;
-            break;
+            const int q = b[16 + 32 * (j / 2) + e];
+            return __fmul_rn(d0, (float)((q >> ((j & 1) * 4)) & 0x0F)) - dm;
         }
         case (int)dtype::Q6_K: {
             // half h of the block (128 elements), quarter k of it: low bits in
@@ -117,27 +81,28 @@ __device__ inline void decode_unit(int type, dptr<const uint8_t> row, int64_t u,
             dptr<const uint8_t> b = row + (u / 8) * k_q6_K_bytes;
             const int j = (int)(u % 8), h = j / 4, k = j % 4;
             const float d = ld_f16(b, 208);
-            dptr<const int8_t> scales = dptr_cast<const int8_t>(b + 192);
-            dptr<const uint8_t> ql = b + 64 * h + 32 * (k % 2);
-            dptr<const uint8_t> qh = b + 128 + 32 * h;
-            const float d0 = d * (float)scales[8 * h + 2 * k], d1 = d * (float)scales[8 * h + 2 * k + 1];
-            ZK_UNROLL
-            for (int l = 0; l < 32; l++) {
-                const int lo = k < 2 ? (ql[l] & 0x0F) : (ql[l] >> 4);
-                const int q = (lo | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
-                w[l] = (l < 16 ? d0 : d1) * (float)q;
-            }
-            break;
+            const float dk = d * (float)dptr_cast<const int8_t>(b + 192)[8 * h + 2 * k + (e >= 16)];
+            const int ql = b[64 * h + 32 * (k % 2) + e], qh = b[128 + 32 * h + e];
+            const int lo = k < 2 ? (ql & 0x0F) : (ql >> 4);
+            return dk * (float)((lo | (((qh >> (2 * k)) & 3) << 4)) - 32);
         }
-        default:
-            ZK_UNROLL
-            for (int e = 0; e < 32; e++) w[e] = 0.0f;  // refused on the host
-            break;
+        default: return 0.0f;  // refused on the host
     }
 }
 
-// A warp per row; lanes take the row's 32-element units in turn. Partial dot
-// products per token in registers, then a warp sum.
+// Elements 32u .. 32u + 31 of a row.
+__device__ inline void decode_unit(int type, dptr<const uint8_t> row, int64_t u, float (&w)[32]) {
+    ZK_UNROLL
+    for (int e = 0; e < 32; e++) w[e] = decode_elem(type, row, u, e);
+}
+
+// Units of a row a warp decodes per step of the mat-vec: independent loads in
+// flight per lane.
+constexpr int k_mv_units = 4;
+
+// A warp per row, a lane per element of each 32-element unit (the weight
+// bytes and the activations a warp reads are contiguous), k_mv_units units per
+// step. Partial dot products per token in registers, then a warp sum.
 __global__ void __launch_bounds__(k_mv_block)
     matvec_kernel(int type, int64_t row_bytes, int64_t n_rows, int64_t n_cols, dptr<const uint8_t> W,
                   dptr<const float> x, int n_tok, dptr<float> y) {
@@ -145,20 +110,20 @@ __global__ void __launch_bounds__(k_mv_block)
     const int64_t r = (int64_t)blockIdx.x * (k_mv_block / 32) + threadIdx.x / 32;
     if (r >= n_rows) return;  // a whole warp: no collective is left waiting
     dptr<const uint8_t> row = W + r * row_bytes;
+    const int64_t units = n_cols / 32;
     float acc[k_matvec_max_tok];
     ZK_UNROLL
     for (int t = 0; t < k_matvec_max_tok; t++) acc[t] = 0.0f;
-    for (int64_t u = lane; u < n_cols / 32; u += 32) {
-        float w[32];
-        decode_unit(type, row, u, w);
+    for (int64_t u0 = 0; u0 < units; u0 += k_mv_units) {
+        float w[k_mv_units];
+        ZK_UNROLL
+        for (int k = 0; k < k_mv_units; k++) w[k] = u0 + k < units ? decode_elem(type, row, u0 + k, lane) : 0.0f;
         ZK_UNROLL
         for (int t = 0; t < k_matvec_max_tok; t++) {
             if (t >= n_tok) break;
-            dptr<const float> xt = x + t * n_cols + 32 * u;
-            float s = 0;
             ZK_UNROLL
-            for (int e = 0; e < 32; e++) s += w[e] * xt[e];
-            acc[t] += s;
+            for (int k = 0; k < k_mv_units; k++)
+                if (u0 + k < units) acc[t] += w[k] * x[t * n_cols + 32 * (u0 + k) + lane];
         }
     }
     ZK_UNROLL

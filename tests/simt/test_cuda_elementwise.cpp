@@ -2,7 +2,9 @@
 // RoPE table and rotation (kernel_rope_table / kernel_rope_apply, both pair
 // orders), SwiGLU and GeGLU (kernel_swiglu / kernel_geglu, and GeGLU's double
 // reference kernel_geglu_ref), the q/k projection onto R_qk
-// (kernel_project_head, with per-head ranks and full-rank sink tokens).
+// (kernel_project_head, with per-head ranks and full-rank sink tokens), and
+// the forward pass's add, bias, soft-cap and column copy (elementwise.h: the
+// CPU backend's loops; add, bias and copy exact, soft-cap 1e-6 relative).
 // Tolerances, relative to the magnitude of the values:
 //   RMSNorm 2e-6 (float sum of squares vs the CPU's double);
 //   RoPE table 1 float ulp (double angle both sides; device cos/sin/pow may
@@ -16,6 +18,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/glu.h"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/project.h"
@@ -137,6 +140,59 @@ TEST(CudaElementwise, ProjectionMatchesCpu) {
         for (int c = 0; c < d; c++) mag += std::fabs(mats_h[h][(size_t)j * d + c] * x[row * d + c]);
         ASSERT_LE(std::fabs(got[i] - want[i]), 1e-6 * mag) << i;
     }
+}
+
+TEST(CudaElementwise, AddBiasSoftcapAndColumnCopy) {
+    const int64_t T = 3, n = 1000;
+    const std::vector<float> x = randn((size_t)(T * n), 41, 4.0f), y = randn((size_t)(T * n), 42),
+                             b = randn((size_t)n, 43);
+    device_pool pool;
+    const dptr<float> dx = pool.zeros<float>(x.size(), "x");
+    cuda_copy_to_device(&*dx, x.data(), x.size() * 4);
+    cuda_add(dx, pool.up(y, "y"), T * n, nullptr);
+    std::vector<float> want = x;
+    for (size_t i = 0; i < want.size(); i++) want[i] += y[i];
+    EXPECT_EQ(pool.down(dx, x.size()), want);
+    cuda_add_bias(dx, pool.up(b, "b"), T, n, nullptr);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < n; i++) want[(size_t)(t * n + i)] += b[(size_t)i];
+    EXPECT_EQ(pool.down(dx, x.size()), want);
+    cuda_softcap(dx, T * n, 3.0f, nullptr);
+    for (auto& v : want) v = 3.0f * std::tanh(v / 3.0f);
+    EXPECT_LE(rel_err(pool.down(dx, x.size()), want), 1e-6);
+    // a 7-column tile into columns [5, 12) of rows of 20
+    const int64_t w = 7, ld = 20, col0 = 5;
+    const std::vector<float> tile = randn((size_t)(T * w), 44);
+    const dptr<float> dst = pool.zeros<float>((size_t)(T * ld), "dst");
+    cuda_copy_cols(pool.up(tile, "tile"), w, dst, ld, col0, T, nullptr);
+    std::vector<float> want_dst((size_t)(T * ld), 0.0f);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < w; j++) want_dst[(size_t)(t * ld + col0 + j)] = tile[(size_t)(t * w + j)];
+    EXPECT_EQ(pool.down(dst, want_dst.size()), want_dst);
+}
+
+// Pieces of every alignment into two buffers, and one of zero bytes.
+TEST(CudaElementwise, ScatterBytesCopiesEveryPiece) {
+    std::vector<uint8_t> src(1000);
+    for (size_t i = 0; i < src.size(); i++) src[i] = (uint8_t)(i * 7 + 3);
+    device_pool pool;
+    const dptr<const uint8_t> ds = pool.up(src, "staging");
+    const dptr<uint8_t> a = pool.zeros<uint8_t>(600, "a"), b = pool.zeros<uint8_t>(333, "b");
+    struct want_piece {
+        dptr<uint8_t> dst;
+        size_t dst_off, src_off, n;
+    };
+    const want_piece ws[] = {{a, 0, 0, 400}, {a, 401, 400, 199}, {b, 3, 600, 330}, {b, 0, 999, 0}, {a, 400, 998, 1}};
+    std::vector<cuda_copy_piece> ps;
+    for (const want_piece& w : ws)
+        ps.push_back({(uint64_t)(uintptr_t)(dptr_addr(w.dst) + w.dst_off),
+                      (uint64_t)(uintptr_t)(dptr_addr(ds) + w.src_off), (uint64_t)w.n});
+    cuda_scatter_bytes(pool.up(ps, "pieces"), (int)ps.size(), nullptr);
+    std::vector<uint8_t> wa(600, 0), wb(333, 0);
+    for (const want_piece& w : ws)
+        for (size_t i = 0; i < w.n; i++) (dptr_addr(w.dst) == dptr_addr(a) ? wa : wb)[w.dst_off + i] = src[w.src_off + i];
+    EXPECT_EQ(pool.down(a, 600), wa);
+    EXPECT_EQ(pool.down(b, 333), wb);
 }
 
 }  // namespace

@@ -1,0 +1,159 @@
+// The CUDA backend (engine/backend.h): the kernels of kernels/cuda/ over device
+// memory, on the default stream. Dense ops are in backend_cuda.cpp; the KV
+// cache's device mirror, the q/k projection and attention in
+// backend_cuda_kv.cpp.
+//
+// Where things live:
+//   weights     uploaded at first use in their GGUF types (one copy per
+//               backend, so per session), keyed by their host address;
+//               norm and bias vectors too
+//   activations forward_buffers' arrays (fb_array) are device memory
+//   KV cache    the host kv_cache stays the authority: kv_append fetches the
+//               new k and v rows, appends them on the host as the CPU backend
+//               does (bookkeeping, quantization, GEAR, eviction's compaction
+//               all stay host code), then brings each block's device mirror up
+//               to date by copying only what the append changed (every array
+//               of a block grows at its end, except a windowed side's residual
+//               rows, which move when a group is quantized); a block changed
+//               otherwise (compact, clear: kv_block::edits) is copied whole
+//   logits      computed in device scratch, copied to the caller's memory
+//
+// Not on the GPU (refused in one line when a session is made): eviction
+// policies that read attention logits (h2o, snapkv, keyformer), sliding-window
+// layers (their masks), observers of the forward pass (calibration).
+//
+// Built twice: by the host compiler into zack with -DZACK_CUDA=ON, next to the
+// nvcc-compiled kernels; and in every build into the SIMT harness tests
+// (tests/simt), where the kernels run as host C++ and dptr<T> checks bounds.
+#pragma once
+#include <algorithm>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/backend.h"
+#include "kernels/cuda/attention_decode.h"
+#include "kernels/cuda/attention_prefill.h"
+#include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/kv_head.h"
+#include "kernels/cuda/matvec.h"
+
+namespace zk {
+
+class kv_cache;
+
+// Grow-only device scratch of at least n elements (contents not kept).
+template <class T>
+T* cuda_grow(cuda::device_array<T>& a, size_t n, const char* what) {
+    if (a.size() < n) a = cuda::device_array<T>(std::max(n, a.size() + a.size() / 2), what);
+    return a.data();
+}
+
+// The device copy of one host KV block and what of it is copied.
+struct cuda_kv_mirror {
+    struct array {
+        const char* name = nullptr;  // cuda_kv_head_from_view's label of the array
+        cuda::device_array<uint8_t> d;
+        size_t synced = 0;  // bytes [0, synced) equal the host's
+    };
+    std::vector<array> arrays;
+    uint64_t edits = ~uint64_t(0);  // the block's kv_block::edits when last copied
+    int64_t n_quant = -1;
+    cuda::cuda_kv_head head;  // the block as the attention kernels read it
+};
+
+// Host-to-device copies gathered and sent as one transfer plus one scatter
+// launch (kernels/cuda/elementwise.h): a decode step's cache rows, positions
+// and attention plan are dozens of pieces of a few hundred bytes per layer,
+// and each transfer of its own costs about as much as a layer's mat-vecs.
+class cuda_upload_batch {
+public:
+    // Copies src now; dst receives it at the next send (stream order).
+    void add(void* dst, const void* src, size_t bytes);
+    void send();
+    bool empty() const { return pieces_.empty(); }
+
+private:
+    std::vector<uint8_t> host_;  // [the pieces' table][their bytes, 16-aligned]
+    std::vector<cuda::cuda_copy_piece> pieces_;  // src: offsets into the bytes until send()
+    size_t bytes_ = 0;
+    cuda::device_array<uint8_t> dev_;
+};
+
+class backend_cuda final : public backend {
+public:
+    explicit backend_cuda(int n_threads);
+    ~backend_cuda() override;
+
+    backend_device device() const override { return backend_device::CUDA; }
+    thread_pool& host_pool() override { return pool_; }
+    std::unique_ptr<forward_buffers> buffers_create(const model_hparams& hp, int64_t n_rows, int max_seqs,
+                                                    int n_threads, int64_t cap, int gear_rank,
+                                                    bool observe) override;
+
+    void embed(const weight_view& table, const int32_t* tokens, int64_t n, float scale, float* x) override;
+    void matmul(const weight_view& w, const float* x, int64_t n_tok, float* y, forward_buffers& fb) override;
+    void matmul_multi(const weight_view* ws, float* const* ys, int n_w, const float* x, int64_t n_tok,
+                      forward_buffers& fb) override;
+    void rmsnorm(const float* x, const float* w, float* y, int64_t n_tok, int64_t n, float eps) override;
+    void add_bias(float* y, const float* b, int64_t n_tok, int64_t n) override;
+    void add(float* x, const float* y, int64_t n) override;
+    void rope_table(const rope_params& p, const int32_t* pos, int64_t n_tok, float* cs) override;
+    void rope_apply(float* x, int64_t n_tok, int64_t n_heads, int64_t head_dim, const rope_params& p,
+                    const float* cs) override;
+    void glu(arch_act act, float* g, const float* u, int64_t n_tok, int64_t F) override;
+    void softcap(float* y, int64_t n, float c) override;
+    float* logits_target(float* out, int64_t n) override;
+    void logits_fetch(float* out, const float* y, int64_t n) override;
+
+    void project_qk(const backend_seq* seqs, int n_seqs, const model_hparams& hp, int il,
+                    forward_buffers& fb) override;
+    void kv_append(const backend_seq* seqs, int n_seqs, const model_hparams& hp, int il,
+                   forward_buffers& fb) override;
+    void attention(const backend_seq* seqs, int n_seqs, const model_hparams& hp, int il,
+                   forward_buffers& fb) override;
+
+private:
+    // The device copy of host parameters (a weight matrix, a norm or bias
+    // vector) of `bytes` bytes, made at first use.
+    const uint8_t* param(const void* host, size_t bytes);
+    cuda::cuda_weight weight(const weight_view& w);
+    // The rows' positions (fb.pos [n]) in device memory.
+    const int32_t* upload_pos(const forward_buffers& fb, int64_t n);
+    // Brings the mirror of (cache, layer il, head g) up to date with the host block.
+    cuda_kv_mirror& mirror_sync(const kv_cache& c, int il, int g);
+
+    thread_pool pool_;
+    cuda::cuda_device_info dev_;
+    std::unordered_map<const void*, cuda::device_array<uint8_t>> params_;
+    // grow-only scratch
+    cuda::device_array<int32_t> d_tok_, d_rpos_, d_pos_;
+    cuda::device_array<float> d_logits_, d_ytile_, d_partials_;
+    cuda::device_array<uint16_t> d_x16_, d_w16_;
+    cuda::device_array<cuda::cuda_attn_item> d_items_;
+    cuda::device_array<cuda::cuda_attn_task> d_tasks_;
+    cuda::device_array<cuda::cuda_prefill_task> d_ptasks_;
+    cuda::device_array<cuda::cuda_attn_part> d_parts_;
+    cuda::device_array<int32_t> d_item_parts_;
+    std::vector<float> h_k_, h_v_;  // the new k, v rows on their way to the host cache
+    std::vector<int32_t> h_pos_;    // the positions d_pos_ holds
+    cuda_upload_batch up_;          // sent before attention reads it
+    std::vector<cuda::cuda_attn_item> items_;
+    // per cache (kv_cache::id): [n_layer x n_head_kv] mirrors
+    std::unordered_map<uint64_t, std::vector<cuda_kv_mirror>> mirrors_;
+    // compressed heads' projections per (projection table, layer): device
+    // matrices, per-head pointers and ranks for q and for k
+    struct proj_layer {
+        cuda::device_array<float> mats;  // [n_head_kv x 2 x D x D]: q's, then k's per KV head
+        cuda::device_array<cuda::dptr<const float>> q_ptr, k_ptr;
+        cuda::device_array<int32_t> q_rank, k_rank;
+    };
+    std::unordered_map<const void*, std::vector<proj_layer>> proj_;
+};
+
+std::unique_ptr<backend> backend_cuda_create(const backend_params& p);
+// Throws "device cuda: no CUDA device ..." without one.
+void backend_cuda_check();
+
+}  // namespace zk
