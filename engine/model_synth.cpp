@@ -33,6 +33,8 @@ const std::vector<synth_shape> k_shapes = {
     // name, arch, like | layers, embd, heads, KV heads, head dim, ffn, vocab, ctx |
     // rope base, rms eps | Q/K/V biases, tied output | tokenizer pre
     {"tiny", "llama", "a test model", 2, 64, 4, 2, 16, 128, 512, 2048, 10000.0f, 1e-5f, false, false, "smollm"},
+    // the qwen2 architecture's paths (Q/K/V biases, a separate output matrix) at tiny's size
+    {"tiny-qwen2", "qwen2", "a test model", 2, 64, 4, 2, 16, 128, 512, 2048, 1e6f, 1e-6f, true, false, "qwen2"},
     {"smollm2-135m", "llama", "SmolLM2-135M", 30, 576, 9, 3, 64, 1536, 49152, 8192, 100000.0f, 1e-5f, false, true,
      "smollm"},
     {"qwen2.5-0.5b", "qwen2", "Qwen2.5-0.5B", 24, 896, 14, 2, 64, 4864, 151936, 32768, 1e6f, 1e-6f, true, false,

@@ -65,6 +65,7 @@ struct bench_row {
     int64_t batch = 1;
     int threads = 0;
     std::string kv;       // cache description
+    std::string device;   // where it ran (--device auto/cuda may run on the CPU)
     double mean_tps = 0, std_tps = 0;   // tokens per second
     double mean_ms = 0, std_ms = 0;     // TTFT (pp) or time per token (tg), milliseconds
     size_t kv_bytes_per_token = 0;  // one sequence's cache
@@ -123,7 +124,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 nlohmann::json row_json(const bench_row& r) {
     return {{"test", r.test}, {"n_tokens", r.n_tokens}, {"depth", r.depth}, {"batch", r.batch},
-            {"threads", r.threads}, {"kv", r.kv}, {"tokens_per_s", r.mean_tps}, {"tokens_per_s_std", r.std_tps},
+            {"threads", r.threads}, {"kv", r.kv}, {"device", r.device}, {"tokens_per_s", r.mean_tps}, {"tokens_per_s_std", r.std_tps},
             {"ms", r.mean_ms}, {"ms_std", r.std_ms},
             {"ms_meaning", r.test.rfind("pp", 0) == 0 ? "time to first token" : "time per decode step (batch tokens)"},
             {"kv_bytes_per_token", r.kv_bytes_per_token}, {"kv_bytes_allocated", r.kv_bytes},
@@ -436,6 +437,7 @@ int cmd_bench(const bench_opts& o) {
                 row.batch = batch;
                 row.threads = (int)nt;
                 row.kv = kv_desc;
+                row.device = backend_device_name(s.params().device);
                 while ((int64_t)seqs.size() < batch) seqs.push_back(std::make_unique<session>(*m, sp));
                 std::vector<session*> ptrs;
                 std::vector<std::vector<int32_t>> ctx, toks;
@@ -527,7 +529,8 @@ int cmd_bench(const bench_opts& o) {
         out += "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|\n";
         for (const auto& r : rows)
             out += strfmt("| %s | %lld | %lld | %d | %s | %.2f ± %.2f | %.3f ± %.3f | %zu | %s | %s |\n", r.test.c_str(),
-                          (long long)r.depth, (long long)r.batch, r.threads, r.kv.c_str(), r.mean_tps, r.std_tps,
+                          (long long)r.depth, (long long)r.batch, r.threads,
+                          (r.device == "cpu" ? r.kv : r.kv + " [" + r.device + "]").c_str(), r.mean_tps, r.std_tps,
                           r.mean_ms, r.std_ms, r.kv_bytes_per_token, fmt_bytes(r.kv_bytes_used).c_str(),
                           fmt_bytes(r.peak_rss).c_str());
     }

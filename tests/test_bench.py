@@ -55,6 +55,8 @@ def main():
         check(row["kv_bytes_used"] == expect_per_tok * held,
               f"{row['test']} depth {row['depth']} batch {row['batch']}: KV bytes used")
         check(row["tokens_per_s"] > 0 and row["peak_rss_bytes"] > 0, f"{row['test']}: positive speed and memory")
+        # --device auto (the default): the CPU on a machine without a GPU
+        check(row["device"] == "cpu", f"{row['test']}: ran on the cpu ({row.get('device')!r})")
     check(all(row["kv_bytes_allocated"] == expect_per_tok * j["n_ctx"] * row["batch"] for row in res),
           "allocated = per token x n_ctx x batch")
 

@@ -88,7 +88,7 @@ def main():
         one_line_error(r, "TMPDIR missing", "temporary directory", "TMPDIR")
 
     one_line_error(zack("bench", "--shape", "huge", *short), "unknown shape", "unknown shape 'huge'",
-                   "tiny, smollm2-135m, qwen2.5-0.5b, qwen2.5-1.5b, llama-8b")
+                   "tiny, tiny-qwen2, smollm2-135m, qwen2.5-0.5b, qwen2.5-1.5b, llama-8b")
     one_line_error(zack("bench", "--shape", "tiny", "--shape-type", "q9", *short), "unknown type",
                    "unknown weight type 'q9'", "q4_k", "q6_k", "f16")
     r = zack("bench", "--shape", "tiny", "-m", "whatever.gguf", *short)

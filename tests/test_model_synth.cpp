@@ -253,14 +253,14 @@ TEST(ModelSynth, Deterministic) {
 }
 
 TEST(ModelSynth, NamesAndErrors) {
-    EXPECT_EQ(zk::synth_shape_names(), "tiny, smollm2-135m, qwen2.5-0.5b, qwen2.5-1.5b, llama-8b");
+    EXPECT_EQ(zk::synth_shape_names(), "tiny, tiny-qwen2, smollm2-135m, qwen2.5-0.5b, qwen2.5-1.5b, llama-8b");
     EXPECT_EQ(zk::synth_weight_type_from_name("Q4_K"), dtype::Q4_K);
     EXPECT_EQ(zk::synth_weight_type_from_name("f16"), dtype::F16);
     try {
         zk::synth_shape_find("huge");
         FAIL() << "no throw";
     } catch (const zk::error& e) {
-        EXPECT_NE(std::string(e.what()).find("tiny, smollm2-135m"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("tiny, tiny-qwen2, smollm2-135m"), std::string::npos) << e.what();
     }
     EXPECT_THROW(zk::synth_weight_type_from_name("q8_1"), zk::error);  // an activation type
     EXPECT_THROW(zk::synth_weight_type_from_name("iq2_xxs"), zk::error);

@@ -146,16 +146,19 @@ const model& zack_model() {
 // heads on 2 KV heads of 16) with f32 weights: the CPU multiplies them in f32
 // too (no 8-bit activations), so up to 8 tokens per call the two devices
 // differ by summation order alone, and the KV caches get the same codes.
-const model& tiny_f32() {
-    static std::unique_ptr<model> t;
-    if (t) return *t;
+std::unique_ptr<model> synth_f32(const char* shape) {
     char dir[] = "/tmp/zack_backend_cuda_XXXXXX";
     if (!mkdtemp(dir)) ZK_THROW("mkdtemp failed");
-    const std::string path = std::string(dir) + "/tiny.gguf";
-    model_synth_write(synth_shape_find("tiny"), dtype::F32, 7, path);
-    t = model_load(path);
+    const std::string path = std::string(dir) + "/" + shape + ".gguf";
+    model_synth_write(synth_shape_find(shape), dtype::F32, 7, path);
+    std::unique_ptr<model> m = model_load(path);
     std::remove(path.c_str());
     rmdir(dir);
+    return m;
+}
+
+const model& tiny_f32() {
+    static std::unique_ptr<model> t = synth_f32("tiny");
     return *t;
 }
 
@@ -203,6 +206,18 @@ TEST(BackendCuda, EveryCacheLayoutMatchesCpu) {
         sp.n_batch = 6;
         expect_same(m, sp, text, 54, 6, {bits == 16 ? 1e-4 : 3e-2, bits >= 8}, what.c_str());
     }
+}
+
+// The qwen2 architecture at tiny's size: Q/K/V biases (added on the device)
+// and a separate output matrix, decode and prefill
+TEST(BackendCuda, Qwen2ArchitectureMatchesCpu) {
+    static std::unique_ptr<model> m = synth_f32("tiny-qwen2");
+    const std::vector<int32_t> text = random_tokens(80, m->hp.n_vocab);
+    session_params sp = params(64);
+    sp.n_batch = 6;
+    expect_same(*m, sp, text, 30, 4, {1e-4, true}, "tiny-qwen2 f32");
+    sp.n_batch = 64;
+    expect_same(*m, sp, text, 30, 2, {1e-2, false}, "tiny-qwen2 f32 prefill");
 }
 
 // A prompt longer than the mat-vec's 8 rows: f16 weight tiles and the GEMM,
