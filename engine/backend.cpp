@@ -12,7 +12,7 @@ namespace {
 
 backend_cuda_entry& cuda_entry() {
 #ifdef ZACK_WITH_CUDA
-    static backend_cuda_entry e{&backend_cuda_create, &backend_cuda_check};
+    static backend_cuda_entry e{&backend_cuda_create, &backend_cuda_check, &backend_cuda_device_describe};
 #else
     static backend_cuda_entry e;
 #endif
@@ -22,6 +22,16 @@ backend_cuda_entry& cuda_entry() {
 }  // namespace
 
 void backend_cuda_install(const backend_cuda_entry& e) { cuda_entry() = e; }
+
+std::string backend_cuda_describe() {
+    if (!cuda_entry().create) return "not built (cmake -DZACK_CUDA=ON)";
+    try {
+        cuda_entry().check();
+    } catch (const zk::error& e) {
+        return std::string("built in; ") + e.what();
+    }
+    return "built in; device: " + (cuda_entry().describe ? cuda_entry().describe() : std::string("visible"));
+}
 
 backend_device backend_device_parse(const std::string& s) {
     if (s == "cpu") return backend_device::CPU;

@@ -103,8 +103,11 @@ public:
 struct backend_cuda_entry {
     std::unique_ptr<backend> (*create)(const backend_params& p) = nullptr;
     void (*check)() = nullptr;  // throws with a one-line reason without a usable device
+    std::string (*describe)() = nullptr;  // the device, e.g. "NVIDIA H100 80GB HBM3, 132 SMs"
 };
 void backend_cuda_install(const backend_cuda_entry& e);
+// The CUDA device the backend would use, or why there is none (--version).
+std::string backend_cuda_describe();
 
 // Throws with a one-line reason when the device cannot run a forward pass in
 // this build (front ends call it before loading a model).

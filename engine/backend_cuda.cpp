@@ -62,6 +62,11 @@ void backend_cuda_check() {
         ZK_THROW("device cuda: no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES); use device cpu");
 }
 
+std::string backend_cuda_device_describe() {
+    const cuda_device_info d = cuda_device_query();
+    return d.name + ", " + std::to_string(d.sm_count) + " SMs" + (d.simt ? " (the SIMT harness)" : "");
+}
+
 std::unique_ptr<backend> backend_cuda_create(const backend_params& p) {
     backend_cuda_check();
     return std::make_unique<backend_cuda>(p.n_threads);

@@ -155,5 +155,7 @@ private:
 std::unique_ptr<backend> backend_cuda_create(const backend_params& p);
 // Throws "device cuda: no CUDA device ..." without one.
 void backend_cuda_check();
+// "NAME, N SMs" of the device the backend uses.
+std::string backend_cuda_device_describe();
 
 }  // namespace zk

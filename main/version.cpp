@@ -66,10 +66,9 @@ std::string version_text() {
         if (f.built) built += std::string(built.empty() ? "" : " ") + f.name;
         if (f.here) here += std::string(here.empty() ? "" : " ") + f.name;
     }
-    const char* cuda = backend_cuda_built() ? "kernels built in; the forward pass runs on the CPU (--device cpu)"
-                                            : "not built (cmake -DZACK_CUDA=ON)";
     return strfmt("zack %s (commit %s)\nbuilt for: %s\nthis CPU: %s\nCUDA: %s\n", ZACK_VERSION, ZACK_GIT_COMMIT,
-                  built.empty() ? "generic" : built.c_str(), here.empty() ? "-" : here.c_str(), cuda);
+                  built.empty() ? "generic" : built.c_str(), here.empty() ? "-" : here.c_str(),
+                  backend_cuda_describe().c_str());
 }
 
 }  // namespace zk

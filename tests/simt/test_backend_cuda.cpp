@@ -39,7 +39,9 @@ using namespace zk;
 
 namespace {
 
-void install_cuda() { backend_cuda_install(backend_cuda_entry{&backend_cuda_create, &backend_cuda_check}); }
+void install_cuda() {
+    backend_cuda_install(backend_cuda_entry{&backend_cuda_create, &backend_cuda_check, &backend_cuda_device_describe});
+}
 
 // Logits of the prompt's last token, then of each of `steps` single tokens
 // (the text's next ones: the same input on both devices).
@@ -308,6 +310,8 @@ TEST(BackendCuda, RefusesWhatIsNotOnTheGpu) {
     } catch (const zk::error& e) {
         EXPECT_NE(std::string(e.what()).find("device cuda"), std::string::npos) << e.what();
     }
+    // --version's line names the device
+    EXPECT_NE(backend_cuda_describe().find("built in; device: "), std::string::npos) << backend_cuda_describe();
     // what the front ends ask for (--device cuda|auto): the CPU runs instead,
     // with the CPU's logits
     const std::vector<int32_t> text = random_tokens(20, tiny_f32().hp.n_vocab);
