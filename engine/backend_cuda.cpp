@@ -48,10 +48,10 @@ void cuda_upload_batch::send() {
     const size_t table = ((pieces_.size() * sizeof(cuda_copy_piece)) + 15) & ~size_t(15);
     uint8_t* d = cuda_grow(dev_, table + bytes_, "uploads");
     for (cuda_copy_piece& p : pieces_) p.src += (uint64_t)(uintptr_t)(d + table);
-    std::vector<uint8_t> all(table + bytes_);
-    std::memcpy(all.data(), pieces_.data(), pieces_.size() * sizeof(cuda_copy_piece));
-    std::memcpy(all.data() + table, host_.data(), bytes_);
-    cuda_copy_to_device(d, all.data(), all.size());
+    if (stage_.size() < table + bytes_) stage_.resize(table + bytes_);
+    std::memcpy(stage_.data(), pieces_.data(), pieces_.size() * sizeof(cuda_copy_piece));
+    std::memcpy(stage_.data() + table, host_.data(), bytes_);
+    cuda_copy_to_device(d, stage_.data(), table + bytes_);
     cuda_scatter_bytes(dptr<const cuda_copy_piece>((const cuda_copy_piece*)d), (int)pieces_.size(), nullptr);
     pieces_.clear();
     bytes_ = 0;
@@ -169,9 +169,7 @@ void backend_cuda::add(float* x, const float* y, int64_t n) {
 }
 
 void backend_cuda::rope_table(const rope_params& p, const int32_t* pos, int64_t n_tok, float* cs) {
-    int32_t* dp = cuda_grow(d_rpos_, (size_t)n_tok, "positions");
-    cuda_copy_to_device(dp, pos, (size_t)n_tok * sizeof(int32_t));
-    cuda_rope_table(p, dptr<const int32_t>(dp), n_tok, dptr<float>(cs), nullptr);
+    cuda_rope_table(p, dptr<const int32_t>(upload_pos(pos, n_tok)), n_tok, dptr<float>(cs), nullptr);
 }
 
 void backend_cuda::rope_apply(float* x, int64_t n_tok, int64_t n_heads, int64_t head_dim, const rope_params& p,
@@ -195,10 +193,9 @@ void backend_cuda::logits_fetch(float* out, const float* y, int64_t n) {
 }
 
 // Every layer asks; the first of a pass uploads.
-const int32_t* backend_cuda::upload_pos(const forward_buffers& fb, int64_t n) {
-    if ((int64_t)h_pos_.size() == n && std::equal(h_pos_.begin(), h_pos_.end(), fb.pos.begin()))
-        return d_pos_.data();
-    h_pos_.assign(fb.pos.begin(), fb.pos.begin() + n);
+const int32_t* backend_cuda::upload_pos(const int32_t* pos, int64_t n) {
+    if ((int64_t)h_pos_.size() == n && std::equal(h_pos_.begin(), h_pos_.end(), pos)) return d_pos_.data();
+    h_pos_.assign(pos, pos + n);
     // a new array when it grows: the old one may still be read by queued work
     if (d_pos_.size() < (size_t)n) d_pos_ = device_array<int32_t>(std::max<size_t>(n, 64), "positions");
     cuda_copy_to_device(d_pos_.data(), h_pos_.data(), (size_t)n * sizeof(int32_t));

@@ -75,7 +75,8 @@ public:
     bool empty() const { return pieces_.empty(); }
 
 private:
-    std::vector<uint8_t> host_;  // [the pieces' table][their bytes, 16-aligned]
+    std::vector<uint8_t> host_;   // the pieces' bytes, each 16-aligned
+    std::vector<uint8_t> stage_;  // what one send transfers: [the pieces' table][the bytes]
     std::vector<cuda::cuda_copy_piece> pieces_;  // src: offsets into the bytes until send()
     size_t bytes_ = 0;
     cuda::device_array<uint8_t> dev_;
@@ -119,8 +120,9 @@ private:
     // vector) of `bytes` bytes, made at first use.
     const uint8_t* param(const void* host, size_t bytes);
     cuda::cuda_weight weight(const weight_view& w);
-    // The rows' positions (fb.pos [n]) in device memory.
-    const int32_t* upload_pos(const forward_buffers& fb, int64_t n);
+    // Positions pos [n] in device memory: RoPE's table, the projection's sink
+    // test and attention's masks all read one upload per pass.
+    const int32_t* upload_pos(const int32_t* pos, int64_t n);
     // Brings the mirror of (cache, layer il, head g) up to date with the host block.
     cuda_kv_mirror& mirror_sync(const kv_cache& c, int il, int g);
 
@@ -128,7 +130,7 @@ private:
     cuda::cuda_device_info dev_;
     std::unordered_map<const void*, cuda::device_array<uint8_t>> params_;
     // grow-only scratch
-    cuda::device_array<int32_t> d_tok_, d_rpos_, d_pos_;
+    cuda::device_array<int32_t> d_tok_, d_pos_;
     cuda::device_array<float> d_logits_, d_ytile_, d_partials_;
     cuda::device_array<uint16_t> d_x16_, d_w16_;
     cuda::device_array<cuda::cuda_attn_item> d_items_;

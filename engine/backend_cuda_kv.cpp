@@ -24,7 +24,9 @@ constexpr int k_prefill_rows_base = 16;
 // so they are copied whole then; every other array of a block only grows at
 // its end between edits (positions, codes, scales, group starts, GEAR, sinks,
 // the rows of a rows side).
-bool moves_on_flush(const char* name) { return !std::strcmp(name, "k rows") || !std::strcmp(name, "v rows"); }
+bool moves_on_flush(const char* name) {
+    return !std::strcmp(name, k_kv_label_k_rows) || !std::strcmp(name, k_kv_label_v_rows);
+}
 
 }  // namespace
 
@@ -39,15 +41,21 @@ cuda_kv_mirror& backend_cuda::mirror_sync(const kv_cache& c, int il, int g) {
         for (auto& a : m.arrays) a.synced = 0;
     // cuda_kv_head_from_view asks for each array the block uses, with its
     // current size: copy what is new into the mirror's array of that name
-    cuda_upload_batch& up = up_;
-    m.head = cuda_kv_head_from_view(c.view(il, g), [&m, &up, whole, flushed](const void* host, size_t bytes,
-                                                                            const char* name) -> void* {
+    // (one captured pointer: the std::function keeps it without allocating)
+    const struct {
+        cuda_kv_mirror* m;
+        cuda_upload_batch* up;
+        bool whole, flushed;
+    } st{&m, &up_, whole, flushed};
+    const auto* sp = &st;
+    m.head = cuda_kv_head_from_view(c.view(il, g), [sp](const void* host, size_t bytes, const char* name) -> void* {
+        cuda_kv_mirror& mr = *sp->m;
         cuda_kv_mirror::array* a = nullptr;
-        for (auto& x : m.arrays)
+        for (auto& x : mr.arrays)
             if (!std::strcmp(x.name, name)) a = &x;
         if (!a) {
-            m.arrays.emplace_back();
-            a = &m.arrays.back();
+            mr.arrays.emplace_back();
+            a = &mr.arrays.back();
             a->name = name;
         }
         if (a->d.size() < bytes) {
@@ -55,8 +63,8 @@ cuda_kv_mirror& backend_cuda::mirror_sync(const kv_cache& c, int il, int g) {
             a->d = device_array<uint8_t>(std::max(bytes, 2 * a->d.size()), name);
             a->synced = 0;
         }
-        const size_t from = whole || (flushed && moves_on_flush(name)) ? 0 : std::min(a->synced, bytes);
-        if (bytes > from) up.add(a->d.data() + from, (const uint8_t*)host + from, bytes - from);
+        const size_t from = sp->whole || (sp->flushed && moves_on_flush(name)) ? 0 : std::min(a->synced, bytes);
+        if (bytes > from) sp->up->add(a->d.data() + from, (const uint8_t*)host + from, bytes - from);
         a->synced = bytes;
         return a->d.data();
     });
@@ -95,7 +103,7 @@ void backend_cuda::project_qk(const backend_seq* seqs, int n_seqs, const model_h
     const int D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv, G = hp.n_group();
     int64_t n = 0;
     for (int i = 0; i < n_seqs; i++) n = std::max(n, seqs[i].row0 + seqs[i].n);
-    const int32_t* dpos = upload_pos(fb, n);
+    const int32_t* dpos = upload_pos(fb.pos.data(), n);
     for (int i = 0; i < n_seqs; i++) {
         const backend_seq& s = seqs[i];
         if (!s.compressed()) continue;
@@ -147,7 +155,7 @@ void backend_cuda::attention(const backend_seq* seqs, int n_seqs, const model_hp
         max_tok = std::max(max_tok, seqs[i].n);
         compressed |= seqs[i].compressed();
     }
-    const dptr<const int32_t> pos(upload_pos(fb, n));
+    const dptr<const int32_t> pos(upload_pos(fb.pos.data(), n));
     // compressed heads write their first r_v channels (max(r_v, sink_dim));
     // W_o's folded rows for the rest must see zeros
     if (compressed) cuda_memset(fb.attn.data(), 0, (size_t)(n * H * D) * sizeof(float));

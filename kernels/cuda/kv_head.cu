@@ -25,9 +25,9 @@ cuda_kv_side side_from_view(const attn_kv_view& v, bool keys, const cuda_kv_uplo
     d.layout = s.layout;
     d.n_quant = s.layout == KV_LAYOUT_ROWS ? 0 : s.n_quant;
     if (v.type == dtype::F32)
-        d.rows32 = up_array<float>(up, s.rows, e.rows, keys ? "k rows" : "v rows");
+        d.rows32 = up_array<float>(up, s.rows, e.rows, keys ? k_kv_label_k_rows : k_kv_label_v_rows);
     else
-        d.rows16 = up_array<uint16_t>(up, s.rows, e.rows, keys ? "k rows" : "v rows");
+        d.rows16 = up_array<uint16_t>(up, s.rows, e.rows, keys ? k_kv_label_k_rows : k_kv_label_v_rows);
     d.codes = up_array<uint8_t>(up, s.codes, e.codes, keys ? "k codes" : "v codes");
     d.scale = up_array<uint16_t>(up, s.scale, e.scale, keys ? "k scales" : "v scales");
     d.min = up_array<uint16_t>(up, s.min, e.min, keys ? "k mins" : "v mins");

@@ -77,6 +77,12 @@ struct cuda_kv_side_extent {
 };
 cuda_kv_side_extent cuda_kv_side_extent_of(const attn_kv_view& v, bool keys);
 
+// The labels cuda_kv_head_from_view gives a side's full-precision rows (the
+// one array of a block whose contents move: a windowed side's residual rows
+// shift down when a group is quantized; the CUDA backend's mirror relies on it).
+constexpr const char* k_kv_label_k_rows = "k rows";
+constexpr const char* k_kv_label_v_rows = "v rows";
+
 // Copies one host array to device memory (bytes may be 0: return nullptr) and
 // returns the device pointer; name labels it (the harness's reports).
 using cuda_kv_uploader = std::function<void*(const void* host, size_t bytes, const char* name)>;

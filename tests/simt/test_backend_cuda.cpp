@@ -67,6 +67,19 @@ int64_t argmax(const std::vector<float>& x) {
     return b;
 }
 
+// max |got - want| and max |want| over n logits
+struct logit_diff {
+    double err = 0, mag = 0;
+};
+logit_diff diff(const float* got, const float* want, int64_t n) {
+    logit_diff d;
+    for (int64_t j = 0; j < n; j++) {
+        d.err = std::max(d.err, (double)std::fabs(got[j] - want[j]));
+        d.mag = std::max(d.mag, (double)std::fabs(want[j]));
+    }
+    return d;
+}
+
 struct tolerance {
     double rel;   // max |dlogit| <= rel x max |logit| at every step
     // true: the same top token at every step; false: the GPU's top token is
@@ -88,11 +101,7 @@ void expect_same(const model& m, session_params sp, const std::vector<int32_t>& 
     const auto got = run(m, sp, text, n_prompt, steps, &gpu_slots);
     EXPECT_EQ(cpu_slots, gpu_slots) << what;
     for (size_t i = 0; i < want.size(); i++) {
-        double err = 0, mag = 0;
-        for (size_t j = 0; j < want[i].size(); j++) {
-            err = std::max(err, (double)std::fabs(got[i][j] - want[i][j]));
-            mag = std::max(mag, (double)std::fabs(want[i][j]));
-        }
+        const auto [err, mag] = diff(got[i].data(), want[i].data(), (int64_t)want[i].size());
         std::printf("%s step %zu: max |dlogit| %.3g of max |logit| %.3g (%.2e)\n", what, i, err, mag, err / mag);
         EXPECT_LE(err, tol.rel * mag) << what << " step " << i;
         const int64_t g = argmax(got[i]), w = argmax(want[i]);
@@ -256,12 +265,8 @@ TEST(BackendCuda, BatchMatchesCpu) {
     const auto want = run_batch(backend_device::CPU), got = run_batch(backend_device::CUDA);
     for (size_t st = 0; st < want.size(); st++)
         for (int i = 0; i < 3; i++) {
-            double err = 0, mag = 0;
-            for (int64_t j = 0; j < m.hp.n_vocab; j++) {
-                const size_t k = (size_t)(i * m.hp.n_vocab + j);
-                err = std::max(err, (double)std::fabs(got[st][k] - want[st][k]));
-                mag = std::max(mag, (double)std::fabs(want[st][k]));
-            }
+            const size_t row = (size_t)(i * m.hp.n_vocab);
+            const auto [err, mag] = diff(got[st].data() + row, want[st].data() + row, m.hp.n_vocab);
             std::printf("batch step %zu sequence %d (%d-bit): %.2e\n", st, i, bits[i], err / mag);
             EXPECT_LE(err, (bits[i] == 4 ? 3e-2 : 1e-4) * mag) << "step " << st << " sequence " << i;
         }
