@@ -25,14 +25,36 @@ inline int32_t hsum_epi32(__m256i v) {
     return _mm_cvtsi128_si32(_mm_add_epi32(x, _mm_shuffle_epi32(x, 1)));
 }
 
-// {sum of a's int16 lanes, of b's, c's, d's} as int32 (pairs are widened to
-// int32 before any sum, so only the lanes themselves must fit int16).
-inline __m128i hsum4_epi16(__m256i a, __m256i b, __m256i c, __m256i d) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i ab = _mm256_hadd_epi32(_mm256_madd_epi16(a, ones), _mm256_madd_epi16(b, ones));
-    const __m256i cd = _mm256_hadd_epi32(_mm256_madd_epi16(c, ones), _mm256_madd_epi16(d, ones));
-    const __m256i s = _mm256_hadd_epi32(ab, cd);  // {a, b, c, d} per lane
+// {sum of a's int32 lanes, of b's, c's, d's}.
+inline __m128i hsum4_epi32(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));  // {a, b, c, d} per lane
     return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+}
+
+// The score loops' byte dot products, code bytes (u8) times query bytes (s8).
+// With VNNI one dpbusd adds 4 products into each int32 lane; without it a
+// maddubs sums pairs into int16 and an add accumulates them (the width's score
+// loop bounds those sums below 32767), and kivi_score_widen turns the int16
+// lanes into int32 ones. Both give the same integers.
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) || defined(__AVXVNNI__)
+inline __m256i kivi_score_add(__m256i acc, __m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(acc, u, s);
+#else
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
+#endif
+}
+inline __m256i kivi_score_widen(__m256i acc) { return acc; }
+#else
+inline __m256i kivi_score_add(__m256i acc, __m256i u, __m256i s) {
+    return _mm256_add_epi16(acc, _mm256_maddubs_epi16(u, s));
+}
+inline __m256i kivi_score_widen(__m256i acc) { return _mm256_madd_epi16(acc, _mm256_set1_epi16(1)); }
+#endif
+
+// {sum of a's lanes, b's, c's, d's} of four score accumulators, as int32.
+inline __m128i kivi_score_hsum4(__m256i a, __m256i b, __m256i c, __m256i d) {
+    return hsum4_epi32(kivi_score_widen(a), kivi_score_widen(b), kivi_score_widen(c), kivi_score_widen(d));
 }
 
 // 32 floats of src times vid, rounded to int8, in channel order (the packs
@@ -57,6 +79,20 @@ constexpr int64_t KIVI_SCORE_PREFETCH_SLOTS = 64;
 inline void kivi_prefetch_rows(const uint8_t* codes, int rb, int64_t s, int64_t pf_end) {
     const int64_t p = s + KIVI_SCORE_PREFETCH_SLOTS;
     if (p + 4 <= pf_end) simd::prefetch_l2(codes + p * rb, 4 * (size_t)rb);
+}
+
+// Heads [0, G) in passes of at most `most`, as even as can be (7 = 4 + 3,
+// 6 = 3 + 3 for 4): f(j0, g) for each pass of g heads from j0. A pass reads and
+// unpacks the codes once for its heads; each head's sums are its own, so the
+// grouping changes no result.
+template <class F>
+void kivi_head_passes(int G, int most, F&& f) {
+    const int passes = (G + most - 1) / most;
+    for (int i = 0, j0 = 0; i < passes; i++) {
+        const int g = (G - j0) / (passes - i);
+        f(j0, g);
+        j0 += g;
+    }
 }
 
 // Folded queries of GB <= 4 heads for one key group, as int8 in the layout the
@@ -114,21 +150,21 @@ void kivi_fold_queries(const float* q, const uint16_t* scl, const uint16_t* mn, 
     for (int j = 0; j < GB; j++) Pack::pack(qs[j], vid[j], nrc, qi + j * qstride);
 }
 
-// Heads [0, G) in blocks of at most 4.
+// Heads [0, G) in passes of at most 4, as even as can be (kivi_head_passes).
 template <class Pack>
 void kivi_fold_queries_n(int G, const float* q, const uint16_t* scl, const uint16_t* mn, int r, int nrc, int8_t* qi,
                          float* qd, float* bias) {
     const int qstride = Pack::chunk * nrc;
-    for (int j0 = 0; j0 < G; j0 += 4) {
+    kivi_head_passes(G, 4, [&](int j0, int g) {
         const float* qj = q + j0 * qstride;
         int8_t* qij = qi + j0 * qstride;
-        switch (std::min(4, G - j0)) {
+        switch (g) {
             case 1: kivi_fold_queries<1, Pack>(qj, scl, mn, r, nrc, qij, qd + j0, bias + j0); break;
             case 2: kivi_fold_queries<2, Pack>(qj, scl, mn, r, nrc, qij, qd + j0, bias + j0); break;
             case 3: kivi_fold_queries<3, Pack>(qj, scl, mn, r, nrc, qij, qd + j0, bias + j0); break;
             default: kivi_fold_queries<4, Pack>(qj, scl, mn, r, nrc, qij, qd + j0, bias + j0); break;
         }
-    }
+    });
 }
 
 // KIVI value sums of slots [a, b) for G <= 3 heads with integer dot products.
@@ -362,20 +398,6 @@ void kivi_values_int_h(const uint8_t* codes, int rb, const uint16_t* vs, const u
         kivi_values_int_g<G, true, Codes>(codes, rb, vs, vm, nb, a, b, s0, n, r, sc, acc, msum);
     else
         kivi_values_int_g<G, false, Codes>(codes, rb, vs, vm, nb, a, b, s0, n, r, sc, acc, msum);
-}
-
-// Heads [0, G) in passes of at most `most`, as even as can be (7 = 4 + 3,
-// 6 = 3 + 3 for 4): f(j0, g) for each pass of g heads from j0. A pass reads and
-// unpacks the codes once for its heads; each head's sums are its own, so the
-// grouping changes no result.
-template <class F>
-void kivi_head_passes(int G, int most, F&& f) {
-    const int passes = (G + most - 1) / most;
-    for (int i = 0, j0 = 0; i < passes; i++) {
-        const int g = (G - j0) / (passes - i);
-        f(j0, g);
-        j0 += g;
-    }
 }
 
 template <class Codes>

@@ -67,7 +67,6 @@ void scores_q2_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t
                      const int8_t* qi, const float* qd, const float* bias, float* sc) {
     constexpr int nrc = NRC == 0 ? 1 : NRC;
     const __m256i m3 = _mm256_set1_epi8(0x03);
-    const __m256i ones = _mm256_set1_epi16(1);
     const int qstride = nrc * 128;
     int64_t s = a;
     if constexpr (NRC == 0) {
@@ -87,10 +86,10 @@ void scores_q2_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t
                 for (int p = 0; p < 4; p++) {
                     const __m256i qp =
                         _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(qi + j * qstride + 32 * p)));
-                    s01 = _mm256_add_epi16(s01, _mm256_maddubs_epi16(p01[p], qp));
-                    s23 = _mm256_add_epi16(s23, _mm256_maddubs_epi16(p23[p], qp));
+                    s01 = kivi_score_add(s01, p01[p], qp);
+                    s23 = kivi_score_add(s23, p23[p], qp);
                 }
-                __m256i h = _mm256_hadd_epi32(_mm256_madd_epi16(s01, ones), _mm256_madd_epi16(s23, ones));
+                __m256i h = _mm256_hadd_epi32(kivi_score_widen(s01), kivi_score_widen(s23));
                 h = _mm256_hadd_epi32(h, h);  // lane 0: {s0, s2, s0, s2}; lane 1: {s1, s3, ...}
                 const __m128 sum = _mm_cvtepi32_ps(
                     _mm_unpacklo_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
@@ -119,14 +118,13 @@ void scores_q2_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t
                     const int8_t* qj = qk + j * qstride;
 #pragma GCC unroll 4
                     for (int p = 0; p < 4; p++)
-                        acc[j][u] = _mm256_add_epi16(
-                            acc[j][u], _mm256_maddubs_epi16(pl[p], _mm256_loadu_si256((const __m256i*)(qj + 32 * p))));
+                        acc[j][u] = kivi_score_add(acc[j][u], pl[p], _mm256_loadu_si256((const __m256i*)(qj + 32 * p)));
                 }
             }
         }
 #pragma GCC unroll 8
         for (int j = 0; j < G; j++) {
-            const __m128 sum = _mm_cvtepi32_ps(hsum4_epi16(acc[j][0], acc[j][1], acc[j][2], acc[j][3]));
+            const __m128 sum = _mm_cvtepi32_ps(kivi_score_hsum4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]));
             _mm_storeu_ps(sc + j * n + s - s0, _mm_fmadd_ps(sum, _mm_set1_ps(qd[j]), _mm_set1_ps(bias[j])));
         }
     }
@@ -143,13 +141,12 @@ void scores_q2_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t
                 const int8_t* qj = qi + j * qstride + 128 * k;
 #pragma GCC unroll 4
                 for (int p = 0; p < 4; p++)
-                    acc[j] = _mm256_add_epi16(
-                        acc[j], _mm256_maddubs_epi16(pl[p], _mm256_loadu_si256((const __m256i*)(qj + 32 * p))));
+                    acc[j] = kivi_score_add(acc[j], pl[p], _mm256_loadu_si256((const __m256i*)(qj + 32 * p)));
             }
         }
 #pragma GCC unroll 8
         for (int j = 0; j < G; j++)
-            sc[j * n + s - s0] = (float)hsum_epi32(_mm256_madd_epi16(acc[j], ones)) * qd[j] + bias[j];
+            sc[j * n + s - s0] = (float)hsum_epi32(kivi_score_widen(acc[j])) * qd[j] + bias[j];
     }
 }
 

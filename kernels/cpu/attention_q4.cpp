@@ -44,7 +44,8 @@ struct q4_pack {
 // Key scores of slots [a, b) of one group: sc = qd_j (qi_j . code_s) +
 // bias_j. One maddubs multiplies 32 codes by 32 query bytes and sums pairs into
 // int16 (at most 2 * 15 * 127 = 3810); a row chunk adds two (7620), and up to 4
-// chunks (r <= 256) stay below 32767. 4 slots x G accumulators; NRC (row
+// chunks (r <= 256) stay below 32767 (with VNNI the sums are int32:
+// kivi_score_add). 4 slots x G accumulators; NRC (row
 // chunks) is a template parameter so that the chunk loop unrolls and, for the
 // usual NRC = 1, the accumulators stay in registers.
 // NRC = 0: r <= 32, a row is at most 16 bytes, so two slots share a vector
@@ -57,7 +58,6 @@ void scores_q4_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t
     const int qstride = nrc * 64;
     int64_t s = a;
     if constexpr (NRC == 0) {
-        const __m256i ones = _mm256_set1_epi16(1);
         for (; s + 4 <= b; s += 4) {
             const uint8_t* c0 = codes + s * rb;
             kivi_prefetch_rows(codes, rb, s, pf_end);
@@ -69,10 +69,9 @@ void scores_q4_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t
             for (int j = 0; j < G; j++) {
                 const __m256i qe = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(qi + j * qstride)));
                 const __m256i qo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(qi + j * qstride + 32)));
-                const __m256i m01 = _mm256_madd_epi16(
-                    _mm256_add_epi16(_mm256_maddubs_epi16(l01, qe), _mm256_maddubs_epi16(h01, qo)), ones);
-                const __m256i m23 = _mm256_madd_epi16(
-                    _mm256_add_epi16(_mm256_maddubs_epi16(l23, qe), _mm256_maddubs_epi16(h23, qo)), ones);
+                const __m256i z = _mm256_setzero_si256();
+                const __m256i m01 = kivi_score_widen(kivi_score_add(kivi_score_add(z, l01, qe), h01, qo));
+                const __m256i m23 = kivi_score_widen(kivi_score_add(kivi_score_add(z, l23, qe), h23, qo));
                 __m256i h = _mm256_hadd_epi32(m01, m23);  // lane 0: slots 0, 2 (two halves each); lane 1: 1, 3
                 h = _mm256_hadd_epi32(h, h);              // lane 0: {s0, s2, s0, s2}; lane 1: {s1, s3, ...}
                 const __m128 sum = _mm_cvtepi32_ps(_mm_unpacklo_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
@@ -98,18 +97,17 @@ void scores_q4_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t
 #pragma GCC unroll 8
                 for (int j = 0; j < G; j++) {
                     const int8_t* qj = qk + j * qstride;
-                    acc[j][u] = _mm256_add_epi16(acc[j][u], _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)qj)));
-                    acc[j][u] = _mm256_add_epi16(acc[j][u], _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i*)(qj + 32))));
+                    acc[j][u] = kivi_score_add(acc[j][u], lo, _mm256_loadu_si256((const __m256i*)qj));
+                    acc[j][u] = kivi_score_add(acc[j][u], hi, _mm256_loadu_si256((const __m256i*)(qj + 32)));
                 }
             }
         }
 #pragma GCC unroll 8
         for (int j = 0; j < G; j++) {
-            const __m128 sum = _mm_cvtepi32_ps(hsum4_epi16(acc[j][0], acc[j][1], acc[j][2], acc[j][3]));
+            const __m128 sum = _mm_cvtepi32_ps(kivi_score_hsum4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]));
             _mm_storeu_ps(sc + j * n + s - s0, _mm_fmadd_ps(sum, _mm_set1_ps(qd[j]), _mm_set1_ps(bias[j])));
         }
     }
-    const __m256i ones = _mm256_set1_epi16(1);
     for (; s < b; s++) {
         __m256i acc[G];
 #pragma GCC unroll 8
@@ -121,13 +119,13 @@ void scores_q4_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t
 #pragma GCC unroll 8
             for (int j = 0; j < G; j++) {
                 const int8_t* qj = qi + j * qstride + 64 * k;
-                acc[j] = _mm256_add_epi16(acc[j], _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)qj)));
-                acc[j] = _mm256_add_epi16(acc[j], _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i*)(qj + 32))));
+                acc[j] = kivi_score_add(acc[j], lo, _mm256_loadu_si256((const __m256i*)qj));
+                acc[j] = kivi_score_add(acc[j], hi, _mm256_loadu_si256((const __m256i*)(qj + 32)));
             }
         }
 #pragma GCC unroll 8
         for (int j = 0; j < G; j++)
-            sc[j * n + s - s0] = (float)hsum_epi32(_mm256_madd_epi16(acc[j], ones)) * qd[j] + bias[j];
+            sc[j * n + s - s0] = (float)hsum_epi32(kivi_score_widen(acc[j])) * qd[j] + bias[j];
     }
 }
 
