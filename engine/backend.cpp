@@ -1,6 +1,7 @@
 #include "engine/backend.h"
 
 #include "engine/backend_cpu.h"
+#include "engine/backend_profile.h"
 #include "ggml-like/error.h"
 #ifdef ZACK_WITH_CUDA
 #include "engine/backend_cuda.h"
@@ -61,8 +62,12 @@ std::unique_ptr<backend> backend_create(const backend_params& p) {
     if (p.n_threads < 1 || p.n_threads > 512)
         ZK_THROW("thread count must be between 1 and 512, got %d", p.n_threads);
     backend_check_device(p.device);
-    if (p.device == backend_device::CUDA) return cuda_entry().create(p);
-    return std::make_unique<backend_cpu>(p.n_threads);
+    std::unique_ptr<backend> b;
+    if (p.device == backend_device::CUDA)
+        b = cuda_entry().create(p);
+    else
+        b = std::make_unique<backend_cpu>(p.n_threads);
+    return backend_profile_requested() ? backend_profile_wrap(std::move(b)) : std::move(b);
 }
 
 }  // namespace zk

@@ -50,6 +50,9 @@ public:
     virtual backend_device device() const = 0;
     // The threads host-side work may use (calibration statistics, eviction).
     virtual thread_pool& host_pool() = 0;
+    // Returns when every op issued so far has finished (CPU: they have; CUDA:
+    // waits for the stream). Only the profile (engine/backend_profile.h) needs it.
+    virtual void sync() {}
 
     // Buffers for passes over up to n_rows rows of up to max_seqs sequences
     // (forward_buffers' constructor says what the other arguments size).

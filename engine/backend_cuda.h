@@ -89,6 +89,7 @@ public:
 
     backend_device device() const override { return backend_device::CUDA; }
     thread_pool& host_pool() override { return pool_; }
+    void sync() override { cuda::cuda_stream_sync(nullptr); }
     std::unique_ptr<forward_buffers> buffers_create(const model_hparams& hp, int64_t n_rows, int max_seqs,
                                                     int n_threads, int64_t cap, int gear_rank,
                                                     bool observe) override;

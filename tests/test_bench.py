@@ -96,6 +96,24 @@ def main():
     r = zack("bench", "-m", MODEL, "-p", "0", "-n", "1", "-d", "1024", "-r", "1", "-o", "jsonl")
     check(r.returncode == 0 and "depth 1024: prefilling sequence 0, 512/1024 tokens" in r.stderr,
           "bench: progress while prefilling a depth")
+    # ZACK_PROFILE=1: per-op times on stderr when the backend ends; the results unchanged on stdout
+    r = subprocess.run([ZACK, "bench", "-m", MODEL, "-p", "16", "-n", "4", "-r", "1", "--kv-bits", "4"],
+                       capture_output=True, text=True, timeout=600, env={**os.environ, "ZACK_PROFILE": "1"})
+    prof = {}
+    for l in r.stderr.splitlines():
+        cells = [c.strip() for c in l.strip().strip("|").split("|")]
+        if len(cells) == 6 and cells[2].isdigit():
+            prof[(cells[0], cells[1])] = (int(cells[2]), float(cells[3]))
+    n_layer = f("llama.block_count")
+    check(r.returncode == 0 and "zack profile (cpu backend)" in r.stderr and "| tg4 |" in r.stdout,
+          f"ZACK_PROFILE=1: a profile on stderr, the table on stdout ({r.stderr.strip()[-200:]})")
+    # bench runs a warm-up pass before each test: 2 passes of pp16, 2 x 4 steps of tg4
+    check(prof.get(("attention", "1-8"), (0,))[0] == 8 * n_layer and prof.get(("attention", ">8"), (0,))[0] == 2 * n_layer,
+          f"profile: attention once per layer and pass, decode and prefill apart ({prof.get(('attention', '1-8'))}, "
+          f"{prof.get(('attention', '>8'))})")
+    check(any(k[0].startswith("matmul Q4_1") and v[1] > 0 for k, v in prof.items()), "profile: matmuls by weight type")
+    check("zack profile" not in zack("bench", "-m", MODEL, "-p", "8", "-n", "0", "-r", "1").stderr,
+          "no profile without ZACK_PROFILE")
     r = zack("bench", "-m", MODEL, "-ctk", "q8_0", "-ctv", "q4_0")
     check(r.returncode != 0 and "differ" in r.stderr, "-ctk and -ctv lists must match")
 

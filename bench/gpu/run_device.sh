@@ -4,7 +4,7 @@
 # tests, bench_cuda_attention, and the shared libraries the machine may lack).
 # Everything lands in $OUT (default /tmp/zack_gpu): logs and JSON.
 #
-#   bash bench/gpu/run_device.sh [tests|backend|bench|sanitize|all]
+#   bash bench/gpu/run_device.sh [tests|backend|profile|bench|sanitize|all]
 #   (SDPA=0: without PyTorch's SDPA; CPU=0: backend without the machine's CPU beside the GPU)
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -60,6 +60,19 @@ if [ "$what" = backend ] || [ "$what" = all ]; then
         -d 0 -r 1 2>&1 | tee "$out/bench_cpu16_qwen1.5b.md"
     timeout 200 "$bin/zack" bench --shape llama-8b --device cuda -p 512 -n 32 -d 0,8192 --kv-bits 16,4 -r 1 \
         2>&1 | tee "$out/bench_cuda_llama8b.md"
+fi
+
+if [ "$what" = profile ] || [ "$what" = all ]; then
+    # where a GPU decode step goes (engine/backend_profile.h: each op timed with a
+    # device wait after it), and nsys's kernel and API summary where it is installed
+    ZACK_PROFILE=1 timeout 200 "$bin/zack" bench --shape qwen2.5-1.5b --device cuda -p 0 -n 32 -d 0,8192 \
+        --kv-bits 16,4 -r 1 > "$out/profile_qwen1.5b.md" 2>&1
+    grep -E "^\||zack profile" "$out/profile_qwen1.5b.md" | tail -80
+    if command -v nsys > /dev/null; then
+        timeout 200 nsys profile -o /tmp/zack_gpu_logs/decode --force-overwrite true --stats=true \
+            "$bin/zack" bench --shape qwen2.5-1.5b --device cuda -p 0 -n 32 -r 1 > "$out/nsys_qwen1.5b.txt" 2>&1
+        grep -A25 -E "cuda_gpu_kern_sum|cuda_api_sum" "$out/nsys_qwen1.5b.txt" | head -80
+    fi
 fi
 
 if [ "$what" = bench ] || [ "$what" = all ]; then
