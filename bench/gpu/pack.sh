@@ -4,6 +4,10 @@
 # the binaries, stripped, and the shared libraries they need that are neither
 # glibc's nor CUDA's (OpenBLAS, LAPACK, gfortran). The GPU machine then runs
 # bench/gpu/run_device.sh with .devrun carried along.
+#
+#   ZACK_KEEP_BASE=1 bash bench/gpu/pack.sh   keeps the zack of the pack already
+#   in .devrun as .devrun/zack_base: run_device.sh's `compare` mode benches the
+#   two builds interleaved on the same machine (pack once before a change, once after).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$here"
@@ -13,8 +17,15 @@ cmake -S . -B "$build" -DZACK_CUDA=ON -DZACK_BENCH=OFF -DCMAKE_CUDA_COMPILER="$n
     -DCMAKE_BUILD_TYPE=Release >/dev/null
 targets="$(cd tests/simt && ls test_cuda_*.cpp | sed 's/test_cuda_/gpu_/; s/\.cpp$//') gpu_backend zack"
 cmake --build "$build" -j"$(nproc)" --target $targets bench_cuda_attention >&2
+base=""
+if [ "${ZACK_KEEP_BASE:-0}" = 1 ]; then
+    [ -f .devrun/zack ] || { echo "pack.sh: ZACK_KEEP_BASE=1 but no earlier pack in .devrun" >&2; exit 1; }
+    base=$(mktemp)
+    cp .devrun/zack "$base"
+fi
 rm -rf .devrun
 mkdir -p .devrun/lib
+[ -n "$base" ] && mv "$base" .devrun/zack_base && chmod +x .devrun/zack_base
 for t in $targets bench_cuda_attention; do
     f=$(find "$build" -name "$t" -type f -perm -u+x | head -1)
     strip -o ".devrun/$t" "$f"

@@ -4,7 +4,9 @@
 # tests, bench_cuda_attention, and the shared libraries the machine may lack).
 # Everything lands in $OUT (default /tmp/zack_gpu): logs and JSON.
 #
-#   bash bench/gpu/run_device.sh [tests|backend|profile|bench|sanitize|all]
+#   bash bench/gpu/run_device.sh [tests|backend|profile|bench|sanitize|all|compare]
+#   (compare: the packed baseline build .devrun/zack_base against .devrun/zack,
+#   decode on synthetic models, interleaved; ZACK_KEEP_BASE=1 bench/gpu/pack.sh packs it)
 #   (SDPA=0: without PyTorch's SDPA; CPU=0: backend without the machine's CPU beside the GPU)
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -60,6 +62,24 @@ if [ "$what" = backend ] || [ "$what" = all ]; then
         -d 0 -r 1 2>&1 | tee "$out/bench_cpu16_qwen1.5b.md"
     timeout 200 "$bin/zack" bench --shape llama-8b --device cuda -p 512 -n 32 -d 0,8192 --kv-bits 16,4 -r 1 \
         2>&1 | tee "$out/bench_cuda_llama8b.md"
+fi
+
+if [ "$what" = compare ]; then
+    # two builds, the same commands, alternating (a GPU's clocks drift less than
+    # this box's, but a change is judged within one machine's run)
+    [ -x "$bin/zack_base" ] || { echo "compare: no $bin/zack_base (ZACK_KEEP_BASE=1 bench/gpu/pack.sh)"; exit 1; }
+    for r in 1 2; do
+        for z in zack_base zack; do
+            echo "== $z, qwen2.5-1.5b, round $r"
+            timeout 90 "$bin/$z" bench --shape qwen2.5-1.5b --device cuda -p 0 -n 64 -d 0,2048 --kv-bits 16,4 \
+                -r 1 2>&1 | grep -E "^\| tg|error" | tee -a "$out/compare_qwen1.5b.md"
+        done
+    done
+    for z in zack_base zack; do
+        echo "== $z, llama-8b"
+        timeout 120 "$bin/$z" bench --shape llama-8b --device cuda -p 0 -n 32 -d 0 --kv-bits 16 -r 1 2>&1 |
+            grep -E "^\| tg|error" | tee -a "$out/compare_llama8b.md"
+    done
 fi
 
 if [ "$what" = profile ] || [ "$what" = all ]; then

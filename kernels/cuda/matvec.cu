@@ -100,12 +100,15 @@ __device__ inline void decode_unit(int type, dptr<const uint8_t> row, int64_t u,
 // flight per lane.
 constexpr int k_mv_units = 4;
 
-// A warp per row, a lane per element of each 32-element unit (the weight
-// bytes and the activations a warp reads are contiguous), k_mv_units units per
-// step. Partial dot products per token in registers, then a warp sum.
+// The 32-element block types and the float types (TYPE a dtype, known at
+// compile time so decode_elem's switch folds away): a warp per row, a lane per
+// element of each 32-element unit (the weight bytes and the activations a warp
+// reads are contiguous), k_mv_units units per step. Partial dot products per
+// token in registers, then a warp sum.
+template <int TYPE>
 __global__ void __launch_bounds__(k_mv_block)
-    matvec_kernel(int type, int64_t row_bytes, int64_t n_rows, int64_t n_cols, dptr<const uint8_t> W,
-                  dptr<const float> x, int n_tok, dptr<float> y) {
+    matvec_kernel(int64_t row_bytes, int64_t n_rows, int64_t n_cols, dptr<const uint8_t> W, dptr<const float> x,
+                  int n_tok, dptr<float> y) {
     const int lane = threadIdx.x % 32;
     const int64_t r = (int64_t)blockIdx.x * (k_mv_block / 32) + threadIdx.x / 32;
     if (r >= n_rows) return;  // a whole warp: no collective is left waiting
@@ -117,7 +120,7 @@ __global__ void __launch_bounds__(k_mv_block)
     for (int64_t u0 = 0; u0 < units; u0 += k_mv_units) {
         float w[k_mv_units];
         ZK_UNROLL
-        for (int k = 0; k < k_mv_units; k++) w[k] = u0 + k < units ? decode_elem(type, row, u0 + k, lane) : 0.0f;
+        for (int k = 0; k < k_mv_units; k++) w[k] = u0 + k < units ? decode_elem(TYPE, row, u0 + k, lane) : 0.0f;
         ZK_UNROLL
         for (int t = 0; t < k_matvec_max_tok; t++) {
             if (t >= n_tok) break;
@@ -132,6 +135,213 @@ __global__ void __launch_bounds__(k_mv_block)
         const float s = warp_sum(acc[t]);
         if (lane == 0) y[t * n_rows + r] = s;
     }
+}
+
+// ---------------------------------------------------------------- K-quants
+// Q4_K and Q6_K rows of 256-element blocks: a lane decodes 8 elements of each
+// block (two runs of 4 consecutive columns) from one 32-bit word of its codes,
+// so a warp reads a block's code bytes in one coalesced access and decodes
+// each sub-block's scale once per lane instead of once per element (the
+// generic kernel's ~40 instructions an element). The arithmetic per element
+// is dequantize_q4_K's / dequantize_q6_K's (ggml-like/quant.cpp), so the
+// weights are theirs bit for bit; only the summation order differs.
+
+// The float of a small non-negative integer v (< 2^23) minus `bias`, exact:
+// v's bits under 2^23's exponent make the float 2^23 + v (no int-to-float
+// conversion, a quarter-rate instruction).
+__device__ __forceinline__ float small_int_to_float(uint32_t v, float bias) {
+    return __uint_as_float(0x4B000000u | v) - (8388608.0f + bias);
+}
+
+// One lane's raw words of one block: what kq_decode turns into 8 weights.
+struct kq_words {
+    uint32_t codes = 0;   // Q4_K: 4 code bytes; Q6_K: 4 low-bit bytes
+    uint32_t codes2 = 0;  // Q6_K: 4 high-bit bytes
+    uint32_t s0 = 0, s1 = 0, s2 = 0;  // Q4_K: the 12 scale bytes; Q6_K: s0 = the two int8 scales, s1 = d
+    uint32_t dh = 0;      // Q4_K: d (low half) and dmin (high half)
+};
+
+// A 32-bit word from a 2-aligned address (Q6_K blocks are 210 bytes: every
+// other block starts 2 bytes off a 4-byte boundary).
+__device__ __forceinline__ uint32_t ld_u32_a2(dptr<const uint8_t> p) {
+    dptr<const uint16_t> h = dptr_cast<const uint16_t>(p);
+    return (uint32_t)h[0] | ((uint32_t)h[1] << 16);
+}
+
+// Lane `lane`'s columns of a block: [c0, c0 + 4) and [c0 + off1, c0 + off1 + 4).
+template <int TYPE>
+__device__ __forceinline__ int kq_col0(int lane) {
+    if (TYPE == (int)dtype::Q4_K) return 64 * (lane / 8) + 4 * (lane % 8);
+    // Q6_K: half h = lane / 16, part p = (lane % 16) / 8 (low bits from ql[32 p + i]),
+    // i0 = 4 (lane % 8)
+    return 128 * (lane / 16) + 32 * ((lane % 16) / 8) + 4 * (lane % 8);
+}
+constexpr int k_kq_off1_q4_K = 32;  // high nibbles: the next sub-block
+constexpr int k_kq_off1_q6_K = 64;  // high nibbles: 64 columns on
+
+template <int TYPE>
+__device__ __forceinline__ kq_words kq_load(dptr<const uint8_t> b, int lane) {
+    kq_words k;
+    if (TYPE == (int)dtype::Q4_K) {
+        // [d, dmin: 4][scales: 12][qs: 128]: 144-byte blocks stay 16-aligned
+        dptr<const uint32_t> w = dptr_cast<const uint32_t>(b);
+        k.dh = w[0];
+        k.s0 = w[1];
+        k.s1 = w[2];
+        k.s2 = w[3];
+        k.codes = w[4 + lane];
+    } else {
+        // [ql: 128][qh: 64][scales: 16 x int8][d: f16]
+        const int h = lane / 16, p = (lane % 16) / 8, i0 = 4 * (lane % 8);
+        k.codes = ld_u32_a2(b + 64 * h + 32 * p + i0);
+        k.codes2 = ld_u32_a2(b + 128 + 32 * h + i0);
+        const int g = 8 * h + i0 / 16 + 2 * p;  // the scales of the lane's two runs: g and g + 4
+        k.s0 = (uint32_t)b[192 + g] | ((uint32_t)b[192 + g + 4] << 8);
+        k.s1 = dptr_cast<const uint16_t>(b + 208)[0];
+    }
+    return k;
+}
+
+// Byte i (runtime, < 12) of the Q4_K scale words, without a register array
+// indexed at run time (which would go to local memory).
+__device__ __forceinline__ int kq_scale_byte(const kq_words& k, int i) {
+    const uint32_t w = i < 4 ? k.s0 : i < 8 ? k.s1 : k.s2;
+    return (int)((w >> (8 * (i & 3))) & 0xFF);
+}
+
+template <int TYPE>
+__device__ __forceinline__ void kq_decode(const kq_words& k, int lane, float (&w)[8]) {
+    if (TYPE == (int)dtype::Q4_K) {
+        // sub-blocks j = 2c (low nibbles) and 2c + 1 (high), c = lane / 8
+        // (q4_K_scale_min: j < 4 reads bytes j, j + 4; j >= 4 bytes j + 4, j - 4, j)
+        const int c = lane / 8;
+        float d[2], m[2];
+        ZK_UNROLL
+        for (int s = 0; s < 2; s++) {
+            const int j = 2 * c + s;
+            int sc, mn;
+            if (j < 4) {
+                sc = kq_scale_byte(k, j) & 63;
+                mn = kq_scale_byte(k, j + 4) & 63;
+            } else {
+                const int hi = kq_scale_byte(k, j + 4);
+                sc = (hi & 0x0F) | ((kq_scale_byte(k, j - 4) >> 6) << 4);
+                mn = (hi >> 4) | ((kq_scale_byte(k, j) >> 6) << 4);
+            }
+            d[s] = h2f_lo(k.dh) * (float)sc;
+            m[s] = h2f_hi(k.dh) * (float)mn;
+        }
+        ZK_UNROLL
+        for (int e = 0; e < 4; e++) {
+            w[e] = __fmul_rn(d[0], small_int_to_float((k.codes >> (8 * e)) & 0x0F, 0.0f)) - m[0];
+            w[4 + e] = __fmul_rn(d[1], small_int_to_float((k.codes >> (8 * e + 4)) & 0x0F, 0.0f)) - m[1];
+        }
+    } else {
+        // part p: low nibbles with qh bits 2p..2p+1, high nibbles with bits 4 + 2p..
+        const int p = (lane % 16) / 8;
+        const float dd = h2f((uint16_t)k.s1);
+        const float d0 = dd * (float)(int8_t)(k.s0 & 0xFF), d1 = dd * (float)(int8_t)(k.s0 >> 8);
+        ZK_UNROLL
+        for (int e = 0; e < 4; e++) {
+            const uint32_t ql = (k.codes >> (8 * e)) & 0xFF, qh = (k.codes2 >> (8 * e)) & 0xFF;
+            const uint32_t lo = (ql & 0x0F) | (((qh >> (2 * p)) & 3) << 4);
+            const uint32_t hi = (ql >> 4) | (((qh >> (4 + 2 * p)) & 3) << 4);
+            w[e] = d0 * small_int_to_float(lo, 32.0f);
+            w[4 + e] = d1 * small_int_to_float(hi, 32.0f);
+        }
+    }
+}
+
+// Blocks a warp loads before it decodes (loads in flight per lane).
+constexpr int k_kq_unroll = 2;
+
+// NW warps per row (1, 2 or 4) split its blocks (block i to warp i % NW); the
+// warps' sums meet in shared memory. 4 / NW rows per 128-thread block.
+template <int TYPE, int NW>
+__global__ void __launch_bounds__(k_mv_block)
+    matvec_kq_kernel(int64_t row_bytes, int64_t n_rows, int64_t n_cols, dptr<const uint8_t> W, dptr<const float> x,
+                     int n_tok, dptr<float> y) {
+    constexpr int block_bytes = TYPE == (int)dtype::Q4_K ? k_q4_K_bytes : k_q6_K_bytes;
+    constexpr int off1 = TYPE == (int)dtype::Q4_K ? k_kq_off1_q4_K : k_kq_off1_q6_K;
+    ZK_SHARED(float, part, k_mv_block / 32 * k_matvec_max_tok);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, kw = warp % NW;
+    const int64_t r = (int64_t)blockIdx.x * (k_mv_block / 32 / NW) + warp / NW;
+    const int64_t nb = n_cols / 256;
+    const int c0 = kq_col0<TYPE>(lane);
+    float acc[k_matvec_max_tok];
+    ZK_UNROLL
+    for (int t = 0; t < k_matvec_max_tok; t++) acc[t] = 0.0f;
+    if (r < n_rows) {
+        dptr<const uint8_t> row = W + r * row_bytes;
+        for (int64_t i0 = kw; i0 < nb; i0 += NW * k_kq_unroll) {
+            kq_words k[k_kq_unroll];
+            ZK_UNROLL
+            for (int u = 0; u < k_kq_unroll; u++)
+                if (i0 + u * NW < nb) k[u] = kq_load<TYPE>(row + (i0 + u * NW) * block_bytes, lane);
+            ZK_UNROLL
+            for (int u = 0; u < k_kq_unroll; u++) {
+                const int64_t i = i0 + u * NW;
+                if (i >= nb) break;
+                float w[8];
+                kq_decode<TYPE>(k[u], lane, w);
+                ZK_UNROLL
+                for (int t = 0; t < k_matvec_max_tok; t++) {
+                    if (t >= n_tok) break;
+                    const int64_t xo = t * n_cols + 256 * i + c0;
+                    const cu_f4 a = cu_load<cu_f4>(x, xo), b = cu_load<cu_f4>(x, xo + off1);
+                    ZK_UNROLL
+                    for (int e = 0; e < 4; e++) acc[t] += w[e] * a.x[e] + w[4 + e] * b.x[e];
+                }
+            }
+        }
+    }
+    ZK_UNROLL
+    for (int t = 0; t < k_matvec_max_tok; t++) {
+        if (t >= n_tok) break;
+        const float s = warp_sum(acc[t]);
+        if (NW == 1) {
+            if (lane == 0 && r < n_rows) y[t * n_rows + r] = s;
+        } else if (lane == 0) {
+            part[warp * k_matvec_max_tok + t] = s;
+        }
+    }
+    if (NW > 1) {
+        __syncthreads();
+        if (kw == 0 && lane < n_tok && r < n_rows) {
+            float s = 0.0f;
+            ZK_UNROLL
+            for (int j = 0; j < NW; j++) s += part[(warp + j) * k_matvec_max_tok + lane];
+            y[(int64_t)lane * n_rows + r] = s;
+        }
+    }
+}
+
+// Warps per row of a K-quant mat-vec: enough warps in the grid to keep the
+// device's memory busy, at least two blocks (k_kq_unroll) per warp.
+int kq_warps_per_row(int64_t n_rows, int64_t nb) {
+    int nw = 1;
+    while (nw < 4 && n_rows * nw < 16384 && nb >= 2 * nw * k_kq_unroll) nw *= 2;
+    return nw;
+}
+
+template <int TYPE>
+void launch_kq(const cuda_weight& w, dptr<const float> x, int n_tok, dptr<float> y, cuda_stream stream) {
+    const int64_t rb = (int64_t)dtype_row_size(w.type, w.n_cols);
+    const int nw = kq_warps_per_row(w.n_rows, w.n_cols / 256);
+    const int64_t rows_per_block = k_mv_block / 32 / nw;
+    const dim3 grid((unsigned)((w.n_rows + rows_per_block - 1) / rows_per_block));
+    const auto kq_kernel = nw == 1 ? matvec_kq_kernel<TYPE, 1> : nw == 2 ? matvec_kq_kernel<TYPE, 2>
+                                                                       : matvec_kq_kernel<TYPE, 4>;
+    ZK_LAUNCH(kq_kernel, grid, dim3(k_mv_block), 0, stream, rb, w.n_rows, w.n_cols, w.data, x, n_tok, y);
+}
+
+template <int TYPE>
+void launch_generic(const cuda_weight& w, dptr<const float> x, int n_tok, dptr<float> y, cuda_stream stream) {
+    const int rows_per_block = k_mv_block / 32;
+    const auto generic_kernel = matvec_kernel<TYPE>;
+    ZK_LAUNCH(generic_kernel, dim3((unsigned)((w.n_rows + rows_per_block - 1) / rows_per_block)),
+              dim3(k_mv_block), 0, stream, (int64_t)dtype_row_size(w.type, w.n_cols), w.n_rows, w.n_cols, w.data, x,
+              n_tok, y);
 }
 
 // A thread per 32-element unit of an output row.
@@ -187,10 +397,18 @@ void cuda_matvec(const cuda_weight& w, dptr<const float> x, int64_t n_tok, dptr<
         ZK_THROW("cuda_matvec: %lld tokens (1..%d; prefill goes through cuda_dequantize + the GEMM)",
                  (long long)n_tok, k_matvec_max_tok);
     if (w.n_rows == 0) return;
-    const int rows_per_block = k_mv_block / 32;
-    ZK_LAUNCH(matvec_kernel, dim3((unsigned)((w.n_rows + rows_per_block - 1) / rows_per_block)), dim3(k_mv_block), 0,
-              stream, (int)w.type, (int64_t)dtype_row_size(w.type, w.n_cols), w.n_rows, w.n_cols, w.data, x,
-              (int)n_tok, y);
+    switch (w.type) {
+        case dtype::Q4_K: launch_kq<(int)dtype::Q4_K>(w, x, (int)n_tok, y, stream); break;
+        case dtype::Q6_K: launch_kq<(int)dtype::Q6_K>(w, x, (int)n_tok, y, stream); break;
+        case dtype::F32: launch_generic<(int)dtype::F32>(w, x, (int)n_tok, y, stream); break;
+        case dtype::F16: launch_generic<(int)dtype::F16>(w, x, (int)n_tok, y, stream); break;
+        case dtype::BF16: launch_generic<(int)dtype::BF16>(w, x, (int)n_tok, y, stream); break;
+        case dtype::Q4_0: launch_generic<(int)dtype::Q4_0>(w, x, (int)n_tok, y, stream); break;
+        case dtype::Q4_1: launch_generic<(int)dtype::Q4_1>(w, x, (int)n_tok, y, stream); break;
+        case dtype::Q5_0: launch_generic<(int)dtype::Q5_0>(w, x, (int)n_tok, y, stream); break;
+        case dtype::Q8_0: launch_generic<(int)dtype::Q8_0>(w, x, (int)n_tok, y, stream); break;
+        default: ZK_THROW("cuda_matvec: weight type %s has no mat-vec", dtype_name(w.type));
+    }
 }
 
 void cuda_dequantize(const cuda_weight& w, dptr<const int32_t> ids, int64_t row0, int64_t n, float scale,
