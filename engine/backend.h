@@ -98,6 +98,13 @@ public:
     // own sequence's cache (which already holds the row's key and value).
     virtual void attention(const backend_seq* seqs, int n_seqs, const model_hparams& hp, int il,
                            forward_buffers& fb) = 0;
+    // The pass over seqs is done (its logits fetched, if any): a backend that
+    // appended to its own copy of the caches first (CUDA) brings the host
+    // caches up to date here, before anything on the host reads them.
+    virtual void pass_end(const backend_seq* seqs, int n_seqs, const model_hparams& hp, forward_buffers& fb) {}
+    // Tests: where a backend keeps its own copy of cache c, the first
+    // difference between that copy and c ("" when they agree, or no copy).
+    virtual std::string kv_copy_check(const kv_cache& c) { return ""; }
 };
 
 // Where the CUDA backend plugs in: a build with -DZACK_CUDA=ON installs

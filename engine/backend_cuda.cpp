@@ -42,16 +42,32 @@ void cuda_upload_batch::add(void* dst, const void* src, size_t bytes) {
     bytes_ += bytes;
 }
 
+cuda_upload_batch::~cuda_upload_batch() { cuda_host_free(pinned_); }
+
 void cuda_upload_batch::send() {
     if (pieces_.empty()) return;
     // one buffer: the table of pieces, then their bytes
     const size_t table = ((pieces_.size() * sizeof(cuda_copy_piece)) + 15) & ~size_t(15);
+    const size_t need = (table + bytes_ + 15) & ~size_t(15);
+    if (staged_ + need > pinned_size_) {
+        // every earlier send's staging must have reached the device first
+        cuda_stream_sync(nullptr);
+        staged_ = 0;
+        if (need > pinned_size_) {
+            cuda_host_free(pinned_);
+            pinned_ = nullptr;
+            pinned_size_ = std::max(need, std::max<size_t>(2 * pinned_size_, 1 << 20));
+            pinned_ = (uint8_t*)cuda_host_alloc(pinned_size_, "uploads");
+        }
+    }
+    // the device buffer is reused: the copy into it runs after the last scatter read it (stream order)
     uint8_t* d = cuda_grow(dev_, table + bytes_, "uploads");
     for (cuda_copy_piece& p : pieces_) p.src += (uint64_t)(uintptr_t)(d + table);
-    if (stage_.size() < table + bytes_) stage_.resize(table + bytes_);
-    std::memcpy(stage_.data(), pieces_.data(), pieces_.size() * sizeof(cuda_copy_piece));
-    std::memcpy(stage_.data() + table, host_.data(), bytes_);
-    cuda_copy_to_device(d, stage_.data(), table + bytes_);
+    uint8_t* st = pinned_ + staged_;
+    staged_ += need;
+    std::memcpy(st, pieces_.data(), pieces_.size() * sizeof(cuda_copy_piece));
+    std::memcpy(st + table, host_.data(), bytes_);
+    cuda_copy_to_device_async(d, st, table + bytes_);
     cuda_scatter_bytes(dptr<const cuda_copy_piece>((const cuda_copy_piece*)d), (int)pieces_.size(), nullptr);
     pieces_.clear();
     bytes_ = 0;
@@ -114,7 +130,8 @@ cuda_weight backend_cuda::weight(const weight_view& w) {
 
 void backend_cuda::embed(const weight_view& table, const int32_t* tokens, int64_t n, float scale, float* x) {
     int32_t* t = cuda_grow(d_tok_, (size_t)n, "tokens");
-    cuda_copy_to_device(t, tokens, (size_t)n * sizeof(int32_t));
+    up_.add(t, tokens, (size_t)n * sizeof(int32_t));
+    up_.send();
     cuda_dequantize(weight(table), dptr<const int32_t>(t), 0, n, scale, dptr<float>(x), dptr<uint16_t>(), nullptr);
 }
 
@@ -198,7 +215,8 @@ const int32_t* backend_cuda::upload_pos(const int32_t* pos, int64_t n) {
     h_pos_.assign(pos, pos + n);
     // a new array when it grows: the old one may still be read by queued work
     if (d_pos_.size() < (size_t)n) d_pos_ = device_array<int32_t>(std::max<size_t>(n, 64), "positions");
-    cuda_copy_to_device(d_pos_.data(), h_pos_.data(), (size_t)n * sizeof(int32_t));
+    up_.add(d_pos_.data(), h_pos_.data(), (size_t)n * sizeof(int32_t));
+    up_.send();
     return d_pos_.data();
 }
 

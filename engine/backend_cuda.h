@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/kv_cache.h"
 #include "kernels/cuda/attention_decode.h"
 #include "kernels/cuda/attention_prefill.h"
 #include "kernels/cuda/cuda_device.h"
@@ -60,6 +61,7 @@ struct cuda_kv_mirror {
     std::vector<array> arrays;
     uint64_t edits = ~uint64_t(0);  // the block's kv_block::edits when last copied
     int64_t n_quant = -1;
+    int64_t n_used = -1;  // the block's n_used when last equal to the host's
     cuda::cuda_kv_head head;  // the block as the attention kernels read it
 };
 
@@ -67,19 +69,39 @@ struct cuda_kv_mirror {
 // launch (kernels/cuda/elementwise.h): a decode step's cache rows, positions
 // and attention plan are dozens of pieces of a few hundred bytes per layer,
 // and each transfer of its own costs about as much as a layer's mat-vecs.
+// A send stages its bytes in page-locked memory and returns without waiting
+// for the device; each send takes a new part of that memory until recycle()
+// (called once the device has run every send: after a wait for the stream)
+// or until it is full (then send waits for the stream itself).
 class cuda_upload_batch {
 public:
+    cuda_upload_batch() = default;
+    cuda_upload_batch(const cuda_upload_batch&) = delete;
+    cuda_upload_batch& operator=(const cuda_upload_batch&) = delete;
+    ~cuda_upload_batch();
     // Copies src now; dst receives it at the next send (stream order).
     void add(void* dst, const void* src, size_t bytes);
     void send();
+    void recycle() { staged_ = 0; }
     bool empty() const { return pieces_.empty(); }
 
 private:
     std::vector<uint8_t> host_;   // the pieces' bytes, each 16-aligned
-    std::vector<uint8_t> stage_;  // what one send transfers: [the pieces' table][the bytes]
     std::vector<cuda::cuda_copy_piece> pieces_;  // src: offsets into the bytes until send()
     size_t bytes_ = 0;
+    uint8_t* pinned_ = nullptr;   // what sends transfer: [the pieces' table][the bytes], one after another
+    size_t pinned_size_ = 0, staged_ = 0;
     cuda::device_array<uint8_t> dev_;
+};
+
+// A decode step's k and v rows appended to the device mirror first
+// (kv_append), and to the host cache at the pass's end (pass_end) from a copy
+// kept on the device: where in that copy one sequence's rows of a layer are.
+struct cuda_kv_deferred {
+    kv_cache* cache = nullptr;
+    int il = 0;
+    int64_t row0 = 0, n = 0;
+    size_t at = 0;  // floats into the staging copy: k [n x KV x D], then v
 };
 
 class backend_cuda final : public backend {
@@ -115,6 +137,8 @@ public:
                    forward_buffers& fb) override;
     void attention(const backend_seq* seqs, int n_seqs, const model_hparams& hp, int il,
                    forward_buffers& fb) override;
+    void pass_end(const backend_seq* seqs, int n_seqs, const model_hparams& hp, forward_buffers& fb) override;
+    std::string kv_copy_check(const kv_cache& c) override;
 
 private:
     // The device copy of host parameters (a weight matrix, a norm or bias
@@ -126,6 +150,14 @@ private:
     const int32_t* upload_pos(const int32_t* pos, int64_t n);
     // Brings the mirror of (cache, layer il, head g) up to date with the host block.
     cuda_kv_mirror& mirror_sync(const kv_cache& c, int il, int g);
+    // Appends sequence s's new rows of layer il to its mirrors on the device
+    // (kv_cache::append_plan replayed by kernels/cuda/kv_append.h, bit for bit
+    // the host's quantization) and stages them for the host cache (pass_end).
+    // False, with nothing done, where a block cannot: a mirror behind its host
+    // block, an array without room, GEAR, sinks, scores, a prefill.
+    bool kv_append_device(const backend_seq& s, const model_hparams& hp, int il, forward_buffers& fb);
+    // The host block (c, il, g) has caught up with its mirror: mark it synced.
+    void mirror_caught_up(const kv_cache& c, int il, int g);
 
     thread_pool pool_;
     cuda::cuda_device_info dev_;
@@ -140,6 +172,18 @@ private:
     cuda::device_array<cuda::cuda_attn_part> d_parts_;
     cuda::device_array<int32_t> d_item_parts_;
     std::vector<float> h_k_, h_v_;  // the new k, v rows on their way to the host cache
+    // deferred host appends of this pass (kv_append_device) and their rows
+    std::vector<cuda_kv_deferred> deferred_;
+    cuda::device_array<float> d_stage_;
+    size_t staged_ = 0;
+    std::vector<float> h_stage_;
+    cuda::device_array<uint8_t> d_flush_;  // a flush's window rows in transit
+    struct head_plan {
+        kv_append_plan plan;
+        cuda::cuda_kv_head head;
+    };
+    std::vector<head_plan> head_plans_;
+    std::vector<char> bs_fast_;  // per sequence of a kv_append: appended on the device
     std::vector<int32_t> h_pos_;    // the positions d_pos_ holds
     cuda_upload_batch up_;          // sent before attention reads it
     std::vector<cuda::cuda_attn_item> items_;

@@ -1,6 +1,7 @@
 // The CUDA backend's attention side (engine/backend_cuda.h): the q/k
-// projection of compressed heads, KV append through the host cache into its
-// device mirror, and attention: a decode step's (sequence, KV head) items
+// projection of compressed heads, KV append (a decode step's on the device
+// mirror first, the host cache following at the pass's end; otherwise through
+// the host cache into the mirror), and attention: a decode step's (sequence, KV head) items
 // split into equal-cost slot ranges (flash-decoding, kernels/cuda/
 // attention_decode.h), a prefill chunk's in tiles of equal work
 // (attention_prefill.h).
@@ -9,6 +10,7 @@
 #include "engine/backend_cuda.h"
 #include "engine/kv_cache.h"
 #include "ggml-like/error.h"
+#include "kernels/cuda/kv_append.h"
 #include "kernels/cuda/project.h"
 
 namespace zk {
@@ -59,8 +61,9 @@ cuda_kv_mirror& backend_cuda::mirror_sync(const kv_cache& c, int il, int g) {
             a->name = name;
         }
         if (a->d.size() < bytes) {
-            // twice the size: a growing cache is copied whole O(log n) times
-            a->d = device_array<uint8_t>(std::max(bytes, 2 * a->d.size()), name);
+            // twice the size: a growing cache is copied whole O(log n) times, and
+            // the appends on the device (kv_append_device) find room meanwhile
+            a->d = device_array<uint8_t>(std::max(2 * bytes, 2 * a->d.size()), name);
             a->synced = 0;
         }
         const size_t from = sp->whole || (sp->flushed && moves_on_flush(name)) ? 0 : std::min(a->synced, bytes);
@@ -70,22 +73,243 @@ cuda_kv_mirror& backend_cuda::mirror_sync(const kv_cache& c, int il, int g) {
     });
     m.edits = b.edits;
     m.n_quant = b.n_quant;
+    m.n_used = b.n_used;
     return m;
 }
 
-// The new rows' k and v come to the host, go into the host cache as on the
-// CPU (one transfer per layer; the quantization is the CPU's), and the
-// mirrors follow.
+namespace {
+
+cuda_kv_mirror::array* mirror_find(cuda_kv_mirror& m, const char* name) {
+    for (auto& a : m.arrays)
+        if (!std::strcmp(a.name, name)) return &a;
+    return nullptr;
+}
+
+bool layout_quantizes(kv_layout_id l) { return l != KV_LAYOUT_ROWS; }
+
+// The store of one side over the mirror's arrays (kernels/cuda/kv_append.h).
+cuda_kv_side_store side_store(cuda_kv_mirror& m, const kv_block& b, dtype type, bool keys) {
+    cuda_kv_side_store d;
+    d.layout = (keys ? b.k : b.v)->layout();
+    d.keys = keys;
+    d.windowed = b.windowed;
+    d.r = keys ? b.r_k : b.r_v;
+    auto arr = [&](const char* name) -> uint8_t* {
+        cuda_kv_mirror::array* a = mirror_find(m, name);
+        return a ? a->d.data() : nullptr;
+    };
+    uint8_t* rows = arr(keys ? k_kv_label_k_rows : k_kv_label_v_rows);
+    if (type == dtype::F32)
+        d.rows32 = dptr<float>((float*)rows);
+    else
+        d.rows16 = dptr<uint16_t>((uint16_t*)rows);
+    d.codes = dptr<uint8_t>(arr(keys ? "k codes" : "v codes"));
+    d.scale = dptr<uint16_t>((uint16_t*)arr(keys ? "k scales" : "v scales"));
+    d.min = dptr<uint16_t>((uint16_t*)arr(keys ? "k mins" : "v mins"));
+    return d;
+}
+
+}  // namespace
+
+bool backend_cuda::kv_append_device(const backend_seq& s, const model_hparams& hp, int il, forward_buffers& fb) {
+    const int64_t D = hp.head_dim, KV = hp.n_head_kv;
+    kv_cache& c = *s.cache;
+    const kv_cache_params& p = c.params();
+    if (s.n > k_matvec_max_tok || p.gear || p.scores) return false;
+    if (p.sinks > 0 && fb.pos[s.row0] < p.sinks) return false;  // sink rows are written on the host
+    std::vector<cuda_kv_mirror>& ms = mirrors_[c.id()];
+    if (ms.empty()) return false;
+    const size_t elt = c.type() == dtype::F32 ? sizeof(float) : sizeof(uint16_t);
+    // every head first: all or nothing for this sequence's layer
+    head_plans_.resize((size_t)KV);
+    for (int g = 0; g < KV; g++) {
+        const kv_block& b = c.block(il, g);
+        cuda_kv_mirror& m = ms[(size_t)il * KV + g];
+        if (m.edits != b.edits || m.n_quant != b.n_quant || m.n_used != b.n_used) return false;
+        head_plan& hp_g = head_plans_[(size_t)g];
+        hp_g.plan = c.append_plan(il, g, s.n);  // throws, as append would, when the block is full
+        // the head after the append, over the mirror's arrays, each with room
+        bool room = true;
+        hp_g.head = cuda_kv_head_from_view(c.view_after(il, g, hp_g.plan),
+                                           [&](const void*, size_t bytes, const char* name) -> void* {
+                                               cuda_kv_mirror::array* a = mirror_find(m, name);
+                                               if (!a || a->d.size() < bytes) {
+                                                   room = false;
+                                                   return nullptr;
+                                               }
+                                               return a->d.data();
+                                           });
+        if (!room) return false;
+        // a windowed block's quantizing sides fill their window before a flush
+        // empties it: it needs room for the fullest it gets
+        int64_t window = 0;
+        for (const kv_append_step& st : hp_g.plan.steps)
+            if (!st.flush) window = std::max(window, st.rs0 + st.n);
+        if (b.windowed)
+            for (bool keys : {true, false}) {
+                if (!layout_quantizes((keys ? b.k : b.v)->layout())) continue;
+                const cuda_kv_mirror::array* a = mirror_find(m, keys ? k_kv_label_k_rows : k_kv_label_v_rows);
+                if (!a || a->d.size() < (size_t)window * (keys ? b.r_k : b.r_v) * elt) return false;
+            }
+        if (!mirror_find(m, "pos")) return false;
+        if (b.windowed && !mirror_find(m, "group starts")) return false;
+    }
+    // the rows stay on the device for the host cache (pass_end)
+    const size_t rows = (size_t)(s.n * KV * D);
+    cuda_kv_deferred dfr{&c, il, s.row0, s.n, staged_};
+    float* stage = d_stage_.data() + staged_;
+    cuda_copy_on_device(stage, fb.k.data() + s.row0 * KV * D, rows * sizeof(float));
+    cuda_copy_on_device(stage + rows, fb.v.data() + s.row0 * KV * D, rows * sizeof(float));
+    staged_ += 2 * rows;
+    deferred_.push_back(dfr);
+    for (int g = 0; g < KV; g++) {
+        const kv_block& b = c.block(il, g);
+        cuda_kv_mirror& m = ms[(size_t)il * KV + g];
+        const head_plan& hp_g = head_plans_[(size_t)g];
+        const cuda_kv_side_store ks = side_store(m, b, c.type(), true), vs = side_store(m, b, c.type(), false);
+        for (const kv_append_step& st : hp_g.plan.steps) {
+            if (!st.flush) {
+                const int64_t r0 = (s.row0 + st.t0) * KV + g;
+                cuda_rows kr{dptr<const float>(fb.k.data() + r0 * D), {}, KV * D, st.n, b.r_k};
+                cuda_rows vr{dptr<const float>(fb.v.data() + r0 * D), {}, KV * D, st.n, b.r_v};
+                cuda_kv_side_append(ks, kr, st.s0, st.rs0, nullptr);
+                cuda_kv_side_append(vs, vr, st.s0, st.rs0, nullptr);
+                continue;
+            }
+            const int G = p.group;
+            const size_t scratch = (size_t)std::max<int64_t>(st.rest, 1) * std::max(b.r_k, b.r_v) * elt;
+            uint8_t* x = cuda_grow(d_flush_, scratch, "window rows in transit");
+            cuda_kv_side_flush(ks, st.group, st.s0, G, st.rest, x, nullptr);
+            cuda_kv_side_flush(vs, st.group, st.s0, G, st.rest, x, nullptr);
+            const int32_t end = (int32_t)(st.s0 + G);  // group_start[group + 1]
+            up_.add(mirror_find(m, "group starts")->d.data() + (size_t)(st.group + 1) * sizeof(int32_t), &end,
+                    sizeof(end));
+        }
+        up_.add(mirror_find(m, "pos")->d.data() + (size_t)b.n_used * sizeof(int32_t), fb.pos.data() + s.row0,
+                (size_t)s.n * sizeof(int32_t));
+        m.head = hp_g.head;
+    }
+    return true;
+}
+
+void backend_cuda::mirror_caught_up(const kv_cache& c, int il, int g) {
+    cuda_kv_mirror& m = mirrors_[c.id()][(size_t)il * c.n_head_kv() + g];
+    const kv_block& b = c.block(il, g);
+    bool ok = true;
+    cuda_kv_head_from_view(c.view(il, g), [&](const void*, size_t bytes, const char* name) -> void* {
+        cuda_kv_mirror::array* a = mirror_find(m, name);
+        if (!a || a->d.size() < bytes) {
+            ok = false;
+            return nullptr;
+        }
+        a->synced = bytes;
+        return a->d.data();
+    });
+    ZK_ASSERT(ok);  // kv_append_device checked the room
+    m.edits = b.edits;
+    m.n_quant = b.n_quant;
+    m.n_used = b.n_used;
+}
+
+void backend_cuda::pass_end(const backend_seq*, int, const model_hparams& hp, forward_buffers& fb) {
+    if (!deferred_.empty()) {
+        const int64_t D = hp.head_dim, KV = hp.n_head_kv;
+        h_stage_.resize(staged_);
+        cuda_copy_to_host(h_stage_.data(), d_stage_.data(), staged_ * sizeof(float));  // waits for the stream
+        for (const cuda_kv_deferred& e : deferred_) {
+            const float* k = h_stage_.data() + e.at;
+            const float* v = k + e.n * KV * D;
+            for (int g = 0; g < KV; g++) {
+                e.cache->append(e.il, g, e.n, k + g * D, KV * D, v + g * D, KV * D, fb.pos.data() + e.row0);
+                mirror_caught_up(*e.cache, e.il, g);
+            }
+        }
+        deferred_.clear();
+        staged_ = 0;
+    } else {
+        cuda_stream_sync(nullptr);
+    }
+    up_.recycle();  // the device has run every send
+}
+
+// Each mirror array against the host's bytes (the extents the host block uses).
+std::string backend_cuda::kv_copy_check(const kv_cache& c) {
+    auto it = mirrors_.find(c.id());
+    if (it == mirrors_.end()) return "";
+    char buf[256];
+    std::string out;
+    for (int il = 0; il < c.n_layer() && out.empty(); il++)
+        for (int g = 0; g < c.n_head_kv() && out.empty(); g++) {
+            cuda_kv_mirror& m = it->second[(size_t)il * c.n_head_kv() + g];
+            const kv_block& b = c.block(il, g);
+            if (m.n_used < 0) continue;  // never copied
+            if (m.n_used != b.n_used || m.n_quant != b.n_quant) {
+                std::snprintf(buf, sizeof buf, "layer %d head %d: %lld slots (%lld quantized) on the device, %lld (%lld) on the host",
+                              il, g, (long long)m.n_used, (long long)m.n_quant, (long long)b.n_used, (long long)b.n_quant);
+                out = buf;
+                break;
+            }
+            cuda_kv_head_from_view(c.view(il, g), [&](const void* host, size_t bytes, const char* name) -> void* {
+                cuda_kv_mirror::array* a = mirror_find(m, name);
+                if (!out.empty()) return nullptr;
+                if (!a || a->d.size() < bytes) {
+                    std::snprintf(buf, sizeof buf, "layer %d head %d: %s: no device copy of %zu bytes", il, g, name,
+                                  bytes);
+                    out = buf;
+                    return nullptr;
+                }
+                std::vector<uint8_t> d(bytes);
+                cuda_copy_to_host(d.data(), a->d.data(), bytes);
+                const uint8_t* h = (const uint8_t*)host;
+                for (size_t i = 0; i < bytes; i++)
+                    if (d[i] != h[i]) {
+                        std::snprintf(buf, sizeof buf, "layer %d head %d: %s: byte %zu of %zu is %d on the device, %d on the host",
+                                      il, g, name, i, bytes, d[i], h[i]);
+                        out = buf;
+                        break;
+                    }
+                return a->d.data();
+            });
+        }
+    return out;
+}
+
+// A decode step's rows go into the device mirrors (kv_append_device), the
+// host cache following at the pass's end, so the step never waits for the
+// device until its logits. Otherwise (prefill, GEAR, sinks, a mirror without
+// room) the rows come to the host and go into the host cache as on the CPU
+// (one transfer per layer; the quantization is the CPU's), and the mirrors
+// follow.
 void backend_cuda::kv_append(const backend_seq* seqs, int n_seqs, const model_hparams& hp, int il,
                              forward_buffers& fb) {
     const int64_t D = hp.head_dim, KV = hp.n_head_kv;
     int64_t n = 0;
     for (int i = 0; i < n_seqs; i++) n = std::max(n, seqs[i].row0 + seqs[i].n);
+    if (il == 0) {
+        // a pass that ended early (an exception) left its host appends undone:
+        // those mirrors are ahead of their blocks; copy them whole again
+        for (const cuda_kv_deferred& e : deferred_)
+            for (auto& m : mirrors_[e.cache->id()]) m.edits = ~uint64_t(0);
+        deferred_.clear();
+        staged_ = 0;
+        // staging for every layer of this pass (a decode step: a few hundred KiB at most)
+        cuda_grow(d_stage_, (size_t)(hp.n_layer * 2 * n * KV * D), "staged cache rows");
+    }
+    bool slow = false;
+    for (int i = 0; i < n_seqs; i++) {
+        bs_fast_.resize((size_t)n_seqs);
+        bs_fast_[(size_t)i] = kv_append_device(seqs[i], hp, il, fb);
+        slow |= !bs_fast_[(size_t)i];
+    }
+    if (!slow) return;
+    // the rest through the host cache: the rows come over, the host appends
+    // (and quantizes), the mirrors copy what changed
     h_k_.resize((size_t)(n * KV * D));
     h_v_.resize((size_t)(n * KV * D));
     cuda_copy_to_host(h_k_.data(), fb.k.data(), h_k_.size() * sizeof(float));
     cuda_copy_to_host(h_v_.data(), fb.v.data(), h_v_.size() * sizeof(float));
     for (int i = 0; i < n_seqs; i++) {
+        if (bs_fast_[(size_t)i]) continue;
         const backend_seq& sq = seqs[i];
         for (int g = 0; g < KV; g++) {
             sq.cache->append(il, g, sq.n, h_k_.data() + (sq.row0 * KV + g) * D, KV * D,

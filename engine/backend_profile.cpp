@@ -76,15 +76,19 @@ public:
                    forward_buffers& fb) override {
         timed(OP_ATTENTION, rows(seqs, n_seqs), [&] { in_->attention(seqs, n_seqs, hp, il, fb); });
     }
+    void pass_end(const backend_seq* seqs, int n_seqs, const model_hparams& hp, forward_buffers& fb) override {
+        timed(OP_PASS_END, rows(seqs, n_seqs), [&] { in_->pass_end(seqs, n_seqs, hp, fb); });
+    }
+    std::string kv_copy_check(const kv_cache& c) override { return in_->kv_copy_check(c); }
 
 private:
     enum op {
         OP_EMBED, OP_MATMUL, OP_NORM, OP_BIAS, OP_ADD, OP_ROPE, OP_GLU, OP_SOFTCAP, OP_LOGITS_FETCH,
-        OP_PROJECT, OP_KV_APPEND, OP_ATTENTION, OP_COUNT
+        OP_PROJECT, OP_KV_APPEND, OP_ATTENTION, OP_PASS_END, OP_COUNT
     };
     static constexpr const char* k_op_names[OP_COUNT] = {
         "embed", "matmul", "rmsnorm", "add_bias", "add", "rope", "glu", "softcap", "logits_fetch",
-        "project_qk", "kv_append", "attention"};
+        "project_qk", "kv_append", "attention", "pass_end"};
     static constexpr int64_t rows_unknown = -1;
     // [op][weight type id, k_no_type for ops without one][row class: 0 decode, 1 prefill, 2 not told]
     static constexpr int k_no_type = 32;  // ggml type ids zack computes with are below it

@@ -356,6 +356,55 @@ void kv_cache::append(int layer, int head, int64_t n_tok, const float* k_rows, i
     }
 }
 
+kv_append_plan kv_cache::append_plan(int layer, int head, int64_t n_tok) const {
+    const kv_block& b = block(layer, head);
+    if (b.n_used + n_tok > b.capacity)
+        ZK_THROW("KV cache is full (%lld of %lld slots used, %lld more needed)", (long long)b.n_used,
+                 (long long)b.capacity, (long long)n_tok);
+    // append()'s loop over tokens, counting instead of copying
+    const bool at_once = !b.windowed && (b.k->layout() != KV_LAYOUT_ROWS || b.v->layout() != KV_LAYOUT_ROWS);
+    kv_append_plan p;
+    p.n_used = b.n_used;
+    p.n_quant = b.n_quant;
+    p.n_groups = b.n_groups;
+    for (int64_t t = 0; t < n_tok; t++) {
+        kv_append_step* last = p.steps.empty() ? nullptr : &p.steps.back();
+        if (last && !last->flush && last->s0 + last->n == p.n_used) {
+            last->n++;
+        } else {
+            kv_append_step st;
+            st.t0 = t;
+            st.n = 1;
+            st.s0 = p.n_used;
+            st.rs0 = p.n_used - p.n_quant;
+            p.steps.push_back(st);
+        }
+        p.n_used++;
+        if (at_once) p.n_quant = p.n_used;
+        if (b.windowed && p.n_used - p.n_quant == residual_) {
+            kv_append_step f;
+            f.flush = true;
+            f.group = p.n_groups;
+            f.s0 = p.n_quant;
+            f.rest = p.n_used - p.n_quant - p_.group;
+            p.steps.push_back(f);
+            p.n_groups++;
+            p.n_quant += p_.group;
+        }
+    }
+    return p;
+}
+
+attn_kv_view kv_cache::view_after(int layer, int head, const kv_append_plan& plan) const {
+    const kv_block& b = block(layer, head);
+    attn_kv_view v = view(layer, head);
+    v.n_slots = plan.n_used;
+    v.k = b.k->view(plan.n_quant);
+    v.v = b.v->view(plan.n_quant);
+    if (b.windowed) v.n_groups = plan.n_groups;
+    return v;
+}
+
 attn_kv_view kv_cache::view(int layer, int head) const {
     const kv_block& b = block(layer, head);
     attn_kv_view v{};

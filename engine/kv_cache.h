@@ -74,6 +74,24 @@ bool kv_cache_windowed(const kv_cache_params& p);
 // slots (a multiple of the group).
 int kv_cache_residual(const kv_cache_params& p, int64_t capacity);
 
+// What kv_cache::append of n tokens does to one block, worked out without doing
+// it (the CUDA backend replays it on its device copy of the block): runs of
+// rows stored, and the groups quantized between them, in order.
+struct kv_append_step {
+    bool flush = false;
+    // store: the call's rows [t0, t0 + n) go to slots [s0, s0 + n), which are
+    //   window rows [rs0, rs0 + n) of a windowed block's quantizing sides
+    //   (a non-windowed quantizing side quantizes each token at its slot)
+    int64_t t0 = 0, n = 0, s0 = 0, rs0 = 0;
+    // flush: window rows [0, group size) become group `group` at slots
+    //   [s0, s0 + group size); the window's next `rest` rows move to its front
+    int64_t group = 0, rest = 0;
+};
+struct kv_append_plan {
+    std::vector<kv_append_step> steps;
+    int64_t n_used = 0, n_quant = 0, n_groups = 0;  // the block's counts after the append
+};
+
 struct kv_block {
     int r_k = 0;
     int r_v = 0;
@@ -129,6 +147,12 @@ public:
     void append(int layer, int head, int64_t n_tok, const float* k_rows, int64_t k_stride,
                 const float* v_rows, int64_t v_stride, const int32_t* pos);
     attn_kv_view view(int layer, int head) const;
+    // What append(layer, head, n_tok, ...) will do (kv_append_plan), by the
+    // same rules; throws as append does when the block is full.
+    kv_append_plan append_plan(int layer, int head, int64_t n_tok) const;
+    // The view append(layer, head, ...) will leave, over the same arrays, for
+    // the counts of plan (positions of the new slots not yet written).
+    attn_kv_view view_after(int layer, int head, const kv_append_plan& plan) const;
     // Keeps the slots s < n_used with keep[s] != 0, in order; the rest are freed.
     void compact(int layer, int head, const uint8_t* keep);
     // Keys and values of slot s as the attention kernel sees them (tests, re-packing).

@@ -303,7 +303,10 @@ void session::forward(const forward_seq* seqs, int n_seqs, const int32_t* tokens
     }
     for (int i = 0; i < n_seqs; i++) seqs[i].s->n_past_ += seqs[i].n;
 
-    if (!logits_out) return;
+    if (!logits_out) {
+        be.pass_end(bs, n_seqs, hp, fb);
+        return;
+    }
     // Only the rows whose logits are wanted go through the output matrix:
     // gathered, normalised, into xn [rows x n_embd].
     int64_t rows = 0;
@@ -314,6 +317,7 @@ void session::forward(const forward_seq* seqs, int n_seqs, const int32_t* tokens
         rows += sq.n - first;
     }
     arch_block_logits(m, xn, rows, logits_out, fb, be);
+    be.pass_end(bs, n_seqs, hp, fb);
 }
 
 }  // namespace zk

@@ -101,6 +101,8 @@ public:
     // Throws on a device whose activations are not in host memory (CUDA).
     void set_observer(session_observer* obs);
     const kv_cache& cache() const { return *cache_; }
+    // Tests: the backend's own copy of the cache against it (backend::kv_copy_check; "" = equal).
+    std::string kv_copy_check() { return be_->kv_copy_check(*cache_); }
     const model& mdl() const { return m_; }
     thread_pool& pool() { return be_->host_pool(); }  // host-side work (calibration statistics)
 

@@ -443,6 +443,66 @@ TEST(KvSinks, ExactRowsReplaceTheirSlots) {
     }
 }
 
+// ---- the append plan (what the CUDA backend replays on its device copy) ----
+
+// append_plan's counts are append's, and its steps cover the call's tokens
+// in order: stores of consecutive slots, a flush wherever append quantizes a
+// group. Every layout pair (4-bit keys over f16 values and the reverse, 8-bit
+// alone and beside KIVI), calls of 1..40 tokens.
+TEST(KvAppendPlan, CountsAndStepsMatchAppend) {
+    struct cfg {
+        int bk, bv;
+    };
+    for (const cfg f : {cfg{16, 16}, cfg{8, 8}, cfg{4, 4}, cfg{2, 2}, cfg{4, 16}, cfg{16, 2}, cfg{8, 4}}) {
+        kv_cache_params p;
+        p.bits_k = {f.bk};
+        p.bits_v = {f.bv};
+        p.residual = 0;  // the default window
+        const int64_t cap = 512;
+        kv_cache c(1, 1, cap, p, {24}, {16});
+        std::mt19937 g(3);
+        std::vector<float> rows(64 * 24);
+        std::normal_distribution<float> N(0, 1);
+        for (auto& x : rows) x = N(g);
+        std::vector<int32_t> pos(64);
+        int64_t used = 0;
+        int flushes = 0;
+        while (true) {
+            const int64_t n = 1 + (int64_t)(g() % 40);
+            if (used + n > c.block(0, 0).capacity) {
+                EXPECT_THROW(c.append_plan(0, 0, n), zk::error);
+                break;
+            }
+            const kv_block& b = c.block(0, 0);
+            const kv_append_plan pl = c.append_plan(0, 0, n);
+            int64_t t = 0, nq = b.n_quant, ng = b.n_groups, nu = b.n_used;
+            for (const kv_append_step& st : pl.steps) {
+                if (st.flush) {
+                    EXPECT_EQ(st.group, ng);
+                    EXPECT_EQ(st.s0, nq);
+                    EXPECT_EQ(st.rest, nu - nq - p.group);
+                    ng++, nq += p.group, flushes++;
+                } else {
+                    EXPECT_EQ(st.t0, t);
+                    EXPECT_EQ(st.s0, nu);
+                    EXPECT_EQ(st.rs0, nu - nq);
+                    t += st.n, nu += st.n;
+                }
+            }
+            EXPECT_EQ(t, n);
+            for (int64_t i = 0; i < n; i++) pos[(size_t)i] = (int32_t)(used + i);
+            c.append(0, 0, n, rows.data(), 24, rows.data(), 24, pos.data());
+            used += n;
+            EXPECT_EQ(pl.n_used, b.n_used) << f.bk << "/" << f.bv;
+            EXPECT_EQ(pl.n_quant, b.n_quant) << f.bk << "/" << f.bv;
+            EXPECT_EQ(pl.n_groups, b.n_groups) << f.bk << "/" << f.bv;
+        }
+        if (f.bk <= 4 || f.bv <= 4) {
+            EXPECT_GT(flushes, 3) << f.bk << "/" << f.bv;
+        }
+    }
+}
+
 // ---- accounting ----
 
 TEST(KvAccounting, AccountedEqualsAllocated) {

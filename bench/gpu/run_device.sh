@@ -4,7 +4,7 @@
 # tests, bench_cuda_attention, and the shared libraries the machine may lack).
 # Everything lands in $OUT (default /tmp/zack_gpu): logs and JSON.
 #
-#   bash bench/gpu/run_device.sh [tests|backend|profile|bench|sanitize|all|compare]
+#   bash bench/gpu/run_device.sh [tests|backend|profile|bench|sanitize|all|compare|ncu]
 #   (compare: the packed baseline build .devrun/zack_base against .devrun/zack,
 #   decode on synthetic models, interleaved; ZACK_KEEP_BASE=1 bench/gpu/pack.sh packs it)
 #   (SDPA=0: without PyTorch's SDPA; CPU=0: backend without the machine's CPU beside the GPU)
@@ -80,6 +80,18 @@ if [ "$what" = compare ]; then
         timeout 120 "$bin/$z" bench --shape llama-8b --device cuda -p 0 -n 32 -d 0 --kv-bits 16 -r 1 2>&1 |
             grep -E "^\| tg|error" | tee -a "$out/compare_llama8b.md"
     done
+fi
+
+if [ "$what" = ncu ]; then
+    # every kernel of two decode steps of the 1.5B shape under Nsight Compute
+    # (one at a time: their summed time is the GPU's busy time per step, to set
+    # against the step's wall time from bench), per kernel: time and DRAM bytes
+    ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    skip=${NCU_SKIP:-4000}
+    timeout 300 "$ncu" --clock-control none --launch-skip "$skip" --launch-count "${NCU_COUNT:-1600}" --csv --print-units base \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum "$bin/zack" bench --shape qwen2.5-1.5b \
+        --device cuda -p 0 -n 16 -d 0 --kv-bits 16 -r 1 > "$out/ncu_qwen1.5b.csv" 2>&1
+    python3 "$here/bench/gpu/ncu_summary.py" "$out/ncu_qwen1.5b.csv" | tee "$out/ncu_qwen1.5b.md"
 fi
 
 if [ "$what" = profile ] || [ "$what" = all ]; then

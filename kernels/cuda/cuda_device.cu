@@ -1,5 +1,6 @@
 #include "kernels/cuda/cuda_device.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "ggml-like/error.h"
@@ -51,6 +52,15 @@ void cuda_copy_on_device(void* dst, const void* src, size_t bytes, cuda_stream) 
 void cuda_memset(void* dst, int value, size_t bytes, cuda_stream) {
     check_range(dst, bytes, "cuda_memset");
     if (bytes) std::memset(dst, value, bytes);
+}
+void* cuda_host_alloc(size_t bytes, const char* what) {
+    void* p = std::malloc(bytes ? bytes : 1);
+    if (!p) ZK_THROW("host allocation of %zu bytes for %s failed", bytes, what);
+    return p;
+}
+void cuda_host_free(void* p) { std::free(p); }
+void cuda_copy_to_device_async(void* dst, const void* src, size_t bytes, cuda_stream s) {
+    cuda_copy_to_device(dst, src, bytes, s);
 }
 void cuda_stream_sync(cuda_stream) {}
 cuda_stream cuda_stream_create() { return nullptr; }
@@ -104,6 +114,18 @@ void cuda_copy_on_device(void* dst, const void* src, size_t bytes, cuda_stream s
 }
 void cuda_memset(void* dst, int value, size_t bytes, cuda_stream s) {
     ZK_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, (cudaStream_t)s));
+}
+void* cuda_host_alloc(size_t bytes, const char* what) {
+    void* p = nullptr;
+    const cudaError_t e = cudaMallocHost(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) ZK_THROW("cudaMallocHost of %zu bytes for %s: %s", bytes, what, cudaGetErrorString(e));
+    return p;
+}
+void cuda_host_free(void* p) {
+    if (p) ZK_CUDA_CHECK(cudaFreeHost(p));
+}
+void cuda_copy_to_device_async(void* dst, const void* src, size_t bytes, cuda_stream s) {
+    ZK_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, (cudaStream_t)s));
 }
 void cuda_stream_sync(cuda_stream s) { ZK_CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)s)); }
 cuda_stream cuda_stream_create() {

@@ -32,6 +32,13 @@ void cuda_copy_to_device(void* dst, const void* src, size_t bytes, cuda_stream s
 void cuda_copy_to_host(void* dst, const void* src, size_t bytes, cuda_stream s = nullptr);
 void cuda_copy_on_device(void* dst, const void* src, size_t bytes, cuda_stream s = nullptr);
 void cuda_memset(void* dst, int value, size_t bytes, cuda_stream s = nullptr);
+// Page-locked host memory (the harness build: ordinary memory), and a copy
+// from it that returns without waiting: src must stay unchanged until the
+// stream has run the copy. cuda_copy_to_device waits for the stream instead
+// (from pageable memory an asynchronous copy may wait anyway).
+void* cuda_host_alloc(size_t bytes, const char* what);
+void cuda_host_free(void* p);
+void cuda_copy_to_device_async(void* dst, const void* src, size_t bytes, cuda_stream s = nullptr);
 void cuda_stream_sync(cuda_stream s = nullptr);
 cuda_stream cuda_stream_create();
 void cuda_stream_destroy(cuda_stream s);

@@ -57,6 +57,9 @@ std::vector<std::vector<float>> run(const model& m, session_params sp, const std
         out.emplace_back(l, l + V);
     }
     if (slots) *slots = s.cache().n_used_max();
+    // the device's copy of the cache, appended to on the device during decode
+    // steps, equals the host cache byte for byte (the CPU: no copy, "")
+    EXPECT_EQ(s.kv_copy_check(), "");
     return out;
 }
 
