@@ -138,13 +138,16 @@ __global__ void __launch_bounds__(k_mv_block)
 }
 
 // ---------------------------------------------------------------- K-quants
-// Q4_K and Q6_K rows of 256-element blocks: a lane decodes 8 elements of each
-// block (two runs of 4 consecutive columns) from one 32-bit word of its codes,
-// so a warp reads a block's code bytes in one coalesced access and decodes
-// each sub-block's scale once per lane instead of once per element (the
-// generic kernel's ~40 instructions an element). The arithmetic per element
-// is dequantize_q4_K's / dequantize_q6_K's (ggml-like/quant.cpp), so the
-// weights are theirs bit for bit; only the summation order differs.
+// Q4_K and Q6_K rows of 256-element blocks: 8 lanes a block, 4 blocks a warp
+// step, a lane decoding 32 elements (two runs of 16 consecutive columns, one
+// sub-block scale each) from 16 code bytes. Wide loads keep many bytes in
+// flight per warp (a decode step's mat-vecs are bound by memory latency, not
+// bandwidth, when each lane reads 4 bytes a block: 335-443 GB/s on an H100),
+// and each sub-block's scale is decoded once per 32 elements instead of once
+// per element (the generic kernel's ~40 instructions an element). The
+// arithmetic per element is dequantize_q4_K's / dequantize_q6_K's
+// (ggml-like/quant.cpp), so the weights are theirs bit for bit; only the
+// summation order differs.
 
 // The float of a small non-negative integer v (< 2^23) minus `bias`, exact:
 // v's bits under 2^23's exponent make the float 2^23 + v (no int-to-float
@@ -153,12 +156,15 @@ __device__ __forceinline__ float small_int_to_float(uint32_t v, float bias) {
     return __uint_as_float(0x4B000000u | v) - (8388608.0f + bias);
 }
 
-// One lane's raw words of one block: what kq_decode turns into 8 weights.
+constexpr int k_kq_lanes = 8;              // lanes a block
+constexpr int k_kq_blocks = 32 / k_kq_lanes;  // blocks a warp step
+
+// One lane's raw words of one block: what kq_dot turns into 32 weights.
 struct kq_words {
-    uint32_t codes = 0;   // Q4_K: 4 code bytes; Q6_K: 4 low-bit bytes
-    uint32_t codes2 = 0;  // Q6_K: 4 high-bit bytes
-    uint32_t s0 = 0, s1 = 0, s2 = 0;  // Q4_K: the 12 scale bytes; Q6_K: s0 = the two int8 scales, s1 = d
-    uint32_t dh = 0;      // Q4_K: d (low half) and dmin (high half)
+    cu_v16 codes{};    // Q4_K: 16 code bytes; Q6_K: 16 low-bit bytes
+    cu_v16 codes2{};   // Q6_K: 16 high-bit bytes
+    cu_v16 head{};     // Q4_K: d, dmin (word 0), the 12 scale bytes (words 1-3); Q6_K: word 0 = the
+                       // lane's two int8 scales (bytes 0, 1), word 1 = d
 };
 
 // A 32-bit word from a 2-aligned address (Q6_K blocks are 210 bytes: every
@@ -168,95 +174,108 @@ __device__ __forceinline__ uint32_t ld_u32_a2(dptr<const uint8_t> p) {
     return (uint32_t)h[0] | ((uint32_t)h[1] << 16);
 }
 
-// Lane `lane`'s columns of a block: [c0, c0 + 4) and [c0 + off1, c0 + off1 + 4).
+// Lane j (< 8) of a block: columns [c0, c0 + 16) and [c0 + off1, c0 + off1 + 16).
 template <int TYPE>
-__device__ __forceinline__ int kq_col0(int lane) {
-    if (TYPE == (int)dtype::Q4_K) return 64 * (lane / 8) + 4 * (lane % 8);
-    // Q6_K: half h = lane / 16, part p = (lane % 16) / 8 (low bits from ql[32 p + i]),
-    // i0 = 4 (lane % 8)
-    return 128 * (lane / 16) + 32 * ((lane % 16) / 8) + 4 * (lane % 8);
+__device__ __forceinline__ int kq_col0(int j) {
+    // Q4_K: chunk c = j / 2 of 64 columns, half i0 = 16 (j % 2) of its 32 code bytes
+    if (TYPE == (int)dtype::Q4_K) return 64 * (j / 2) + 16 * (j % 2);
+    // Q6_K: half h = j / 4 (128 columns), part p = (j % 4) / 2 (low bits from ql[32 p + i]), i0 = 16 (j % 2)
+    return 128 * (j / 4) + 32 * ((j % 4) / 2) + 16 * (j % 2);
 }
 constexpr int k_kq_off1_q4_K = 32;  // high nibbles: the next sub-block
 constexpr int k_kq_off1_q6_K = 64;  // high nibbles: 64 columns on
 
 template <int TYPE>
-__device__ __forceinline__ kq_words kq_load(dptr<const uint8_t> b, int lane) {
+__device__ __forceinline__ kq_words kq_load(dptr<const uint8_t> b, int j) {
     kq_words k;
     if (TYPE == (int)dtype::Q4_K) {
         // [d, dmin: 4][scales: 12][qs: 128]: 144-byte blocks stay 16-aligned
-        dptr<const uint32_t> w = dptr_cast<const uint32_t>(b);
-        k.dh = w[0];
-        k.s0 = w[1];
-        k.s1 = w[2];
-        k.s2 = w[3];
-        k.codes = w[4 + lane];
+        k.head = cu_load<cu_v16>(b, 0);
+        k.codes = cu_load<cu_v16>(b, 16 + 16 * j);
     } else {
         // [ql: 128][qh: 64][scales: 16 x int8][d: f16]
-        const int h = lane / 16, p = (lane % 16) / 8, i0 = 4 * (lane % 8);
-        k.codes = ld_u32_a2(b + 64 * h + 32 * p + i0);
-        k.codes2 = ld_u32_a2(b + 128 + 32 * h + i0);
-        const int g = 8 * h + i0 / 16 + 2 * p;  // the scales of the lane's two runs: g and g + 4
-        k.s0 = (uint32_t)b[192 + g] | ((uint32_t)b[192 + g + 4] << 8);
-        k.s1 = dptr_cast<const uint16_t>(b + 208)[0];
+        const int h = j / 4, p = (j % 4) / 2, i0 = 16 * (j % 2);
+        ZK_UNROLL
+        for (int w = 0; w < 4; w++) {
+            k.codes.w[w] = ld_u32_a2(b + 64 * h + 32 * p + i0 + 4 * w);
+            k.codes2.w[w] = ld_u32_a2(b + 128 + 32 * h + i0 + 4 * w);
+        }
+        const int g = 8 * h + 2 * p + i0 / 16;  // the scales of the lane's two runs: g and g + 4
+        k.head.w[0] = (uint32_t)b[192 + g] | ((uint32_t)b[192 + g + 4] << 8);
+        k.head.w[1] = dptr_cast<const uint16_t>(b + 208)[0];
     }
     return k;
 }
 
-// Byte i (runtime, < 12) of the Q4_K scale words, without a register array
-// indexed at run time (which would go to local memory).
+// Byte i (runtime, < 12) of the Q4_K scale bytes (head words 1-3), without a
+// register array indexed at run time (which would go to local memory).
 __device__ __forceinline__ int kq_scale_byte(const kq_words& k, int i) {
-    const uint32_t w = i < 4 ? k.s0 : i < 8 ? k.s1 : k.s2;
+    const uint32_t w = i < 4 ? k.head.w[1] : i < 8 ? k.head.w[2] : k.head.w[3];
     return (int)((w >> (8 * (i & 3))) & 0xFF);
 }
 
+// The lane's scale and offset of its two runs: weight = d[s] q - m[s] (Q4_K), d[s] (q - 32) (Q6_K).
 template <int TYPE>
-__device__ __forceinline__ void kq_decode(const kq_words& k, int lane, float (&w)[8]) {
+__device__ __forceinline__ void kq_scales(const kq_words& k, int j, float (&d)[2], float (&m)[2]) {
     if (TYPE == (int)dtype::Q4_K) {
-        // sub-blocks j = 2c (low nibbles) and 2c + 1 (high), c = lane / 8
-        // (q4_K_scale_min: j < 4 reads bytes j, j + 4; j >= 4 bytes j + 4, j - 4, j)
-        const int c = lane / 8;
-        float d[2], m[2];
+        // sub-blocks 2c (low nibbles) and 2c + 1 (high), c = j / 2 (q4_K_scale_min:
+        // j < 4 reads bytes j, j + 4; j >= 4 bytes j + 4, j - 4, j)
+        const int c = j / 2;
         ZK_UNROLL
         for (int s = 0; s < 2; s++) {
-            const int j = 2 * c + s;
+            const int sb = 2 * c + s;
             int sc, mn;
-            if (j < 4) {
-                sc = kq_scale_byte(k, j) & 63;
-                mn = kq_scale_byte(k, j + 4) & 63;
+            if (sb < 4) {
+                sc = kq_scale_byte(k, sb) & 63;
+                mn = kq_scale_byte(k, sb + 4) & 63;
             } else {
-                const int hi = kq_scale_byte(k, j + 4);
-                sc = (hi & 0x0F) | ((kq_scale_byte(k, j - 4) >> 6) << 4);
-                mn = (hi >> 4) | ((kq_scale_byte(k, j) >> 6) << 4);
+                const int hi = kq_scale_byte(k, sb + 4);
+                sc = (hi & 0x0F) | ((kq_scale_byte(k, sb - 4) >> 6) << 4);
+                mn = (hi >> 4) | ((kq_scale_byte(k, sb) >> 6) << 4);
             }
-            d[s] = h2f_lo(k.dh) * (float)sc;
-            m[s] = h2f_hi(k.dh) * (float)mn;
+            d[s] = h2f_lo(k.head.w[0]) * (float)sc;
+            m[s] = h2f_hi(k.head.w[0]) * (float)mn;
         }
+    } else {
+        const float dd = h2f((uint16_t)k.head.w[1]);
+        d[0] = dd * (float)(int8_t)(k.head.w[0] & 0xFF);
+        d[1] = dd * (float)(int8_t)(k.head.w[0] >> 8);
+        m[0] = m[1] = 0.0f;
+    }
+}
+
+// The 8 weights of code word w (< 4) of the lane: 4 of each run.
+template <int TYPE>
+__device__ __forceinline__ void kq_weights(const kq_words& k, int j, int w, const float (&d)[2],
+                                           const float (&m)[2], float (&out)[8]) {
+    if (TYPE == (int)dtype::Q4_K) {
+        const uint32_t c = k.codes.w[w];
         ZK_UNROLL
         for (int e = 0; e < 4; e++) {
-            w[e] = __fmul_rn(d[0], small_int_to_float((k.codes >> (8 * e)) & 0x0F, 0.0f)) - m[0];
-            w[4 + e] = __fmul_rn(d[1], small_int_to_float((k.codes >> (8 * e + 4)) & 0x0F, 0.0f)) - m[1];
+            out[e] = __fmul_rn(d[0], small_int_to_float((c >> (8 * e)) & 0x0F, 0.0f)) - m[0];
+            out[4 + e] = __fmul_rn(d[1], small_int_to_float((c >> (8 * e + 4)) & 0x0F, 0.0f)) - m[1];
         }
     } else {
         // part p: low nibbles with qh bits 2p..2p+1, high nibbles with bits 4 + 2p..
-        const int p = (lane % 16) / 8;
-        const float dd = h2f((uint16_t)k.s1);
-        const float d0 = dd * (float)(int8_t)(k.s0 & 0xFF), d1 = dd * (float)(int8_t)(k.s0 >> 8);
+        const int p = (j % 4) / 2;
+        const uint32_t cl = k.codes.w[w], ch = k.codes2.w[w];
         ZK_UNROLL
         for (int e = 0; e < 4; e++) {
-            const uint32_t ql = (k.codes >> (8 * e)) & 0xFF, qh = (k.codes2 >> (8 * e)) & 0xFF;
+            const uint32_t ql = (cl >> (8 * e)) & 0xFF, qh = (ch >> (8 * e)) & 0xFF;
             const uint32_t lo = (ql & 0x0F) | (((qh >> (2 * p)) & 3) << 4);
             const uint32_t hi = (ql >> 4) | (((qh >> (4 + 2 * p)) & 3) << 4);
-            w[e] = d0 * small_int_to_float(lo, 32.0f);
-            w[4 + e] = d1 * small_int_to_float(hi, 32.0f);
+            out[e] = d[0] * small_int_to_float(lo, 32.0f);
+            out[4 + e] = d[1] * small_int_to_float(hi, 32.0f);
         }
     }
 }
 
-// Blocks a warp loads before it decodes (loads in flight per lane).
+// Warp steps a warp loads before it computes (bytes in flight per lane).
 constexpr int k_kq_unroll = 2;
 
-// NW warps per row (1, 2 or 4) split its blocks (block i to warp i % NW); the
-// warps' sums meet in shared memory. 4 / NW rows per 128-thread block.
+// NW warps per row (1, 2 or 4) split its blocks (warp step i: blocks 4i ..
+// 4i + 3, steps round robin over the NW warps); the warps' sums meet in shared
+// memory. 4 / NW rows per 128-thread block.
 template <int TYPE, int NW>
 __global__ void __launch_bounds__(k_mv_block)
     matvec_kq_kernel(int64_t row_bytes, int64_t n_rows, int64_t n_cols, dptr<const uint8_t> W, dptr<const float> x,
@@ -265,32 +284,40 @@ __global__ void __launch_bounds__(k_mv_block)
     constexpr int off1 = TYPE == (int)dtype::Q4_K ? k_kq_off1_q4_K : k_kq_off1_q6_K;
     ZK_SHARED(float, part, k_mv_block / 32 * k_matvec_max_tok);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, kw = warp % NW;
+    const int sub = lane / k_kq_lanes, j = lane % k_kq_lanes;
     const int64_t r = (int64_t)blockIdx.x * (k_mv_block / 32 / NW) + warp / NW;
     const int64_t nb = n_cols / 256;
-    const int c0 = kq_col0<TYPE>(lane);
+    const int c0 = kq_col0<TYPE>(j);
     float acc[k_matvec_max_tok];
     ZK_UNROLL
     for (int t = 0; t < k_matvec_max_tok; t++) acc[t] = 0.0f;
     if (r < n_rows) {
         dptr<const uint8_t> row = W + r * row_bytes;
-        for (int64_t i0 = kw; i0 < nb; i0 += NW * k_kq_unroll) {
+        for (int64_t i0 = (int64_t)kw * k_kq_blocks; i0 < nb; i0 += (int64_t)NW * k_kq_blocks * k_kq_unroll) {
             kq_words k[k_kq_unroll];
             ZK_UNROLL
-            for (int u = 0; u < k_kq_unroll; u++)
-                if (i0 + u * NW < nb) k[u] = kq_load<TYPE>(row + (i0 + u * NW) * block_bytes, lane);
+            for (int u = 0; u < k_kq_unroll; u++) {
+                const int64_t i = i0 + (int64_t)u * NW * k_kq_blocks + sub;
+                if (i < nb) k[u] = kq_load<TYPE>(row + i * block_bytes, j);
+            }
             ZK_UNROLL
             for (int u = 0; u < k_kq_unroll; u++) {
-                const int64_t i = i0 + u * NW;
+                const int64_t i = i0 + (int64_t)u * NW * k_kq_blocks + sub;
                 if (i >= nb) break;
-                float w[8];
-                kq_decode<TYPE>(k[u], lane, w);
+                float d[2], m[2];
+                kq_scales<TYPE>(k[u], j, d, m);
                 ZK_UNROLL
-                for (int t = 0; t < k_matvec_max_tok; t++) {
-                    if (t >= n_tok) break;
-                    const int64_t xo = t * n_cols + 256 * i + c0;
-                    const cu_f4 a = cu_load<cu_f4>(x, xo), b = cu_load<cu_f4>(x, xo + off1);
+                for (int w = 0; w < 4; w++) {
+                    float wt[8];
+                    kq_weights<TYPE>(k[u], j, w, d, m, wt);
                     ZK_UNROLL
-                    for (int e = 0; e < 4; e++) acc[t] += w[e] * a.x[e] + w[4 + e] * b.x[e];
+                    for (int t = 0; t < k_matvec_max_tok; t++) {
+                        if (t >= n_tok) break;
+                        const int64_t xo = t * n_cols + 256 * i + c0 + 4 * w;
+                        const cu_f4 a = cu_load<cu_f4>(x, xo), b = cu_load<cu_f4>(x, xo + off1);
+                        ZK_UNROLL
+                        for (int e = 0; e < 4; e++) acc[t] += wt[e] * a.x[e] + wt[4 + e] * b.x[e];
+                    }
                 }
             }
         }
@@ -310,17 +337,17 @@ __global__ void __launch_bounds__(k_mv_block)
         if (kw == 0 && lane < n_tok && r < n_rows) {
             float s = 0.0f;
             ZK_UNROLL
-            for (int j = 0; j < NW; j++) s += part[(warp + j) * k_matvec_max_tok + lane];
+            for (int jw = 0; jw < NW; jw++) s += part[(warp + jw) * k_matvec_max_tok + lane];
             y[(int64_t)lane * n_rows + r] = s;
         }
     }
 }
 
 // Warps per row of a K-quant mat-vec: enough warps in the grid to keep the
-// device's memory busy, at least two blocks (k_kq_unroll) per warp.
+// device's memory busy, at least one full unrolled step (8 blocks) per warp.
 int kq_warps_per_row(int64_t n_rows, int64_t nb) {
     int nw = 1;
-    while (nw < 4 && n_rows * nw < 16384 && nb >= 2 * nw * k_kq_unroll) nw *= 2;
+    while (nw < 4 && n_rows * nw < 16384 && nb >= 2 * nw * k_kq_blocks * k_kq_unroll) nw *= 2;
     return nw;
 }
 

@@ -68,8 +68,9 @@ TEST_P(CudaMatvec, MatchesCpuReferenceAndProductionPath) {
     const dtype t = GetParam();
     thread_pool tp(2);
     matmul_scratch scratch;
-    // 1024 and 2048: two and four warps a row for the K-quants (1280: blocks split unevenly)
-    for (int64_t cols : {256, 768, 1280, 2048}) {
+    // the K-quants: 2304 columns fill a warp step and part of the next; 4096 and
+    // 8448 take two and four warps a row (8448: the warps' shares uneven)
+    for (int64_t cols : {256, 768, 2304, 4096, 8448}) {
         const int64_t rows = 37;
         const std::vector<uint8_t> w = quant_random_rows(t, rows, cols, 21 + (uint32_t)cols);
         const size_t rb = dtype_row_size(t, cols);
