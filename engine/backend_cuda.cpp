@@ -138,10 +138,27 @@ void backend_cuda::embed(const weight_view& table, const int32_t* tokens, int64_
 // Decode (up to k_matvec_max_tok rows): the mat-vec reads the weights in
 // their type. Prefill: rows of W dequantized to f16 tiles, the activations
 // converted to f16 once, and the GEMM (tensor cores on a device) per tile.
+// The decode mat-vec of K-quant weights reads x rounded to 8 bits
+// (cuda_quantize_act), as the CPU's kernel_matmul does: once per x for every
+// matrix that multiplies it.
+const cuda_act_q8* backend_cuda::act_q8(const float* x, int64_t n_tok, int64_t n_cols) {
+    const size_t n = (size_t)(n_tok * n_cols);
+    act_q8_.q = dptr<int8_t>(cuda_grow(d_actq_, n, "8-bit activations"));
+    act_q8_.meta = dptr<float>(cuda_grow(d_actm_, n / 4, "8-bit activations"));
+    cuda_quantize_act(dptr<const float>(x), n_tok, n_cols, act_q8_, nullptr);
+    return &act_q8_;
+}
+
 void backend_cuda::matmul(const weight_view& w, const float* x, int64_t n_tok, float* y, forward_buffers&) {
+    matmul_one(w, x, n_tok, y, nullptr);
+}
+
+void backend_cuda::matmul_one(const weight_view& w, const float* x, int64_t n_tok, float* y, const cuda_act_q8* xq) {
     const cuda_weight dw = weight(w);
     if (n_tok <= k_matvec_max_tok) {
-        cuda_matvec(dw, dptr<const float>(x), n_tok, dptr<float>(y), nullptr);
+        if (!xq && cuda_matvec_takes_q8(dw.type)) xq = act_q8(x, n_tok, w.n_cols);
+        cuda_matvec(dw, dptr<const float>(x), n_tok, dptr<float>(y), nullptr,
+                    cuda_matvec_takes_q8(dw.type) ? xq : nullptr);
         return;
     }
     const int64_t N = w.n_rows, K = w.n_cols;
@@ -168,7 +185,11 @@ void backend_cuda::matmul(const weight_view& w, const float* x, int64_t n_tok, f
 
 void backend_cuda::matmul_multi(const weight_view* ws, float* const* ys, int n_w, const float* x, int64_t n_tok,
                                 forward_buffers& fb) {
-    for (int i = 0; i < n_w; i++) matmul(ws[i], x, n_tok, ys[i], fb);
+    // one rounding of x for every K-quant matrix of the group (they share n_cols)
+    const cuda_act_q8* xq = nullptr;
+    for (int i = 0; i < n_w && !xq; i++)
+        if (n_tok <= k_matvec_max_tok && cuda_matvec_takes_q8(ws[i].type)) xq = act_q8(x, n_tok, ws[i].n_cols);
+    for (int i = 0; i < n_w; i++) matmul_one(ws[i], x, n_tok, ys[i], xq);
 }
 
 void backend_cuda::rmsnorm(const float* x, const float* w, float* y, int64_t n_tok, int64_t n, float eps) {

@@ -145,6 +145,9 @@ private:
     // vector) of `bytes` bytes, made at first use.
     const uint8_t* param(const void* host, size_t bytes);
     cuda::cuda_weight weight(const weight_view& w);
+    // y = x W^T; xq: x already rounded to 8 bits for K-quant mat-vecs (null: rounded here if needed).
+    void matmul_one(const weight_view& w, const float* x, int64_t n_tok, float* y, const cuda::cuda_act_q8* xq);
+    const cuda::cuda_act_q8* act_q8(const float* x, int64_t n_tok, int64_t n_cols);
     // Positions pos [n] in device memory: RoPE's table, the projection's sink
     // test and attention's masks all read one upload per pass.
     const int32_t* upload_pos(const int32_t* pos, int64_t n);
@@ -166,6 +169,9 @@ private:
     cuda::device_array<int32_t> d_tok_, d_pos_;
     cuda::device_array<float> d_logits_, d_ytile_, d_partials_;
     cuda::device_array<uint16_t> d_x16_, d_w16_;
+    cuda::device_array<int8_t> d_actq_;  // act_q8's codes and metadata
+    cuda::device_array<float> d_actm_;
+    cuda::cuda_act_q8 act_q8_;
     cuda::device_array<cuda::cuda_attn_item> d_items_;
     cuda::device_array<cuda::cuda_attn_task> d_tasks_;
     cuda::device_array<cuda::cuda_prefill_task> d_ptasks_;

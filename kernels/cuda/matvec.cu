@@ -343,6 +343,139 @@ __global__ void __launch_bounds__(k_mv_block)
     }
 }
 
+// ---- the same blocks against 8-bit activations (cuda_act_q8)
+
+// x rows -> int8 codes and per-16 metadata: a thread per 16 columns.
+__global__ void __launch_bounds__(k_mv_block)
+    quantize_act_kernel(dptr<const float> x, int64_t n, dptr<int8_t> q, dptr<float> meta) {
+    const int64_t g = (int64_t)blockIdx.x * k_mv_block + threadIdx.x;  // 16-column group
+    if (g >= n) return;
+    float v[k_act_q8_block];
+    ZK_UNROLL
+    for (int k = 0; k < k_act_q8_block / 4; k++) {
+        const cu_f4 f = cu_load<cu_f4>(x, g * k_act_q8_block + 4 * k);
+        ZK_UNROLL
+        for (int e = 0; e < 4; e++) v[4 * k + e] = f.x[e];
+    }
+    float amax = 0.0f, sum = 0.0f;
+    ZK_UNROLL
+    for (int e = 0; e < k_act_q8_block; e++) amax = fmaxf(amax, fabsf(v[e])), sum += v[e];
+    const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    cu_v16 codes;
+    int isum = 0;
+    ZK_UNROLL
+    for (int k = 0; k < 4; k++) {
+        uint32_t w = 0;
+        ZK_UNROLL
+        for (int e = 0; e < 4; e++) {
+            const int c = __float2int_rn(v[4 * k + e] * id);
+            isum += c;
+            w |= (uint32_t)(c & 0xFF) << (8 * e);
+        }
+        codes.w[k] = w;
+    }
+    dptr_cast<cu_v16>(q + g * k_act_q8_block)[0] = codes;
+    cu_f4 m;
+    m.x[0] = d;
+    m.x[1] = sum;
+    m.x[2] = (float)isum;
+    m.x[3] = 0.0f;
+    dptr_cast<cu_f4>(meta + 4 * g)[0] = m;
+}
+
+// matvec_kq_kernel's layout of lanes and blocks; each run of 16 weights
+// against 16 activation codes by four DP4As, then once in floats:
+// Q4_K  sum w x = d_run d_x sum q xq - m_run sum x
+// Q6_K  sum w x = d_run d_x (sum q xq - 32 sum xq)   (q unsigned 6-bit codes)
+template <int TYPE, int NW>
+__global__ void __launch_bounds__(k_mv_block)
+    matvec_kq_q8_kernel(int64_t row_bytes, int64_t n_rows, int64_t n_cols, dptr<const uint8_t> W,
+                        dptr<const int8_t> xq, dptr<const float> xm, int n_tok, dptr<float> y) {
+    constexpr int block_bytes = TYPE == (int)dtype::Q4_K ? k_q4_K_bytes : k_q6_K_bytes;
+    constexpr int off1 = TYPE == (int)dtype::Q4_K ? k_kq_off1_q4_K : k_kq_off1_q6_K;
+    ZK_SHARED(float, part, k_mv_block / 32 * k_matvec_max_tok);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, kw = warp % NW;
+    const int sub = lane / k_kq_lanes, j = lane % k_kq_lanes;
+    const int64_t r = (int64_t)blockIdx.x * (k_mv_block / 32 / NW) + warp / NW;
+    const int64_t nb = n_cols / 256;
+    const int c0 = kq_col0<TYPE>(j);
+    float acc[k_matvec_max_tok];
+    ZK_UNROLL
+    for (int t = 0; t < k_matvec_max_tok; t++) acc[t] = 0.0f;
+    if (r < n_rows) {
+        dptr<const uint8_t> row = W + r * row_bytes;
+        for (int64_t i0 = (int64_t)kw * k_kq_blocks; i0 < nb; i0 += (int64_t)NW * k_kq_blocks * k_kq_unroll) {
+            kq_words k[k_kq_unroll];
+            ZK_UNROLL
+            for (int u = 0; u < k_kq_unroll; u++) {
+                const int64_t i = i0 + (int64_t)u * NW * k_kq_blocks + sub;
+                if (i < nb) k[u] = kq_load<TYPE>(row + i * block_bytes, j);
+            }
+            ZK_UNROLL
+            for (int u = 0; u < k_kq_unroll; u++) {
+                const int64_t i = i0 + (int64_t)u * NW * k_kq_blocks + sub;
+                if (i >= nb) break;
+                float d[2], m[2];
+                kq_scales<TYPE>(k[u], j, d, m);
+                // the lane's two runs as four code words each
+                uint32_t lo[4], hi[4];
+                ZK_UNROLL
+                for (int w = 0; w < 4; w++) {
+                    if (TYPE == (int)dtype::Q4_K) {
+                        lo[w] = k[u].codes.w[w] & 0x0F0F0F0Fu;
+                        hi[w] = (k[u].codes.w[w] >> 4) & 0x0F0F0F0Fu;
+                    } else {
+                        const int p = (j % 4) / 2;
+                        const uint32_t ql = k[u].codes.w[w], qh = k[u].codes2.w[w];
+                        lo[w] = (ql & 0x0F0F0F0Fu) | (((qh >> (2 * p)) & 0x03030303u) << 4);
+                        hi[w] = ((ql >> 4) & 0x0F0F0F0Fu) | (((qh >> (4 + 2 * p)) & 0x03030303u) << 4);
+                    }
+                }
+                ZK_UNROLL
+                for (int t = 0; t < k_matvec_max_tok; t++) {
+                    if (t >= n_tok) break;
+                    const int64_t xo = t * n_cols + 256 * i + c0;
+                    const cu_v16 a = cu_load<cu_v16>(xq, xo);
+                    const cu_v16 b = cu_load<cu_v16>(xq, xo + off1);
+                    const cu_f4 ma = cu_load<cu_f4>(xm, 4 * (xo / k_act_q8_block));
+                    const cu_f4 mb = cu_load<cu_f4>(xm, 4 * ((xo + off1) / k_act_q8_block));
+                    int sa = 0, sb = 0;
+                    ZK_UNROLL
+                    for (int w = 0; w < 4; w++) {
+                        sa = __dp4a((int)lo[w], (int)a.w[w], sa);
+                        sb = __dp4a((int)hi[w], (int)b.w[w], sb);
+                    }
+                    if (TYPE == (int)dtype::Q4_K)
+                        acc[t] += d[0] * ma.x[0] * (float)sa - m[0] * ma.x[1] + d[1] * mb.x[0] * (float)sb -
+                                  m[1] * mb.x[1];
+                    else
+                        acc[t] += d[0] * ma.x[0] * ((float)sa - 32.0f * ma.x[2]) +
+                                  d[1] * mb.x[0] * ((float)sb - 32.0f * mb.x[2]);
+                }
+            }
+        }
+    }
+    ZK_UNROLL
+    for (int t = 0; t < k_matvec_max_tok; t++) {
+        if (t >= n_tok) break;
+        const float s = warp_sum(acc[t]);
+        if (NW == 1) {
+            if (lane == 0 && r < n_rows) y[t * n_rows + r] = s;
+        } else if (lane == 0) {
+            part[warp * k_matvec_max_tok + t] = s;
+        }
+    }
+    if (NW > 1) {
+        __syncthreads();
+        if (kw == 0 && lane < n_tok && r < n_rows) {
+            float s = 0.0f;
+            ZK_UNROLL
+            for (int jw = 0; jw < NW; jw++) s += part[(warp + jw) * k_matvec_max_tok + lane];
+            y[(int64_t)lane * n_rows + r] = s;
+        }
+    }
+}
+
 // Warps per row of a K-quant mat-vec: enough warps in the grid to keep the
 // device's memory busy, at least one full unrolled step (8 blocks) per warp.
 int kq_warps_per_row(int64_t n_rows, int64_t nb) {
@@ -352,11 +485,19 @@ int kq_warps_per_row(int64_t n_rows, int64_t nb) {
 }
 
 template <int TYPE>
-void launch_kq(const cuda_weight& w, dptr<const float> x, int n_tok, dptr<float> y, cuda_stream stream) {
+void launch_kq(const cuda_weight& w, dptr<const float> x, int n_tok, dptr<float> y, cuda_stream stream,
+               const cuda_act_q8* xq) {
     const int64_t rb = (int64_t)dtype_row_size(w.type, w.n_cols);
     const int nw = kq_warps_per_row(w.n_rows, w.n_cols / 256);
     const int64_t rows_per_block = k_mv_block / 32 / nw;
     const dim3 grid((unsigned)((w.n_rows + rows_per_block - 1) / rows_per_block));
+    if (xq) {
+        const auto q8_kernel = nw == 1 ? matvec_kq_q8_kernel<TYPE, 1> : nw == 2 ? matvec_kq_q8_kernel<TYPE, 2>
+                                                                                : matvec_kq_q8_kernel<TYPE, 4>;
+        ZK_LAUNCH(q8_kernel, grid, dim3(k_mv_block), 0, stream, rb, w.n_rows, w.n_cols, w.data,
+                  dptr<const int8_t>(xq->q), dptr<const float>(xq->meta), n_tok, y);
+        return;
+    }
     const auto kq_kernel = nw == 1 ? matvec_kq_kernel<TYPE, 1> : nw == 2 ? matvec_kq_kernel<TYPE, 2>
                                                                        : matvec_kq_kernel<TYPE, 4>;
     ZK_LAUNCH(kq_kernel, grid, dim3(k_mv_block), 0, stream, rb, w.n_rows, w.n_cols, w.data, x, n_tok, y);
@@ -418,15 +559,29 @@ bool cuda_weight_supported(dtype t) {
     }
 }
 
-void cuda_matvec(const cuda_weight& w, dptr<const float> x, int64_t n_tok, dptr<float> y, cuda_stream stream) {
+bool cuda_matvec_takes_q8(dtype t) { return t == dtype::Q4_K || t == dtype::Q6_K; }
+
+void cuda_quantize_act(dptr<const float> x, int64_t n_tok, int64_t n_cols, const cuda_act_q8& out,
+                       cuda_stream stream) {
+    if (n_cols % k_act_q8_block != 0)
+        ZK_THROW("cuda_quantize_act: rows of %lld columns (a multiple of %d needed)", (long long)n_cols,
+                 k_act_q8_block);
+    const int64_t n = n_tok * n_cols / k_act_q8_block;
+    if (n == 0) return;
+    ZK_LAUNCH(quantize_act_kernel, dim3((unsigned)((n + k_mv_block - 1) / k_mv_block)), dim3(k_mv_block), 0, stream,
+              x, n, out.q, out.meta);
+}
+
+void cuda_matvec(const cuda_weight& w, dptr<const float> x, int64_t n_tok, dptr<float> y, cuda_stream stream,
+                 const cuda_act_q8* xq) {
     check_weight(w, "cuda_matvec");
     if (n_tok < 1 || n_tok > k_matvec_max_tok)
         ZK_THROW("cuda_matvec: %lld tokens (1..%d; prefill goes through cuda_dequantize + the GEMM)",
                  (long long)n_tok, k_matvec_max_tok);
     if (w.n_rows == 0) return;
     switch (w.type) {
-        case dtype::Q4_K: launch_kq<(int)dtype::Q4_K>(w, x, (int)n_tok, y, stream); break;
-        case dtype::Q6_K: launch_kq<(int)dtype::Q6_K>(w, x, (int)n_tok, y, stream); break;
+        case dtype::Q4_K: launch_kq<(int)dtype::Q4_K>(w, x, (int)n_tok, y, stream, xq); break;
+        case dtype::Q6_K: launch_kq<(int)dtype::Q6_K>(w, x, (int)n_tok, y, stream, xq); break;
         case dtype::F32: launch_generic<(int)dtype::F32>(w, x, (int)n_tok, y, stream); break;
         case dtype::F16: launch_generic<(int)dtype::F16>(w, x, (int)n_tok, y, stream); break;
         case dtype::BF16: launch_generic<(int)dtype::BF16>(w, x, (int)n_tok, y, stream); break;

@@ -29,8 +29,28 @@ struct cuda_weight {
 // True for the types these kernels read.
 bool cuda_weight_supported(dtype t);
 
-// n_tok <= k_matvec_max_tok.
-void cuda_matvec(const cuda_weight& w, dptr<const float> x, int64_t n_tok, dptr<float> y, cuda_stream stream);
+// Activations rounded to 8 bits for the K-quant mat-vec (as the CPU's
+// kernel_matmul rounds them, in finer blocks): per 16 columns of a row, int8
+// codes q = round(x / d) with d = max |x| / 127, and (d, the sum of the f32
+// x, the sum of the codes as an exact float, 0). Quantized once per input
+// row set, read by every matrix that multiplies it (q, k and v; gate and up).
+constexpr int k_act_q8_block = 16;
+struct cuda_act_q8 {
+    dptr<int8_t> q;     // [n_tok x n_cols]
+    dptr<float> meta;   // [n_tok x n_cols / 16 x 4]
+};
+// x [n_tok x n_cols] (n_cols a multiple of 16) -> out.
+void cuda_quantize_act(dptr<const float> x, int64_t n_tok, int64_t n_cols, const cuda_act_q8& out,
+                       cuda_stream stream);
+// Whether cuda_matvec reads the 8-bit activations for weights of type t (Q4_K, Q6_K).
+bool cuda_matvec_takes_q8(dtype t);
+
+// n_tok <= k_matvec_max_tok. With xq (cuda_quantize_act of the same x), the
+// K-quants multiply integer codes four at a time (DP4A): far fewer
+// instructions per weight, within 5e-3 of sum |w x| of the exact product
+// (tests/simt/test_cuda_matvec.cpp); without it, in f32 (1e-6).
+void cuda_matvec(const cuda_weight& w, dptr<const float> x, int64_t n_tok, dptr<float> y, cuda_stream stream,
+                 const cuda_act_q8* xq = nullptr);
 
 // out[i][c] = scale * W[row_i][c], row_i = ids[i] (ids null: row0 + i), for
 // i < n; f32 into out32 or f16 (rounded to nearest even) into out16 (one of

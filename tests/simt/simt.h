@@ -390,6 +390,11 @@ inline int __float_as_int(float x) { return (int)(uint32_t)simt::to_bits(x); }
 inline unsigned __float_as_uint(float x) { return (uint32_t)simt::to_bits(x); }
 inline float __uint_as_float(unsigned x) { return simt::from_bits<float>(x); }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
+// c + the dot product of a's and b's four signed bytes (DP4A)
+inline int __dp4a(int a, int b, int c) {
+    for (int i = 0; i < 4; i++) c += (int)(int8_t)((uint32_t)a >> (8 * i)) * (int)(int8_t)((uint32_t)b >> (8 * i));
+    return c;
+}
 inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
 inline int __clz(unsigned x) { return x ? __builtin_clz(x) : 32; }
 template <class T>

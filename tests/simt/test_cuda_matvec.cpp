@@ -105,12 +105,65 @@ TEST_P(CudaMatvec, MatchesCpuReferenceAndProductionPath) {
             if (n_tok == 3)
                 std::printf("%-5s cols %4lld: vs reference %.2e, vs kernel_matmul %.2e (of sum |w x|)\n", dtype_name(t),
                             (long long)cols, worst_ref, worst_cpu);
+            if (!cuda_matvec_takes_q8(t)) continue;
+            // the K-quants against 8-bit activations (what the backend runs):
+            // within the production path's tolerance of the exact product
+            const cuda_act_q8 xq{pool.zeros<int8_t>(x.size(), "xq"), pool.zeros<float>(x.size() / 4, "xq meta")};
+            cuda_quantize_act(pool.up(x, "x"), n_tok, cols, xq, nullptr);
+            const dptr<float> y8 = pool.zeros<float>(ref.size(), "y8");
+            cuda_matvec(cw, pool.up(x, "x"), n_tok, y8, nullptr, &xq);
+            const std::vector<float> got8 = pool.down(y8, ref.size());
+            double worst8 = 0;
+            for (int64_t r = 0; r < rows; r++) {
+                dtype_dequantize_row(t, w.data() + r * rb, row.data(), cols);
+                for (int64_t k = 0; k < n_tok; k++) {
+                    double mag = 1e-30;
+                    for (int64_t c = 0; c < cols; c++) mag += std::fabs((double)row[c] * x[k * cols + c]);
+                    const size_t i = (size_t)(k * rows + r);
+                    worst8 = std::max(worst8, std::fabs(got8[i] - ref[i]) / mag);
+                }
+            }
+            EXPECT_LE(worst8, 5e-3) << dtype_name(t) << " 8-bit activations, cols " << cols << " tokens " << n_tok;
+            if (n_tok == 3)
+                std::printf("%-5s cols %4lld, 8-bit activations: vs reference %.2e (of sum |w x|)\n", dtype_name(t),
+                            (long long)cols, worst8);
         }
     }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaMatvec, ::testing::ValuesIn(k_types),
                          [](const ::testing::TestParamInfo<dtype>& i) { return std::string(dtype_name(i.param)); });
+
+// 8-bit activations: codes and metadata as a host computation of the stated
+// rule gives them (d = max |x| / 127, codes rounded to nearest even, sums).
+TEST(CudaMatvec, ActivationQuantizationIsTheRule) {
+    const int64_t n_tok = 3, cols = 96;
+    std::mt19937 g(9);
+    std::normal_distribution<float> N(0, 2);
+    std::vector<float> x((size_t)(n_tok * cols));
+    for (auto& v : x) v = N(g);
+    for (int64_t c = 16; c < 32; c++) x[(size_t)c] = 0.0f;  // an all-zero group: codes 0, d 0
+    device_pool pool;
+    const cuda_act_q8 xq{pool.zeros<int8_t>(x.size(), "xq"), pool.zeros<float>(x.size() / 4, "xq meta")};
+    cuda_quantize_act(pool.up(x, "x"), n_tok, cols, xq, nullptr);
+    const std::vector<int8_t> q = pool.down(xq.q, x.size());
+    const std::vector<float> meta = pool.down(xq.meta, x.size() / 4);
+    for (size_t b = 0; b < x.size() / 16; b++) {
+        float amax = 0.0f, sum = 0.0f;
+        for (int e = 0; e < 16; e++) amax = std::max(amax, std::fabs(x[16 * b + e])), sum += x[16 * b + e];
+        const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        int isum = 0;
+        for (int e = 0; e < 16; e++) {
+            const int c = (int)std::nearbyint(x[16 * b + e] * id);
+            isum += c;
+            ASSERT_EQ(q[16 * b + e], c) << "group " << b << " element " << e;
+        }
+        EXPECT_EQ(meta[4 * b], amax / 127.0f) << b;
+        EXPECT_NEAR(meta[4 * b + 1], sum, 1e-5f * (1 + std::fabs(sum))) << b;
+        EXPECT_EQ(meta[4 * b + 2], (float)isum) << b;
+    }
+    EXPECT_THROW(cuda_quantize_act(pool.up(x, "x"), 1, 40, xq, nullptr), zk::error);
+}
 
 TEST(CudaMatvecRefuses, UnsupportedTypesAndShapes) {
     device_pool pool;
