@@ -8,14 +8,20 @@
 //               backend, so per session), keyed by their host address;
 //               norm and bias vectors too
 //   activations forward_buffers' arrays (fb_array) are device memory
-//   KV cache    the host kv_cache stays the authority: kv_append fetches the
-//               new k and v rows, appends them on the host as the CPU backend
-//               does (bookkeeping, quantization, GEAR, eviction's compaction
-//               all stay host code), then brings each block's device mirror up
-//               to date by copying only what the append changed (every array
-//               of a block grows at its end, except a windowed side's residual
-//               rows, which move when a group is quantized); a block changed
-//               otherwise (compact, clear: kv_block::edits) is copied whole
+//   KV cache    the host kv_cache stays the authority, each block has a
+//               device mirror. A decode step appends on the device first
+//               (kv_append_device: kv_cache::append_plan replayed by
+//               kernels/cuda/kv_append.h, the host's quantization bit for
+//               bit) and the host cache follows at the pass's end (pass_end:
+//               the rows come over in one transfer after the logits). Else
+//               (prefill, GEAR, sinks, scores, a mirror without room)
+//               kv_append fetches the new k and v rows, appends them on the
+//               host as the CPU backend does, then brings each block's mirror
+//               up to date by copying only what the append changed (every
+//               array of a block grows at its end, except a windowed side's
+//               residual rows, which move when a group is quantized); a block
+//               changed otherwise (compact, clear: kv_block::edits) is copied
+//               whole
 //   logits      computed in device scratch, copied to the caller's memory
 //
 // Not on the GPU (refused in one line when a session is made): eviction
