@@ -1,8 +1,8 @@
 // The CUDA backend's attention side (engine/backend_cuda.h): the q/k
 // projection of compressed heads, KV append (a decode step's on the device
 // mirror first, the host cache following at the pass's end; otherwise through
-// the host cache into the mirror), and attention: a decode step's (sequence, KV head) items
-// split into equal-cost slot ranges (flash-decoding, kernels/cuda/
+// the host cache into the mirror), and attention: a decode step's (sequence,
+// KV head) items split into equal-cost slot ranges (flash-decoding, kernels/cuda/
 // attention_decode.h), a prefill chunk's in tiles of equal work
 // (attention_prefill.h).
 #include <cstring>
@@ -244,8 +244,9 @@ std::string backend_cuda::kv_copy_check(const kv_cache& c) {
             const kv_block& b = c.block(il, g);
             if (m.n_used < 0) continue;  // never copied
             if (m.n_used != b.n_used || m.n_quant != b.n_quant) {
-                std::snprintf(buf, sizeof buf, "layer %d head %d: %lld slots (%lld quantized) on the device, %lld (%lld) on the host",
-                              il, g, (long long)m.n_used, (long long)m.n_quant, (long long)b.n_used, (long long)b.n_quant);
+                std::snprintf(buf, sizeof buf,
+                              "layer %d head %d: %lld slots (%lld quantized) on the device, %lld (%lld) on the host", il,
+                              g, (long long)m.n_used, (long long)m.n_quant, (long long)b.n_used, (long long)b.n_quant);
                 out = buf;
                 break;
             }
@@ -263,8 +264,9 @@ std::string backend_cuda::kv_copy_check(const kv_cache& c) {
                 const uint8_t* h = (const uint8_t*)host;
                 for (size_t i = 0; i < bytes; i++)
                     if (d[i] != h[i]) {
-                        std::snprintf(buf, sizeof buf, "layer %d head %d: %s: byte %zu of %zu is %d on the device, %d on the host",
-                                      il, g, name, i, bytes, d[i], h[i]);
+                        std::snprintf(buf, sizeof buf,
+                                      "layer %d head %d: %s: byte %zu of %zu is %d on the device, %d on the host", il,
+                                      g, name, i, bytes, d[i], h[i]);
                         out = buf;
                         break;
                     }
