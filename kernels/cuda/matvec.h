@@ -36,8 +36,8 @@ bool cuda_weight_supported(dtype t);
 // row set, read by every matrix that multiplies it (q, k and v; gate and up).
 constexpr int k_act_q8_block = 16;
 struct cuda_act_q8 {
-    dptr<int8_t> q;     // [n_tok x n_cols]
-    dptr<float> meta;   // [n_tok x n_cols / 16 x 4]
+    dptr<int8_t> q{};   // [n_tok x n_cols]
+    dptr<float> meta{};  // [n_tok x n_cols / 16 x 4]
 };
 // x [n_tok x n_cols] (n_cols a multiple of 16) -> out.
 void cuda_quantize_act(dptr<const float> x, int64_t n_tok, int64_t n_cols, const cuda_act_q8& out,
