@@ -8,7 +8,7 @@
 // n_cols] f32, y [n_tok x n_rows] f32. Types: F32, F16, BF16, Q4_0, Q4_1,
 // Q5_0, Q8_0, Q4_K, Q6_K. CPU twins: kernel_matmul_reference and
 // dtype_dequantize_row (bit for bit), kernel_matmul (activations quantized
-// to 8 bits there, not here).
+// to 8 bits there; here too for Q4_K/Q6_K when given cuda_act_q8, below).
 #pragma once
 #include <cstdint>
 
