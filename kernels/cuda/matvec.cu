@@ -273,6 +273,34 @@ __device__ __forceinline__ void kq_weights(const kq_words& k, int j, int w, cons
 // Warp steps a warp loads before it computes (bytes in flight per lane).
 constexpr int k_kq_unroll = 2;
 
+// The K-quant kernels' end: each warp's sums over its lanes; with NW warps a
+// row, the first warp of the row adds the others' (part: k_mv_block / 32 x
+// k_matvec_max_tok floats of shared memory). Every thread of the block calls.
+template <int NW>
+__device__ __forceinline__ void kq_store(const float (&acc)[k_matvec_max_tok], int n_tok, int64_t r, int64_t n_rows,
+                                         sptr<float> part, dptr<float> y) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, kw = warp % NW;
+    ZK_UNROLL
+    for (int t = 0; t < k_matvec_max_tok; t++) {
+        if (t >= n_tok) break;
+        const float s = warp_sum(acc[t]);
+        if (NW == 1) {
+            if (lane == 0 && r < n_rows) y[t * n_rows + r] = s;
+        } else if (lane == 0) {
+            part[warp * k_matvec_max_tok + t] = s;
+        }
+    }
+    if (NW > 1) {
+        __syncthreads();
+        if (kw == 0 && lane < n_tok && r < n_rows) {
+            float s = 0.0f;
+            ZK_UNROLL
+            for (int jw = 0; jw < NW; jw++) s += part[(warp + jw) * k_matvec_max_tok + lane];
+            y[(int64_t)lane * n_rows + r] = s;
+        }
+    }
+}
+
 // NW warps per row (1, 2 or 4) split its blocks (warp step i: blocks 4i ..
 // 4i + 3, steps round robin over the NW warps); the warps' sums meet in shared
 // memory. 4 / NW rows per 128-thread block.
@@ -322,25 +350,7 @@ __global__ void __launch_bounds__(k_mv_block)
             }
         }
     }
-    ZK_UNROLL
-    for (int t = 0; t < k_matvec_max_tok; t++) {
-        if (t >= n_tok) break;
-        const float s = warp_sum(acc[t]);
-        if (NW == 1) {
-            if (lane == 0 && r < n_rows) y[t * n_rows + r] = s;
-        } else if (lane == 0) {
-            part[warp * k_matvec_max_tok + t] = s;
-        }
-    }
-    if (NW > 1) {
-        __syncthreads();
-        if (kw == 0 && lane < n_tok && r < n_rows) {
-            float s = 0.0f;
-            ZK_UNROLL
-            for (int jw = 0; jw < NW; jw++) s += part[(warp + jw) * k_matvec_max_tok + lane];
-            y[(int64_t)lane * n_rows + r] = s;
-        }
-    }
+    kq_store<NW>(acc, n_tok, r, n_rows, part, y);
 }
 
 // ---- the same blocks against 8-bit activations (cuda_act_q8)
@@ -455,25 +465,7 @@ __global__ void __launch_bounds__(k_mv_block)
             }
         }
     }
-    ZK_UNROLL
-    for (int t = 0; t < k_matvec_max_tok; t++) {
-        if (t >= n_tok) break;
-        const float s = warp_sum(acc[t]);
-        if (NW == 1) {
-            if (lane == 0 && r < n_rows) y[t * n_rows + r] = s;
-        } else if (lane == 0) {
-            part[warp * k_matvec_max_tok + t] = s;
-        }
-    }
-    if (NW > 1) {
-        __syncthreads();
-        if (kw == 0 && lane < n_tok && r < n_rows) {
-            float s = 0.0f;
-            ZK_UNROLL
-            for (int jw = 0; jw < NW; jw++) s += part[(warp + jw) * k_matvec_max_tok + lane];
-            y[(int64_t)lane * n_rows + r] = s;
-        }
-    }
+    kq_store<NW>(acc, n_tok, r, n_rows, part, y);
 }
 
 // Warps per row of a K-quant mat-vec: enough warps in the grid to keep the

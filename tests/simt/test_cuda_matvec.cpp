@@ -88,18 +88,21 @@ TEST_P(CudaMatvec, MatchesCpuReferenceAndProductionPath) {
             const dptr<float> y = pool.zeros<float>(ref.size(), "y");
             cuda_matvec(cw, pool.up(x, "x"), n_tok, y, nullptr);
             const std::vector<float> got = pool.down(y, ref.size());
+            // max over outputs of |a - b| / sum_c |w_rc x_c|
+            std::vector<double> mag(ref.size(), 1e-30);
             std::vector<float> row(cols);
-            double worst_ref = 0, worst_cpu = 0;
             for (int64_t r = 0; r < rows; r++) {
                 dtype_dequantize_row(t, w.data() + r * rb, row.data(), cols);
-                for (int64_t k = 0; k < n_tok; k++) {
-                    double mag = 1e-30;
-                    for (int64_t c = 0; c < cols; c++) mag += std::fabs((double)row[c] * x[k * cols + c]);
-                    const size_t i = (size_t)(k * rows + r);
-                    worst_ref = std::max(worst_ref, std::fabs(got[i] - ref[i]) / mag);
-                    worst_cpu = std::max(worst_cpu, std::fabs(got[i] - cpu[i]) / mag);
-                }
+                for (int64_t k = 0; k < n_tok; k++)
+                    for (int64_t c = 0; c < cols; c++)
+                        mag[(size_t)(k * rows + r)] += std::fabs((double)row[c] * x[k * cols + c]);
             }
+            auto worst = [&](const std::vector<float>& a, const std::vector<float>& b) {
+                double e = 0;
+                for (size_t i = 0; i < a.size(); i++) e = std::max(e, std::fabs(a[i] - b[i]) / mag[i]);
+                return e;
+            };
+            const double worst_ref = worst(got, ref), worst_cpu = worst(got, cpu);
             EXPECT_LE(worst_ref, 1e-6) << dtype_name(t) << " cols " << cols << " tokens " << n_tok;
             EXPECT_LE(worst_cpu, 5e-3) << dtype_name(t) << " cols " << cols << " tokens " << n_tok;
             if (n_tok == 3)
@@ -113,16 +116,7 @@ TEST_P(CudaMatvec, MatchesCpuReferenceAndProductionPath) {
             const dptr<float> y8 = pool.zeros<float>(ref.size(), "y8");
             cuda_matvec(cw, pool.up(x, "x"), n_tok, y8, nullptr, &xq);
             const std::vector<float> got8 = pool.down(y8, ref.size());
-            double worst8 = 0;
-            for (int64_t r = 0; r < rows; r++) {
-                dtype_dequantize_row(t, w.data() + r * rb, row.data(), cols);
-                for (int64_t k = 0; k < n_tok; k++) {
-                    double mag = 1e-30;
-                    for (int64_t c = 0; c < cols; c++) mag += std::fabs((double)row[c] * x[k * cols + c]);
-                    const size_t i = (size_t)(k * rows + r);
-                    worst8 = std::max(worst8, std::fabs(got8[i] - ref[i]) / mag);
-                }
-            }
+            const double worst8 = worst(got8, ref);
             EXPECT_LE(worst8, 5e-3) << dtype_name(t) << " 8-bit activations, cols " << cols << " tokens " << n_tok;
             if (n_tok == 3)
                 std::printf("%-5s cols %4lld, 8-bit activations: vs reference %.2e (of sum |w x|)\n", dtype_name(t),
