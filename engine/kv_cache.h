@@ -12,7 +12,8 @@
 //   16  rows of `type` (F16 or F32).                     engine/kv_layout_rows.h
 //   8   per token int8, blocks of 32 channels, f16 scale. engine/kv_layout_q8.h
 //   4,2 KIVI: keys per channel over groups of `group`     engine/kv_layout_kivi.h
-//       tokens (f16 scale + min per (group, channel)), values per token (blocks
+//       tokens (8-bit scale + min codes per (group, channel), clipped
+//       grids, two f16 steps per group), values per token (blocks
 //       of 32 channels, f16 scale + min). A block with a KIVI side is windowed:
 //       the newest tokens stay in a residual window of `type` rows; when it
 //       holds `residual` tokens its oldest `group` tokens are quantized (an

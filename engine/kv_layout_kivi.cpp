@@ -32,9 +32,9 @@ public:
         const size_t C = (size_t)s.capacity, MG = (size_t)s.max_groups;
         window_.resize((size_t)s.residual * row_);
         codes_.resize(C * rb_ + KV_Q4_PAD);
-        const size_t ns = keys_ ? MG * s.r : C * vb_;  // keys per (group, channel), values per (token, block)
-        scale_.resize(ns);
-        min_.resize(ns);
+        // keys: packed grid codes per (group, channel) and two steps per group; values: f16 per (token, block)
+        scale_.resize(keys_ ? MG * s.r : C * vb_);
+        min_.resize(keys_ ? MG * KV_KEY_STEPS : C * vb_);
         if (s.gear) {
             ga_.resize(MG * s.group * k_);
             gb_.resize(MG * s.r * k_);
@@ -97,7 +97,7 @@ private:
         return keys_ ? scale_.data() + gr.g * s_.r : scale_.data() + gr.s0 * vb_;
     }
     const uint16_t* min_of(const kv_group_ref& gr) const {
-        return keys_ ? min_.data() + gr.g * s_.r : min_.data() + gr.s0 * vb_;
+        return keys_ ? min_.data() + gr.g * KV_KEY_STEPS : min_.data() + gr.s0 * vb_;
     }
 
     kv_side_shape s_;
@@ -156,7 +156,7 @@ void kivi_side::move_group(int64_t g, int64_t ng, const int16_t* newt, int) {
     if (g != ng) {
         if (keys_) {
             kv_move_rows(scale_.data(), s_.r, g, ng);
-            kv_move_rows(min_.data(), s_.r, g, ng);
+            kv_move_rows(min_.data(), KV_KEY_STEPS, g, ng);
         }
         if (k_ > 0) kv_move_rows(gb_.data(), (int64_t)s_.r * k_, g, ng);
     }
@@ -180,8 +180,8 @@ size_t kivi_bytes(int bits, const kv_side_shape& s) {
     const size_t C = (size_t)s.capacity, MG = (size_t)s.max_groups;
     size_t b = (size_t)s.residual * s.r * kv_elem_size(s.type);  // residual window
     b += C * kv_kivi_row_bytes(bits, s.r) + KV_Q4_PAD;           // codes
-    b += s.role == KV_ROLE_KEYS ? MG * 2 * 2 * s.r                // scales + mins per (group, channel)
-                                : C * 2 * 2 * kv_n_blocks(s.r, KV_Q4_VBLOCK);  // per (token, block)
+    b += s.role == KV_ROLE_KEYS ? MG * 2 * ((size_t)s.r + KV_KEY_STEPS)  // grid codes per (group, channel), steps
+                                : C * 2 * 2 * kv_n_blocks(s.r, KV_Q4_VBLOCK);  // scale + min per (token, block)
     if (s.gear) {
         const size_t k = s.gear_rank;
         b += MG * ((size_t)s.group * k * 2 + (size_t)s.r * k * 2 + 4 * (size_t)n_out_for(s, s.group));
@@ -192,7 +192,8 @@ size_t kivi_bytes(int bits, const kv_side_shape& s) {
 std::string kivi_describe(int bits, const kv_side_shape& s) {
     char buf[320];
     std::snprintf(buf, sizeof buf,
-                  "%d-bit (keys per channel over %d tokens, values per token in blocks of 32, f16 scales+mins, "
+                  "%d-bit (keys per channel over %d tokens with 8-bit scales+mins, values per token in blocks of 32 "
+                  "with f16 scales+mins, "
                   "%d-token %s residual window)%s",
                   bits, s.group, s.residual, dtype_name(s.type), s.gear ? " + GEAR" : "");
     std::string d = buf;

@@ -7,6 +7,7 @@
 #include "ggml-like/dtype.h"
 #include "ggml-like/error.h"
 #include "kernels/attention.h"
+#include "kernels/cpu/simd.h"
 
 namespace zk {
 
@@ -120,28 +121,138 @@ void kvq_dequantize_vrow(int bits, const uint8_t* codes, const uint16_t* s, cons
 
 // ---- 4-bit / 2-bit keys (per channel over a group) ----
 
-void kvq_quantize_keys(int bits, const float* X, int n, int r, uint8_t* codes, uint16_t* s, uint16_t* m,
+float kvq_key_grid_sse(int bits, const float* x, int n, int64_t stride, const uint8_t* skip, int64_t skip_stride,
+                       float lo, float hi) {
+    const int top = (1 << bits) - 1;
+    const float st = (hi - lo) / (float)top, inv = 1.0f / st;
+    float e[8] = {};
+    for (int t = 0; t < n; t++) {
+        const float v = x[t * stride];
+        const float q = std::fmin(std::fmax(std::nearbyint((v - lo) * inv), 0.0f), (float)top);
+        const float d = (skip && skip[t * skip_stride]) ? 0.0f : v - std::fma(st, q, lo);
+        e[t % 8] = std::fma(d, d, e[t % 8]);
+    }
+    return ((e[0] + e[1]) + (e[2] + e[3])) + ((e[4] + e[5]) + (e[6] + e[7]));
+}
+
+namespace {
+
+#ifdef ZK_SIMD_AVX2
+// kvq_key_grid_sse over a channel gathered into lanes of 8 (token t in lane
+// t % 8 of vector t / 8; keep = all ones for a counted token, zeros for a
+// skipped one or the padding): the same fmas in the same order per lane.
+float key_grid_sse_avx2(int bits, const float* x, const float* keep, int nv, float lo, float hi) {
+    const int top = (1 << bits) - 1;
+    const float st = (hi - lo) / (float)top, inv = 1.0f / st;
+    const __m256 vlo = _mm256_set1_ps(lo), vst = _mm256_set1_ps(st), vinv = _mm256_set1_ps(inv);
+    const __m256 vtop = _mm256_set1_ps((float)top), zero = _mm256_setzero_ps();
+    __m256 e = zero;
+    for (int k = 0; k < nv; k++) {
+        const __m256 v = _mm256_load_ps(x + 8 * k);
+        __m256 q = _mm256_round_ps(_mm256_mul_ps(_mm256_sub_ps(v, vlo), vinv),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        q = _mm256_min_ps(_mm256_max_ps(q, zero), vtop);
+        const __m256 d = _mm256_and_ps(_mm256_sub_ps(v, _mm256_fmadd_ps(vst, q, vlo)), _mm256_load_ps(keep + 8 * k));
+        e = _mm256_fmadd_ps(d, d, e);
+    }
+    alignas(32) float l[8];
+    _mm256_store_ps(l, e);
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+#endif
+
+}  // namespace
+
+void kvq_key_grid_search(int bits, const float* x, int n, int64_t stride, const uint8_t* skip,
+                         int64_t skip_stride, float* lo, float* hi, bool ref) {
+    float mn = INFINITY, mx = -INFINITY;
+    for (int t = 0; t < n; t++) {
+        if (skip && skip[t * skip_stride]) continue;
+        mn = std::fmin(mn, x[t * stride]);
+        mx = std::fmax(mx, x[t * stride]);
+    }
+    if (mn > mx) mn = mx = 0;  // everything skipped
+    *lo = mn, *hi = mx;
+    if (!(mx > mn)) return;
+#ifdef ZK_SIMD_AVX2
+    constexpr int k_lanes_max = 256;
+    alignas(32) float xl[k_lanes_max], keep[k_lanes_max];
+    const int nv = (n + 7) / 8;
+    if (!ref && n <= k_lanes_max) {
+        for (int t = 0; t < 8 * nv; t++) {
+            const bool in = t < n && !(skip && skip[t * skip_stride]);
+            xl[t] = t < n ? x[t * stride] : 0.0f;
+            uint32_t m = in ? 0xffffffffu : 0u;
+            std::memcpy(&keep[t], &m, sizeof m);
+        }
+    }
+#endif
+    auto eval = [&](float l, float h) {
+#ifdef ZK_SIMD_AVX2
+        if (!ref && n <= k_lanes_max) return key_grid_sse_avx2(bits, xl, keep, nv, l, h);
+#endif
+        return kvq_key_grid_sse(bits, x, n, stride, skip, skip_stride, l, h);
+    };
+    const float R = mx - mn;
+    float be = eval(mn, mx);
+    for (int a = 0; a <= KV_KEY_CLIP_STEPS; a++)
+        for (int b = 0; b <= KV_KEY_CLIP_STEPS; b++) {
+            if (a == 0 && b == 0) continue;
+            const float l = std::fma(R, KV_KEY_CLIP_STEP * (float)a, mn), h = std::fma(R, -KV_KEY_CLIP_STEP * (float)b, mx);
+            if (!(h > l)) continue;
+            const float e = eval(l, h);
+            if (e < be) be = e, *lo = l, *hi = h;
+        }
+}
+
+void kvq_key_grid_codes(int bits, const float* lo, const float* hi, int r, uint16_t* grid, uint16_t* step) {
+    const int top = (1 << bits) - 1;
+    float mabs = 0;
+    for (int c = 0; c < r; c++) mabs = std::fmax(mabs, std::fabs(lo[c]));
+    step[1] = f16_ceil(mabs / 127.0f);
+    const float dm = fp16_to_fp32(step[1]);
+    int mc[KV_KEY_MAX_R];
+    float smax = 0;
+    for (int c = 0; c < r; c++) {
+        mc[c] = dm > 0 ? (int)std::fmin(std::fmax(std::floor(lo[c] / dm), -127.0f), 127.0f) : 0;
+        smax = std::fmax(smax, (hi[c] - dm * (float)mc[c]) / (float)top);
+    }
+    step[0] = f16_ceil(smax / 255.0f);
+    const float ds = fp16_to_fp32(step[0]);
+    for (int c = 0; c < r; c++) {
+        const float need = (hi[c] - dm * (float)mc[c]) / (float)top;
+        const int sc = ds > 0 ? (int)std::fmin(std::fmax(std::ceil(need / ds), 0.0f), 255.0f) : 0;
+        grid[c] = (uint16_t)(sc | ((mc[c] & 0xff) << 8));
+    }
+}
+
+void kvq_quantize_keys(int bits, const float* X, int n, int r, uint8_t* codes, uint16_t* grid, uint16_t* step,
                        const uint8_t* skip) {
     check_bits(bits);
+    if (r > KV_KEY_MAX_R) ZK_THROW("%d-bit keys of %d channels: at most %d", bits, r, KV_KEY_MAX_R);
     const int rb = kv_qb_row_bytes(bits, r), top = (1 << bits) - 1;
+    float lo[KV_KEY_MAX_R] = {}, hi[KV_KEY_MAX_R] = {};
+    for (int c = 0; c < r; c++) kvq_key_grid_search(bits, X + c, n, r, skip ? skip + c : nullptr, r, &lo[c], &hi[c]);
+    kvq_key_grid_codes(bits, lo, hi, r, grid, step);
+    const float ds = fp16_to_fp32(step[0]), dm = fp16_to_fp32(step[1]);
     std::memset(codes, 0, (size_t)n * rb);  // unused high bits zero, as for values
     for (int c = 0; c < r; c++) {
-        q_grid(bits, X + c, n, r, skip ? skip + c : nullptr, r, &s[c], &m[c]);
-        const float sv = fp16_to_fp32(s[c]), mv = fp16_to_fp32(m[c]);
+        const float sv = kivi_key_scale(grid[c], ds), mv = kivi_key_min(grid[c], dm);
         const float inv = sv > 0 ? 1.0f / sv : 0.0f;
         for (int t = 0; t < n; t++)
             put_code(bits, codes + (size_t)t * rb, c, q_code(X[(size_t)t * r + c], mv, inv, top));
     }
 }
 
-void kvq_dequantize_keys(int bits, const uint8_t* codes, const uint16_t* s, const uint16_t* m, int n, int r,
+void kvq_dequantize_keys(int bits, const uint8_t* codes, const uint16_t* grid, const uint16_t* step, int n, int r,
                          float* X) {
     check_bits(bits);
     const int rb = kv_qb_row_bytes(bits, r);
-    for (int t = 0; t < n; t++)
-        for (int c = 0; c < r; c++)
-            X[(size_t)t * r + c] =
-                fp16_to_fp32(s[c]) * (float)get_code(bits, codes + (size_t)t * rb, c) + fp16_to_fp32(m[c]);
+    const float ds = fp16_to_fp32(step[0]), dm = fp16_to_fp32(step[1]);
+    for (int c = 0; c < r; c++) {
+        const float sv = kivi_key_scale(grid[c], ds), mv = kivi_key_min(grid[c], dm);
+        for (int t = 0; t < n; t++) X[(size_t)t * r + c] = sv * (float)get_code(bits, codes + (size_t)t * rb, c) + mv;
+    }
 }
 
 // ---- GEAR ----

@@ -1,9 +1,10 @@
 // Quantization of KV cache rows and groups in the layouts described in
 // kernels/attention.h (the attention kernel reads them without dequantizing the
 // cache), their exact inverses for tests and re-packing, and the GEAR error
-// correction. Scales and mins are f16; each is rounded so that every input lies
-// inside the quantization grid (scale rounded up, min rounded down), so the
-// error of a non-outlier element is at most half a step.
+// correction. Scales are rounded up and mins down, so that every input inside
+// a grid's range stays within half a step: 8-bit and value grids span their
+// data (f16 scales and mins); key grids may be clipped (kvq_key_grid_search)
+// and are stored as 8-bit codes.
 #pragma once
 #include <cstdint>
 
@@ -27,14 +28,38 @@ inline int kv_qb_row_bytes(int bits, int r) { return kv_kivi_row_bytes(bits, r);
 void kvq_quantize_vrow(int bits, const float* x, int r, uint8_t* codes, uint16_t* s, uint16_t* m);
 void kvq_dequantize_vrow(int bits, const uint8_t* codes, const uint16_t* s, const uint16_t* m, int r, float* x);
 
-// Keys, per channel over a group of n tokens.
-// X [n x r] (row stride r) -> codes [n x row_bytes(r)], s, m [r]. skip (optional,
-// [n x r]): elements left out of the min/max (GEAR outliers; their codes are
-// clamped and a sparse correction restores them).
-void kvq_quantize_keys(int bits, const float* X, int n, int r, uint8_t* codes, uint16_t* s, uint16_t* m,
+// Keys, per channel over a group of n tokens, X [n x r] (row stride r) ->
+// codes [n x row_bytes(r)], grid [r] (packed scale and min codes, see
+// kernels/attention.h) and step [KV_KEY_STEPS] (the group's f16 ds, dm).
+// A channel's grid is clipped where that lowers its squared error
+// (kvq_key_grid_search), then coded against the group's steps
+// (kvq_key_grid_codes, which rounds mins down and scales up, so the clipped
+// range stays inside the grid). skip (optional, [n x r]): elements left out of
+// the grid (GEAR outliers; their codes are clamped and a sparse correction
+// restores them).
+void kvq_quantize_keys(int bits, const float* X, int n, int r, uint8_t* codes, uint16_t* grid, uint16_t* step,
                        const uint8_t* skip = nullptr);
-void kvq_dequantize_keys(int bits, const uint8_t* codes, const uint16_t* s, const uint16_t* m, int n, int r,
+void kvq_dequantize_keys(int bits, const uint8_t* codes, const uint16_t* grid, const uint16_t* step, int n, int r,
                          float* X);
+
+// The clipped grid of one key channel. KIVI quantizes keys per channel over a
+// group of tokens, so one outlying token widens every other token's steps; at
+// 2 bits that costs more than clipping it. The grid [lo, hi] is the one among
+// [mn + a R s, mx - b R s] (R = mx - mn, s = KV_KEY_CLIP_STEP, a, b = 0 ..
+// KV_KEY_CLIP_STEPS) with the least squared error over the channel's n values
+// x[t * stride] (skipped ones excluded). Qwen2.5-Coder-1.5B, 2-bit cache, 4K
+// context: KL to the f16 cache 0.0376 -> 0.0298. kernels/cuda/kv_append.cu
+// computes the same bits: the errors are explicit fmas summed in 8 lanes (token
+// t in lane t % 8) reduced in a fixed tree, the codes rounded half to even.
+// ref: the scalar errors only (the AVX2 path gives the same bits; tests).
+void kvq_key_grid_search(int bits, const float* x, int n, int64_t stride, const uint8_t* skip,
+                         int64_t skip_stride, float* lo, float* hi, bool ref = false);
+float kvq_key_grid_sse(int bits, const float* x, int n, int64_t stride, const uint8_t* skip, int64_t skip_stride,
+                       float lo, float hi);
+// The grids [lo_c, hi_c] of r channels as codes against the group's steps:
+// dm = max |lo| / 127 and m_c = dm floor(lo_c / dm), then ds = max (hi_c - m_c)
+// / (2^bits - 1) / 255 and s_c = ds ceil(.. / ds); steps rounded up to f16.
+void kvq_key_grid_codes(int bits, const float* lo, const float* hi, int r, uint16_t* grid, uint16_t* step);
 
 // The 4-bit forms.
 inline void kvq_quantize_q4_vrow(const float* x, int r, uint8_t* codes, uint16_t* s, uint16_t* m) {
@@ -43,13 +68,13 @@ inline void kvq_quantize_q4_vrow(const float* x, int r, uint8_t* codes, uint16_t
 inline void kvq_dequantize_q4_vrow(const uint8_t* codes, const uint16_t* s, const uint16_t* m, int r, float* x) {
     kvq_dequantize_vrow(4, codes, s, m, r, x);
 }
-inline void kvq_quantize_q4_keys(const float* X, int n, int r, uint8_t* codes, uint16_t* s, uint16_t* m,
+inline void kvq_quantize_q4_keys(const float* X, int n, int r, uint8_t* codes, uint16_t* grid, uint16_t* step,
                                  const uint8_t* skip = nullptr) {
-    kvq_quantize_keys(4, X, n, r, codes, s, m, skip);
+    kvq_quantize_keys(4, X, n, r, codes, grid, step, skip);
 }
-inline void kvq_dequantize_q4_keys(const uint8_t* codes, const uint16_t* s, const uint16_t* m, int n, int r,
+inline void kvq_dequantize_q4_keys(const uint8_t* codes, const uint16_t* grid, const uint16_t* step, int n, int r,
                                    float* X) {
-    kvq_dequantize_keys(4, codes, s, m, n, r, X);
+    kvq_dequantize_keys(4, codes, grid, step, n, r, X);
 }
 
 // ---- GEAR: low-rank + sparse correction of a quantized group ----
@@ -68,7 +93,8 @@ int kvq_gear_n_outliers(int n, int r, float frac);
 // their quantization group's mean are left out of the scales and stored exactly
 // as sparse corrections; the remaining residual X - deq(X) gets a rank-`rank`
 // approximation A B^T by power iteration with deflation (deterministic start).
-// work: at least kvq_gear_work(n, r) floats.
+// work: at least kvq_gear_work(n, r) floats. s, m: as kvq_quantize_keys's grid
+// and step when per_channel, else as kvq_quantize_vrow's per token.
 int64_t kvq_gear_work(int n, int r);
 void kvq_quantize_gear(const float* X, int n, int r, bool per_channel, int rank, int n_out, uint8_t* codes,
                        uint16_t* s, uint16_t* m, const kvq_gear_out& g, float* work, int bits = 4);

@@ -97,31 +97,104 @@ TEST(KvQuant, Q8RowWithinHalfStep) {
     }
 }
 
-// 4-bit and 2-bit KIVI keys (per channel over a group) and values (per token):
-// every element within half a step of its grid, the grid spanning the data
-// (the largest element of a channel/block maps to the top code).
-TEST(KvQuant, KiviKeysPerChannelWithinHalfStep) {
+// 4-bit and 2-bit KIVI keys (per channel over a group): each channel's grid
+// (decoded from its 8-bit codes and the group's steps) covers the range the
+// clipping search chose for it, overshooting by at most a step and a min step;
+// elements inside the grid are within half a step, those outside it are
+// clamped to its nearest end; the search never raises the squared error of
+// the unclipped range.
+TEST(KvQuant, KiviKeysClippedGridsCoverTheirRange) {
     for (int bits : {4, 2})
         for (int r : {4, 17, 64}) {
             const int n = 32, top = (1 << bits) - 1;
             std::vector<float> X = make_rows(n, r, 2), Y(X.size());
+            X[7 * r + 1] = 9.0f;  // an outlier the search can clip
             std::vector<uint8_t> codes((size_t)n * kv_qb_row_bytes(bits, r));
-            std::vector<uint16_t> s(r), m(r);
-            kvq_quantize_keys(bits, X.data(), n, r, codes.data(), s.data(), m.data());
-            kvq_dequantize_keys(bits, codes.data(), s.data(), m.data(), n, r, Y.data());
+            std::vector<uint16_t> grid(r), step(KV_KEY_STEPS);
+            kvq_quantize_keys(bits, X.data(), n, r, codes.data(), grid.data(), step.data());
+            kvq_dequantize_keys(bits, codes.data(), grid.data(), step.data(), n, r, Y.data());
+            const float ds = fp16_to_fp32(step[0]), dm = fp16_to_fp32(step[1]);
             for (int c = 0; c < r; c++) {
-                float mx = -INFINITY;
+                const std::string at = "bits " + std::to_string(bits) + " r " + std::to_string(r) + " c " +
+                                       std::to_string(c);
+                float lo, hi, mn = INFINITY, mx = -INFINITY;
+                kvq_key_grid_search(bits, X.data() + c, n, r, nullptr, 0, &lo, &hi);
+                for (int t = 0; t < n; t++) mn = std::min(mn, X[t * r + c]), mx = std::max(mx, X[t * r + c]);
+                EXPECT_LE(kvq_key_grid_sse(bits, X.data() + c, n, r, nullptr, 0, lo, hi),
+                          kvq_key_grid_sse(bits, X.data() + c, n, r, nullptr, 0, mn, mx))
+                    << at;
+                const float s = kivi_key_scale(grid[c], ds), m = kivi_key_min(grid[c], dm), g_hi = m + top * s;
+                EXPECT_LE(m, lo) << at;
+                EXPECT_GT(m, lo - dm * 1.0001f - 1e-6f) << at;
+                EXPECT_GE(g_hi, hi * (hi > 0 ? 0.9999f : 1.0001f)) << at;
+                EXPECT_LT(g_hi - hi, top * ds + dm + 1e-6f) << at;
                 for (int t = 0; t < n; t++) {
-                    EXPECT_LE(std::fabs(X[t * r + c] - Y[t * r + c]), 0.5f * fp16_to_fp32(s[c]) * 1.0001f + 1e-6f)
-                        << "bits " << bits << " r " << r << " t " << t << " c " << c;
-                    mx = std::max(mx, X[t * r + c]);
+                    const float x = X[t * r + c], y = Y[t * r + c];
+                    if (x >= m && x <= g_hi)
+                        EXPECT_LE(std::fabs(x - y), 0.5f * s * 1.0001f + 1e-6f) << at << " t " << t;
+                    else
+                        EXPECT_NEAR(y, x < m ? m : g_hi, 1e-6f * std::fabs(g_hi)) << at << " t " << t;
                 }
-                // the grid's top reaches the channel's maximum and overshoots by less than a step
-                const float hi = fp16_to_fp32(m[c]) + top * fp16_to_fp32(s[c]);
-                EXPECT_GE(hi, mx) << "bits " << bits << " c " << c;
-                EXPECT_LT(hi - mx, fp16_to_fp32(s[c]) * 1.01f + 1e-6f) << "bits " << bits << " c " << c;
+            }
+            // at 2 bits the outlier's channel is clipped: the outlier's error grows, the
+            // channel's total falls (at 4 bits keeping it is cheaper)
+            float lo1, hi1;
+            kvq_key_grid_search(bits, X.data() + 1, n, r, nullptr, 0, &lo1, &hi1);
+            if (bits == 2) {
+                EXPECT_LT(hi1, 9.0f) << "r " << r;
             }
         }
+}
+
+// The clipping search's AVX2 errors and its scalar reference pick the same
+// grid, bit for bit (the CUDA twin is held to the scalar one by
+// tests/simt/test_cuda_kv_append.cpp), over group sizes that do and do not fill
+// the 8 lanes and with skipped elements.
+TEST(KvQuant, KeyGridSearchSimdMatchesReference) {
+    std::mt19937 g(5);
+    std::normal_distribution<float> N(0, 1);
+    std::uniform_real_distribution<float> U(0, 1);
+    int clipped = 0;
+    for (int bits : {4, 2})
+        for (int n : {3, 8, 13, 32, 64})
+            for (int trial = 0; trial < 20; trial++) {
+                std::vector<float> x(n);
+                std::vector<uint8_t> skip(n);
+                for (int t = 0; t < n; t++) {
+                    x[t] = N(g) * (U(g) < 0.1f ? 6.0f : 1.0f) + 0.5f;
+                    skip[t] = trial % 3 == 0 && U(g) < 0.15f;
+                }
+                const uint8_t* sk = trial % 3 == 0 ? skip.data() : nullptr;
+                float lo0, hi0, lo1, hi1;
+                kvq_key_grid_search(bits, x.data(), n, 1, sk, 1, &lo0, &hi0, true);
+                kvq_key_grid_search(bits, x.data(), n, 1, sk, 1, &lo1, &hi1, false);
+                ASSERT_EQ(lo0, lo1) << bits << "-bit n " << n << " trial " << trial;
+                ASSERT_EQ(hi0, hi1) << bits << "-bit n " << n << " trial " << trial;
+                float mn = INFINITY, mx = -INFINITY;
+                for (int t = 0; t < n; t++)
+                    if (!sk || !sk[t]) mn = std::min(mn, x[t]), mx = std::max(mx, x[t]);
+                clipped += lo0 > mn || hi0 < mx;
+            }
+    EXPECT_GT(clipped, 50);  // the cases exercise the clipping, not only the full range
+}
+
+// The grid codes: a channel of zeros and a constant channel are exact, and the
+// group's steps are the largest min / 127 and scale / 255 rounded up to f16.
+TEST(KvQuant, KiviKeyGridCodesEdgeCases) {
+    const int r = 3, n = 8;
+    std::vector<float> X((size_t)n * r);
+    for (int t = 0; t < n; t++) X[t * r + 0] = 0.0f, X[t * r + 1] = -1.5f, X[t * r + 2] = (float)t;
+    std::vector<uint8_t> codes((size_t)n * kv_qb_row_bytes(2, r));
+    std::vector<uint16_t> grid(r), step(KV_KEY_STEPS);
+    std::vector<float> Y(X.size());
+    kvq_quantize_keys(2, X.data(), n, r, codes.data(), grid.data(), step.data());
+    kvq_dequantize_keys(2, codes.data(), grid.data(), step.data(), n, r, Y.data());
+    for (int t = 0; t < n; t++) {
+        EXPECT_EQ(Y[t * r + 0], 0.0f) << t;
+        EXPECT_NEAR(Y[t * r + 1], -1.5f, 1.5f / 127) << t;
+    }
+    EXPECT_GE(fp16_to_fp32(step[1]) * 127, 1.5f);
+    EXPECT_LT(fp16_to_fp32(step[1]) * 127, 1.5f * 1.002f);
 }
 
 TEST(KvQuant, KiviValuesPerTokenWithinHalfStep) {

@@ -102,22 +102,21 @@ void kivi_scores(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64
     for (int64_t g = group_of(kv, a); g < kv.n_groups && kv.group_start[g] < b; g++) {
         const int64_t g0 = kv.group_start[g];
         const int64_t ga = std::max<int64_t>(a, g0), gb = std::min<int64_t>(b, kv.group_start[g + 1]);
-        const uint16_t* scl = kv.k.scale + g * r;
-        const uint16_t* mn = kv.k.min + g * r;
+        const uint16_t* grid = kv.k.scale + g * r;
+        const uint16_t* step = kv.k.min + g * KV_KEY_STEPS;
         if (g + k_kivi_prefetch_groups < kv.n_groups && kv.group_start[g + k_kivi_prefetch_groups] < b) {
             const int64_t p = g + k_kivi_prefetch_groups;
             if (!int_path)  // the integer score loops ask for their rows as they go
                 simd::prefetch_l2(codes + kv.group_start[p] * rb,
                                   (size_t)(kv.group_start[p + 1] - kv.group_start[p]) * rb);
             simd::prefetch_l2(kv.k.scale + p * r, sizeof(uint16_t) * r);
-            simd::prefetch_l2(kv.k.min + p * r, sizeof(uint16_t) * r);
         }
         if (int_path) {
-            ik->fold(G, w.qpad, scl, mn, r, nrc, w.qi, w.qd, w.bias);
+            ik->fold(G, w.qpad, grid, step, r, nrc, w.qi, w.qd, w.bias);
             ik->scores(G, r, nrc, codes, rb, ga, gb, b, s0, n, w.qi, w.qd, w.bias, w.sc);
         } else {
-            simd::f16_to_f32_row(scl, w.krow, r);
-            simd::f16_to_f32_row(mn, w.kmin, r);
+            const float ds = fp16_to_fp32(step[0]), dm = fp16_to_fp32(step[1]);
+            for (int c = 0; c < r; c++) w.krow[c] = kivi_key_scale(grid[c], ds), w.kmin[c] = kivi_key_min(grid[c], dm);
             for (int j = 0; j < G; j++) {
                 const float* qj = qt + j * q.q_head_stride;
                 simd::mul_f32(qj, w.krow, w.qs + j * r, r);

@@ -100,22 +100,26 @@ void kivi_head_passes(int G, int most, F&& f) {
 // channels; qi [GB x nrc x chunk], zeros past r; nrc x chunk <= 256). qs = q_c s_c
 // is rounded with one scale per head, qd = max|qs| / 127 (llama.cpp likewise
 // rounds Q to 8 bits for a quantized cache); bias = sum_c q_c m_c. q [GB x nrc x
-// chunk] floats, zero past r; scl, mn: the group's r f16 scales and mins, read
-// in place (8 at a time; a partial last 8 through a zero-filled copy). All heads
-// go through one pass over the scales and their reductions overlap: this runs
-// once per group of 32 slots, so its latency chains (max, reciprocal) are a
-// visible part of a score.
+// chunk] floats, zero past r; grid: the group's r packed grid codes, step its
+// f16 ds and dm (kernels/attention.h), read in place (8 at a time; a partial
+// last 8 through a zero-filled copy). All heads go through one pass over the
+// grid and their reductions overlap: this runs once per group of 32 slots, so
+// its latency chains (max, reciprocal) are a visible part of a score.
 template <int GB, class Pack>
-void kivi_fold_queries(const float* q, const uint16_t* scl, const uint16_t* mn, int r, int nrc, int8_t* qi,
+void kivi_fold_queries(const float* q, const uint16_t* grid, const uint16_t* step, int r, int nrc, int8_t* qi,
                        float* qd, float* bias) {
     const int qstride = Pack::chunk * nrc;
     alignas(32) float qs[GB][256];  // qstride <= 256
     const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 ds = _mm256_set1_ps(fp16_to_fp32(step[0])), dm = _mm256_set1_ps(fp16_to_fp32(step[1]));
+    const __m128i lo8 = _mm_set1_epi16(0xff);
     __m256 mx[GB], bs[GB];
 #pragma GCC unroll 4
     for (int j = 0; j < GB; j++) mx[j] = bs[j] = _mm256_setzero_ps();
-    auto fold8 = [&](int c, __m128i s16, __m128i m16) __attribute__((always_inline)) {
-        const __m256 sv = _mm256_cvtph_ps(s16), mv = _mm256_cvtph_ps(m16);
+    auto fold8 = [&](int c, __m128i g16) __attribute__((always_inline)) {
+        // s_c = ds * (g & 0xff), m_c = dm * (int8)(g >> 8)
+        const __m256 sv = _mm256_mul_ps(ds, _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(_mm_and_si128(g16, lo8))));
+        const __m256 mv = _mm256_mul_ps(dm, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm_srai_epi16(g16, 8))));
 #pragma GCC unroll 4
         for (int j = 0; j < GB; j++) {
             const __m256 qc = _mm256_loadu_ps(q + j * qstride + c);
@@ -126,13 +130,11 @@ void kivi_fold_queries(const float* q, const uint16_t* scl, const uint16_t* mn, 
         }
     };
     int c = 0;
-    for (; c + 8 <= r; c += 8)
-        fold8(c, _mm_loadu_si128((const __m128i*)(scl + c)), _mm_loadu_si128((const __m128i*)(mn + c)));
+    for (; c + 8 <= r; c += 8) fold8(c, _mm_loadu_si128((const __m128i*)(grid + c)));
     if (c < r) {
-        alignas(16) uint16_t ts[8] = {}, tm[8] = {};
-        std::memcpy(ts, scl + c, sizeof(uint16_t) * (r - c));
-        std::memcpy(tm, mn + c, sizeof(uint16_t) * (r - c));
-        fold8(c, _mm_load_si128((const __m128i*)ts), _mm_load_si128((const __m128i*)tm));
+        alignas(16) uint16_t tg[8] = {};
+        std::memcpy(tg, grid + c, sizeof(uint16_t) * (r - c));
+        fold8(c, _mm_load_si128((const __m128i*)tg));
         c += 8;
     }
     for (; c < qstride; c += 8)
@@ -152,17 +154,17 @@ void kivi_fold_queries(const float* q, const uint16_t* scl, const uint16_t* mn, 
 
 // Heads [0, G) in passes of at most 4, as even as can be (kivi_head_passes).
 template <class Pack>
-void kivi_fold_queries_n(int G, const float* q, const uint16_t* scl, const uint16_t* mn, int r, int nrc, int8_t* qi,
-                         float* qd, float* bias) {
+void kivi_fold_queries_n(int G, const float* q, const uint16_t* grid, const uint16_t* step, int r, int nrc,
+                         int8_t* qi, float* qd, float* bias) {
     const int qstride = Pack::chunk * nrc;
     kivi_head_passes(G, 4, [&](int j0, int g) {
         const float* qj = q + j0 * qstride;
         int8_t* qij = qi + j0 * qstride;
         switch (g) {
-            case 1: kivi_fold_queries<1, Pack>(qj, scl, mn, r, nrc, qij, qd + j0, bias + j0); break;
-            case 2: kivi_fold_queries<2, Pack>(qj, scl, mn, r, nrc, qij, qd + j0, bias + j0); break;
-            case 3: kivi_fold_queries<3, Pack>(qj, scl, mn, r, nrc, qij, qd + j0, bias + j0); break;
-            default: kivi_fold_queries<4, Pack>(qj, scl, mn, r, nrc, qij, qd + j0, bias + j0); break;
+            case 1: kivi_fold_queries<1, Pack>(qj, grid, step, r, nrc, qij, qd + j0, bias + j0); break;
+            case 2: kivi_fold_queries<2, Pack>(qj, grid, step, r, nrc, qij, qd + j0, bias + j0); break;
+            case 3: kivi_fold_queries<3, Pack>(qj, grid, step, r, nrc, qij, qd + j0, bias + j0); break;
+            default: kivi_fold_queries<4, Pack>(qj, grid, step, r, nrc, qij, qd + j0, bias + j0); break;
         }
     });
 }

@@ -75,9 +75,9 @@ struct kivi_int_kernels {
     int max_chunks;  // the int16 sums stay exact up to this many chunks; wider keys take the float path
     // Folded queries of G heads for one key group: qi [G x nrc x chunk] int8 in
     // code order (zeros past r), qd [G] their scales, bias [G] = sum_c q_c m_c.
-    // q [G x nrc x chunk] floats (the scaled query, zero past r); scl, mn: the
-    // group's r f16 scales and mins.
-    void (*fold)(int G, const float* q, const uint16_t* scl, const uint16_t* mn, int r, int nrc, int8_t* qi,
+    // q [G x nrc x chunk] floats (the scaled query, zero past r); grid, step: the
+    // group's r packed grid codes and its two f16 steps (kernels/attention.h).
+    void (*fold)(int G, const float* q, const uint16_t* grid, const uint16_t* step, int r, int nrc, int8_t* qi,
                  float* qd, float* bias);
     // sc[j * n + s - s0] = qd_j (qi_j . code_s) + bias_j for slots [a, b) of one group.
     // Code rows of slots below pf_end are asked for ahead (kivi_prefetch_rows).

@@ -250,9 +250,9 @@ struct q2_codes {
     static int channel(bool half, int k, int h, int v, int e) { return 64 * k + (half ? 0 : 32 * h) + 4 * e + v; }
 };
 
-void q2_fold(int G, const float* q, const uint16_t* scl, const uint16_t* mn, int r, int nrc, int8_t* qi, float* qd,
+void q2_fold(int G, const float* q, const uint16_t* grid, const uint16_t* step, int r, int nrc, int8_t* qi, float* qd,
              float* bias) {
-    kivi_fold_queries_n<q2_pack>(G, q, scl, mn, r, nrc, qi, qd, bias);
+    kivi_fold_queries_n<q2_pack>(G, q, grid, step, r, nrc, qi, qd, bias);
 }
 
 void q2_values(int G, const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, int nb, int64_t a,

@@ -245,9 +245,9 @@ struct q4_codes {
     }
 };
 
-void q4_fold(int G, const float* q, const uint16_t* scl, const uint16_t* mn, int r, int nrc, int8_t* qi, float* qd,
+void q4_fold(int G, const float* q, const uint16_t* grid, const uint16_t* step, int r, int nrc, int8_t* qi, float* qd,
              float* bias) {
-    kivi_fold_queries_n<q4_pack>(G, q, scl, mn, r, nrc, qi, qd, bias);
+    kivi_fold_queries_n<q4_pack>(G, q, grid, step, r, nrc, qi, qd, bias);
 }
 
 void q4_values(int G, const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, int nb, int64_t a,

@@ -132,19 +132,18 @@ __device__ __forceinline__ void key8(const cuda_kv_head& kv, const staged& st, i
             ZK_UNROLL
             for (int j = 0; j < 8; j++) x[j] = (float)(int8_t)(uint8_t)(w.w[j / 4] >> (8 * (j % 4))) * sc;
         } else {
-            // KIVI keys: per channel scale and min of the group; channel c + j
+            // KIVI keys: per channel grid codes and the group's steps; channel c + j
             // in bits (j bits) of the little-endian code word
             constexpr int bits = KR == FR_Q4 ? 4 : 2;
             const cuda_kv_side& d = kv.k;
-            const cu_v16 sc = cu_load<cu_v16>(d.scale, (int64_t)g * r + c);
-            const cu_v16 mn = cu_load<cu_v16>(d.min, (int64_t)g * r + c);
+            const cu_v16 gc = cu_load<cu_v16>(d.scale, (int64_t)g * r + c);
+            const float ds = h2f(d.min[(int64_t)g * KV_KEY_STEPS]), dm = h2f(d.min[(int64_t)g * KV_KEY_STEPS + 1]);
             const uint32_t cw = (uint32_t)w;
             ZK_UNROLL
             for (int j = 0; j < 8; j++) {
                 const float code = (float)((cw >> (bits * j)) & ((1u << bits) - 1));
-                const float sj = j % 2 ? h2f_hi(sc.w[j / 2]) : h2f_lo(sc.w[j / 2]);
-                const float mj = j % 2 ? h2f_hi(mn.w[j / 2]) : h2f_lo(mn.w[j / 2]);
-                x[j] = sj * code + mj;
+                const uint32_t gj = gc.w[j / 2] >> (16 * (j % 2));
+                x[j] = kv_key_scale(gj, ds) * code + kv_key_min(gj, dm);
             }
         }
     }

@@ -108,40 +108,104 @@ __global__ void __launch_bounds__(k_kv_block)
     if (lane == 0) scales[s * nb + b] = s16, mins[s * nb + b] = m16;
 }
 
-// A thread per code byte: its 8 / bits channels' grids over the group's
-// tokens, then the byte of every token.
-__global__ void __launch_bounds__(k_kv_block)
-    kivi_keys_kernel(int bits, cuda_rows src, dptr<uint8_t> codes, dptr<uint16_t> gscales, dptr<uint16_t> gmins,
-                     int64_t slot0) {
-    const int per = 8 / bits, top = (1 << bits) - 1;
-    const int cb = blockIdx.x * k_kv_block + threadIdx.x;
-    if (cb * per >= src.r) return;
-    const int rb = (src.r * bits + 7) / 8;
-    float m[4], inv[4];  // per channel of the byte (per <= 4)
-    ZK_UNROLL
-    for (int h = 0; h < 4; h++) {
-        const int c = cb * per + h;
-        m[h] = inv[h] = 0.0f;
-        if (h >= per || c >= src.r) continue;
-        float mn = INFINITY, mx = -INFINITY;
-        for (int64_t t = 0; t < src.n; t++) {
-            const float v = row_elem(src, t, c);
-            mn = fminf(mn, v);
-            mx = fmaxf(mx, v);
-        }
-        uint16_t s16, m16;
-        kivi_grid(bits, mn, mx, s16, m16, m[h], inv[h]);
-        gscales[c] = s16;
-        gmins[c] = m16;
-    }
+// The squared error of grid [lo, hi] over a key channel's n values, as
+// engine/kv_quant.cpp's kvq_key_grid_sse computes it bit for bit: explicit
+// fmas, codes rounded half to even, 8 lanes (token t in lane t % 8) reduced in
+// a fixed tree.
+__device__ inline float key_grid_sse(int bits, const cuda_rows& src, int c, float lo, float hi) {
+    const int top = (1 << bits) - 1;
+    const float st = (hi - lo) / (float)top, inv = 1.0f / st;
+    float e[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int64_t t = 0; t < src.n; t++) {
-        int byte = 0;
+        const float v = row_elem(src, t, c);
+        const float q = fminf(fmaxf(rintf((v - lo) * inv), 0.0f), (float)top);
+        const float d = v - fmaf(st, q, lo);
+        e[t % 8] = fmaf(d, d, e[t % 8]);
+    }
+    return ((e[0] + e[1]) + (e[2] + e[3])) + ((e[4] + e[5]) + (e[6] + e[7]));
+}
+
+// The clipped grid of channel c (kvq_key_grid_search's twin).
+__device__ inline void key_grid_search(int bits, const cuda_rows& src, int c, float& lo, float& hi) {
+    float mn = INFINITY, mx = -INFINITY;
+    for (int64_t t = 0; t < src.n; t++) {
+        const float v = row_elem(src, t, c);
+        mn = fminf(mn, v);
+        mx = fmaxf(mx, v);
+    }
+    lo = mn, hi = mx;
+    if (!(mx > mn)) return;
+    const float R = mx - mn;
+    float be = key_grid_sse(bits, src, c, mn, mx);
+    for (int a = 0; a <= KV_KEY_CLIP_STEPS; a++)
+        for (int b = 0; b <= KV_KEY_CLIP_STEPS; b++) {
+            if (a == 0 && b == 0) continue;
+            const float l = fmaf(R, KV_KEY_CLIP_STEP * (float)a, mn), h = fmaf(R, -KV_KEY_CLIP_STEP * (float)b, mx);
+            if (!(h > l)) continue;
+            const float e = key_grid_sse(bits, src, c, l, h);
+            if (e < be) be = e, lo = l, hi = h;
+        }
+}
+
+// One block per group: a thread per channel (strided) finds its clipped grid
+// (key_grid_search), the block agrees on the group's steps (maxima), each
+// channel's grid is coded as kvq_key_grid_codes does, then a thread per code
+// byte writes its byte of every token. lo, hi: dynamic shared [r] floats each.
+__global__ void __launch_bounds__(k_kv_block)
+    kivi_keys_kernel(int bits, cuda_rows src, dptr<uint8_t> codes, dptr<uint16_t> grid, dptr<uint16_t> step,
+                     int64_t slot0) {
+    ZK_SHARED_DYNAMIC(smem);
+    ZK_SHARED(float, red, 32);
+    const auto lo = smem_take<float>(smem, src.r, "lo");
+    const auto hi = smem_take<float>(smem, src.r, "hi");
+    const int per = 8 / bits, top = (1 << bits) - 1, r = src.r;
+    float mabs = 0;
+    for (int c = threadIdx.x; c < r; c += k_kv_block) {
+        float l, h;
+        key_grid_search(bits, src, c, l, h);
+        lo[c] = l, hi[c] = h;
+        mabs = fmaxf(mabs, fabsf(l));
+    }
+    mabs = block_max(mabs, red);
+    const uint16_t dm16 = f16_ceil(mabs / 127.0f);
+    const float dm = h2f(dm16);
+    float smax = 0;
+    for (int c = threadIdx.x; c < r; c += k_kv_block) {
+        const float mc = dm > 0 ? fminf(fmaxf(floorf(lo[c] / dm), -127.0f), 127.0f) : 0.0f;
+        lo[c] = dm * mc;  // the coded min from here on
+        smax = fmaxf(smax, (hi[c] - lo[c]) / (float)top);
+    }
+    smax = block_max(smax, red);
+    const uint16_t ds16 = f16_ceil(smax / 255.0f);
+    const float ds = h2f(ds16);
+    for (int c = threadIdx.x; c < r; c += k_kv_block) {
+        const float need = (hi[c] - lo[c]) / (float)top;
+        const int sc = ds > 0 ? (int)fminf(fmaxf(ceilf(need / ds), 0.0f), 255.0f) : 0;
+        const int mc = dm > 0 ? (int)(lo[c] / dm) : 0;  // exact: lo = dm * mc
+        grid[c] = (uint16_t)(sc | ((mc & 0xff) << 8));
+        hi[c] = ds * (float)sc;  // the coded scale from here on
+    }
+    if (threadIdx.x == 0) step[0] = ds16, step[1] = dm16;
+    __syncthreads();
+    const int rb = (r * bits + 7) / 8;
+    for (int cb = threadIdx.x; cb < rb; cb += k_kv_block) {
+        float m[4], inv[4];  // per channel of the byte (per <= 4)
         ZK_UNROLL
         for (int h = 0; h < 4; h++) {
             const int c = cb * per + h;
-            if (h < per && c < src.r) byte |= q_round((row_elem(src, t, c) - m[h]) * inv[h], 0, top) << (bits * h);
+            const bool in = h < per && c < r;
+            m[h] = in ? lo[c] : 0.0f;
+            inv[h] = in && hi[c] > 0 ? 1.0f / hi[c] : 0.0f;
         }
-        codes[(slot0 + t) * rb + cb] = (uint8_t)byte;
+        for (int64_t t = 0; t < src.n; t++) {
+            int byte = 0;
+            ZK_UNROLL
+            for (int h = 0; h < 4; h++) {
+                const int c = cb * per + h;
+                if (h < per && c < r) byte |= q_round((row_elem(src, t, c) - m[h]) * inv[h], 0, top) << (bits * h);
+            }
+            codes[(slot0 + t) * rb + cb] = (uint8_t)byte;
+        }
     }
 }
 
@@ -185,13 +249,14 @@ void cuda_kv_quantize_kivi_values(int bits, const cuda_rows& src, dptr<uint8_t> 
               mins, slot0);
 }
 
-void cuda_kv_quantize_kivi_keys(int bits, const cuda_rows& src, dptr<uint8_t> codes, dptr<uint16_t> gscales,
-                                dptr<uint16_t> gmins, int64_t slot0, cuda_stream stream) {
+void cuda_kv_quantize_kivi_keys(int bits, const cuda_rows& src, dptr<uint8_t> codes, dptr<uint16_t> grid,
+                                dptr<uint16_t> step, int64_t slot0, cuda_stream stream) {
     check_rows(src, "cuda_kv_quantize_kivi_keys");
     check_bits(bits, "cuda_kv_quantize_kivi_keys");
     if (src.n < 1) ZK_THROW("cuda_kv_quantize_kivi_keys: an empty group");
-    ZK_LAUNCH(kivi_keys_kernel, dim3(blocks_for(kv_kivi_row_bytes(bits, src.r))), dim3(k_kv_block), 0, stream, bits,
-              src, codes, gscales, gmins, slot0);
+    if (src.r > KV_KEY_MAX_R) ZK_THROW("cuda_kv_quantize_kivi_keys: %d channels (at most %d)", src.r, KV_KEY_MAX_R);
+    ZK_LAUNCH(kivi_keys_kernel, dim3(1), dim3(k_kv_block), 2 * sizeof(float) * src.r, stream, bits, src, codes, grid,
+              step, slot0);
 }
 
 // ---- per side, as kv_side::append / flush ----
@@ -216,8 +281,8 @@ void quantize(const cuda_kv_side_store& d, const cuda_rows& src, int64_t g, int6
     if (d.layout == KV_LAYOUT_Q8) {
         cuda_kv_quantize_q8(src, dptr_as<int8_t>(d.codes), d.scale, s0, stream);
     } else if (d.keys) {
-        cuda_kv_quantize_kivi_keys(d.layout == KV_LAYOUT_Q4 ? 4 : 2, src, d.codes, d.scale + g * d.r, d.min + g * d.r,
-                                   s0, stream);
+        cuda_kv_quantize_kivi_keys(d.layout == KV_LAYOUT_Q4 ? 4 : 2, src, d.codes, d.scale + g * d.r,
+                                   d.min + g * KV_KEY_STEPS, s0, stream);
     } else {
         cuda_kv_quantize_kivi_values(d.layout == KV_LAYOUT_Q4 ? 4 : 2, src, d.codes, d.scale, d.min, s0, stream);
     }

@@ -50,9 +50,11 @@ void cuda_kv_quantize_q8(const cuda_rows& src, dptr<int8_t> codes, dptr<uint16_t
 void cuda_kv_quantize_kivi_values(int bits, const cuda_rows& src, dptr<uint8_t> codes, dptr<uint16_t> scales,
                                   dptr<uint16_t> mins, int64_t slot0, cuda_stream stream);
 // KIVI keys at `bits` of one group (src.n tokens) per channel: codes rows from
-// slot0 on, the group's scales and mins [r] at gscales / gmins.
-void cuda_kv_quantize_kivi_keys(int bits, const cuda_rows& src, dptr<uint8_t> codes, dptr<uint16_t> gscales,
-                                dptr<uint16_t> gmins, int64_t slot0, cuda_stream stream);
+// slot0 on, the group's packed grid codes [r] at grid and its f16 steps
+// [KV_KEY_STEPS] at step (kernels/attention.h), bit for bit as
+// engine/kv_quant.cpp's kvq_quantize_keys (clipped grids included).
+void cuda_kv_quantize_kivi_keys(int bits, const cuda_rows& src, dptr<uint8_t> codes, dptr<uint16_t> grid,
+                                dptr<uint16_t> step, int64_t slot0, cuda_stream stream);
 
 // One side of a device cache block as the appends write it: the arrays its
 // CPU layout allocates (engine/kv_layout_{rows,q8,kivi}.cpp), at capacity.
@@ -66,8 +68,8 @@ struct cuda_kv_side_store {
     dptr<float> rows32{};
     dptr<uint16_t> rows16{};
     // Q8: int8 codes (as bytes) [capacity x r], scales [capacity x blocks32(r)];
-    // KIVI: codes [capacity x row_bytes(r)]; keys: scales, mins [max_groups x r];
-    // values: [capacity x blocks32(r)]
+    // KIVI: codes [capacity x row_bytes(r)]; keys: grid codes [max_groups x r]
+    // and steps [max_groups x KV_KEY_STEPS]; values: [capacity x blocks32(r)] both
     dptr<uint8_t> codes{};
     dptr<uint16_t> scale{}, min{};
 };

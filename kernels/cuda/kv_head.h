@@ -71,8 +71,8 @@ struct cuda_kv_head {
 struct cuda_kv_side_extent {
     int64_t rows = 0;    // (n_slots - n_quant) x r
     int64_t codes = 0;   // bytes
-    int64_t scale = 0;   // = min's when the layout has mins (KIVI)
-    int64_t min = 0;
+    int64_t scale = 0;   // KIVI keys: grid codes; otherwise f16 scales
+    int64_t min = 0;     // KIVI keys: the groups' steps; values: = scale's
     int64_t gear_a = 0, gear_b = 0, gear_out = 0;
 };
 cuda_kv_side_extent cuda_kv_side_extent_of(const attn_kv_view& v, bool keys);

@@ -75,6 +75,13 @@ __device__ inline kv_row_at kv_row(const cuda_kv_side& d, int type, bool keys, i
     return w;
 }
 
+// A KIVI key channel's scale and min from its packed grid code and the group's
+// steps (kernels/attention.h: kivi_key_scale, kivi_key_min).
+__device__ __forceinline__ float kv_key_scale(uint32_t grid, float ds) { return ds * (float)(grid & 0xffu); }
+__device__ __forceinline__ float kv_key_min(uint32_t grid, float dm) {
+    return dm * (float)(int8_t)(uint8_t)((grid >> 8) & 0xffu);
+}
+
 // GEAR's low-rank part of element (t, c) of group g: sum_i A[t, i] B[c, i].
 __device__ inline float kv_gear_lowrank(const cuda_kv_side& d, int group, int r, int32_t g, int t, int c) {
     const int k = d.gear_rank;
@@ -95,8 +102,15 @@ __device__ inline float kv_row_elem(const cuda_kv_side& d, const kv_row_at& w, i
     }
     const int b = c * w.bits;
     const int code = (d.codes[w.o + (b >> 3)] >> (b & 7)) & ((1 << w.bits) - 1);
-    const int64_t si = w.kind == KV_ROW_KIVI_K ? w.so + c : w.so + c / KV_Q4_VBLOCK;
-    float x = h2f(d.scale[si]) * (float)code + h2f(d.min[si]);
+    float x;
+    if (w.kind == KV_ROW_KIVI_K) {
+        const uint32_t gc = d.scale[w.so + c];
+        x = kv_key_scale(gc, h2f(d.min[(int64_t)w.g * KV_KEY_STEPS])) * (float)code +
+            kv_key_min(gc, h2f(d.min[(int64_t)w.g * KV_KEY_STEPS + 1]));
+    } else {
+        const int64_t si = w.so + c / KV_Q4_VBLOCK;
+        x = h2f(d.scale[si]) * (float)code + h2f(d.min[si]);
+    }
     if (d.gear_rank > 0) x += kv_gear_lowrank(d, group, r, w.g, w.t, c);
     return x;
 }

@@ -208,8 +208,13 @@ TEST(BackendCuda, CompressedMatchesCpu) {
 // both devices), 60 tokens in a context of 64, so the residual window of 32
 // quantizes groups and moves while the steps run (the device mirror copies
 // its rows again). Tolerances: 16-bit 1e-4 (summation order; measured
-// below); 8/4/2-bit 3e-2: the CPU's attention rounds the query to int8 for
-// quantized keys (kernels/cuda/README.md: 9.8e-3 of the attention output).
+// below); 8/4-bit 3e-2: the CPU's attention rounds the query to int8 for
+// quantized keys (kernels/cuda/README.md: 9.8e-3 of the attention output);
+// 2-bit 8e-2: besides, each device quantizes its own k rows, which differ in
+// the last bits, and a key channel's clipped grid (engine/kv_quant.h) is the
+// least-error one of a few close candidates, so a tiny difference can pick
+// another grid for a group's channel (measured 5.5e-2 once in 7 steps; given
+// the same rows both devices write the same bytes: kv_copy_check).
 TEST(BackendCuda, EveryCacheLayoutMatchesCpu) {
     const model& m = tiny_f32();
     const std::vector<int32_t> text = random_tokens(80, m.hp.n_vocab);
@@ -219,7 +224,7 @@ TEST(BackendCuda, EveryCacheLayoutMatchesCpu) {
         const std::string what = "tiny f32, " + std::to_string(bits) + "-bit";
         // a prompt in 6-token calls, then steps
         sp.n_batch = 6;
-        expect_same(m, sp, text, 54, 6, {bits == 16 ? 1e-4 : 3e-2, bits >= 8}, what.c_str());
+        expect_same(m, sp, text, 54, 6, {bits == 16 ? 1e-4 : (bits == 2 ? 8e-2 : 3e-2), bits >= 8}, what.c_str());
     }
 }
 
