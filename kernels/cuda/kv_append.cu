@@ -115,12 +115,17 @@ __global__ void __launch_bounds__(k_kv_block)
 __device__ inline float key_grid_sse(int bits, const cuda_rows& src, int c, float lo, float hi) {
     const int top = (1 << bits) - 1;
     const float st = (hi - lo) / (float)top, inv = 1.0f / st;
-    float e[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int64_t t = 0; t < src.n; t++) {
-        const float v = row_elem(src, t, c);
-        const float q = fminf(fmaxf(rintf((v - lo) * inv), 0.0f), (float)top);
-        const float d = v - fmaf(st, q, lo);
-        e[t % 8] = fmaf(d, d, e[t % 8]);
+    float e[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // in registers: lanes unrolled
+    for (int64_t t0 = 0; t0 < src.n; t0 += 8) {
+        ZK_UNROLL
+        for (int l = 0; l < 8; l++) {
+            if (t0 + l < src.n) {
+                const float v = row_elem(src, t0 + l, c);
+                const float q = fminf(fmaxf(rintf((v - lo) * inv), 0.0f), (float)top);
+                const float d = v - fmaf(st, q, lo);
+                e[l] = fmaf(d, d, e[l]);
+            }
+        }
     }
     return ((e[0] + e[1]) + (e[2] + e[3])) + ((e[4] + e[5]) + (e[6] + e[7]));
 }
