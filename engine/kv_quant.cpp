@@ -51,16 +51,23 @@ inline int q_code(float x, float m, float inv, int top) {
     return c < 0 ? 0 : (c > top ? top : c);
 }
 
+// The range of the values x[i * stride], i < n, not skipped ([0, 0] when all are).
+void q_range(const float* x, int n, int64_t stride, const uint8_t* skip, int64_t skip_stride, float* mn,
+             float* mx) {
+    *mn = INFINITY, *mx = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        if (skip && skip[i * skip_stride]) continue;
+        *mn = std::min(*mn, x[i * stride]);
+        *mx = std::max(*mx, x[i * stride]);
+    }
+    if (*mn > *mx) *mn = *mx = 0;  // everything skipped
+}
+
 // Asymmetric grid of 2^bits levels over the values x[i * stride], i < n, not skipped.
 void q_grid(int bits, const float* x, int n, int64_t stride, const uint8_t* skip, int64_t skip_stride,
             uint16_t* s16, uint16_t* m16) {
-    float mn = INFINITY, mx = -INFINITY;
-    for (int i = 0; i < n; i++) {
-        if (skip && skip[i * skip_stride]) continue;
-        mn = std::min(mn, x[i * stride]);
-        mx = std::max(mx, x[i * stride]);
-    }
-    if (mn > mx) mn = mx = 0;  // everything skipped
+    float mn, mx;
+    q_range(x, n, stride, skip, skip_stride, &mn, &mx);
     *m16 = f16_floor(mn);
     const float m = fp16_to_fp32(*m16);
     *s16 = f16_ceil((mx - m) / (float)((1 << bits) - 1));
@@ -165,13 +172,8 @@ float key_grid_sse_avx2(int bits, const float* x, const float* keep, int nv, flo
 
 void kvq_key_grid_search(int bits, const float* x, int n, int64_t stride, const uint8_t* skip,
                          int64_t skip_stride, float* lo, float* hi, bool ref) {
-    float mn = INFINITY, mx = -INFINITY;
-    for (int t = 0; t < n; t++) {
-        if (skip && skip[t * skip_stride]) continue;
-        mn = std::fmin(mn, x[t * stride]);
-        mx = std::fmax(mx, x[t * stride]);
-    }
-    if (mn > mx) mn = mx = 0;  // everything skipped
+    float mn, mx;
+    q_range(x, n, stride, skip, skip_stride, &mn, &mx);
     *lo = mn, *hi = mx;
     if (!(mx > mn)) return;
 #ifdef ZK_SIMD_AVX2
