@@ -156,8 +156,9 @@ double plan_side_bytes(int bits, bool key, int r, int group) {
         case 4:
         case 2:
             return kv_qb_row_bytes(bits, r) +
-                   (key ? 2.0 * (r + KV_KEY_STEPS) / group           // grid code per (group, channel), 2 f16 steps
-                        : 4.0 * kv_n_blocks(r, KV_Q4_VBLOCK));       // f16 scale + min per block of a row
+                   (key ? 2.0 * (r + KV_GRID_STEPS) / group                      // grid code per (group, channel)
+                        : 2.0 * kv_n_blocks(r, KV_Q4_VBLOCK) + 2.0 * KV_GRID_STEPS / group);  // per (token, block)
+                                                                                     // + 2 f16 steps a group
     }
     ZK_THROW("no %d-bit KV layout (16, 8, 4 or 2)", bits);
 }

@@ -112,8 +112,9 @@ void rotate_t(const float* R, const float* x, float* y, int d) {
 }  // namespace
 
 // Rows [from, to) of the layer's window as the quantized caches return them:
-// 8-bit keys and values and 4/2-bit values per token; 4/2-bit keys per channel
-// for each group of p_.group positions that `to` completes.
+// 8-bit keys and values per token; 4/2-bit values per token (a group of one)
+// and, for each group of p_.group positions that `to` completes, 4/2-bit keys
+// per channel and values per token against the group's steps.
 void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) {
     const int D = D_, KV = KV_, GR = p_.group;
     const std::vector<float>& kt = kt_[0][layer];
@@ -124,7 +125,8 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
             ktq_[b][layer].resize((size_t)max_ctx_ * KV * D), vtq_[b][layer].resize((size_t)max_ctx_ * KV * D);
     std::vector<int8_t> c8(D);
     std::vector<uint8_t> cq((size_t)GR * kv_qb_row_bytes(4, D) + 64);
-    std::vector<uint16_t> s1(std::max(D, kv_n_blocks(D, KV_Q8_BLOCK))), s2(std::max(D, kv_n_blocks(D, KV_Q4_VBLOCK)));
+    std::vector<uint16_t> s1(std::max({D, kv_n_blocks(D, KV_Q8_BLOCK), GR * kv_n_blocks(D, KV_Q4_VBLOCK)})),
+        s2(std::max(D, KV_GRID_STEPS));
     std::vector<float> grp((size_t)GR * D);
     for (int b = 0; b < NQB; b++) {
         const int bits = k_sens_prec[1 + b];
@@ -152,6 +154,13 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
                 kvq_dequantize_keys(bits, cq.data(), s1.data(), s2.data(), GR, D, grp.data());
                 for (int t = 0; t < GR; t++)
                     std::copy_n(grp.data() + (size_t)t * D, D, ktq_[b][layer].data() + ((size_t)(g0 + t) * KV + g) * D);
+                // values: per token, their grids coded against the group's steps
+                for (int t = 0; t < GR; t++)
+                    std::copy_n(vt.data() + ((size_t)(g0 + t) * KV + g) * D, D, grp.data() + (size_t)t * D);
+                kvq_quantize_values(bits, grp.data(), GR, D, cq.data(), s1.data(), s2.data());
+                kvq_dequantize_values(bits, cq.data(), s1.data(), s2.data(), GR, D, grp.data());
+                for (int t = 0; t < GR; t++)
+                    std::copy_n(grp.data() + (size_t)t * D, D, vtq_[b][layer].data() + ((size_t)(g0 + t) * KV + g) * D);
             }
         }
     }

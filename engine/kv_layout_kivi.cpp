@@ -32,9 +32,9 @@ public:
         const size_t C = (size_t)s.capacity, MG = (size_t)s.max_groups;
         window_.resize((size_t)s.residual * row_);
         codes_.resize(C * rb_ + KV_Q4_PAD);
-        // keys: packed grid codes per (group, channel) and two steps per group; values: f16 per (token, block)
+        // packed grid codes per (group, channel) or (token, block), two f16 steps per group
         scale_.resize(keys_ ? MG * s.r : C * vb_);
-        min_.resize(keys_ ? MG * KV_KEY_STEPS : C * vb_);
+        min_.resize(MG * KV_GRID_STEPS);
         if (s.gear) {
             ga_.resize(MG * s.group * k_);
             gb_.resize(MG * s.r * k_);
@@ -66,10 +66,7 @@ public:
     void requantize(const kv_group_ref& gr, const float* X, float* work) override;
     void move_quant(int64_t s, int64_t w, int64_t g, int t, int64_t ng, int tn) override {
         kv_move_rows(codes_.data(), rb_, s, w);
-        if (!keys_) {
-            kv_move_rows(scale_.data(), vb_, s, w);
-            kv_move_rows(min_.data(), vb_, s, w);
-        }
+        if (!keys_) kv_move_rows(scale_.data(), vb_, s, w);
         if (k_ > 0) kv_move_rows(ga_.data(), k_, g * s_.group + t, ng * s_.group + tn);
     }
     void move_group(int64_t g, int64_t ng, const int16_t* newt, int) override;
@@ -97,7 +94,7 @@ private:
         return keys_ ? scale_.data() + gr.g * s_.r : scale_.data() + gr.s0 * vb_;
     }
     const uint16_t* min_of(const kv_group_ref& gr) const {
-        return keys_ ? min_.data() + gr.g * KV_KEY_STEPS : min_.data() + gr.s0 * vb_;
+        return min_.data() + gr.g * KV_GRID_STEPS;
     }
 
     kv_side_shape s_;
@@ -109,7 +106,8 @@ private:
     int64_t row_;  // bytes per window row
     std::vector<uint8_t> window_;         // [residual x r] of the cache's type
     std::vector<uint8_t> codes_;          // [capacity x rb] + KV_Q4_PAD
-    std::vector<uint16_t> scale_, min_;   // keys [max_groups x r], values [capacity x vb]
+    std::vector<uint16_t> scale_;         // grid codes: keys [max_groups x r], values [capacity x vb]
+    std::vector<uint16_t> min_;           // steps [max_groups x 2]
     std::vector<uint16_t> ga_, gb_;       // GEAR [max_groups x group x k], [max_groups x r x k]
     std::vector<uint16_t> goi_, gov_;     // GEAR [max_groups x nout]
 };
@@ -117,13 +115,10 @@ private:
 void kivi_side::read_group(const kv_group_ref& gr, float* X) const {
     const uint8_t* c = codes_.data() + gr.s0 * rb_;
     if (!s_.gear) {
-        if (keys_) {
+        if (keys_)
             kvq_dequantize_keys(bits_, c, scale_of(gr), min_of(gr), gr.n, s_.r, X);
-        } else {
-            for (int t = 0; t < gr.n; t++)
-                kvq_dequantize_vrow(bits_, c + (size_t)t * rb_, scale_.data() + (gr.s0 + t) * vb_,
-                                    min_.data() + (gr.s0 + t) * vb_, s_.r, X + (size_t)t * s_.r);
-        }
+        else
+            kvq_dequantize_values(bits_, c, scale_of(gr), min_of(gr), gr.n, s_.r, X);
         return;
     }
     const uint16_t* oi = goi_.data() + gr.g * nout_;
@@ -137,12 +132,10 @@ void kivi_side::requantize(const kv_group_ref& gr, const float* X, float* work) 
     uint16_t* sc = (uint16_t*)scale_of(gr);
     uint16_t* mn = (uint16_t*)min_of(gr);
     if (!s_.gear) {
-        if (keys_) {
+        if (keys_)
             kvq_quantize_keys(bits_, X, gr.n, s_.r, c, sc, mn);
-        } else {
-            for (int t = 0; t < gr.n; t++)
-                kvq_quantize_vrow(bits_, X + (size_t)t * s_.r, s_.r, c + (size_t)t * rb_, sc + t * vb_, mn + t * vb_);
-        }
+        else
+            kvq_quantize_values(bits_, X, gr.n, s_.r, c, sc, mn);
         return;
     }
     const int no = n_out_for(s_, gr.n);
@@ -154,10 +147,8 @@ void kivi_side::requantize(const kv_group_ref& gr, const float* X, float* work) 
 
 void kivi_side::move_group(int64_t g, int64_t ng, const int16_t* newt, int) {
     if (g != ng) {
-        if (keys_) {
-            kv_move_rows(scale_.data(), s_.r, g, ng);
-            kv_move_rows(min_.data(), KV_KEY_STEPS, g, ng);
-        }
+        if (keys_) kv_move_rows(scale_.data(), s_.r, g, ng);
+        kv_move_rows(min_.data(), KV_GRID_STEPS, g, ng);
         if (k_ > 0) kv_move_rows(gb_.data(), (int64_t)s_.r * k_, g, ng);
     }
     if (!s_.gear) return;
@@ -180,8 +171,9 @@ size_t kivi_bytes(int bits, const kv_side_shape& s) {
     const size_t C = (size_t)s.capacity, MG = (size_t)s.max_groups;
     size_t b = (size_t)s.residual * s.r * kv_elem_size(s.type);  // residual window
     b += C * kv_kivi_row_bytes(bits, s.r) + KV_Q4_PAD;           // codes
-    b += s.role == KV_ROLE_KEYS ? MG * 2 * ((size_t)s.r + KV_KEY_STEPS)  // grid codes per (group, channel), steps
-                                : C * 2 * 2 * kv_n_blocks(s.r, KV_Q4_VBLOCK);  // scale + min per (token, block)
+    b += s.role == KV_ROLE_KEYS ? MG * 2 * (size_t)s.r                  // grid codes per (group, channel)
+                                : C * 2 * (size_t)kv_n_blocks(s.r, KV_Q4_VBLOCK);  // per (token, block)
+    b += MG * 2 * KV_GRID_STEPS;                                        // steps per group
     if (s.gear) {
         const size_t k = s.gear_rank;
         b += MG * ((size_t)s.group * k * 2 + (size_t)s.r * k * 2 + 4 * (size_t)n_out_for(s, s.group));

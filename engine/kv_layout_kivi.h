@@ -4,9 +4,10 @@
 // residual window of [residual x r] rows of the cache's type, and leave it
 // `group` at a time:
 //   keys    per channel over the group: codes [capacity x row_bytes(r)] (+ KV_Q4_PAD
-//           readable bytes), f16 scale and min per (group, channel) [max_groups x r];
-//   values  per token: the same codes, f16 scale and min per block of
-//           KV_Q4_VBLOCK channels [capacity x vblocks(r)].
+//           readable bytes), a packed grid code (scale and min) per (group,
+//           channel) [max_groups x r] and the group's two f16 steps [max_groups x 2];
+//   values  per token: the same codes, a grid code per block of KV_Q4_VBLOCK
+//           channels [capacity x vblocks(r)] and the group's steps [max_groups x 2].
 //   GEAR    (optional) per group a rank-k f16 correction A [group x k], B [r x k]
 //           and n_out f16 sparse outliers (index t * r + c) of the residual.
 // Eviction keeps a group's codes and scales (its tokens stay exact to their

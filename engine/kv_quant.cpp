@@ -13,24 +13,15 @@ namespace zk {
 
 namespace {
 
-// The next f16 above / below h (finite inputs; KV activations are far below 65504).
+// The next f16 above h (finite inputs; KV activations are far below 65504).
 uint16_t f16_next_up(uint16_t h) {
     if (h == 0x8000) return 0x0001;
     return (h & 0x8000) ? (uint16_t)(h - 1) : (uint16_t)(h + 1);
 }
-uint16_t f16_next_down(uint16_t h) {
-    if (h == 0x0000) return 0x8001;
-    return (h & 0x8000) ? (uint16_t)(h + 1) : (uint16_t)(h - 1);
-}
-// f16 values >= x and <= x: scales round up and mins down, so the grid covers the data.
+// The least f16 >= x: steps round up, so the coded grids cover the data.
 uint16_t f16_ceil(float x) {
     uint16_t h = fp32_to_fp16(x);
     while (fp16_to_fp32(h) < x) h = f16_next_up(h);
-    return h;
-}
-uint16_t f16_floor(float x) {
-    uint16_t h = fp32_to_fp16(x);
-    while (fp16_to_fp32(h) > x) h = f16_next_down(h);
     return h;
 }
 
@@ -63,16 +54,6 @@ void q_range(const float* x, int n, int64_t stride, const uint8_t* skip, int64_t
     if (*mn > *mx) *mn = *mx = 0;  // everything skipped
 }
 
-// Asymmetric grid of 2^bits levels over the values x[i * stride], i < n, not skipped.
-void q_grid(int bits, const float* x, int n, int64_t stride, const uint8_t* skip, int64_t skip_stride,
-            uint16_t* s16, uint16_t* m16) {
-    float mn, mx;
-    q_range(x, n, stride, skip, skip_stride, &mn, &mx);
-    *m16 = f16_floor(mn);
-    const float m = fp16_to_fp32(*m16);
-    *s16 = f16_ceil((mx - m) / (float)((1 << bits) - 1));
-}
-
 void check_bits(int bits) { ZK_ASSERT(bits == 4 || bits == 2); }
 
 }  // namespace
@@ -100,30 +81,56 @@ void kvq_dequantize_q8_row(const int8_t* codes, const uint16_t* d, int r, float*
 
 // ---- 4-bit / 2-bit values (per token) ----
 
-static void q_vrow_skip(int bits, const float* x, int r, uint8_t* codes, uint16_t* s, uint16_t* m,
-                        const uint8_t* skip) {
-    const int top = (1 << bits) - 1;
+void kvq_quantize_values(int bits, const float* X, int n, int r, uint8_t* codes, uint16_t* grid, uint16_t* step,
+                         const uint8_t* skip) {
+    check_bits(bits);
+    const int top = (1 << bits) - 1, nb = kv_n_blocks(r, KV_Q4_VBLOCK), rb = kv_qb_row_bytes(bits, r);
+    if (n < 1 || (int64_t)n * nb > KV_VALUE_MAX_GRIDS)
+        ZK_THROW("%d-bit values: a group of %d tokens x %d channels (at most %d blocks of %d)", bits, n, r,
+                 KV_VALUE_MAX_GRIDS, KV_Q4_VBLOCK);
+    // [n x nb], every entry written below (not zeroed: 16 KB a group)
+    float lo[KV_VALUE_MAX_GRIDS], hi[KV_VALUE_MAX_GRIDS];
+    for (int t = 0; t < n; t++)
+        for (int bi = 0; bi < nb; bi++) {
+            const int b0 = bi * KV_Q4_VBLOCK, len = std::min(KV_Q4_VBLOCK, r - b0);
+            const int64_t o = (int64_t)t * r + b0;
+            q_range(X + o, len, 1, skip ? skip + o : nullptr, 1, &lo[t * nb + bi], &hi[t * nb + bi]);
+        }
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 cannot see the loops above fill [0, n nb)
+    kvq_grid_codes(bits, lo, hi, n * nb, grid, step);
+#pragma GCC diagnostic pop
+    const float ds = fp16_to_fp32(step[0]), dm = fp16_to_fp32(step[1]);
     // a row's unused high bits are zero (not what a compacted slot held): the
     // CPU and CUDA caches stay byte-identical after eviction
-    std::memset(codes, 0, (size_t)kv_qb_row_bytes(bits, r));
-    for (int b0 = 0, bi = 0; b0 < r; b0 += KV_Q4_VBLOCK, bi++) {
-        const int n = std::min(KV_Q4_VBLOCK, r - b0);
-        q_grid(bits, x + b0, n, 1, skip ? skip + b0 : nullptr, 1, &s[bi], &m[bi]);
-        const float sv = fp16_to_fp32(s[bi]), mv = fp16_to_fp32(m[bi]);
-        const float inv = sv > 0 ? 1.0f / sv : 0.0f;
-        for (int i = 0; i < n; i++) put_code(bits, codes, b0 + i, q_code(x[b0 + i], mv, inv, top));
+    std::memset(codes, 0, (size_t)n * rb);
+    for (int t = 0; t < n; t++)
+        for (int bi = 0; bi < nb; bi++) {
+            const int b0 = bi * KV_Q4_VBLOCK, len = std::min(KV_Q4_VBLOCK, r - b0);
+            const uint16_t g = grid[t * nb + bi];
+            const float sv = kivi_grid_scale(g, ds), mv = kivi_grid_min(g, dm);
+            const float inv = sv > 0 ? 1.0f / sv : 0.0f;
+            const float* x = X + (int64_t)t * r;
+            for (int i = 0; i < len; i++)
+                put_code(bits, codes + (size_t)t * rb, b0 + i, q_code(x[b0 + i], mv, inv, top));
+        }
+}
+
+void kvq_dequantize_vrow(int bits, const uint8_t* codes, const uint16_t* grid, const uint16_t* step, int r,
+                         float* x) {
+    check_bits(bits);
+    const float ds = fp16_to_fp32(step[0]), dm = fp16_to_fp32(step[1]);
+    for (int c = 0; c < r; c++) {
+        const uint16_t g = grid[c / KV_Q4_VBLOCK];
+        x[c] = kivi_grid_scale(g, ds) * (float)get_code(bits, codes, c) + kivi_grid_min(g, dm);
     }
 }
 
-void kvq_quantize_vrow(int bits, const float* x, int r, uint8_t* codes, uint16_t* s, uint16_t* m) {
-    check_bits(bits);
-    q_vrow_skip(bits, x, r, codes, s, m, nullptr);
-}
-
-void kvq_dequantize_vrow(int bits, const uint8_t* codes, const uint16_t* s, const uint16_t* m, int r, float* x) {
-    check_bits(bits);
-    for (int c = 0; c < r; c++)
-        x[c] = fp16_to_fp32(s[c / KV_Q4_VBLOCK]) * (float)get_code(bits, codes, c) + fp16_to_fp32(m[c / KV_Q4_VBLOCK]);
+void kvq_dequantize_values(int bits, const uint8_t* codes, const uint16_t* grid, const uint16_t* step, int n, int r,
+                           float* X) {
+    const int rb = kv_qb_row_bytes(bits, r), nb = kv_n_blocks(r, KV_Q4_VBLOCK);
+    for (int t = 0; t < n; t++)
+        kvq_dequantize_vrow(bits, codes + (size_t)t * rb, grid + (size_t)t * nb, step, r, X + (size_t)t * r);
 }
 
 // ---- 4-bit / 2-bit keys (per channel over a group) ----
@@ -207,24 +214,22 @@ void kvq_key_grid_search(int bits, const float* x, int n, int64_t stride, const 
         }
 }
 
-void kvq_key_grid_codes(int bits, const float* lo, const float* hi, int r, uint16_t* grid, uint16_t* step) {
+void kvq_grid_codes(int bits, const float* lo, const float* hi, int r, uint16_t* grid, uint16_t* step) {
     const int top = (1 << bits) - 1;
     float mabs = 0;
     for (int c = 0; c < r; c++) mabs = std::fmax(mabs, std::fabs(lo[c]));
     step[1] = f16_ceil(mabs / 127.0f);
     const float dm = fp16_to_fp32(step[1]);
-    int mc[KV_KEY_MAX_R];
+    auto min_code = [&](int c) { return dm > 0 ? std::fmin(std::fmax(std::floor(lo[c] / dm), -127.0f), 127.0f) : 0.0f; };
     float smax = 0;
-    for (int c = 0; c < r; c++) {
-        mc[c] = dm > 0 ? (int)std::fmin(std::fmax(std::floor(lo[c] / dm), -127.0f), 127.0f) : 0;
-        smax = std::fmax(smax, (hi[c] - dm * (float)mc[c]) / (float)top);
-    }
+    // hi - m as one fma, as kernels/cuda/kv_append.cu computes it
+    for (int c = 0; c < r; c++) smax = std::fmax(smax, std::fma(-dm, min_code(c), hi[c]) / (float)top);
     step[0] = f16_ceil(smax / 255.0f);
     const float ds = fp16_to_fp32(step[0]);
     for (int c = 0; c < r; c++) {
-        const float need = (hi[c] - dm * (float)mc[c]) / (float)top;
+        const float mc = min_code(c), need = std::fma(-dm, mc, hi[c]) / (float)top;
         const int sc = ds > 0 ? (int)std::fmin(std::fmax(std::ceil(need / ds), 0.0f), 255.0f) : 0;
-        grid[c] = (uint16_t)(sc | ((mc[c] & 0xff) << 8));
+        grid[c] = (uint16_t)(sc | (((int)mc & 0xff) << 8));
     }
 }
 
@@ -235,11 +240,11 @@ void kvq_quantize_keys(int bits, const float* X, int n, int r, uint8_t* codes, u
     const int rb = kv_qb_row_bytes(bits, r), top = (1 << bits) - 1;
     float lo[KV_KEY_MAX_R] = {}, hi[KV_KEY_MAX_R] = {};
     for (int c = 0; c < r; c++) kvq_key_grid_search(bits, X + c, n, r, skip ? skip + c : nullptr, r, &lo[c], &hi[c]);
-    kvq_key_grid_codes(bits, lo, hi, r, grid, step);
+    kvq_grid_codes(bits, lo, hi, r, grid, step);
     const float ds = fp16_to_fp32(step[0]), dm = fp16_to_fp32(step[1]);
     std::memset(codes, 0, (size_t)n * rb);  // unused high bits zero, as for values
     for (int c = 0; c < r; c++) {
-        const float sv = kivi_key_scale(grid[c], ds), mv = kivi_key_min(grid[c], dm);
+        const float sv = kivi_grid_scale(grid[c], ds), mv = kivi_grid_min(grid[c], dm);
         const float inv = sv > 0 ? 1.0f / sv : 0.0f;
         for (int t = 0; t < n; t++)
             put_code(bits, codes + (size_t)t * rb, c, q_code(X[(size_t)t * r + c], mv, inv, top));
@@ -252,7 +257,7 @@ void kvq_dequantize_keys(int bits, const uint8_t* codes, const uint16_t* grid, c
     const int rb = kv_qb_row_bytes(bits, r);
     const float ds = fp16_to_fp32(step[0]), dm = fp16_to_fp32(step[1]);
     for (int c = 0; c < r; c++) {
-        const float sv = kivi_key_scale(grid[c], ds), mv = kivi_key_min(grid[c], dm);
+        const float sv = kivi_grid_scale(grid[c], ds), mv = kivi_grid_min(grid[c], dm);
         for (int t = 0; t < n; t++) X[(size_t)t * r + c] = sv * (float)get_code(bits, codes + (size_t)t * rb, c) + mv;
     }
 }
@@ -268,14 +273,10 @@ int64_t kvq_gear_work(int n, int r) { return 3 * (int64_t)n * r + n + r + ((int6
 
 static void dequantize_group(int bits, const uint8_t* codes, const uint16_t* s, const uint16_t* m, int n, int r,
                              bool per_channel, float* X) {
-    if (per_channel) {
+    if (per_channel)
         kvq_dequantize_keys(bits, codes, s, m, n, r, X);
-        return;
-    }
-    const int rb = kv_qb_row_bytes(bits, r), nb = kv_n_blocks(r, KV_Q4_VBLOCK);
-    for (int t = 0; t < n; t++)
-        kvq_dequantize_vrow(bits, codes + (size_t)t * rb, s + (size_t)t * nb, m + (size_t)t * nb, r,
-                            X + (size_t)t * r);
+    else
+        kvq_dequantize_values(bits, codes, s, m, n, r, X);
 }
 
 void kvq_quantize_gear(const float* X, int n, int r, bool per_channel, int rank, int n_out, uint8_t* codes,
@@ -326,10 +327,7 @@ void kvq_quantize_gear(const float* X, int n, int r, bool per_channel, int rank,
     if (per_channel) {
         kvq_quantize_keys(bits, X, n, r, codes, s, m, skip);
     } else {
-        const int rb = kv_qb_row_bytes(bits, r);
-        for (int t = 0; t < n; t++)
-            q_vrow_skip(bits, X + (int64_t)t * r, r, codes + (size_t)t * rb, s + (size_t)t * nb, m + (size_t)t * nb,
-                        skip + (int64_t)t * r);
+        kvq_quantize_values(bits, X, n, r, codes, s, m, skip);
     }
 
     // 3. low-rank approximation of the residual (outliers excluded), deflating

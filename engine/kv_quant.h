@@ -3,8 +3,8 @@
 // cache), their exact inverses for tests and re-packing, and the GEAR error
 // correction. Scales are rounded up and mins down, so that every input inside
 // a grid's range stays within half a step: 8-bit and value grids span their
-// data (f16 scales and mins); key grids may be clipped (kvq_key_grid_search)
-// and are stored as 8-bit codes.
+// data, key grids may be clipped (kvq_key_grid_search); 4-/2-bit grids are
+// stored as 8-bit codes against two f16 steps (kvq_grid_codes).
 #pragma once
 #include <cstdint>
 
@@ -23,17 +23,29 @@ void kvq_dequantize_q8_row(const int8_t* codes, const uint16_t* d, int r, float*
 // Asymmetric grids of 2^bits levels: x = s * code + m.
 inline int kv_qb_row_bytes(int bits, int r) { return kv_kivi_row_bytes(bits, r); }
 
-// Values, per token: blocks of KV_Q4_VBLOCK channels.
-// x [r] -> codes [row_bytes(r)], s, m [vblocks(r)]
-void kvq_quantize_vrow(int bits, const float* x, int r, uint8_t* codes, uint16_t* s, uint16_t* m);
-void kvq_dequantize_vrow(int bits, const uint8_t* codes, const uint16_t* s, const uint16_t* m, int r, float* x);
+// Values, per token in blocks of KV_Q4_VBLOCK channels, a group of n tokens at
+// a time: each (token, block) grid spans its values and is coded against the
+// group's steps (kvq_grid_codes; Qwen2.5-Coder-1.5B, 2-bit cache: 3 -> 2.5
+// bits a value). X [n x r] (row stride r) -> codes [n x row_bytes(r)], grid
+// [n x vblocks(r)], step [KV_GRID_STEPS]; n x vblocks(r) <= KV_VALUE_MAX_GRIDS.
+// skip (optional, [n x r]): as for keys.
+void kvq_quantize_values(int bits, const float* X, int n, int r, uint8_t* codes, uint16_t* grid, uint16_t* step,
+                         const uint8_t* skip = nullptr);
+void kvq_dequantize_values(int bits, const uint8_t* codes, const uint16_t* grid, const uint16_t* step, int n, int r,
+                           float* X);
+// One token: a group of one; its row of a group (the group's steps).
+inline void kvq_quantize_vrow(int bits, const float* x, int r, uint8_t* codes, uint16_t* grid, uint16_t* step) {
+    kvq_quantize_values(bits, x, 1, r, codes, grid, step);
+}
+void kvq_dequantize_vrow(int bits, const uint8_t* codes, const uint16_t* grid, const uint16_t* step, int r,
+                         float* x);
 
 // Keys, per channel over a group of n tokens, X [n x r] (row stride r) ->
 // codes [n x row_bytes(r)], grid [r] (packed scale and min codes, see
-// kernels/attention.h) and step [KV_KEY_STEPS] (the group's f16 ds, dm).
+// kernels/attention.h) and step [KV_GRID_STEPS] (the group's f16 ds, dm).
 // A channel's grid is clipped where that lowers its squared error
 // (kvq_key_grid_search), then coded against the group's steps
-// (kvq_key_grid_codes, which rounds mins down and scales up, so the clipped
+// (kvq_grid_codes, which rounds mins down and scales up, so the clipped
 // range stays inside the grid). skip (optional, [n x r]): elements left out of
 // the grid (GEAR outliers; their codes are clamped and a sparse correction
 // restores them).
@@ -56,17 +68,19 @@ void kvq_key_grid_search(int bits, const float* x, int n, int64_t stride, const 
                          int64_t skip_stride, float* lo, float* hi, bool ref = false);
 float kvq_key_grid_sse(int bits, const float* x, int n, int64_t stride, const uint8_t* skip, int64_t skip_stride,
                        float lo, float hi);
-// The grids [lo_c, hi_c] of r channels as codes against the group's steps:
+// The grids [lo_c, hi_c] of r channels (value blocks) as codes against the
+// group's (token's) steps:
 // dm = max |lo| / 127 and m_c = dm floor(lo_c / dm), then ds = max (hi_c - m_c)
 // / (2^bits - 1) / 255 and s_c = ds ceil(.. / ds); steps rounded up to f16.
-void kvq_key_grid_codes(int bits, const float* lo, const float* hi, int r, uint16_t* grid, uint16_t* step);
+void kvq_grid_codes(int bits, const float* lo, const float* hi, int r, uint16_t* grid, uint16_t* step);
 
 // The 4-bit forms.
-inline void kvq_quantize_q4_vrow(const float* x, int r, uint8_t* codes, uint16_t* s, uint16_t* m) {
-    kvq_quantize_vrow(4, x, r, codes, s, m);
+inline void kvq_quantize_q4_vrow(const float* x, int r, uint8_t* codes, uint16_t* grid, uint16_t* step) {
+    kvq_quantize_vrow(4, x, r, codes, grid, step);
 }
-inline void kvq_dequantize_q4_vrow(const uint8_t* codes, const uint16_t* s, const uint16_t* m, int r, float* x) {
-    kvq_dequantize_vrow(4, codes, s, m, r, x);
+inline void kvq_dequantize_q4_vrow(const uint8_t* codes, const uint16_t* grid, const uint16_t* step, int r,
+                                   float* x) {
+    kvq_dequantize_vrow(4, codes, grid, step, r, x);
 }
 inline void kvq_quantize_q4_keys(const float* X, int n, int r, uint8_t* codes, uint16_t* grid, uint16_t* step,
                                  const uint8_t* skip = nullptr) {

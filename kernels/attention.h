@@ -21,11 +21,13 @@
 //       of byte c * bits / 8): keys per channel over groups of `group` tokens,
 //       a scale s_c and min m_c per (group, channel): k_c = s_c code_c + m_c,
 //       so q.k = sum_c (q_c s_c) code_c + sum_c q_c m_c and the folded query is
-//       computed once per group. The key grids cost 2 bytes a (group, channel):
-//       `scale` [n_groups x r] packs s_c / ds (unsigned, low byte) and m_c / dm
-//       (signed, high byte), `min` [n_groups x 2] holds the group's f16 steps
-//       ds and dm (kivi_key_scale, kivi_key_min). Values per token, blocks of KV_Q4_VBLOCK
-//       channels with an f16 scale and min each. The AVX2 kernels take both sums
+//       computed once per group. Values per token, blocks of KV_Q4_VBLOCK
+//       channels with a scale and min each. Both sides code their grids in
+//       2 bytes a (group, channel) or (token, block) against two f16 steps
+//       (ds, dm) a group or token: the grid's scale / ds (unsigned, low byte)
+//       and min / dm (signed, high byte); kivi_grid_scale, kivi_grid_min.
+//       Keys: `scale` [n_groups x r] grid codes, `min` [n_groups x 2] steps;
+//       values: `scale` [n_quant x vblocks(r)], `min` [n_quant x 2]. The AVX2 kernels take both sums
 //       as integer dot products (maddubs): the folded query rounded to int8 per
 //       (group, head) and laid out in the order the codes unpack (a permutation
 //       that costs nothing per slot), the value weights p s_b rounded to 7 bits
@@ -66,16 +68,19 @@ enum kv_layout_id : int {
 constexpr int KV_Q8_BLOCK = 32;   // channels per int8 scale
 constexpr int KV_Q4_VBLOCK = 32;  // value channels per KIVI (4- or 2-bit) scale/min pair
 
-// A KIVI key channel's grid from its packed codes (see above) and the group's steps.
-inline float kivi_key_scale(uint16_t grid, float ds) { return ds * (float)(grid & 0xff); }
-inline float kivi_key_min(uint16_t grid, float dm) { return dm * (float)(int8_t)(grid >> 8); }
-constexpr int KV_KEY_STEPS = 2;  // f16 steps per key group: ds, dm
+// A KIVI grid (a key channel's in a group, a value block's in a token) from its
+// packed codes (see above) and the group's or token's steps.
+inline float kivi_grid_scale(uint16_t grid, float ds) { return ds * (float)(grid & 0xff); }
+inline float kivi_grid_min(uint16_t grid, float dm) { return dm * (float)(int8_t)(grid >> 8); }
+constexpr int KV_GRID_STEPS = 2;  // f16 steps per key group or value token: ds, dm
 // The clipped key grids (engine/kv_quant.h, kvq_key_grid_search): up to
 // KV_KEY_CLIP_STEPS steps of KV_KEY_CLIP_STEP x the range off either end; keys
 // of at most KV_KEY_MAX_R channels.
 constexpr int KV_KEY_CLIP_STEPS = 8;
 constexpr float KV_KEY_CLIP_STEP = 0.04f;
 constexpr int KV_KEY_MAX_R = 512;
+// Value grids a group codes against its steps: tokens x blocks of KV_Q4_VBLOCK.
+constexpr int KV_VALUE_MAX_GRIDS = 2048;
 
 // KIVI code buffers are readable this many bytes past their last row: the
 // kernels load 32 bytes at a time and a rank that does not fill the last load
@@ -105,8 +110,9 @@ struct attn_side_view {
     const void* rows = nullptr;       // slot s >= n_quant: row s - n_quant of [.. x r] `type`
     const void* codes = nullptr;      // Q8: int8 [n_quant x r]; KIVI: [n_quant x row_bytes(r)] + KV_Q4_PAD
     const uint16_t* scale = nullptr;  // Q8: [n_quant x blocks(r)] f16; KIVI keys: [n_groups x r] packed grid
-                                      // codes; KIVI values: [n_quant x vblocks(r)] f16
-    const uint16_t* min = nullptr;    // KIVI keys: [n_groups x KV_KEY_STEPS] f16 steps; values: as scale
+                                      // codes; KIVI values: [n_quant x vblocks(r)] packed grid codes
+    const uint16_t* min = nullptr;    // KIVI keys: [n_groups x KV_GRID_STEPS] f16 steps; values: [n_quant x
+                                      // KV_GRID_STEPS] f16 steps
     attn_gear_view gear;
 };
 

@@ -110,7 +110,7 @@ TEST(KvQuant, KiviKeysClippedGridsCoverTheirRange) {
             std::vector<float> X = make_rows(n, r, 2), Y(X.size());
             X[7 * r + 1] = 9.0f;  // an outlier the search can clip
             std::vector<uint8_t> codes((size_t)n * kv_qb_row_bytes(bits, r));
-            std::vector<uint16_t> grid(r), step(KV_KEY_STEPS);
+            std::vector<uint16_t> grid(r), step(KV_GRID_STEPS);
             kvq_quantize_keys(bits, X.data(), n, r, codes.data(), grid.data(), step.data());
             kvq_dequantize_keys(bits, codes.data(), grid.data(), step.data(), n, r, Y.data());
             const float ds = fp16_to_fp32(step[0]), dm = fp16_to_fp32(step[1]);
@@ -123,7 +123,7 @@ TEST(KvQuant, KiviKeysClippedGridsCoverTheirRange) {
                 EXPECT_LE(kvq_key_grid_sse(bits, X.data() + c, n, r, nullptr, 0, lo, hi),
                           kvq_key_grid_sse(bits, X.data() + c, n, r, nullptr, 0, mn, mx))
                     << at;
-                const float s = kivi_key_scale(grid[c], ds), m = kivi_key_min(grid[c], dm), g_hi = m + top * s;
+                const float s = kivi_grid_scale(grid[c], ds), m = kivi_grid_min(grid[c], dm), g_hi = m + top * s;
                 EXPECT_LE(m, lo) << at;
                 EXPECT_GT(m, lo - dm * 1.0001f - 1e-6f) << at;
                 EXPECT_GE(g_hi, hi * (hi > 0 ? 0.9999f : 1.0001f)) << at;
@@ -185,7 +185,7 @@ TEST(KvQuant, KiviKeyGridCodesEdgeCases) {
     std::vector<float> X((size_t)n * r);
     for (int t = 0; t < n; t++) X[t * r + 0] = 0.0f, X[t * r + 1] = -1.5f, X[t * r + 2] = (float)t;
     std::vector<uint8_t> codes((size_t)n * kv_qb_row_bytes(2, r));
-    std::vector<uint16_t> grid(r), step(KV_KEY_STEPS);
+    std::vector<uint16_t> grid(r), step(KV_GRID_STEPS);
     std::vector<float> Y(X.size());
     kvq_quantize_keys(2, X.data(), n, r, codes.data(), grid.data(), step.data());
     kvq_dequantize_keys(2, codes.data(), grid.data(), step.data(), n, r, Y.data());
@@ -202,24 +202,59 @@ TEST(KvQuant, KiviValuesPerTokenWithinHalfStep) {
         const int r = 40;
         std::vector<float> x = make_rows(1, r, 3), y(r);
         std::vector<uint8_t> codes(kv_qb_row_bytes(bits, r));
-        std::vector<uint16_t> s(kv_n_blocks(r, KV_Q4_VBLOCK)), m(s.size());
-        kvq_quantize_vrow(bits, x.data(), r, codes.data(), s.data(), m.data());
-        kvq_dequantize_vrow(bits, codes.data(), s.data(), m.data(), r, y.data());
+        std::vector<uint16_t> g(kv_n_blocks(r, KV_Q4_VBLOCK)), st(KV_GRID_STEPS);
+        kvq_quantize_vrow(bits, x.data(), r, codes.data(), g.data(), st.data());
+        kvq_dequantize_vrow(bits, codes.data(), g.data(), st.data(), r, y.data());
+        const float ds = fp16_to_fp32(st[0]);
         for (int c = 0; c < r; c++)
-            EXPECT_LE(std::fabs(x[c] - y[c]), 0.5f * fp16_to_fp32(s[c / KV_Q4_VBLOCK]) * 1.0001f + 1e-6f)
+            EXPECT_LE(std::fabs(x[c] - y[c]), 0.5f * kivi_grid_scale(g[c / KV_Q4_VBLOCK], ds) * 1.0001f + 1e-6f)
                 << "bits " << bits << " c " << c;
+    }
+}
+
+// A token's blocks share its two steps: blocks 100x apart in magnitude, one
+// offset from zero, one constant. Each block's coded grid covers its values
+// (every value within half a step), and costs at most one step of the token
+// more than the block's own range needs: s_b <= (hi - lo) / top + ds + dm / top
+// and m_b in (lo - dm, lo].
+TEST(KvQuant, KiviValueGridCodesShareTheTokensSteps) {
+    const int r = 128;
+    std::vector<float> x(r);
+    for (int c = 0; c < 32; c++) x[c] = 100.0f * std::sin(0.7f * c);         // wide
+    for (int c = 32; c < 64; c++) x[c] = 0.5f + 0.5f * std::cos(0.3f * c);  // small, offset
+    for (int c = 64; c < 96; c++) x[c] = -3.0f;                              // constant
+    for (int c = 96; c < r; c++) x[c] = 0.01f * (c - 112);                   // tiny, centred
+    for (int bits : {4, 2}) {
+        const int top = (1 << bits) - 1;
+        std::vector<uint8_t> codes(kv_qb_row_bytes(bits, r));
+        uint16_t g[4], st[KV_GRID_STEPS];
+        std::vector<float> y(r);
+        kvq_quantize_vrow(bits, x.data(), r, codes.data(), g, st);
+        kvq_dequantize_vrow(bits, codes.data(), g, st, r, y.data());
+        const float ds = fp16_to_fp32(st[0]), dm = fp16_to_fp32(st[1]);
+        for (int b = 0; b < 4; b++) {
+            const float lo = *std::min_element(&x[32 * b], &x[32 * b] + 32);
+            const float hi = *std::max_element(&x[32 * b], &x[32 * b] + 32);
+            const float sb = kivi_grid_scale(g[b], ds), mb = kivi_grid_min(g[b], dm);
+            EXPECT_LE(mb, lo) << bits << "-bit block " << b;
+            EXPECT_GT(mb, lo - dm * 1.0001f) << bits << "-bit block " << b;
+            EXPECT_GE(sb * top, (hi - mb) * 0.9999f) << bits << "-bit block " << b;
+            EXPECT_LE(sb, (hi - lo) / top + ds + dm / top + 1e-6f) << bits << "-bit block " << b;
+            for (int c = 32 * b; c < 32 * b + 32; c++)
+                EXPECT_LE(std::fabs(x[c] - y[c]), 0.5f * sb * 1.0001f + 1e-6f) << bits << "-bit c " << c;
+        }
     }
 }
 
 // The 2-bit packing: four codes per byte, channel c in bits 2 (c % 4) of byte c / 4.
 TEST(KvQuant, Q2PackingOrder) {
     const int r = 8;
-    const float x[r] = {0, 1, 2, 3, 3, 2, 1, 0};  // one block, grid 0..3 with step 1
+    const float x[r] = {0, 1, 2, 3, 3, 2, 1, 0};  // one block, grid 0..3 with step 1 (coded: within 0.1%)
     uint8_t codes[2] = {0xAA, 0xAA};
-    uint16_t s, m;
-    kvq_quantize_vrow(2, x, r, codes, &s, &m);
-    EXPECT_EQ(fp16_to_fp32(s), 1.0f);
-    EXPECT_EQ(fp16_to_fp32(m), 0.0f);
+    uint16_t g, st[KV_GRID_STEPS];
+    kvq_quantize_vrow(2, x, r, codes, &g, st);
+    EXPECT_NEAR(kivi_grid_scale(g, fp16_to_fp32(st[0])), 1.0f, 1e-3f);
+    EXPECT_EQ(kivi_grid_min(g, fp16_to_fp32(st[1])), 0.0f);
     EXPECT_EQ(codes[0], 0 | 1 << 2 | 2 << 4 | 3 << 6);
     EXPECT_EQ(codes[1], 3 | 2 << 2 | 1 << 4 | 0 << 6);
 }
@@ -234,15 +269,15 @@ TEST(KvQuant, GearLowersGroupError) {
             std::vector<float> Y(X.size()), Z(X.size());
             const int nb = per_channel ? r : n * vb;
             std::vector<uint8_t> codes((size_t)n * rb);
-            std::vector<uint16_t> s(nb), m(nb);
+            std::vector<uint16_t> s(nb), m(per_channel ? KV_GRID_STEPS : n * KV_GRID_STEPS);
             // plain
             if (per_channel) {
                 kvq_quantize_keys(bits, X.data(), n, r, codes.data(), s.data(), m.data());
                 kvq_dequantize_keys(bits, codes.data(), s.data(), m.data(), n, r, Y.data());
             } else {
                 for (int t = 0; t < n; t++) {
-                    kvq_quantize_vrow(bits, &X[t * r], r, &codes[t * rb], &s[t * vb], &m[t * vb]);
-                    kvq_dequantize_vrow(bits, &codes[t * rb], &s[t * vb], &m[t * vb], r, &Y[t * r]);
+                    kvq_quantize_vrow(bits, &X[t * r], r, &codes[t * rb], &s[t * vb], &m[t * KV_GRID_STEPS]);
+                    kvq_dequantize_vrow(bits, &codes[t * rb], &s[t * vb], &m[t * KV_GRID_STEPS], r, &Y[t * r]);
                 }
             }
             // GEAR

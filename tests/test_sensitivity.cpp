@@ -188,6 +188,9 @@ TEST(Sensitivity, MatchesDefinition) {
                 for (int t0 = 0; t0 + sp.group <= N; t0 += sp.group) {
                     zk::kvq_quantize_keys(bits, &kr[t0 * D], sp.group, D, cq.data(), s1.data(), s2.data());
                     zk::kvq_dequantize_keys(bits, cq.data(), s1.data(), s2.data(), sp.group, D, &kq[p][t0 * D]);
+                    // a completed group's values: coded against the group's steps
+                    zk::kvq_quantize_values(bits, &vr[t0 * D], sp.group, D, cq.data(), s1.data(), s2.data());
+                    zk::kvq_dequantize_values(bits, cq.data(), s1.data(), s2.data(), sp.group, D, &vq[p][t0 * D]);
                 }
         }
         for (int pk = 0; pk < NP; pk++)

@@ -103,7 +103,7 @@ void kivi_scores(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64
         const int64_t g0 = kv.group_start[g];
         const int64_t ga = std::max<int64_t>(a, g0), gb = std::min<int64_t>(b, kv.group_start[g + 1]);
         const uint16_t* grid = kv.k.scale + g * r;
-        const uint16_t* step = kv.k.min + g * KV_KEY_STEPS;
+        const uint16_t* step = kv.k.min + g * KV_GRID_STEPS;
         if (g + k_kivi_prefetch_groups < kv.n_groups && kv.group_start[g + k_kivi_prefetch_groups] < b) {
             const int64_t p = g + k_kivi_prefetch_groups;
             if (!int_path)  // the integer score loops ask for their rows as they go
@@ -116,7 +116,7 @@ void kivi_scores(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64
             ik->scores(G, r, nrc, codes, rb, ga, gb, b, s0, n, w.qi, w.qd, w.bias, w.sc);
         } else {
             const float ds = fp16_to_fp32(step[0]), dm = fp16_to_fp32(step[1]);
-            for (int c = 0; c < r; c++) w.krow[c] = kivi_key_scale(grid[c], ds), w.kmin[c] = kivi_key_min(grid[c], dm);
+            for (int c = 0; c < r; c++) w.krow[c] = kivi_grid_scale(grid[c], ds), w.kmin[c] = kivi_grid_min(grid[c], dm);
             for (int j = 0; j < G; j++) {
                 const float* qj = qt + j * q.q_head_stride;
                 simd::mul_f32(qj, w.krow, w.qs + j * r, r);
@@ -162,7 +162,7 @@ void kivi_scores(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64
 
 // Values of slots [a, b): p (s_b code + m_b) = (p s_b) code + p m_b, so the
 // codes are read once per slot and the min terms summed per block, added once
-// at the end.
+// at the end (s_b, m_b: block b's grid, decoded with the steps of the slot's group).
 void kivi_values(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t n, int G, float* acc,
                  range_scratch& w, bool ref) {
     const int bits = kivi_bits(kv.v.layout);
@@ -171,15 +171,17 @@ void kivi_values(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64
     for (int i = 0; i < G * nb; i++) w.msum[i] = 0;
     const kivi_int_kernels* ik = ref ? nullptr : kivi_int(kv.v.layout);
     if (ik) {
-        ik->values(G, codes, rb, kv.v.scale, kv.v.min, nb, a, b, s0, n, r, w.sc, acc, w.msum);
+        ik->values(G, codes, rb, kv.v.scale, kv.v.min, kv.group_start, group_of(kv, a), nb, a, b, s0, n, r, w.sc, acc,
+                   w.msum);
     } else {
-        for (int64_t s = a; s < b; s++) {
+        for (int64_t s = a, g = group_of(kv, a); s < b; s++) {
+            while (kv.group_start[g + 1] <= s) g++;
             kivi_codes_to_f32(bits, codes + s * rb, r, w.vrow);
-            const uint16_t* vs = kv.v.scale + s * nb;
-            const uint16_t* vm = kv.v.min + s * nb;
+            const uint16_t* vg = kv.v.scale + s * nb;
+            const float ds = h2f(kv.v.min[g * KV_GRID_STEPS]), dm = h2f(kv.v.min[g * KV_GRID_STEPS + 1]);
             for (int bl = 0; bl < nb; bl++) {
                 const int c0 = bl * KV_Q4_VBLOCK, len = std::min(KV_Q4_VBLOCK, r - c0);
-                const float sc = h2f(vs[bl]), mn = h2f(vm[bl]);
+                const float sc = kivi_grid_scale(vg[bl], ds), mn = kivi_grid_min(vg[bl], dm);
                 for (int j = 0; j < G; j++) {
                     const float p = w.sc[j * n + s - s0];
                     simd::axpy_f32(p * sc, w.vrow + c0, acc + j * r + c0, len);

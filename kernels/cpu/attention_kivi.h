@@ -214,8 +214,9 @@ constexpr int KIVI_PREFETCH_CHUNKS = 2;
 // in place of (block 0, block 1), a chunk is 64 slots (16 pairs per lane), and
 // both lanes add to the same channels.
 template <int G, bool HALF, class Codes>
-void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, int nb, int64_t a,
-                       int64_t b, int64_t s0, int64_t n, int r, const float* sc, float* acc, float* msum) {
+void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, const int32_t* gs,
+                       int64_t g0, int nb, int64_t a, int64_t b, int64_t s0, int64_t n, int r, const float* sc,
+                       float* acc, float* msum) {
     static_assert(G >= 1 && G <= KIVI_VALUE_HEADS, "4 int16 accumulators a head, all in registers");
     constexpr int C = HALF ? 2 * KIVI_VCHUNK : KIVI_VCHUNK;
     const __m256i dup_lo = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), dup_hi = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
@@ -223,8 +224,11 @@ void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const u
     const __m256i pair_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     const __m256i quad16 = _mm256_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15, 0, 1, 4, 5, 2, 3, 6,
                                             7, 8, 9, 12, 13, 10, 11, 14, 15);
+    // the chunk slot of each of 8 consecutive 16-bit entries of st (below), from the first
+    const __m256i entry_slot = HALF ? _mm256_setr_epi32(0, 2, 1, 3, 4, 6, 5, 7) : _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
     const int nrc = HALF ? 1 : (r + 63) / 64;
     for (int k = 0; k < nrc; k++) {
+        int64_t g = g0;  // the group of slot s
         alignas(32) float fa[G][4][2][8];  // [head][code vector][lane][8]: channel order restored at the end
         std::memset(fa, 0, sizeof(fa));
         __m256 msv[G];  // min terms, lanes alternate blocks 2k, 2k + 1
@@ -239,28 +243,23 @@ void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const u
             if (k == 0 && s + KIVI_PREFETCH_CHUNKS * C < b) {
                 const int64_t p = s + KIVI_PREFETCH_CHUNKS * C, np = std::min<int64_t>(C, b - p);
                 simd::prefetch_l2(vs + p * nb, sizeof(uint16_t) * (size_t)(np * nb));
-                simd::prefetch_l2(vm + p * nb, sizeof(uint16_t) * (size_t)(np * nb));
                 if (np == C) ahead = KIVI_PREFETCH_CHUNKS * C * (int64_t)rb;
             }
-            // per slot, the f16 pairs {s_b0, s_b1} and {m_b0, m_b1}: read in place
-            // when the two blocks are a whole row of scales, else gathered (zeros
-            // past the chunk's end or a missing second block)
-            alignas(32) uint32_t st[KIVI_VCHUNK], mt[KIVI_VCHUNK];
-            const uint32_t *sd = st, *md = mt;
-            if (HALF && m == C) {  // {s_t, s_t+2}, {s_t+1, s_t+3} per 4 slots
-                for (int h = 0; h < C / 16; h++) {  // 16 slots (8 dwords) per vector
+            // per slot, the grid code pairs {g_b0, g_b1}: read in place when the two
+            // blocks are a whole row of grids, else gathered (zeros past the
+            // chunk's end or a missing second block)
+            alignas(32) uint32_t st[KIVI_VCHUNK];
+            const uint32_t* sd = st;
+            if (HALF && m == C) {  // {g_t, g_t+2}, {g_t+1, g_t+3} per 4 slots
+                for (int h = 0; h < C / 16; h++)  // 16 slots (8 dwords) per vector
                     _mm256_store_si256((__m256i*)(st + 8 * h), _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i*)(vs + s + 16 * h)), quad16));
-                    _mm256_store_si256((__m256i*)(mt + 8 * h), _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i*)(vm + s + 16 * h)), quad16));
-                }
             } else if (HALF) {
                 for (int e = 0; e < KIVI_VCHUNK; e++) {
                     const int t = 4 * (e >> 1) + (e & 1);
                     st[e] = (t < m ? vs[s + t] : 0u) | (t + 2 < m ? (uint32_t)vs[s + t + 2] << 16 : 0u);
-                    mt[e] = (t < m ? vm[s + t] : 0u) | (t + 2 < m ? (uint32_t)vm[s + t + 2] << 16 : 0u);
                 }
             } else if (nb == 2 && m == C) {
                 sd = (const uint32_t*)(vs + s * 2);
-                md = (const uint32_t*)(vm + s * 2);
             } else if (nb == 4 && m == C) {  // r in (96, 128]: 8 slots' scales are 64 bytes, dword k of each slot
                 const __m256i pick = _mm256_setr_epi32(k, k + 2, k + 4, k + 6, k, k + 2, k + 4, k + 6);
                 auto dwords8 = [&](const uint16_t* p) {  // slots 0..3 from the first vector, 4..7 from the second
@@ -268,24 +267,39 @@ void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const u
                     const __m256i hi = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i*)(p + 16)), pick);
                     return _mm256_permute2x128_si256(lo, hi, 0x20);
                 };
-                for (int h = 0; h < C / 8; h++) {
+                for (int h = 0; h < C / 8; h++)
                     _mm256_store_si256((__m256i*)(st + 8 * h), dwords8(vs + (s + 8 * h) * 4));
-                    _mm256_store_si256((__m256i*)(mt + 8 * h), dwords8(vm + (s + 8 * h) * 4));
-                }
             } else if (two && m == C) {  // wider rows (r > 128): the pair's dword of each slot, 8 slots a gather
                 const __m256i row = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(nb));
                 const int* bs = (const int*)(vs + s * nb + 2 * k);
-                const int* bm = (const int*)(vm + s * nb + 2 * k);
                 for (int h = 0; h < C / 8; h++) {
                     const __m256i idx = _mm256_add_epi32(row, _mm256_set1_epi32(8 * h * nb));  // in f16 units
                     _mm256_store_si256((__m256i*)(st + 8 * h), _mm256_i32gather_epi32(bs, idx, 2));
-                    _mm256_store_si256((__m256i*)(mt + 8 * h), _mm256_i32gather_epi32(bm, idx, 2));
                 }
             } else {
                 for (int t = 0; t < C; t++) {
                     const int64_t o = (s + t) * nb + 2 * k;
                     st[t] = t >= m ? 0u : vs[o] | (two ? (uint32_t)vs[o + 1] << 16 : 0u);
-                    mt[t] = t >= m ? 0u : vm[o] | (two ? (uint32_t)vm[o + 1] << 16 : 0u);
+                }
+            }
+            // the steps (ds, dm) of each 16-bit entry's slot in f32: entry i of st
+            // holds slot i / 2 (HALF: slot 4 (i / 4) + (i / 2) % 2 + 2 (i % 2)), and
+            // a slot takes its group's steps (a chunk may cross groups: later
+            // groups' steps are blended in from their first slot on)
+            alignas(32) float dl[2 * KIVI_VCHUNK], ml[2 * KIVI_VCHUNK];
+            while (gs[g + 1] <= s) g++;
+            {
+                const __m256 d0 = _mm256_set1_ps(h2f(vm[g * KV_GRID_STEPS])), m0 = _mm256_set1_ps(h2f(vm[g * KV_GRID_STEPS + 1]));
+                for (int v = 0; v < 2 * KIVI_VCHUNK / 8; v++) _mm256_store_ps(dl + 8 * v, d0), _mm256_store_ps(ml + 8 * v, m0);
+                for (int64_t g2 = g + 1; gs[g2] < s + m; g2++) {
+                    const __m256i first = _mm256_set1_epi32((int)(gs[g2] - s) - 1);
+                    const __m256 d2 = _mm256_set1_ps(h2f(vm[g2 * KV_GRID_STEPS])), m2 = _mm256_set1_ps(h2f(vm[g2 * KV_GRID_STEPS + 1]));
+                    for (int v = 0; v < 2 * KIVI_VCHUNK / 8; v++) {
+                        const __m256i slot = _mm256_add_epi32(entry_slot, _mm256_set1_epi32(v * (HALF ? 8 : 4)));
+                        const __m256 in = _mm256_castsi256_ps(_mm256_cmpgt_epi32(slot, first));
+                        _mm256_store_ps(dl + 8 * v, _mm256_blendv_ps(_mm256_load_ps(dl + 8 * v), d2, in));
+                        _mm256_store_ps(ml + 8 * v, _mm256_blendv_ps(_mm256_load_ps(ml + 8 * v), m2, in));
+                    }
                 }
             }
             // the probabilities, zero past a short chunk's end
@@ -309,10 +323,13 @@ void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const u
             for (int h = 0; h < 2; h++) {
                 __m256 S[4], M[4];
 #pragma GCC unroll 4
-                for (int q = 0; q < 4; q++) {
-                    S[q] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(sd + 16 * h + 4 * q)));
+                for (int q = 0; q < 4; q++) {  // entries 32 h + 8 q ..: s_b = ds code_s, m_b = dm code_m
+                    const __m256i g = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(sd + 16 * h + 4 * q)));
+                    const __m256 sc = _mm256_cvtepi32_ps(_mm256_and_si256(g, _mm256_set1_epi32(0xff)));
+                    const __m256 mc = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(g, 16), 24));
+                    S[q] = _mm256_mul_ps(_mm256_load_ps(dl + 32 * h + 8 * q), sc);
                     M[q] = _mm256_fmadd_ps(_mm256_set1_ps(Codes::center), S[q],
-                                           _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(md + 16 * h + 4 * q))));
+                                           _mm256_mul_ps(_mm256_load_ps(ml + 32 * h + 8 * q), mc));
                 }
 #pragma GCC unroll 4
                 for (int j = 0; j < G; j++) {
@@ -394,26 +411,28 @@ void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const u
 }
 
 template <int G, class Codes>
-void kivi_values_int_h(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, int nb, int64_t a,
-                       int64_t b, int64_t s0, int64_t n, int r, const float* sc, float* acc, float* msum) {
+void kivi_values_int_h(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, const int32_t* gs,
+                       int64_t g0, int nb, int64_t a, int64_t b, int64_t s0, int64_t n, int r, const float* sc,
+                       float* acc, float* msum) {
     if (r <= 32)
-        kivi_values_int_g<G, true, Codes>(codes, rb, vs, vm, nb, a, b, s0, n, r, sc, acc, msum);
+        kivi_values_int_g<G, true, Codes>(codes, rb, vs, vm, gs, g0, nb, a, b, s0, n, r, sc, acc, msum);
     else
-        kivi_values_int_g<G, false, Codes>(codes, rb, vs, vm, nb, a, b, s0, n, r, sc, acc, msum);
+        kivi_values_int_g<G, false, Codes>(codes, rb, vs, vm, gs, g0, nb, a, b, s0, n, r, sc, acc, msum);
 }
 
 template <class Codes>
-void kivi_values_int(int G, const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, int nb, int64_t a,
-                     int64_t b, int64_t s0, int64_t n, int r, const float* sc, float* acc, float* msum) {
+void kivi_values_int(int G, const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, const int32_t* gs,
+                     int64_t g0, int nb, int64_t a, int64_t b, int64_t s0, int64_t n, int r, const float* sc,
+                     float* acc, float* msum) {
     kivi_head_passes(G, KIVI_VALUE_HEADS, [&](int j0, int g) {
         const float* p = sc + j0 * n;
         float* o = acc + j0 * r;
         float* ms = msum + j0 * nb;
         switch (g) {
-            case 1: kivi_values_int_h<1, Codes>(codes, rb, vs, vm, nb, a, b, s0, n, r, p, o, ms); break;
-            case 2: kivi_values_int_h<2, Codes>(codes, rb, vs, vm, nb, a, b, s0, n, r, p, o, ms); break;
-            case 3: kivi_values_int_h<3, Codes>(codes, rb, vs, vm, nb, a, b, s0, n, r, p, o, ms); break;
-            default: kivi_values_int_h<KIVI_VALUE_HEADS, Codes>(codes, rb, vs, vm, nb, a, b, s0, n, r, p, o, ms); break;
+            case 1: kivi_values_int_h<1, Codes>(codes, rb, vs, vm, gs, g0, nb, a, b, s0, n, r, p, o, ms); break;
+            case 2: kivi_values_int_h<2, Codes>(codes, rb, vs, vm, gs, g0, nb, a, b, s0, n, r, p, o, ms); break;
+            case 3: kivi_values_int_h<3, Codes>(codes, rb, vs, vm, gs, g0, nb, a, b, s0, n, r, p, o, ms); break;
+            default: kivi_values_int_h<KIVI_VALUE_HEADS, Codes>(codes, rb, vs, vm, gs, g0, nb, a, b, s0, n, r, p, o, ms); break;
         }
     });
 }

@@ -84,8 +84,11 @@ struct kivi_int_kernels {
     void (*scores)(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end,
                    int64_t s0, int64_t n, const int8_t* qi, const float* qd, const float* bias, float* sc);
     // acc_j += sum_s p_j(s) s_b(s) code(s) over slots [a, b); msum [G x nb] += sum_s p_j(s) m_b(s).
-    void (*values)(int G, const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, int nb, int64_t a,
-                   int64_t b, int64_t s0, int64_t n, int r, const float* sc, float* acc, float* msum);
+    // vs [slots x nb] the blocks' packed grid codes, vm [groups x 2] the groups' f16 steps,
+    // gs [groups + 1] the groups' first slots, g0 the group of slot a.
+    void (*values)(int G, const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, const int32_t* gs,
+                   int64_t g0, int nb, int64_t a, int64_t b, int64_t s0, int64_t n, int r, const float* sc,
+                   float* acc, float* msum);
 };
 // nullptr in a build without AVX2.
 const kivi_int_kernels* q4_int_kernels();

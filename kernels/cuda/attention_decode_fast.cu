@@ -103,8 +103,8 @@ __device__ __forceinline__ void warp_stage_u16(sptr<unsigned char> dst, dptr<con
 }
 
 // A warp's staged chunk: key rows [n x kstride] bytes, value rows [n x vrow]
-// bytes, per-slot scales (8-bit keys; 8-bit values; KIVI values' scales and
-// mins) [n x nb] f16 each.
+// bytes, per-slot scales (8-bit keys; 8-bit values; KIVI values' grid codes)
+// [n x nb] 16-bit each, KIVI values: the steps of each slot's group [n x 2] f16.
 struct staged {
     sptr<unsigned char> k, v, ks, vs, vm;
     int kstride, vrow, nbk, nbv;
@@ -137,13 +137,13 @@ __device__ __forceinline__ void key8(const cuda_kv_head& kv, const staged& st, i
             constexpr int bits = KR == FR_Q4 ? 4 : 2;
             const cuda_kv_side& d = kv.k;
             const cu_v16 gc = cu_load<cu_v16>(d.scale, (int64_t)g * r + c);
-            const float ds = h2f(d.min[(int64_t)g * KV_KEY_STEPS]), dm = h2f(d.min[(int64_t)g * KV_KEY_STEPS + 1]);
+            const float ds = h2f(d.min[(int64_t)g * KV_GRID_STEPS]), dm = h2f(d.min[(int64_t)g * KV_GRID_STEPS + 1]);
             const uint32_t cw = (uint32_t)w;
             ZK_UNROLL
             for (int j = 0; j < 8; j++) {
                 const float code = (float)((cw >> (bits * j)) & ((1u << bits) - 1));
                 const uint32_t gj = gc.w[j / 2] >> (16 * (j % 2));
-                x[j] = kv_key_scale(gj, ds) * code + kv_key_min(gj, dm);
+                x[j] = kv_grid_scale(gj, ds) * code + kv_grid_min(gj, dm);
             }
         }
     }
@@ -168,11 +168,12 @@ __device__ __forceinline__ void val4(const cuda_kv_head& kv, const staged& st, i
             ZK_UNROLL
             for (int j = 0; j < 4; j++) x[j] = (float)(int8_t)(uint8_t)(w >> (8 * j)) * sc;
         } else {
-            // KIVI values: scale and min per (slot, block of 32 channels)
+            // KIVI values: a grid code per (slot, block of 32 channels), its group's steps
             constexpr int bits = VR == FR_Q4 ? 4 : 2;
             const uint32_t w = bits == 4 ? (uint32_t)sptr_cast<uint16_t>(row + c / 2)[0] : (uint32_t)row[c / 4];
-            const float sc = h2f(sptr_cast<uint16_t>(st.vs)[sl * st.nbv + c / 32]);
-            const float mn = h2f(sptr_cast<uint16_t>(st.vm)[sl * st.nbv + c / 32]);
+            const uint32_t gc = sptr_cast<uint16_t>(st.vs)[sl * st.nbv + c / 32];
+            const float sc = kv_grid_scale(gc, h2f(sptr_cast<uint16_t>(st.vm)[sl * KV_GRID_STEPS]));
+            const float mn = kv_grid_min(gc, h2f(sptr_cast<uint16_t>(st.vm)[sl * KV_GRID_STEPS + 1]));
             ZK_UNROLL
             for (int j = 0; j < 4; j++) x[j] = sc * (float)((w >> (bits * j)) & ((1u << bits) - 1)) + mn;
         }
@@ -187,9 +188,9 @@ __device__ __forceinline__ int32_t group_from(const cuda_kv_head& kv, int32_t g,
 }
 
 // Stages chunk [c0, c0 + n) of the task's sides (the sink task reads its
-// rows from global memory instead).
+// rows from global memory instead). g_run: the KIVI group of slot c0.
 template <int KR, int VR>
-__device__ __forceinline__ void stage_chunk(const cuda_kv_head& kv, int rk, int rv, int64_t c0, int n,
+__device__ __forceinline__ void stage_chunk(const cuda_kv_head& kv, int rk, int rv, int64_t c0, int n, int32_t g_run,
                                             const staged& st) {
     if constexpr (KR != FR_SINK) {
         const cuda_kv_side& k = kv.k;
@@ -206,7 +207,14 @@ __device__ __forceinline__ void stage_chunk(const cuda_kv_head& kv, int rk, int 
                                                       : v.codes + c0 * vrow;
         warp_stage<UV>(st.v, (int)vrow, vsrc, vrow, n, rv / 8);
         if (VR != FR_F16) warp_stage_u16(st.vs, v.scale + c0 * st.nbv, n * st.nbv);
-        if (VR == FR_Q4 || VR == FR_Q2) warp_stage_u16(st.vm, v.min + c0 * st.nbv, n * st.nbv);
+        if (VR == FR_Q4 || VR == FR_Q2) {  // each slot's group's steps
+            const sptr<uint16_t> vm = sptr_cast<uint16_t>(st.vm);
+            for (int sl = (int)(threadIdx.x % 32); sl < n; sl += 32) {
+                const int32_t g = group_from(kv, g_run, c0 + sl);
+                vm[sl * KV_GRID_STEPS] = v.min[(int64_t)g * KV_GRID_STEPS];
+                vm[sl * KV_GRID_STEPS + 1] = v.min[(int64_t)g * KV_GRID_STEPS + 1];
+            }
+        }
     }
 }
 
@@ -218,7 +226,9 @@ __device__ __forceinline__ void stage_chunk(const cuda_kv_head& kv, int rk, int 
 // After the chunks, the warps' states (m, l [k_R], acc [k_R x k_fast_rank])
 // are written over the first warps' stages.
 __host__ __device__ constexpr int fast_stage_bytes(int chunk) {
-    // key rows padded (f16 at rank 128: 272 bytes), value rows, three scale arrays
+    // key rows padded (f16 at rank 128: 272 bytes), value rows, three 16-bit
+    // arrays of k_fast_rank / 32 a slot (the third holds the 2 value steps)
+    static_assert(k_fast_rank / 32 >= KV_GRID_STEPS, "the value steps fit the third scale array");
     return chunk * ((2 * k_fast_rank + 16) + 2 * k_fast_rank + 3 * 2 * (k_fast_rank / 32));
 }
 struct fast_smem {
@@ -234,7 +244,7 @@ template <int NW, int P, int KR, int VR>
 __device__ void fast_task(const cuda_attn_item& it, const cuda_attn_task& task, dptr<float> partials,
                           const fast_smem& sh) {
     constexpr int k_threads = 32 * NW, k_chunk = 32 * P;
-    constexpr bool kivi_keys = KR == FR_Q4 || KR == FR_Q2;
+    constexpr bool kivi_keys = KR == FR_Q4 || KR == FR_Q2, kivi_values = VR == FR_Q4 || VR == FR_Q2;
     const cuda_kv_head& kv = it.kv;
     const bool sink = KR == FR_SINK;
     const int G = it.n_group, rows = it.n_tok * G;
@@ -271,11 +281,11 @@ __device__ void fast_task(const cuda_attn_item& it, const cuda_attn_task& task, 
     st.vm = st.vs + (int64_t)k_chunk * 2 * st.nbv;
 
     int32_t g_run = 0;
-    if (kivi_keys) g_run = kv_group_of(kv, task.s0);
+    if (kivi_keys || kivi_values) g_run = kv_group_of(kv, task.s0);
     for (int64_t c0 = task.s0 + (int64_t)wid * k_chunk; c0 < task.s1; c0 += (int64_t)NW * k_chunk) {
         const int n = (int)cu_min<int64_t>(k_chunk, task.s1 - c0);
-        if (kivi_keys) g_run = group_from(kv, g_run, c0);
-        stage_chunk<KR, VR>(kv, rk, rv, c0, n, st);
+        if (kivi_keys || kivi_values) g_run = group_from(kv, g_run, c0);
+        stage_chunk<KR, VR>(kv, rk, rv, c0, n, g_run, st);
         __syncwarp();  // the chunk staged
 
         // scores of this lane's slots c0 + lane + 32 p

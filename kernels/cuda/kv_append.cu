@@ -15,24 +15,15 @@ __device__ __forceinline__ float row_elem(const cuda_rows& s, int64_t t, int c) 
     return s.f32 ? (float)s.f32[t * s.stride + c] : h2f(s.f16[t * s.stride + c]);
 }
 
-// The next f16 above / below h (finite values), as engine/kv_quant.cpp steps.
+// The next f16 above h (finite values), as engine/kv_quant.cpp steps.
 __device__ __forceinline__ uint16_t f16_next_up(uint16_t h) {
     if (h == 0x8000) return 0x0001;
     return (h & 0x8000) ? (uint16_t)(h - 1) : (uint16_t)(h + 1);
 }
-__device__ __forceinline__ uint16_t f16_next_down(uint16_t h) {
-    if (h == 0x0000) return 0x8001;
-    return (h & 0x8000) ? (uint16_t)(h + 1) : (uint16_t)(h - 1);
-}
-// The f16 nearest x, moved up (down) until it is >= x (<= x).
+// The f16 nearest x, moved up until it is >= x.
 __device__ inline uint16_t f16_ceil(float x) {
     uint16_t h = f2h(x);
     while (h2f(h) < x) h = f16_next_up(h);
-    return h;
-}
-__device__ inline uint16_t f16_floor(float x) {
-    uint16_t h = f2h(x);
-    while (h2f(h) > x) h = f16_next_down(h);
     return h;
 }
 
@@ -40,16 +31,6 @@ __device__ inline uint16_t f16_floor(float x) {
 __device__ __forceinline__ int q_round(float v, int lo, int hi) {
     const int c = (int)roundf(v);
     return c < lo ? lo : (c > hi ? hi : c);
-}
-
-// KIVI grid of 2^bits levels over values in [mn, mx], as kv_quant.cpp's q_grid:
-// scale s16, min m16, and the reciprocal step the codes use.
-__device__ inline void kivi_grid(int bits, float mn, float mx, uint16_t& s16, uint16_t& m16, float& m, float& inv) {
-    m16 = f16_floor(mn);
-    m = h2f(m16);
-    s16 = f16_ceil((mx - m) / (float)((1 << bits) - 1));
-    const float s = h2f(s16);
-    inv = s > 0 ? 1.0f / s : 0.0f;
 }
 
 __global__ void __launch_bounds__(k_kv_block)
@@ -83,29 +64,72 @@ __global__ void __launch_bounds__(k_kv_block)
     if (c == 32 * b) scales[s * nb + b] = d;
 }
 
-// A warp per (token, block of 32 channels); the 8 / bits lanes of a code byte
-// pass their codes to its first lane (32 is a multiple of 8 / bits, so a
-// byte's lanes are in one warp).
+// The block's n grids [lo_i, hi_i] (shared, each thread its own i's) coded as
+// kvq_grid_codes does: steps dm (max |lo| / 127, mabs: this thread's part of
+// that maximum) and ds, rounded up to f16, written to step; the codes to grid
+// [n]. Then lo_i and hi_i hold the coded min and scale. Ends with a barrier.
+__device__ inline void code_grids(int bits, int n, sptr<float> lo, sptr<float> hi, float mabs, sptr<float> red,
+                                  dptr<uint16_t> grid, dptr<uint16_t> step) {
+    const int top = (1 << bits) - 1;
+    const uint16_t dm16 = f16_ceil(block_max(mabs, red) / 127.0f);
+    const float dm = h2f(dm16);
+    float smax = 0;
+    for (int i = threadIdx.x; i < n; i += k_kv_block) {
+        const float mc = dm > 0 ? fminf(fmaxf(floorf(lo[i] / dm), -127.0f), 127.0f) : 0.0f;
+        smax = fmaxf(smax, fmaf(-dm, mc, hi[i]) / (float)top);
+    }
+    const uint16_t ds16 = f16_ceil(block_max(smax, red) / 255.0f);
+    const float ds = h2f(ds16);
+    for (int i = threadIdx.x; i < n; i += k_kv_block) {
+        const float mc = dm > 0 ? fminf(fmaxf(floorf(lo[i] / dm), -127.0f), 127.0f) : 0.0f;
+        const float need = fmaf(-dm, mc, hi[i]) / (float)top;
+        const int sc = ds > 0 ? (int)fminf(fmaxf(ceilf(need / ds), 0.0f), 255.0f) : 0;
+        grid[i] = (uint16_t)(sc | (((int)mc & 0xff) << 8));
+        lo[i] = __fmul_rn(dm, mc);  // the coded min and scale from here on
+        hi[i] = __fmul_rn(ds, (float)sc);
+    }
+    if (threadIdx.x == 0) step[0] = ds16, step[1] = dm16;
+    __syncthreads();
+}
+
+// One block per group: a warp per token (strided) finds its blocks' ranges
+// (warp maxima), the block codes the (token, block) grids against the group's
+// steps (code_grids), then a warp per token writes its codes, a lane per
+// channel; the 8 / bits lanes of a code byte pass their codes to its first lane
+// (32 is a multiple of 8 / bits). lo, hi: dynamic shared [n x nb] floats each.
 __global__ void __launch_bounds__(k_kv_block)
-    kivi_values_kernel(int bits, cuda_rows src, dptr<uint8_t> codes, dptr<uint16_t> scales, dptr<uint16_t> mins,
+    kivi_values_kernel(int bits, cuda_rows src, dptr<uint8_t> codes, dptr<uint16_t> grid, dptr<uint16_t> step,
                        int64_t slot0) {
-    const int nb = (src.r + 31) / 32;
-    const int64_t wi = (int64_t)blockIdx.x * (k_kv_block / 32) + threadIdx.x / 32;
-    if (wi >= src.n * nb) return;  // whole warps
-    const int64_t t = wi / nb;
-    const int lane = threadIdx.x % 32, b = (int)(wi % nb), c = 32 * b + lane, per = 8 / bits;
-    const bool in = c < src.r;
-    const float x = in ? row_elem(src, t, c) : 0.0f;
-    const float mx = warp_max(in ? x : -INFINITY), mn = -warp_max(in ? -x : -INFINITY);
-    uint16_t s16, m16;
-    float m, inv;
-    kivi_grid(bits, mn, mx, s16, m16, m, inv);
-    const int q = in ? q_round((x - m) * inv, 0, (1 << bits) - 1) : 0;
-    int byte = q;
-    for (int k = 1; k < per; k++) byte |= __shfl_down_sync(k_full_mask, q, k) << (bits * k);
-    const int64_t s = slot0 + t;
-    if (in && lane % per == 0) codes[s * ((src.r * bits + 7) / 8) + c / per] = (uint8_t)byte;
-    if (lane == 0) scales[s * nb + b] = s16, mins[s * nb + b] = m16;
+    ZK_SHARED_DYNAMIC(smem);
+    ZK_SHARED(float, red, 32);
+    constexpr int warps = k_kv_block / 32;
+    const int nb = (src.r + 31) / 32, n = (int)src.n, per = 8 / bits, top = (1 << bits) - 1;
+    const int lane = threadIdx.x % 32, wid = threadIdx.x / 32, rb = (src.r * bits + 7) / 8;
+    const auto lo = smem_take<float>(smem, n * nb, "lo");
+    const auto hi = smem_take<float>(smem, n * nb, "hi");
+    for (int t = wid; t < n; t += warps)
+        for (int b = 0; b < nb; b++) {
+            const int c = 32 * b + lane;
+            const bool in = c < src.r;
+            const float x = in ? row_elem(src, t, c) : 0.0f;
+            const float mx = warp_max(in ? x : -INFINITY), mn = -warp_max(in ? -x : -INFINITY);
+            if (lane == 0) lo[t * nb + b] = mn, hi[t * nb + b] = mx;
+        }
+    __syncthreads();  // the ranges written
+    float mabs = 0;
+    for (int i = threadIdx.x; i < n * nb; i += k_kv_block) mabs = fmaxf(mabs, fabsf(lo[i]));
+    code_grids(bits, n * nb, lo, hi, mabs, red, grid + slot0 * nb, step);
+    for (int t = wid; t < n; t += warps)
+        for (int b = 0; b < nb; b++) {
+            const int c = 32 * b + lane;
+            const bool in = c < src.r;
+            const float m = lo[t * nb + b], sv = hi[t * nb + b];
+            const float inv = sv > 0 ? 1.0f / sv : 0.0f;
+            const int q = in ? q_round((row_elem(src, t, c) - m) * inv, 0, top) : 0;
+            int byte = q;
+            for (int k = 1; k < per; k++) byte |= __shfl_down_sync(k_full_mask, q, k) << (bits * k);
+            if (in && lane % per == 0) codes[(slot0 + t) * rb + c / per] = (uint8_t)byte;
+        }
 }
 
 // The squared error of grid [lo, hi] over a key channel's n values, as
@@ -154,7 +178,7 @@ __device__ inline void key_grid_search(int bits, const cuda_rows& src, int c, fl
 
 // One block per group: a thread per channel (strided) finds its clipped grid
 // (key_grid_search), the block agrees on the group's steps (maxima), each
-// channel's grid is coded as kvq_key_grid_codes does, then a thread per code
+// channel's grid is coded as kvq_grid_codes does, then a thread per code
 // byte writes its byte of every token. lo, hi: dynamic shared [r] floats each.
 __global__ void __launch_bounds__(k_kv_block)
     kivi_keys_kernel(int bits, cuda_rows src, dptr<uint8_t> codes, dptr<uint16_t> grid, dptr<uint16_t> step,
@@ -171,27 +195,7 @@ __global__ void __launch_bounds__(k_kv_block)
         lo[c] = l, hi[c] = h;
         mabs = fmaxf(mabs, fabsf(l));
     }
-    mabs = block_max(mabs, red);
-    const uint16_t dm16 = f16_ceil(mabs / 127.0f);
-    const float dm = h2f(dm16);
-    float smax = 0;
-    for (int c = threadIdx.x; c < r; c += k_kv_block) {
-        const float mc = dm > 0 ? fminf(fmaxf(floorf(lo[c] / dm), -127.0f), 127.0f) : 0.0f;
-        lo[c] = dm * mc;  // the coded min from here on
-        smax = fmaxf(smax, (hi[c] - lo[c]) / (float)top);
-    }
-    smax = block_max(smax, red);
-    const uint16_t ds16 = f16_ceil(smax / 255.0f);
-    const float ds = h2f(ds16);
-    for (int c = threadIdx.x; c < r; c += k_kv_block) {
-        const float need = (hi[c] - lo[c]) / (float)top;
-        const int sc = ds > 0 ? (int)fminf(fmaxf(ceilf(need / ds), 0.0f), 255.0f) : 0;
-        const int mc = dm > 0 ? (int)(lo[c] / dm) : 0;  // exact: lo = dm * mc
-        grid[c] = (uint16_t)(sc | ((mc & 0xff) << 8));
-        hi[c] = ds * (float)sc;  // the coded scale from here on
-    }
-    if (threadIdx.x == 0) step[0] = ds16, step[1] = dm16;
-    __syncthreads();
+    code_grids(bits, r, lo, hi, mabs, red, grid, step);
     const int rb = (r * bits + 7) / 8;
     for (int cb = threadIdx.x; cb < rb; cb += k_kv_block) {
         float m[4], inv[4];  // per channel of the byte (per <= 4)
@@ -244,14 +248,17 @@ void cuda_kv_quantize_q8(const cuda_rows& src, dptr<int8_t> codes, dptr<uint16_t
     ZK_LAUNCH(q8_kernel, dim3(blocks_for(32 * warps)), dim3(k_kv_block), 0, stream, src, codes, scales, slot0);
 }
 
-void cuda_kv_quantize_kivi_values(int bits, const cuda_rows& src, dptr<uint8_t> codes, dptr<uint16_t> scales,
-                                  dptr<uint16_t> mins, int64_t slot0, cuda_stream stream) {
+void cuda_kv_quantize_kivi_values(int bits, const cuda_rows& src, dptr<uint8_t> codes, dptr<uint16_t> grid,
+                                  dptr<uint16_t> step, int64_t slot0, cuda_stream stream) {
     check_rows(src, "cuda_kv_quantize_kivi_values");
     check_bits(bits, "cuda_kv_quantize_kivi_values");
-    if (src.n == 0) return;
-    const int64_t warps = src.n * ((src.r + 31) / 32);
-    ZK_LAUNCH(kivi_values_kernel, dim3(blocks_for(32 * warps)), dim3(k_kv_block), 0, stream, bits, src, codes, scales,
-              mins, slot0);
+    const int64_t ng = src.n * ((src.r + 31) / 32);
+    if (src.n < 1) ZK_THROW("cuda_kv_quantize_kivi_values: an empty group");
+    if (ng > KV_VALUE_MAX_GRIDS)
+        ZK_THROW("cuda_kv_quantize_kivi_values: %lld tokens x %d channels (at most %d blocks of 32)", (long long)src.n,
+                 src.r, KV_VALUE_MAX_GRIDS);
+    ZK_LAUNCH(kivi_values_kernel, dim3(1), dim3(k_kv_block), 2 * sizeof(float) * ng, stream, bits, src, codes, grid,
+              step, slot0);
 }
 
 void cuda_kv_quantize_kivi_keys(int bits, const cuda_rows& src, dptr<uint8_t> codes, dptr<uint16_t> grid,
@@ -287,9 +294,10 @@ void quantize(const cuda_kv_side_store& d, const cuda_rows& src, int64_t g, int6
         cuda_kv_quantize_q8(src, dptr_as<int8_t>(d.codes), d.scale, s0, stream);
     } else if (d.keys) {
         cuda_kv_quantize_kivi_keys(d.layout == KV_LAYOUT_Q4 ? 4 : 2, src, d.codes, d.scale + g * d.r,
-                                   d.min + g * KV_KEY_STEPS, s0, stream);
+                                   d.min + g * KV_GRID_STEPS, s0, stream);
     } else {
-        cuda_kv_quantize_kivi_values(d.layout == KV_LAYOUT_Q4 ? 4 : 2, src, d.codes, d.scale, d.min, s0, stream);
+        cuda_kv_quantize_kivi_values(d.layout == KV_LAYOUT_Q4 ? 4 : 2, src, d.codes, d.scale, d.min + g * KV_GRID_STEPS,
+                                     s0, stream);
     }
 }
 

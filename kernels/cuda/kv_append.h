@@ -46,12 +46,13 @@ void cuda_kv_store_rows(const cuda_rows& src, dptr<float> dst32, dptr<uint16_t> 
 void cuda_kv_quantize_q8(const cuda_rows& src, dptr<int8_t> codes, dptr<uint16_t> scales, int64_t slot0,
                          cuda_stream stream);
 // KIVI values at `bits` (4 or 2) per token: codes [slots x kv_kivi_row_bytes(bits, r)],
-// scales and mins [slots x blocks32(r)] from slot0 on.
-void cuda_kv_quantize_kivi_values(int bits, const cuda_rows& src, dptr<uint8_t> codes, dptr<uint16_t> scales,
-                                  dptr<uint16_t> mins, int64_t slot0, cuda_stream stream);
+// packed grid codes [slots x blocks32(r)] and f16 steps [slots x KV_GRID_STEPS]
+// from slot0 on (kvq_quantize_vrow's bytes).
+void cuda_kv_quantize_kivi_values(int bits, const cuda_rows& src, dptr<uint8_t> codes, dptr<uint16_t> grid,
+                                  dptr<uint16_t> step, int64_t slot0, cuda_stream stream);
 // KIVI keys at `bits` of one group (src.n tokens) per channel: codes rows from
 // slot0 on, the group's packed grid codes [r] at grid and its f16 steps
-// [KV_KEY_STEPS] at step (kernels/attention.h), bit for bit as
+// [KV_GRID_STEPS] at step (kernels/attention.h), bit for bit as
 // engine/kv_quant.cpp's kvq_quantize_keys (clipped grids included).
 void cuda_kv_quantize_kivi_keys(int bits, const cuda_rows& src, dptr<uint8_t> codes, dptr<uint16_t> grid,
                                 dptr<uint16_t> step, int64_t slot0, cuda_stream stream);
@@ -69,7 +70,7 @@ struct cuda_kv_side_store {
     dptr<uint16_t> rows16{};
     // Q8: int8 codes (as bytes) [capacity x r], scales [capacity x blocks32(r)];
     // KIVI: codes [capacity x row_bytes(r)]; keys: grid codes [max_groups x r]
-    // and steps [max_groups x KV_KEY_STEPS]; values: [capacity x blocks32(r)] both
+    // and steps [max_groups x KV_GRID_STEPS]; values: [capacity x blocks32(r)] both
     dptr<uint8_t> codes{};
     dptr<uint16_t> scale{}, min{};
 };

@@ -56,7 +56,7 @@ cuda_kv_side_extent cuda_kv_side_extent_of(const attn_kv_view& v, bool keys) {
     } else if (is_kivi(s.layout)) {
         e.codes = nq * kv_kivi_row_bytes(kivi_bits(s.layout), r);
         e.scale = keys ? v.n_groups * r : nq * kv_n_blocks(r, KV_Q4_VBLOCK);
-        e.min = keys ? v.n_groups * KV_KEY_STEPS : e.scale;
+        e.min = v.n_groups * KV_GRID_STEPS;
         if (s.gear.rank > 0 || s.gear.n_out > 0) {
             e.gear_a = v.n_groups * v.group * s.gear.rank;
             e.gear_b = v.n_groups * r * s.gear.rank;

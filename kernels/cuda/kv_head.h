@@ -38,9 +38,10 @@ struct cuda_kv_side {
     // Q8: int8 codes (as bytes) [n_quant x r]; KIVI: [n_quant x kv_kivi_row_bytes(bits, r)],
     // channel c in bits bits * (c % (8 / bits)) of byte c * bits / 8
     dptr<const uint8_t> codes{};
-    // Q8: f16 scales [n_quant x blocks32(r)]; KIVI keys: f16 scale and min per
-    // (group, channel) [n_groups x r]; KIVI values: per (slot, block of 32
-    // channels) [n_quant x blocks32(r)]
+    // scale: Q8 f16 scales [n_quant x blocks32(r)]; KIVI packed grid codes
+    // (kernels/attention.h), keys per (group, channel) [n_groups x r], values
+    // per (slot, block of 32 channels) [n_quant x blocks32(r)]. min: KIVI, the
+    // groups' f16 steps [n_groups x KV_GRID_STEPS].
     dptr<const uint16_t> scale{}, min{};
     // GEAR (KIVI only; rank 0 and n_out 0: none): A [n_groups x group x rank],
     // B [n_groups x r x rank] f16; sparse corrections [n_groups x n_out]: index

@@ -3,7 +3,8 @@
 // (dequantized, GEAR's low-rank part added), GEAR's sparse corrections, the
 // KIVI group of a slot, and a chunk of rows staged into shared memory. The
 // decode and prefill kernels share these; the arithmetic is the CPU's
-// (engine/kv_quant.h: x = s code + m, f16 scales and mins; Q8: x = d code).
+// (engine/kv_quant.h: x = s code + m, s and m coded against the group's steps;
+// Q8: x = d code).
 #pragma once
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -47,6 +48,7 @@ struct kv_row_at {
     int bits;    // KIVI: 4 or 2
     int64_t o;   // first element (rows, Q8) or byte (KIVI) of the row
     int64_t so;  // first scale (Q8, KIVI values: the slot's; KIVI keys: the group's)
+    int64_t st;  // KIVI: the group's first step
     int32_t g;   // KIVI: the slot's group and its index in the group (GEAR)
     int t;
 };
@@ -57,6 +59,7 @@ __device__ inline kv_row_at kv_row(const cuda_kv_side& d, int type, bool keys, i
     kv_row_at w;
     w.bits = 0;
     w.so = 0;
+    w.st = 0;
     w.g = g;
     w.t = t;
     if (s >= d.n_quant) {
@@ -71,14 +74,16 @@ __device__ inline kv_row_at kv_row(const cuda_kv_side& d, int type, bool keys, i
         w.kind = keys ? KV_ROW_KIVI_K : KV_ROW_KIVI_V;
         w.o = s * ((r * w.bits + 7) / 8);
         w.so = keys ? (int64_t)g * r : s * kv_blocks32(r);
+        w.st = (int64_t)g * KV_GRID_STEPS;
     }
     return w;
 }
 
-// A KIVI key channel's scale and min from its packed grid code and the group's
-// steps (kernels/attention.h: kivi_key_scale, kivi_key_min).
-__device__ __forceinline__ float kv_key_scale(uint32_t grid, float ds) { return ds * (float)(grid & 0xffu); }
-__device__ __forceinline__ float kv_key_min(uint32_t grid, float dm) {
+// A KIVI grid's scale and min (a key channel's in a group, a value block's in
+// a token) from its packed code and the group's or token's steps
+// (kernels/attention.h: kivi_grid_scale, kivi_grid_min).
+__device__ __forceinline__ float kv_grid_scale(uint32_t grid, float ds) { return ds * (float)(grid & 0xffu); }
+__device__ __forceinline__ float kv_grid_min(uint32_t grid, float dm) {
     return dm * (float)(int8_t)(uint8_t)((grid >> 8) & 0xffu);
 }
 
@@ -103,14 +108,8 @@ __device__ inline float kv_row_elem(const cuda_kv_side& d, const kv_row_at& w, i
     const int b = c * w.bits;
     const int code = (d.codes[w.o + (b >> 3)] >> (b & 7)) & ((1 << w.bits) - 1);
     float x;
-    if (w.kind == KV_ROW_KIVI_K) {
-        const uint32_t gc = d.scale[w.so + c];
-        x = kv_key_scale(gc, h2f(d.min[(int64_t)w.g * KV_KEY_STEPS])) * (float)code +
-            kv_key_min(gc, h2f(d.min[(int64_t)w.g * KV_KEY_STEPS + 1]));
-    } else {
-        const int64_t si = w.so + c / KV_Q4_VBLOCK;
-        x = h2f(d.scale[si]) * (float)code + h2f(d.min[si]);
-    }
+    const uint32_t gc = d.scale[w.so + (w.kind == KV_ROW_KIVI_K ? c : c / KV_Q4_VBLOCK)];
+    x = kv_grid_scale(gc, h2f(d.min[w.st])) * (float)code + kv_grid_min(gc, h2f(d.min[w.st + 1]));
     if (d.gear_rank > 0) x += kv_gear_lowrank(d, group, r, w.g, w.t, c);
     return x;
 }

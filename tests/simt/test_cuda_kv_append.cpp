@@ -74,7 +74,7 @@ struct device_block {
             d.codes = pool.zeros<uint8_t>((size_t)cap * kv_kivi_row_bytes(layout == KV_LAYOUT_Q4 ? 4 : 2, r), "codes");
             const int64_t ns = keys ? max_groups * r : cap * kv_n_blocks(r, KV_Q4_VBLOCK);
             d.scale = pool.zeros<uint16_t>((size_t)ns, "scales");
-            d.min = pool.zeros<uint16_t>((size_t)(keys ? max_groups * KV_KEY_STEPS : ns), "mins");
+            d.min = pool.zeros<uint16_t>((size_t)(max_groups * KV_GRID_STEPS), "steps");
         }
         return d;
     }
