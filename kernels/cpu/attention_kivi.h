@@ -225,7 +225,8 @@ void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const u
     const __m256i quad16 = _mm256_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15, 0, 1, 4, 5, 2, 3, 6,
                                             7, 8, 9, 12, 13, 10, 11, 14, 15);
     // the chunk slot of each of 8 consecutive 16-bit entries of st (below), from the first
-    const __m256i entry_slot = HALF ? _mm256_setr_epi32(0, 2, 1, 3, 4, 6, 5, 7) : _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+    const __m256i entry_slot =
+        HALF ? _mm256_setr_epi32(0, 2, 1, 3, 4, 6, 5, 7) : _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
     const int nrc = HALF ? 1 : (r + 63) / 64;
     for (int k = 0; k < nrc; k++) {
         int64_t g = g0;  // the group of slot s
@@ -260,7 +261,7 @@ void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const u
                 }
             } else if (nb == 2 && m == C) {
                 sd = (const uint32_t*)(vs + s * 2);
-            } else if (nb == 4 && m == C) {  // r in (96, 128]: 8 slots' scales are 64 bytes, dword k of each slot
+            } else if (nb == 4 && m == C) {  // r in (96, 128]: 8 slots' grids are 64 bytes, dword k of each slot
                 const __m256i pick = _mm256_setr_epi32(k, k + 2, k + 4, k + 6, k, k + 2, k + 4, k + 6);
                 auto dwords8 = [&](const uint16_t* p) {  // slots 0..3 from the first vector, 4..7 from the second
                     const __m256i lo = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i*)p), pick);
@@ -289,11 +290,13 @@ void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const u
             alignas(32) float dl[2 * KIVI_VCHUNK], ml[2 * KIVI_VCHUNK];
             while (gs[g + 1] <= s) g++;
             {
-                const __m256 d0 = _mm256_set1_ps(h2f(vm[g * KV_GRID_STEPS])), m0 = _mm256_set1_ps(h2f(vm[g * KV_GRID_STEPS + 1]));
+                const __m256 d0 = _mm256_set1_ps(h2f(vm[g * KV_GRID_STEPS]));
+                const __m256 m0 = _mm256_set1_ps(h2f(vm[g * KV_GRID_STEPS + 1]));
                 for (int v = 0; v < 2 * KIVI_VCHUNK / 8; v++) _mm256_store_ps(dl + 8 * v, d0), _mm256_store_ps(ml + 8 * v, m0);
                 for (int64_t g2 = g + 1; gs[g2] < s + m; g2++) {
                     const __m256i first = _mm256_set1_epi32((int)(gs[g2] - s) - 1);
-                    const __m256 d2 = _mm256_set1_ps(h2f(vm[g2 * KV_GRID_STEPS])), m2 = _mm256_set1_ps(h2f(vm[g2 * KV_GRID_STEPS + 1]));
+                    const __m256 d2 = _mm256_set1_ps(h2f(vm[g2 * KV_GRID_STEPS]));
+                    const __m256 m2 = _mm256_set1_ps(h2f(vm[g2 * KV_GRID_STEPS + 1]));
                     for (int v = 0; v < 2 * KIVI_VCHUNK / 8; v++) {
                         const __m256i slot = _mm256_add_epi32(entry_slot, _mm256_set1_epi32(v * (HALF ? 8 : 4)));
                         const __m256 in = _mm256_castsi256_ps(_mm256_cmpgt_epi32(slot, first));
@@ -324,9 +327,9 @@ void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const u
                 __m256 S[4], M[4];
 #pragma GCC unroll 4
                 for (int q = 0; q < 4; q++) {  // entries 32 h + 8 q ..: s_b = ds code_s, m_b = dm code_m
-                    const __m256i g = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(sd + 16 * h + 4 * q)));
-                    const __m256 sc = _mm256_cvtepi32_ps(_mm256_and_si256(g, _mm256_set1_epi32(0xff)));
-                    const __m256 mc = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(g, 16), 24));
+                    const __m256i gc = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(sd + 16 * h + 4 * q)));
+                    const __m256 sc = _mm256_cvtepi32_ps(_mm256_and_si256(gc, _mm256_set1_epi32(0xff)));
+                    const __m256 mc = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(gc, 16), 24));
                     S[q] = _mm256_mul_ps(_mm256_load_ps(dl + 32 * h + 8 * q), sc);
                     M[q] = _mm256_fmadd_ps(_mm256_set1_ps(Codes::center), S[q],
                                            _mm256_mul_ps(_mm256_load_ps(ml + 32 * h + 8 * q), mc));
