@@ -108,7 +108,7 @@ int kvq_gear_n_outliers(int n, int r, float frac);
 // as sparse corrections; the remaining residual X - deq(X) gets a rank-`rank`
 // approximation A B^T by power iteration with deflation (deterministic start).
 // work: at least kvq_gear_work(n, r) floats. s, m: as kvq_quantize_keys's grid
-// and step when per_channel, else as kvq_quantize_vrow's per token.
+// and step when per_channel, else as kvq_quantize_values's.
 int64_t kvq_gear_work(int n, int r);
 void kvq_quantize_gear(const float* X, int n, int r, bool per_channel, int rank, int n_out, uint8_t* codes,
                        uint16_t* s, uint16_t* m, const kvq_gear_out& g, float* work, int bits = 4);
