@@ -96,10 +96,14 @@ void kvq_quantize_values(int bits, const float* X, int n, int r, uint8_t* codes,
             const int64_t o = (int64_t)t * r + b0;
             q_range(X + o, len, 1, skip ? skip + o : nullptr, 1, &lo[t * nb + bi], &hi[t * nb + bi]);
         }
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 cannot see the loops above fill [0, n nb)
+#endif
     kvq_grid_codes(bits, lo, hi, n * nb, grid, step);
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
     const float ds = fp16_to_fp32(step[0]), dm = fp16_to_fp32(step[1]);
     // a row's unused high bits are zero (not what a compacted slot held): the
     // CPU and CUDA caches stay byte-identical after eviction
