@@ -281,7 +281,12 @@ TEST(BackendCuda, BatchMatchesCpu) {
 }
 
 // A prompt longer than the mat-vec's 8 rows: f16 weight tiles and the GEMM,
-// and the tiled prefill attention (f16 activations: 1e-2)
+// and the tiled prefill attention (f16 activations: 1e-2). 4-bit 6e-2: the
+// devices quantize k and v rows that differ by f16 rounding, and a group's
+// grids are coded against steps shared by its 32 tokens (engine/kv_quant.h),
+// so one token's range moved across an f16 step recodes every grid of the
+// group by up to one step (measured 3.7e-2; 2.6e-2 with per-token f16 grids;
+// given the same rows both devices write the same bytes: kv_copy_check).
 TEST(BackendCuda, PrefillMatchesCpu) {
     const model& m = tiny_f32();
     const std::vector<int32_t> text = random_tokens(80, m.hp.n_vocab);
@@ -289,7 +294,7 @@ TEST(BackendCuda, PrefillMatchesCpu) {
         session_params sp = params(64);
         sp.kv.bits = bits;
         const std::string what = "tiny f32 prefill, " + std::to_string(bits) + "-bit";
-        expect_same(m, sp, text, 50, 3, {bits == 16 ? 1e-2 : 3e-2, false}, what.c_str());
+        expect_same(m, sp, text, 50, 3, {bits == 16 ? 1e-2 : 6e-2, false}, what.c_str());
     }
 }
 
