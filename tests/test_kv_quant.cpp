@@ -212,37 +212,41 @@ TEST(KvQuant, KiviValuesPerTokenWithinHalfStep) {
     }
 }
 
-// A token's blocks share its two steps: blocks 100x apart in magnitude, one
-// offset from zero, one constant. Each block's coded grid covers its values
-// (every value within half a step), and costs at most one step of the token
-// more than the block's own range needs: s_b <= (hi - lo) / top + ds + dm / top
-// and m_b in (lo - dm, lo].
-TEST(KvQuant, KiviValueGridCodesShareTheTokensSteps) {
-    const int r = 128;
-    std::vector<float> x(r);
-    for (int c = 0; c < 32; c++) x[c] = 100.0f * std::sin(0.7f * c);         // wide
-    for (int c = 32; c < 64; c++) x[c] = 0.5f + 0.5f * std::cos(0.3f * c);  // small, offset
-    for (int c = 64; c < 96; c++) x[c] = -3.0f;                              // constant
-    for (int c = 96; c < r; c++) x[c] = 0.01f * (c - 112);                   // tiny, centred
+// A group's (token, block) grids share its two steps: blocks 100x apart in
+// magnitude, one offset from zero, one constant, and a second token 100x
+// smaller than the first. Each coded grid covers its values (every value
+// within half a step), and costs at most one step of the group more than the
+// block's own range needs: s <= (hi - lo) / top + ds + dm / top and m in
+// (lo - dm, lo].
+TEST(KvQuant, KiviValueGridCodesShareTheGroupsSteps) {
+    const int r = 128, n = 2, nb = 4;
+    std::vector<float> X(n * r);
+    for (int c = 0; c < 32; c++) X[c] = 100.0f * std::sin(0.7f * c);         // wide
+    for (int c = 32; c < 64; c++) X[c] = 0.5f + 0.5f * std::cos(0.3f * c);  // small, offset
+    for (int c = 64; c < 96; c++) X[c] = -3.0f;                              // constant
+    for (int c = 96; c < r; c++) X[c] = 0.01f * (c - 112);                   // tiny, centred
+    for (int c = 0; c < r; c++) X[r + c] = 0.01f * X[c];                     // a quiet token
     for (int bits : {4, 2}) {
         const int top = (1 << bits) - 1;
-        std::vector<uint8_t> codes(kv_qb_row_bytes(bits, r));
-        uint16_t g[4], st[KV_GRID_STEPS];
-        std::vector<float> y(r);
-        kvq_quantize_vrow(bits, x.data(), r, codes.data(), g, st);
-        kvq_dequantize_vrow(bits, codes.data(), g, st, r, y.data());
+        std::vector<uint8_t> codes(n * kv_qb_row_bytes(bits, r));
+        uint16_t g[n * nb], st[KV_GRID_STEPS];
+        std::vector<float> Y(n * r);
+        kvq_quantize_values(bits, X.data(), n, r, codes.data(), g, st);
+        kvq_dequantize_values(bits, codes.data(), g, st, n, r, Y.data());
         const float ds = fp16_to_fp32(st[0]), dm = fp16_to_fp32(st[1]);
-        for (int b = 0; b < 4; b++) {
-            const float lo = *std::min_element(&x[32 * b], &x[32 * b] + 32);
-            const float hi = *std::max_element(&x[32 * b], &x[32 * b] + 32);
-            const float sb = kivi_grid_scale(g[b], ds), mb = kivi_grid_min(g[b], dm);
-            EXPECT_LE(mb, lo) << bits << "-bit block " << b;
-            EXPECT_GT(mb, lo - dm * 1.0001f) << bits << "-bit block " << b;
-            EXPECT_GE(sb * top, (hi - mb) * 0.9999f) << bits << "-bit block " << b;
-            EXPECT_LE(sb, (hi - lo) / top + ds + dm / top + 1e-6f) << bits << "-bit block " << b;
-            for (int c = 32 * b; c < 32 * b + 32; c++)
-                EXPECT_LE(std::fabs(x[c] - y[c]), 0.5f * sb * 1.0001f + 1e-6f) << bits << "-bit c " << c;
-        }
+        for (int t = 0; t < n; t++)
+            for (int b = 0; b < nb; b++) {
+                const float* x = &X[t * r + 32 * b];
+                const float lo = *std::min_element(x, x + 32), hi = *std::max_element(x, x + 32);
+                const float sb = kivi_grid_scale(g[t * nb + b], ds), mb = kivi_grid_min(g[t * nb + b], dm);
+                EXPECT_LE(mb, lo) << bits << "-bit token " << t << " block " << b;
+                EXPECT_GT(mb, lo - dm * 1.0001f) << bits << "-bit token " << t << " block " << b;
+                EXPECT_GE(sb * top, (hi - mb) * 0.9999f) << bits << "-bit token " << t << " block " << b;
+                EXPECT_LE(sb, (hi - lo) / top + ds + dm / top + 1e-6f) << bits << "-bit token " << t << " block " << b;
+                for (int c = 0; c < 32; c++)
+                    EXPECT_LE(std::fabs(x[c] - Y[t * r + 32 * b + c]), 0.5f * sb * 1.0001f + 1e-6f)
+                        << bits << "-bit token " << t << " c " << 32 * b + c;
+            }
     }
 }
 
