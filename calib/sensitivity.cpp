@@ -148,19 +148,22 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
         for (int64_t g0 = from / GR * GR; g0 + GR <= to; g0 += GR) {
             if (g0 + GR <= from) continue;  // completed by an earlier chunk
             for (int g = 0; g < KV; g++) {
-                for (int t = 0; t < GR; t++)
-                    std::copy_n(kt.data() + ((size_t)(g0 + t) * KV + g) * D, D, grp.data() + (size_t)t * D);
-                kvq_quantize_keys(bits, grp.data(), GR, D, cq.data(), s1.data(), s2.data());
-                kvq_dequantize_keys(bits, cq.data(), s1.data(), s2.data(), GR, D, grp.data());
-                for (int t = 0; t < GR; t++)
-                    std::copy_n(grp.data() + (size_t)t * D, D, ktq_[b][layer].data() + ((size_t)(g0 + t) * KV + g) * D);
-                // values: per token, their grids coded against the group's steps
-                for (int t = 0; t < GR; t++)
-                    std::copy_n(vt.data() + ((size_t)(g0 + t) * KV + g) * D, D, grp.data() + (size_t)t * D);
-                kvq_quantize_values(bits, grp.data(), GR, D, cq.data(), s1.data(), s2.data());
-                kvq_dequantize_values(bits, cq.data(), s1.data(), s2.data(), GR, D, grp.data());
-                for (int t = 0; t < GR; t++)
-                    std::copy_n(grp.data() + (size_t)t * D, D, vtq_[b][layer].data() + ((size_t)(g0 + t) * KV + g) * D);
+                // the group's rows of src [tokens x KV x D] through a quantizer into dst
+                auto group_through = [&](const float* src, float* dst, bool keys) {
+                    for (int t = 0; t < GR; t++)
+                        std::copy_n(src + ((size_t)(g0 + t) * KV + g) * D, D, grp.data() + (size_t)t * D);
+                    if (keys) {
+                        kvq_quantize_keys(bits, grp.data(), GR, D, cq.data(), s1.data(), s2.data());
+                        kvq_dequantize_keys(bits, cq.data(), s1.data(), s2.data(), GR, D, grp.data());
+                    } else {  // per token, the grids coded against the group's steps
+                        kvq_quantize_values(bits, grp.data(), GR, D, cq.data(), s1.data(), s2.data());
+                        kvq_dequantize_values(bits, cq.data(), s1.data(), s2.data(), GR, D, grp.data());
+                    }
+                    for (int t = 0; t < GR; t++)
+                        std::copy_n(grp.data() + (size_t)t * D, D, dst + ((size_t)(g0 + t) * KV + g) * D);
+                };
+                group_through(kt.data(), ktq_[b][layer].data(), true);
+                group_through(vt.data(), vtq_[b][layer].data(), false);
             }
         }
     }
