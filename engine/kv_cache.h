@@ -14,7 +14,8 @@
 //   4,2 KIVI: keys per channel over groups of `group`     engine/kv_layout_kivi.h
 //       tokens (8-bit scale + min codes per (group, channel), clipped
 //       grids, two f16 steps per group), values per token (blocks
-//       of 32 channels, f16 scale + min). A block with a KIVI side is windowed:
+//       of KV_Q4_VBLOCK = 64 channels, the same 8-bit codes against the
+//       group's steps). A block with a KIVI side is windowed:
 //       the newest tokens stay in a residual window of `type` rows; when it
 //       holds `residual` tokens its oldest `group` tokens are quantized (an
 //       8-bit side of such a block then too). Optional GEAR on KIVI sides: per

@@ -184,10 +184,10 @@ size_t kivi_bytes(int bits, const kv_side_shape& s) {
 std::string kivi_describe(int bits, const kv_side_shape& s) {
     char buf[320];
     std::snprintf(buf, sizeof buf,
-                  "%d-bit (keys per channel over %d tokens with 8-bit scales+mins, values per token in blocks of 32 "
-                  "with f16 scales+mins, "
+                  "%d-bit (keys per channel over %d tokens, values per token in blocks of %d, 8-bit scales+mins "
+                  "against f16 steps per group, "
                   "%d-token %s residual window)%s",
-                  bits, s.group, s.residual, dtype_name(s.type), s.gear ? " + GEAR" : "");
+                  bits, s.group, KV_Q4_VBLOCK, s.residual, dtype_name(s.type), s.gear ? " + GEAR" : "");
     std::string d = buf;
     if (s.gear) {
         std::snprintf(buf, sizeof buf, " (rank %d, %.1f%% outliers)", s.gear_rank, 100.0 * s.gear_outliers);

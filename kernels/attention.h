@@ -24,10 +24,10 @@
 //       computed once per group. Values per token, blocks of KV_Q4_VBLOCK
 //       channels with a scale and min each. Both sides code their grids in
 //       2 bytes a (group, channel) or (token, block) against two f16 steps
-//       (ds, dm) a group or token: the grid's scale / ds (unsigned, low byte)
+//       (ds, dm) a group: the grid's scale / ds (unsigned, low byte)
 //       and min / dm (signed, high byte); kivi_grid_scale, kivi_grid_min.
 //       Keys: `scale` [n_groups x r] grid codes, `min` [n_groups x 2] steps;
-//       values: `scale` [n_quant x vblocks(r)], `min` [n_quant x 2]. The AVX2 kernels take both sums
+//       values: `scale` [n_quant x vblocks(r)], `min` [n_groups x 2]. The AVX2 kernels take both sums
 //       as integer dot products (maddubs): the folded query rounded to int8 per
 //       (group, head) and laid out in the order the codes unpack (a permutation
 //       that costs nothing per slot), the value weights p s_b rounded to 7 bits
@@ -66,7 +66,7 @@ enum kv_layout_id : int {
 };
 
 constexpr int KV_Q8_BLOCK = 32;   // channels per int8 scale
-constexpr int KV_Q4_VBLOCK = 32;  // value channels per KIVI (4- or 2-bit) scale/min pair
+constexpr int KV_Q4_VBLOCK = 64;  // value channels per KIVI (4- or 2-bit) grid
 
 // A KIVI grid (a key channel's in a group, a value block's in a token) from its
 // packed codes (see above) and the group's or token's steps.

@@ -219,13 +219,13 @@ TEST(KvQuant, KiviValuesPerTokenWithinHalfStep) {
 // block's own range needs: s <= (hi - lo) / top + ds + dm / top and m in
 // (lo - dm, lo].
 TEST(KvQuant, KiviValueGridCodesShareTheGroupsSteps) {
-    const int r = 128, n = 2, nb = 4;
+    constexpr int B = KV_Q4_VBLOCK, nb = 4, r = nb * B, n = 2;
     std::vector<float> X(n * r);
-    for (int c = 0; c < 32; c++) X[c] = 100.0f * std::sin(0.7f * c);         // wide
-    for (int c = 32; c < 64; c++) X[c] = 0.5f + 0.5f * std::cos(0.3f * c);  // small, offset
-    for (int c = 64; c < 96; c++) X[c] = -3.0f;                              // constant
-    for (int c = 96; c < r; c++) X[c] = 0.01f * (c - 112);                   // tiny, centred
-    for (int c = 0; c < r; c++) X[r + c] = 0.01f * X[c];                     // a quiet token
+    for (int c = 0; c < B; c++) X[c] = 100.0f * std::sin(0.7f * c);                // wide
+    for (int c = B; c < 2 * B; c++) X[c] = 0.5f + 0.5f * std::cos(0.3f * c);      // small, offset
+    for (int c = 2 * B; c < 3 * B; c++) X[c] = -3.0f;                             // constant
+    for (int c = 3 * B; c < r; c++) X[c] = 0.01f * (c - 3.5f * B);                // tiny, centred
+    for (int c = 0; c < r; c++) X[r + c] = 0.01f * X[c];                          // a quiet token
     for (int bits : {4, 2}) {
         const int top = (1 << bits) - 1;
         std::vector<uint8_t> codes(n * kv_qb_row_bytes(bits, r));
@@ -236,16 +236,16 @@ TEST(KvQuant, KiviValueGridCodesShareTheGroupsSteps) {
         const float ds = fp16_to_fp32(st[0]), dm = fp16_to_fp32(st[1]);
         for (int t = 0; t < n; t++)
             for (int b = 0; b < nb; b++) {
-                const float* x = &X[t * r + 32 * b];
-                const float lo = *std::min_element(x, x + 32), hi = *std::max_element(x, x + 32);
+                const float* x = &X[t * r + B * b];
+                const float lo = *std::min_element(x, x + B), hi = *std::max_element(x, x + B);
                 const float sb = kivi_grid_scale(g[t * nb + b], ds), mb = kivi_grid_min(g[t * nb + b], dm);
                 EXPECT_LE(mb, lo) << bits << "-bit token " << t << " block " << b;
                 EXPECT_GT(mb, lo - dm * 1.0001f) << bits << "-bit token " << t << " block " << b;
                 EXPECT_GE(sb * top, (hi - mb) * 0.9999f) << bits << "-bit token " << t << " block " << b;
                 EXPECT_LE(sb, (hi - lo) / top + ds + dm / top + 1e-6f) << bits << "-bit token " << t << " block " << b;
-                for (int c = 0; c < 32; c++)
-                    EXPECT_LE(std::fabs(x[c] - Y[t * r + 32 * b + c]), 0.5f * sb * 1.0001f + 1e-6f)
-                        << bits << "-bit token " << t << " c " << 32 * b + c;
+                for (int c = 0; c < B; c++)
+                    EXPECT_LE(std::fabs(x[c] - Y[t * r + B * b + c]), 0.5f * sb * 1.0001f + 1e-6f)
+                        << bits << "-bit token " << t << " c " << B * b + c;
             }
     }
 }

@@ -94,9 +94,11 @@ TEST(PlanBytes, MatchCacheAccounting) {
             EXPECT_NEAR(zk::plan_bytes(L, KV, d, bits, rk, rv), want, 1e-9);
         }
     // 2-bit: a quarter byte per code, the 4-bit layout's grids (keys: a 2-byte grid
-    // code per channel; values: per block of 32 channels; two f16 steps per group of 32)
+    // code per channel; values: per block of 64 channels; two f16 steps per group of 32)
+    static_assert(zk::KV_Q4_VBLOCK == 64, "the figures below");
     EXPECT_DOUBLE_EQ(zk::plan_side_bytes(2, true, 64), 16 + (2.0 * 64 + 4) / 32);
-    EXPECT_DOUBLE_EQ(zk::plan_side_bytes(2, false, 64), 16 + 2.0 * 2 + 4.0 / 32);
+    EXPECT_DOUBLE_EQ(zk::plan_side_bytes(2, false, 64), 16 + 2.0 + 4.0 / 32);
+    EXPECT_DOUBLE_EQ(zk::plan_side_bytes(2, false, 128), 32 + 2.0 * 2 + 4.0 / 32);
     EXPECT_DOUBLE_EQ(zk::plan_side_bytes(2, false, 7), 2 + 2.0 + 4.0 / 32);
     EXPECT_THROW(zk::plan_side_bytes(3, true, 8), zk::error);
 }

@@ -184,9 +184,9 @@ void kivi_fold_queries_n(int G, const float* q, const uint16_t* grid, const uint
 // is 32 slots, after which the sums are widened and scaled by D into float
 // accumulators. (8-bit weights would halve the chunk: the widening and the
 // per-chunk setup then cost more than the pair loop itself.)
-// In a 32-byte vector the low lane holds block 2k and the high lane block
-// 2k + 1, so each weight vector carries the pair's two block weights, one per
-// lane. The min terms sum_s p_j (m_b + z s_b) are added per block into msum
+// A 32-byte vector holds row chunk k, channels 64k .. 64k + 63: the low lane
+// 32 of them, the high lane the next 32, each lane with the weight of its
+// channels' block (blocks of 64 or more: both lanes the same block). The min terms sum_s p_j (m_b + z s_b) are added per block into msum
 // [G x nb].
 constexpr int KIVI_VCHUNK = 32;
 // Query heads per pass of the value kernel: 4 int16 accumulators a head stay in
@@ -219,6 +219,9 @@ void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const u
                        float* acc, float* msum) {
     static_assert(G >= 1 && G <= KIVI_VALUE_HEADS, "4 int16 accumulators a head, all in registers");
     constexpr int C = HALF ? 2 * KIVI_VCHUNK : KIVI_VCHUNK;
+    // blocks of 64 channels or more: both lanes of a row chunk in one block
+    static_assert(KV_Q4_VBLOCK == 32 || KV_Q4_VBLOCK % 64 == 0, "a value block is half a row chunk or whole chunks");
+    constexpr bool k_wide = KV_Q4_VBLOCK >= 64;
     const __m256i dup_lo = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), dup_hi = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
     const __m256i quad = _mm256_setr_epi32(0, 2, 1, 3, 4, 6, 5, 7);  // HALF: slots (t, t + 2), (t + 1, t + 3)
     const __m256i pair_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
@@ -234,7 +237,7 @@ void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const u
         std::memset(fa, 0, sizeof(fa));
         __m256 msv[G];  // min terms, lanes alternate blocks 2k, 2k + 1
         for (int j = 0; j < G; j++) msv[j] = _mm256_setzero_ps();
-        const bool two = 2 * k + 1 < nb;
+        const bool two = 2 * k + 1 < nb;  // (blocks of 32) the high lane has a block
         for (int64_t s = a; s < b; s += C) {
             const int m = (int)std::min<int64_t>(C, b - s);
             // KIVI_PREFETCH_CHUNKS chunks ahead, on the first row chunk (later ones
@@ -258,6 +261,26 @@ void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const u
                 for (int e = 0; e < KIVI_VCHUNK; e++) {
                     const int t = 4 * (e >> 1) + (e & 1);
                     st[e] = (t < m ? vs[s + t] : 0u) | (t + 2 < m ? (uint32_t)vs[s + t + 2] << 16 : 0u);
+                }
+            } else if (k_wide) {
+                // one block spans both lanes: its grid twice, {g_b, g_b}
+                const int bl = 64 * k / KV_Q4_VBLOCK;
+                if (nb == 1 && m == C) {
+                    for (int h = 0; h < C / 8; h++) {
+                        const __m256i g = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(vs + s + 8 * h)));
+                        _mm256_store_si256((__m256i*)(st + 8 * h), _mm256_or_si256(g, _mm256_slli_epi32(g, 16)));
+                    }
+                } else if (nb == 2 && m == C) {  // 4 slots' two grids a lane: pick grid bl of each, twice
+                    const char b0 = (char)(2 * bl), b1 = (char)(2 * bl + 1);
+                    const __m256i pick = _mm256_setr_epi8(b0, b1, b0, b1, b0 + 4, b1 + 4, b0 + 4, b1 + 4, b0 + 8, b1 + 8,
+                                                          b0 + 8, b1 + 8, b0 + 12, b1 + 12, b0 + 12, b1 + 12, b0, b1, b0,
+                                                          b1, b0 + 4, b1 + 4, b0 + 4, b1 + 4, b0 + 8, b1 + 8, b0 + 8,
+                                                          b1 + 8, b0 + 12, b1 + 12, b0 + 12, b1 + 12);
+                    for (int h = 0; h < C / 8; h++)
+                        _mm256_store_si256((__m256i*)(st + 8 * h),
+                                           _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i*)(vs + (s + 8 * h) * 2)), pick));
+                } else {
+                    for (int t = 0; t < C; t++) st[t] = t >= m ? 0u : 0x10001u * vs[(s + t) * nb + bl];
                 }
             } else if (nb == 2 && m == C) {
                 sd = (const uint32_t*)(vs + s * 2);
@@ -406,9 +429,16 @@ void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const u
                     }
             alignas(32) float ms[8];
             _mm256_store_ps(ms, msv[j]);
-            msum[j * nb + 2 * k] += ms[0] + ms[2] + ms[4] + ms[6];
-            if (two) msum[j * nb + 2 * k + 1] += ms[1] + ms[3] + ms[5] + ms[7];
-            if (HALF) msum[j * nb] += ms[1] + ms[3] + ms[5] + ms[7];
+            if (HALF) {
+                msum[j * nb] += ms[0] + ms[2] + ms[4] + ms[6];
+                msum[j * nb] += ms[1] + ms[3] + ms[5] + ms[7];
+            } else if (k_wide) {
+                // both lanes carried block bl's min terms: one lane's, once per block
+                if (64 * k % KV_Q4_VBLOCK == 0) msum[j * nb + 64 * k / KV_Q4_VBLOCK] += ms[0] + ms[2] + ms[4] + ms[6];
+            } else {
+                msum[j * nb + 2 * k] += ms[0] + ms[2] + ms[4] + ms[6];
+                if (two) msum[j * nb + 2 * k + 1] += ms[1] + ms[3] + ms[5] + ms[7];
+            }
         }
     }
 }

@@ -168,10 +168,10 @@ __device__ __forceinline__ void val4(const cuda_kv_head& kv, const staged& st, i
             ZK_UNROLL
             for (int j = 0; j < 4; j++) x[j] = (float)(int8_t)(uint8_t)(w >> (8 * j)) * sc;
         } else {
-            // KIVI values: a grid code per (slot, block of 32 channels), its group's steps
+            // KIVI values: a grid code per (slot, block of KV_Q4_VBLOCK channels), its group's steps
             constexpr int bits = VR == FR_Q4 ? 4 : 2;
             const uint32_t w = bits == 4 ? (uint32_t)sptr_cast<uint16_t>(row + c / 2)[0] : (uint32_t)row[c / 4];
-            const uint32_t gc = sptr_cast<uint16_t>(st.vs)[sl * st.nbv + c / 32];
+            const uint32_t gc = sptr_cast<uint16_t>(st.vs)[sl * st.nbv + c / KV_Q4_VBLOCK];
             const float sc = kv_grid_scale(gc, h2f(sptr_cast<uint16_t>(st.vm)[sl * KV_GRID_STEPS]));
             const float mn = kv_grid_min(gc, h2f(sptr_cast<uint16_t>(st.vm)[sl * KV_GRID_STEPS + 1]));
             ZK_UNROLL
@@ -274,7 +274,7 @@ __device__ void fast_task(const cuda_attn_item& it, const cuda_attn_task& task, 
     st.kstride = key_stride(rk / 8, unit_of<KR == FR_SINK ? FR_F16 : KR>::bytes);
     st.vrow = rv / 8 * unit_of<VR == FR_SINK ? FR_F16 : VR>::bytes;
     st.nbk = kv_blocks32(rk);
-    st.nbv = kv_blocks32(rv);
+    st.nbv = VR == FR_Q8 ? kv_blocks32(rv) : kv_vblocks(rv);  // (f16 and sink rows: unused)
     st.v = st.k + (int64_t)k_chunk * st.kstride;
     st.ks = st.v + (int64_t)k_chunk * st.vrow;
     st.vs = st.ks + (int64_t)k_chunk * 2 * st.nbk;

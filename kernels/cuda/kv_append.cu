@@ -93,9 +93,10 @@ __device__ inline void code_grids(int bits, int n, sptr<float> lo, sptr<float> h
 }
 
 // One block per group: a warp per token (strided) finds its blocks' ranges
-// (warp maxima), the block codes the (token, block) grids against the group's
-// steps (code_grids), then a warp per token writes its codes, a lane per
-// channel; the 8 / bits lanes of a code byte pass their codes to its first lane
+// (warp maxima; a lane takes every 32nd channel of a block of KV_Q4_VBLOCK),
+// the block codes the (token, block) grids against the group's steps
+// (code_grids), then a warp per token writes its codes, a lane per channel of
+// each 32; the 8 / bits lanes of a code byte pass their codes to its first lane
 // (32 is a multiple of 8 / bits). lo, hi: dynamic shared [n x nb] floats each.
 __global__ void __launch_bounds__(k_kv_block)
     kivi_values_kernel(int bits, cuda_rows src, dptr<uint8_t> codes, dptr<uint16_t> grid, dptr<uint16_t> step,
@@ -103,16 +104,19 @@ __global__ void __launch_bounds__(k_kv_block)
     ZK_SHARED_DYNAMIC(smem);
     ZK_SHARED(float, red, 32);
     constexpr int warps = k_kv_block / 32;
-    const int nb = (src.r + 31) / 32, n = (int)src.n, per = 8 / bits, top = (1 << bits) - 1;
+    static_assert(KV_Q4_VBLOCK % 32 == 0, "whole warps a value block");
+    const int nb = (src.r + KV_Q4_VBLOCK - 1) / KV_Q4_VBLOCK, n = (int)src.n, per = 8 / bits, top = (1 << bits) - 1;
     const int lane = threadIdx.x % 32, wid = threadIdx.x / 32, rb = (src.r * bits + 7) / 8;
     const auto lo = smem_take<float>(smem, n * nb, "lo");
     const auto hi = smem_take<float>(smem, n * nb, "hi");
     for (int t = wid; t < n; t += warps)
         for (int b = 0; b < nb; b++) {
-            const int c = 32 * b + lane;
-            const bool in = c < src.r;
-            const float x = in ? row_elem(src, t, c) : 0.0f;
-            const float mx = warp_max(in ? x : -INFINITY), mn = -warp_max(in ? -x : -INFINITY);
+            float mx = -INFINITY, mn = INFINITY;
+            for (int c = KV_Q4_VBLOCK * b + lane; c < KV_Q4_VBLOCK * (b + 1) && c < src.r; c += 32) {
+                const float x = row_elem(src, t, c);
+                mx = fmaxf(mx, x), mn = fminf(mn, x);
+            }
+            mx = warp_max(mx), mn = -warp_max(-mn);
             if (lane == 0) lo[t * nb + b] = mn, hi[t * nb + b] = mx;
         }
     __syncthreads();  // the ranges written
@@ -120,8 +124,8 @@ __global__ void __launch_bounds__(k_kv_block)
     for (int i = threadIdx.x; i < n * nb; i += k_kv_block) mabs = fmaxf(mabs, fabsf(lo[i]));
     code_grids(bits, n * nb, lo, hi, mabs, red, grid + slot0 * nb, step);
     for (int t = wid; t < n; t += warps)
-        for (int b = 0; b < nb; b++) {
-            const int c = 32 * b + lane;
+        for (int c0 = 0; c0 < src.r; c0 += 32) {
+            const int c = c0 + lane, b = c0 / KV_Q4_VBLOCK;
             const bool in = c < src.r;
             const float m = lo[t * nb + b], sv = hi[t * nb + b];
             const float inv = sv > 0 ? 1.0f / sv : 0.0f;
@@ -252,11 +256,11 @@ void cuda_kv_quantize_kivi_values(int bits, const cuda_rows& src, dptr<uint8_t> 
                                   dptr<uint16_t> step, int64_t slot0, cuda_stream stream) {
     check_rows(src, "cuda_kv_quantize_kivi_values");
     check_bits(bits, "cuda_kv_quantize_kivi_values");
-    const int64_t ng = src.n * ((src.r + 31) / 32);
+    const int64_t ng = src.n * ((src.r + KV_Q4_VBLOCK - 1) / KV_Q4_VBLOCK);
     if (src.n < 1) ZK_THROW("cuda_kv_quantize_kivi_values: an empty group");
     if (ng > KV_VALUE_MAX_GRIDS)
-        ZK_THROW("cuda_kv_quantize_kivi_values: %lld tokens x %d channels (at most %d blocks of 32)", (long long)src.n,
-                 src.r, KV_VALUE_MAX_GRIDS);
+        ZK_THROW("cuda_kv_quantize_kivi_values: %lld tokens x %d channels (at most %d blocks of %d)", (long long)src.n,
+                 src.r, KV_VALUE_MAX_GRIDS, KV_Q4_VBLOCK);
     ZK_LAUNCH(kivi_values_kernel, dim3(1), dim3(k_kv_block), 2 * sizeof(float) * ng, stream, bits, src, codes, grid,
               step, slot0);
 }

@@ -19,6 +19,8 @@ constexpr uint16_t k_gear_none = 0xFFFF;  // KV_GEAR_NONE
 __device__ __forceinline__ bool kv_is_kivi(int layout) { return layout == KV_LAYOUT_Q4 || layout == KV_LAYOUT_Q2; }
 __device__ __forceinline__ int kv_kivi_bits(int layout) { return layout == KV_LAYOUT_Q4 ? 4 : 2; }
 __device__ __forceinline__ int kv_blocks32(int r) { return (r + 31) / 32; }
+// KIVI value grids per slot: blocks of KV_Q4_VBLOCK channels
+__device__ __forceinline__ int kv_vblocks(int r) { return (r + KV_Q4_VBLOCK - 1) / KV_Q4_VBLOCK; }
 
 // The group holding quantized slot s: the last g with group_start[g] <= s
 // (group_start[0] = 0).
@@ -73,7 +75,7 @@ __device__ inline kv_row_at kv_row(const cuda_kv_side& d, int type, bool keys, i
         w.bits = kv_kivi_bits(d.layout);
         w.kind = keys ? KV_ROW_KIVI_K : KV_ROW_KIVI_V;
         w.o = s * ((r * w.bits + 7) / 8);
-        w.so = keys ? (int64_t)g * r : s * kv_blocks32(r);
+        w.so = keys ? (int64_t)g * r : s * kv_vblocks(r);
         w.st = (int64_t)g * KV_GRID_STEPS;
     }
     return w;
