@@ -186,8 +186,8 @@ void kivi_fold_queries_n(int G, const float* q, const uint16_t* grid, const uint
 // per-chunk setup then cost more than the pair loop itself.)
 // A 32-byte vector holds row chunk k, channels 64k .. 64k + 63: the low lane
 // 32 of them, the high lane the next 32, each lane with the weight of its
-// channels' block (blocks of 64 or more: both lanes the same block). The min terms sum_s p_j (m_b + z s_b) are added per block into msum
-// [G x nb].
+// channels' block (blocks of 64 or more: both lanes the same block). The min
+// terms sum_s p_j (m_b + z s_b) are added per block into msum [G x nb].
 constexpr int KIVI_VCHUNK = 32;
 // Query heads per pass of the value kernel: 4 int16 accumulators a head stay in
 // registers with the pass's weight vectors and codes, 4 heads where AVX-512VL
@@ -235,7 +235,7 @@ void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const u
         int64_t g = g0;  // the group of slot s
         alignas(32) float fa[G][4][2][8];  // [head][code vector][lane][8]: channel order restored at the end
         std::memset(fa, 0, sizeof(fa));
-        __m256 msv[G];  // min terms, lanes alternate blocks 2k, 2k + 1
+        __m256 msv[G];  // min terms, lanes alternate the low and high lane's blocks
         for (int j = 0; j < G; j++) msv[j] = _mm256_setzero_ps();
         const bool two = 2 * k + 1 < nb;  // (blocks of 32) the high lane has a block
         for (int64_t s = a; s < b; s += C) {
