@@ -26,8 +26,10 @@ inline int kv_qb_row_bytes(int bits, int r) { return kv_kivi_row_bytes(bits, r);
 // Values, per token in blocks of KV_Q4_VBLOCK channels, a group of n tokens at
 // a time: each (token, block) grid spans its values and is coded against the
 // group's steps (kvq_grid_codes; Qwen2.5-Coder-1.5B, 2-bit cache: 3 -> 2.5
-// bits a value; blocks of 64 rather than 32: 2.25, at KLD 0.0299 against 0.0291). X [n x r] (row stride r) -> codes [n x row_bytes(r)], grid
-// [n x vblocks(r)], step [KV_GRID_STEPS]; n x vblocks(r) <= KV_VALUE_MAX_GRIDS.
+// bits a value; blocks of 64 rather than 32: 2.26 bits, KLD 0.0299 against
+// 0.0297; blocks of 128: 0.0427). X [n x r] (row stride r) -> codes
+// [n x row_bytes(r)], grid [n x vblocks(r)], step [KV_GRID_STEPS];
+// n x vblocks(r) <= KV_VALUE_MAX_GRIDS.
 // skip (optional, [n x r]): as for keys.
 void kvq_quantize_values(int bits, const float* X, int n, int r, uint8_t* codes, uint16_t* grid, uint16_t* step,
                          const uint8_t* skip = nullptr);
