@@ -203,15 +203,15 @@ constexpr int KIVI_PREFETCH_CHUNKS = 2;
 
 // The chunk loop of the value sums, over Codes (the width):
 //   Codes::center        the centring (8 for 4-bit codes 0..15, 2 for 2-bit 0..3)
-//   Codes::chunk_bytes   bytes of a row chunk of 64 channels (two value blocks)
+//   Codes::chunk_bytes   bytes of a row chunk of 64 channels (32 a lane)
 //   Codes::pairs<G, HALF>(cp, rb, np, last, pf, pd, ac)   the pair loop of one
 //                        chunk of slots: 4 int16 vectors per head, 8 channels per
 //                        lane each; asks for each iteration's rows pf bytes ahead
 //                        into L2 (pf = 0: none)
 //   Codes::channel(half, k, h, v, e)   the channel of element e of lane h of vector v
-// HALF (r <= 32, one value block): the two lanes carry different slots
-// instead of two blocks. Slot entries of the weight dwords are then (t, t + 2)
-// in place of (block 0, block 1), a chunk is 64 slots (16 pairs per lane), and
+// HALF (r <= 32): the two lanes carry different slots instead of the two
+// halves of a row chunk. Slot entries of the weight dwords are then (t, t + 2)
+// in place of (low lane, high lane), a chunk is 64 slots (16 pairs per lane), and
 // both lanes add to the same channels.
 template <int G, bool HALF, class Codes>
 void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, const int32_t* gs,
@@ -219,9 +219,8 @@ void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const u
                        float* acc, float* msum) {
     static_assert(G >= 1 && G <= KIVI_VALUE_HEADS, "4 int16 accumulators a head, all in registers");
     constexpr int C = HALF ? 2 * KIVI_VCHUNK : KIVI_VCHUNK;
-    // blocks of 64 channels or more: both lanes of a row chunk in one block
-    static_assert(KV_Q4_VBLOCK == 32 || KV_Q4_VBLOCK % 64 == 0, "a value block is half a row chunk or whole chunks");
-    constexpr bool k_wide = KV_Q4_VBLOCK >= 64;
+    // a value block spans whole row chunks: both lanes of chunk k take its grid
+    static_assert(KV_Q4_VBLOCK % 64 == 0, "a value block is one or more row chunks of 64 channels");
     const __m256i dup_lo = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), dup_hi = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
     const __m256i quad = _mm256_setr_epi32(0, 2, 1, 3, 4, 6, 5, 7);  // HALF: slots (t, t + 2), (t + 1, t + 3)
     const __m256i pair_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
@@ -235,9 +234,8 @@ void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const u
         int64_t g = g0;  // the group of slot s
         alignas(32) float fa[G][4][2][8];  // [head][code vector][lane][8]: channel order restored at the end
         std::memset(fa, 0, sizeof(fa));
-        __m256 msv[G];  // min terms, lanes alternate the low and high lane's blocks
+        __m256 msv[G];  // min terms, lanes alternate the low and high lane's (the same block but for HALF)
         for (int j = 0; j < G; j++) msv[j] = _mm256_setzero_ps();
-        const bool two = 2 * k + 1 < nb;  // (blocks of 32) the high lane has a block
         for (int64_t s = a; s < b; s += C) {
             const int m = (int)std::min<int64_t>(C, b - s);
             // KIVI_PREFETCH_CHUNKS chunks ahead, on the first row chunk (later ones
@@ -249,11 +247,10 @@ void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const u
                 simd::prefetch_l2(vs + p * nb, sizeof(uint16_t) * (size_t)(np * nb));
                 if (np == C) ahead = KIVI_PREFETCH_CHUNKS * C * (int64_t)rb;
             }
-            // per slot, the grid code pairs {g_b0, g_b1}: read in place when the two
-            // blocks are a whole row of grids, else gathered (zeros past the
-            // chunk's end or a missing second block)
+            // per slot, the grid code pair of the two lanes: {g_b, g_b} for the
+            // block b of row chunk k (HALF: {g_t, g_t+2} of two slots' block 0);
+            // zeros past the chunk's end
             alignas(32) uint32_t st[KIVI_VCHUNK];
-            const uint32_t* sd = st;
             if (HALF && m == C) {  // {g_t, g_t+2}, {g_t+1, g_t+3} per 4 slots
                 for (int h = 0; h < C / 16; h++)  // 16 slots (8 dwords) per vector
                     _mm256_store_si256((__m256i*)(st + 8 * h), _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i*)(vs + s + 16 * h)), quad16));
@@ -262,49 +259,24 @@ void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const u
                     const int t = 4 * (e >> 1) + (e & 1);
                     st[e] = (t < m ? vs[s + t] : 0u) | (t + 2 < m ? (uint32_t)vs[s + t + 2] << 16 : 0u);
                 }
-            } else if (k_wide) {
-                // one block spans both lanes: its grid twice, {g_b, g_b}
-                const int bl = 64 * k / KV_Q4_VBLOCK;
-                if (nb == 1 && m == C) {
-                    for (int h = 0; h < C / 8; h++) {
-                        const __m256i g = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(vs + s + 8 * h)));
-                        _mm256_store_si256((__m256i*)(st + 8 * h), _mm256_or_si256(g, _mm256_slli_epi32(g, 16)));
-                    }
-                } else if (nb == 2 && m == C) {  // 4 slots' two grids a lane: pick grid bl of each, twice
-                    const char b0 = (char)(2 * bl), b1 = (char)(2 * bl + 1);
-                    const __m256i pick = _mm256_setr_epi8(b0, b1, b0, b1, b0 + 4, b1 + 4, b0 + 4, b1 + 4, b0 + 8, b1 + 8,
-                                                          b0 + 8, b1 + 8, b0 + 12, b1 + 12, b0 + 12, b1 + 12, b0, b1, b0,
-                                                          b1, b0 + 4, b1 + 4, b0 + 4, b1 + 4, b0 + 8, b1 + 8, b0 + 8,
-                                                          b1 + 8, b0 + 12, b1 + 12, b0 + 12, b1 + 12);
-                    for (int h = 0; h < C / 8; h++)
-                        _mm256_store_si256((__m256i*)(st + 8 * h),
-                                           _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i*)(vs + (s + 8 * h) * 2)), pick));
-                } else {
-                    for (int t = 0; t < C; t++) st[t] = t >= m ? 0u : 0x10001u * vs[(s + t) * nb + bl];
-                }
-            } else if (nb == 2 && m == C) {
-                sd = (const uint32_t*)(vs + s * 2);
-            } else if (nb == 4 && m == C) {  // r in (96, 128]: 8 slots' grids are 64 bytes, dword k of each slot
-                const __m256i pick = _mm256_setr_epi32(k, k + 2, k + 4, k + 6, k, k + 2, k + 4, k + 6);
-                auto dwords8 = [&](const uint16_t* p) {  // slots 0..3 from the first vector, 4..7 from the second
-                    const __m256i lo = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i*)p), pick);
-                    const __m256i hi = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i*)(p + 16)), pick);
-                    return _mm256_permute2x128_si256(lo, hi, 0x20);
-                };
-                for (int h = 0; h < C / 8; h++)
-                    _mm256_store_si256((__m256i*)(st + 8 * h), dwords8(vs + (s + 8 * h) * 4));
-            } else if (two && m == C) {  // wider rows (r > 128): the pair's dword of each slot, 8 slots a gather
-                const __m256i row = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(nb));
-                const int* bs = (const int*)(vs + s * nb + 2 * k);
+            } else if (nb == 1 && m == C) {  // r <= 64: a slot's one grid, twice
                 for (int h = 0; h < C / 8; h++) {
-                    const __m256i idx = _mm256_add_epi32(row, _mm256_set1_epi32(8 * h * nb));  // in f16 units
-                    _mm256_store_si256((__m256i*)(st + 8 * h), _mm256_i32gather_epi32(bs, idx, 2));
+                    const __m256i g = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(vs + s + 8 * h)));
+                    _mm256_store_si256((__m256i*)(st + 8 * h), _mm256_or_si256(g, _mm256_slli_epi32(g, 16)));
                 }
+            } else if (nb == 2 && m == C) {  // r in (64, 128]: 4 slots' two grids a lane, grid bl of each twice
+                const int bl = 64 * k / KV_Q4_VBLOCK;
+                const char b0 = (char)(2 * bl), b1 = (char)(2 * bl + 1);
+                const __m256i pick = _mm256_setr_epi8(b0, b1, b0, b1, b0 + 4, b1 + 4, b0 + 4, b1 + 4, b0 + 8, b1 + 8,
+                                                      b0 + 8, b1 + 8, b0 + 12, b1 + 12, b0 + 12, b1 + 12, b0, b1, b0,
+                                                      b1, b0 + 4, b1 + 4, b0 + 4, b1 + 4, b0 + 8, b1 + 8, b0 + 8,
+                                                      b1 + 8, b0 + 12, b1 + 12, b0 + 12, b1 + 12);
+                for (int h = 0; h < C / 8; h++)
+                    _mm256_store_si256((__m256i*)(st + 8 * h),
+                                       _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i*)(vs + (s + 8 * h) * 2)), pick));
             } else {
-                for (int t = 0; t < C; t++) {
-                    const int64_t o = (s + t) * nb + 2 * k;
-                    st[t] = t >= m ? 0u : vs[o] | (two ? (uint32_t)vs[o + 1] << 16 : 0u);
-                }
+                const int bl = 64 * k / KV_Q4_VBLOCK;
+                for (int t = 0; t < C; t++) st[t] = t >= m ? 0u : 0x10001u * vs[(s + t) * nb + bl];
             }
             // the steps (ds, dm) of each 16-bit entry's slot in f32: entry i of st
             // holds slot i / 2 (HALF: slot 4 (i / 4) + (i / 2) % 2 + 2 (i % 2)), and
@@ -350,7 +322,7 @@ void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const u
                 __m256 S[4], M[4];
 #pragma GCC unroll 4
                 for (int q = 0; q < 4; q++) {  // entries 32 h + 8 q ..: s_b = ds code_s, m_b = dm code_m
-                    const __m256i gc = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(sd + 16 * h + 4 * q)));
+                    const __m256i gc = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(st + 16 * h + 4 * q)));
                     const __m256 sc = _mm256_cvtepi32_ps(_mm256_and_si256(gc, _mm256_set1_epi32(0xff)));
                     const __m256 mc = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(gc, 16), 24));
                     S[q] = _mm256_mul_ps(_mm256_load_ps(dl + 32 * h + 8 * q), sc);
@@ -429,15 +401,12 @@ void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const u
                     }
             alignas(32) float ms[8];
             _mm256_store_ps(ms, msv[j]);
-            if (HALF) {
+            if (HALF) {  // the two lanes: other slots of block 0
                 msum[j * nb] += ms[0] + ms[2] + ms[4] + ms[6];
                 msum[j * nb] += ms[1] + ms[3] + ms[5] + ms[7];
-            } else if (k_wide) {
-                // both lanes carried block bl's min terms: one lane's, once per block
-                if (64 * k % KV_Q4_VBLOCK == 0) msum[j * nb + 64 * k / KV_Q4_VBLOCK] += ms[0] + ms[2] + ms[4] + ms[6];
-            } else {
-                msum[j * nb + 2 * k] += ms[0] + ms[2] + ms[4] + ms[6];
-                if (two) msum[j * nb + 2 * k + 1] += ms[1] + ms[3] + ms[5] + ms[7];
+            } else if (64 * k % KV_Q4_VBLOCK == 0) {
+                // both lanes carried the block's min terms: one lane's, once per block
+                msum[j * nb + 64 * k / KV_Q4_VBLOCK] += ms[0] + ms[2] + ms[4] + ms[6];
             }
         }
     }

@@ -6,9 +6,9 @@
 //   keys    a row chunk is 32 bytes, 128 channels; the folded query is laid out
 //           per chunk as its 4 planes of 32 bytes (plane p, byte i = channel
 //           128k + 4i + p), a permutation computed once per group;
-//   values  64 channels (16 bytes, two value blocks) at a time, two slots'
+//   values  64 channels (16 bytes, a row chunk) at a time, two slots'
 //           bytes interleaved: each plane then gives 8 channels (4e + p) per
-//           lane, the low lane block 2k, the high lane block 2k + 1, so the
+//           lane, the low lane channels 64k.., the high lane 64k + 32.., so the
 //           weights are those of the 4-bit kernel (attention_kivi.h).
 // Code buffers are readable KV_Q4_PAD (32) bytes past their last row: a row
 // shorter than its last load reads into the next row or the padding, and those
@@ -180,8 +180,8 @@ void q2_scores(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t a, i
 // the chunk loop and the weights): np pairs of slots from cp (the last pair of
 // an odd chunk repeats its slot, with weight 0) into ac, one accumulator per
 // plane. Per pair the 16 bytes (64 channels) of slot t and of slot t + 1 are
-// interleaved: the low lane gets bytes 0..7 (block 2k), the high lane bytes
-// 8..15 (block 2k + 1). HALF (r <= 32, rows of at most 8 bytes): an iteration
+// interleaved: the low lane gets bytes 0..7 (channels 64k..), the high lane
+// bytes 8..15 (64k + 32..). HALF (r <= 32, rows of at most 8 bytes): an iteration
 // takes 4 slots, the pair (t, t + 1) in the low lane and (t + 2, t + 3) in the
 // high one. Codes are centred, c - 2 in [-2, 1]: a lane's int16 sum over a chunk
 // of 16 pairs stays within 16 * 2 * 127 * 2 = 8128. Out of line with its
@@ -190,8 +190,9 @@ template <int G, bool HALF>
 __attribute__((noinline)) void values_q2_pairs(const uint8_t* cp, int rb, int64_t np, int64_t last,
                                                int64_t pf, const uint32_t* pd, __m256i (&ac)[G][4]) {
     const __m256i m3 = _mm256_set1_epi8(0x03), two = _mm256_set1_epi8(2);
-    // a pair's weight dword {u_t(b0), u_t(b1), u_t+1(b0), u_t+1(b1)}: the low
-    // lane gets the b0 pair, the high lane the b1 pair (as values_q4_pairs)
+    // a pair's weight dword {u_t(lo), u_t(hi), u_t+1(lo), u_t+1(hi)} (the weights
+    // of the low and the high lane's channels): the low lane gets the lo pair,
+    // the high lane the hi pair (as values_q4_pairs)
     const __m256i wctl = _mm256_setr_epi8(0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3,
                                           1, 3, 1, 3, 1, 3);
     __m256i a0[G], a1[G], a2[G], a3[G];

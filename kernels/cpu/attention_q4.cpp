@@ -187,9 +187,9 @@ template <int G, bool HALF>
 __attribute__((noinline)) void values_q4_pairs(const uint8_t* cp, int rb, int64_t np, int64_t last,
                                                int64_t pf, const uint32_t* pd, __m256i (&ac)[G][4]) {
     const __m256i mask = _mm256_set1_epi8(0x0F);
-    // A pair's weights arrive as the dword {u_t(b0), u_t(b1), u_t+1(b0), u_t+1(b1)}
-    // (slot-major, as the scales lie in memory); broadcast and shuffled: the low
-    // lane gets the b0 pair, the high lane the b1 pair.
+    // A pair's weights arrive as the dword {u_t(lo), u_t(hi), u_t+1(lo), u_t+1(hi)}
+    // (lo, hi: the low and the high lane's channels, of one block); broadcast and
+    // shuffled: the low lane gets the lo pair, the high lane the hi pair.
     const __m256i wctl = _mm256_setr_epi8(0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3,
                                           1, 3, 1, 3, 1, 3);
     __m256i a0[G], a1[G], a2[G], a3[G];
