@@ -16,6 +16,7 @@
 #   bash bench/kv_plans.sh target      # eval --target 0.99 over plan and plan+evict
 #   bash bench/kv_plans.sh passkey
 #   bash bench/kv_plans.sh code
+#   bash bench/kv_plans.sh tails       # codes below 2 bits, simulated (a patched copy; needs ppl's files)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 zack="${ZACK:-$here/build/zack}"
@@ -64,5 +65,35 @@ case "${1:-}" in
                 --json "$out/code_$(echo "base$cfg" | tr -c 'a-z0-9.' _).json"
         done
         ;;
-    *) sed -n '2,19p' "$0"; exit 2 ;;
+    tails)
+        # 1-bit tails of the 2-bit sides, simulated by bench/experiments/one_bit_tails.patch in a
+        # throwaway copy of HEAD (the product never reads ZK_SIM_*). The .zack and plans: $z, $PLANS.
+        src="$out/tails-src"
+        [ -d "$src" ] || git -C "$here" worktree add --detach "$src" HEAD
+        git -C "$src" apply --check "$here/bench/experiments/one_bit_tails.patch" 2>/dev/null &&
+            git -C "$src" apply "$here/bench/experiments/one_bit_tails.patch"
+        cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release > /dev/null
+        cmake --build "$src/build" --target zack -j "$threads" > /dev/null
+        # a hand plan next to the calibrated ones: layer 0 at 4 bits, 2 bits elsewhere, every rank full
+        python3 - "$z" "$out/plan_l0q4.json" <<'PY'
+import json, sys, gguf
+f = gguf.GGUFReader(sys.argv[1]).fields["zack.plans"]
+p = json.loads(bytes(f.parts[f.data[0]]).decode())
+n, kv = len(p["bits_k"]), p["model"]["n_kv"]
+p["bits_k"] = p["bits_v"] = [4] * kv + [2] * (n - kv)
+p["ranks_k"] = p["ranks_v"] = [p["model"]["head_dim"]] * n
+p["source"] = "bench/kv_plans.sh tails: layer 0 at 4 bits, 2 bits elsewhere, full rank"
+json.dump(p, open(sys.argv[2], "w"))
+PY
+        for plan in ${PLANS:-0.16 0.165 "$out/plan_l0q4.json"}; do
+            for sim in "" ZK_SIM_K1=96 ZK_SIM_K1=64 ZK_SIM_K1=32 ZK_SIM_KM=96 ZK_SIM_K0=96 ZK_SIM_V1=64 \
+                "ZK_SIM_K1=64 ZK_SIM_V1=64"; do
+                env $sim "$src/build/zack" eval -m "$z" --task ppl --kl-divergence-base "$out/base4k.bin" \
+                    --kl-divergence -t "$threads" --kv-plan "$plan" \
+                    --json "$out/tails_$(basename "$plan" .json)_$(echo "$sim" | tr -c 'A-Z0-9' _).json"
+            done
+        done
+        python3 "$here/bench/tails_table.py" "$z" "$out"/tails_*.json
+        ;;
+    *) sed -n '2,20p' "$0"; exit 2 ;;
 esac

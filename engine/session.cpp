@@ -1,6 +1,7 @@
 #include "engine/session.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <mutex>
 #include <set>
@@ -22,6 +23,30 @@ void session_validate_params(const session_params& p, const model_hparams& hp) {
                              "session's to set (from evict and the model); leave them at their defaults");
     kv_cache_validate_params(p.kv, hp.n_layer, hp.n_head_kv);
     evict_validate_params(p.evict, p.n_ctx);
+}
+
+std::vector<std::string> session_key8_hazards(const zack_info& z, const kv_cache_params& kv,
+                                              const std::vector<int>& kbasis, int n_layer, int n_head_kv) {
+    std::vector<std::string> out;
+    const size_t nh = (size_t)n_layer * n_head_kv, np = z.sens_qbits.size();
+    auto at = [&](int bits) {
+        for (size_t i = 0; i < np; i++)
+            if (z.sens_qbits[i] == bits) return (int)i;
+        return -1;
+    };
+    const int i8 = at(8), i4 = at(4), i16 = at(16);
+    if (i8 < 0 || i16 < 0 || z.sens_q.size() != np * np * nh) return out;
+    for (size_t h = 0; h < nh; h++) {
+        if (kv_cache_bits(kv, KV_ROLE_KEYS, h) != 8 || (!kbasis.empty() && kbasis[h] != 0)) continue;
+        const float l8 = z.sens_q[((size_t)i8 * np + i16) * nh + h];
+        if (!(l8 > 1.0f)) continue;
+        const float l4 = i4 < 0 ? NAN : z.sens_q[((size_t)i4 * np + i16) * nh + h];
+        char b[160];
+        std::snprintf(b, sizeof b, "layer %zu, KV head %zu: loss %.3g at 8 bits, %.3g at 4", h / n_head_kv,
+                      h % n_head_kv, l8, l4);
+        out.push_back(b);
+    }
+    return out;
 }
 
 session::session(const model& m, const session_params& p) : m_(m), params_(p) {
@@ -70,6 +95,16 @@ session::session(const model& m, const session_params& p) : m_(m), params_(p) {
                         for (int i = 0; i < D; i++) P[(size_t)j * D + i] = R[(size_t)i * D + j];
                 }
             }
+        // once per process and model: bench and eval make a session per configuration
+        const std::vector<std::string> bad = session_key8_hazards(m.zack, p.kv, p.kbasis, hp.n_layer, hp.n_head_kv);
+        static std::mutex mu;
+        static std::set<std::string> said;
+        std::lock_guard<std::mutex> lock(mu);
+        if (!bad.empty() && said.insert(m.file->path()).second)
+            std::fprintf(stderr,
+                         "zack: warning: 8-bit keys in the ZACK basis wreck %zu head%s of this model, as "
+                         "calibration measured (%s%s); 4- or 2-bit keys (--kv-bits 4, or a --kv-plan) keep them\n",
+                         bad.size(), bad.size() > 1 ? "s" : "", bad[0].c_str(), bad.size() > 1 ? "; ..." : "");
     }
     // KV cache: with eviction it only needs room for the budget plus one chunk
     // of new tokens (decode chunk or prefill batch), while positions still run

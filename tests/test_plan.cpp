@@ -2,7 +2,8 @@
 // the knapsack against brute force, the per-head plan against every
 // combination of (precision, key basis, rank) on a tiny model, the byte
 // accounting against the cache's own, the target respected, and the plan file
-// (version 2) read back and refused when malformed.
+// (version 2) read back and refused when malformed; the warning a session gives
+// for 8-bit keys that calibration measured to wreck a head.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "calib/alloc.h"
 #include "calib/plan.h"
 #include "engine/kv_cache.h"
+#include "engine/session.h"
 #include "ggml-like/error.h"
 
 namespace {
@@ -277,6 +279,36 @@ TEST(PlanPerHead, OlderFilesGetOnePrecision) {
     EXPECT_FALSE(p.mixed());
     EXPECT_EQ(p.bits, 4);
     EXPECT_LE(p.kv_fraction, 0.3);
+}
+
+// session_key8_hazards names exactly the heads whose keys run at 8 bits in the
+// pca basis with a measured 8-bit key loss above 1 (the values' 16-bit column).
+TEST(PlanPerHead, EightBitKeyHazardsFromTheSensitivityTable) {
+    const int L = 2, KV = 2;
+    const size_t nh = L * KV, np = 4;
+    zk::zack_info z;
+    z.sens_qbits = {16, 8, 4, 2};
+    z.sens_q.assign(np * np * nh, 0.001f);
+    auto q = [&](int i, int j, size_t h) -> float& { return z.sens_q[((size_t)i * np + j) * nh + h]; };
+    q(1, 0, 0) = 38.0f;  // layer 0, head 0: 8-bit keys wreck it
+    q(1, 2, 0) = 4.0f;   // (with 4-bit values: not the column read)
+    q(1, 0, 3) = 0.5f;   // layer 1, head 1: lossy but below 1
+    q(2, 0, 0) = 0.007f;
+    zk::kv_cache_params kv;
+    kv.bits = 8;
+    std::vector<std::string> bad = zk::session_key8_hazards(z, kv, {}, L, KV);
+    ASSERT_EQ(bad.size(), 1u);
+    EXPECT_EQ(bad[0], "layer 0, KV head 0: loss 38 at 8 bits, 0.007 at 4");
+    // 4-bit keys there, or that head in another key basis: nothing to say
+    kv.bits_k = {4, 8, 8, 8};
+    kv.bits_v = {8, 8, 8, 8};
+    EXPECT_TRUE(zk::session_key8_hazards(z, kv, {}, L, KV).empty());
+    kv.bits_k = {8, 8, 8, 8};
+    EXPECT_TRUE(zk::session_key8_hazards(z, kv, {2, 0, 0, 0}, L, KV).empty());
+    EXPECT_EQ(zk::session_key8_hazards(z, kv, {0, 0, 0, 0}, L, KV).size(), 1u);
+    // a file without the quantized-cache table (or a mismatched one): nothing
+    z.sens_q.resize(3);
+    EXPECT_TRUE(zk::session_key8_hazards(z, kv, {}, L, KV).empty());
 }
 
 }  // namespace
