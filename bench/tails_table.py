@@ -5,8 +5,9 @@ perplexity and KL next to the bytes the tail would save.
 The simulation (bench/experiments/one_bit_tails.patch) keeps the 2-bit layout's
 bytes, so eval's KV fraction is the plan's; a tail of 1-bit codes would save one
 bit a channel of every 2-bit side from its first tail channel up to the side's
-rank, a 0-bit mean tail two bits and a rank cut 2.5 (its grid too). The plans' per-head precisions and ranks come
-from the .zack (zack.plans), read with gguf-py.
+rank, a 0-bit mean tail two bits and a rank cut 2.5 (its grid too). The plans'
+per-head precisions and ranks come from the .zack (zack.plans), read with
+gguf-py, or from the plan file a run names.
 
   python3 bench/tails_table.py /tmp/kv_plans/q15.zack /tmp/kv_plans/tails_*.json
 """
@@ -54,7 +55,8 @@ def main():
             try:
                 plan, target = plans[round(float(spec), 6)], f"{float(spec):g}"
             except ValueError:  # a plan file (e.g. kv_plans.sh's plan_l0q4.json)
-                plan, target = json.load(open(spec if os.path.isabs(spec) else os.path.join(os.path.dirname(path), spec))), os.path.basename(spec)
+                file = spec if os.path.isabs(spec) else os.path.join(os.path.dirname(path), spec)
+                plan, target = json.load(open(file)), os.path.basename(spec)
             frac = run["kv"]["fraction_of_f16"] - saved_bits(plan, env) / f16_bits
             vs = run["detail"].get("vs_baseline", {})
             print(f"| {target} | {' '.join(env) or 'none (2-bit)'} | {100 * frac:.2f}% | {run['detail']['ppl']:.4f} "
