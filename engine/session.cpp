@@ -25,6 +25,19 @@ void session_validate_params(const session_params& p, const model_hparams& hp) {
     evict_validate_params(p.evict, p.n_ctx);
 }
 
+namespace {
+
+// Prints `line` on stderr the first time `key` is seen in this process: bench
+// and eval make a session per configuration, and one notice is enough.
+void say_once(const std::string& key, const std::string& line) {
+    static std::mutex mu;
+    static std::set<std::string> said;
+    std::lock_guard<std::mutex> lock(mu);
+    if (said.insert(key).second) std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+}  // namespace
+
 std::vector<std::string> session_key8_hazards(const zack_info& z, const kv_cache_params& kv,
                                               const std::vector<int>& kbasis, int n_layer, int n_head_kv) {
     std::vector<std::string> out;
@@ -95,16 +108,13 @@ session::session(const model& m, const session_params& p) : m_(m), params_(p) {
                         for (int i = 0; i < D; i++) P[(size_t)j * D + i] = R[(size_t)i * D + j];
                 }
             }
-        // once per process and model: bench and eval make a session per configuration
         const std::vector<std::string> bad = session_key8_hazards(m.zack, p.kv, p.kbasis, hp.n_layer, hp.n_head_kv);
-        static std::mutex mu;
-        static std::set<std::string> said;
-        std::lock_guard<std::mutex> lock(mu);
-        if (!bad.empty() && said.insert(m.file->path()).second)
-            std::fprintf(stderr,
-                         "zack: warning: 8-bit keys in the ZACK basis wreck %zu head%s of this model, as "
-                         "calibration measured (%s%s); 4- or 2-bit keys (--kv-bits 4, or a --kv-plan) keep them\n",
-                         bad.size(), bad.size() > 1 ? "s" : "", bad[0].c_str(), bad.size() > 1 ? "; ..." : "");
+        if (!bad.empty())
+            say_once("key8 " + m.file->path(),
+                     "zack: warning: 8-bit keys in the ZACK basis wreck " + std::to_string(bad.size()) + " head" +
+                         (bad.size() > 1 ? "s" : "") + " of this model, as calibration measured (" + bad[0] +
+                         (bad.size() > 1 ? "; ..." : "") +
+                         "); 4- or 2-bit keys (--kv-bits 4, or a --kv-plan) keep them");
     }
     // KV cache: with eviction it only needs room for the budget plus one chunk
     // of new tokens (decode chunk or prefill batch), while positions still run
@@ -177,11 +187,7 @@ void session::fall_back(const char* why) {
     if (params_.device_fallback == session_params::fallback::CPU_NOTICE) {
         std::string w = why;  // the refusal's advice ("; use device cpu") is what happens now
         w = w.substr(0, w.find("; use "));
-        // once per reason: bench and eval make a session per configuration
-        static std::mutex mu;
-        static std::set<std::string> said;
-        std::lock_guard<std::mutex> lock(mu);
-        if (said.insert(w).second) std::fprintf(stderr, "zack: %s; running on the CPU\n", w.c_str());
+        say_once("device " + w, "zack: " + w + "; running on the CPU");
     }
     params_.device = backend_device::CPU;
 }
