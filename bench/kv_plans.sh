@@ -75,16 +75,7 @@ case "${1:-}" in
         cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release > /dev/null
         cmake --build "$src/build" --target zack -j "$threads" > /dev/null
         # a hand plan next to the calibrated ones: layer 0 at 4 bits, 2 bits elsewhere, every rank full
-        python3 - "$z" "$out/plan_l0q4.json" <<'PY'
-import json, sys, gguf
-f = gguf.GGUFReader(sys.argv[1]).fields["zack.plans"]
-p = json.loads(bytes(f.parts[f.data[0]]).decode())
-n, kv = len(p["bits_k"]), p["model"]["n_kv"]
-p["bits_k"] = p["bits_v"] = [4] * kv + [2] * (n - kv)
-p["ranks_k"] = p["ranks_v"] = [p["model"]["head_dim"]] * n
-p["source"] = "bench/kv_plans.sh tails: layer 0 at 4 bits, 2 bits elsewhere, full rank"
-json.dump(p, open(sys.argv[2], "w"))
-PY
+        python3 "$here/bench/tails_table.py" --hand-plan "$z" "$out/plan_l0q4.json"
         for plan in ${PLANS:-0.16 0.165 "$out/plan_l0q4.json"}; do
             for sim in "" ZK_SIM_K1=96 ZK_SIM_K1=64 ZK_SIM_K1=32 ZK_SIM_KM=96 ZK_SIM_K0=96 ZK_SIM_V1=64 \
                 "ZK_SIM_K1=64 ZK_SIM_V1=64"; do

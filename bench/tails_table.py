@@ -10,6 +10,11 @@ per-head precisions and ranks come from the .zack (zack.plans), read with
 gguf-py, or from the plan file a run names.
 
   python3 bench/tails_table.py /tmp/kv_plans/q15.zack /tmp/kv_plans/tails_*.json
+  python3 bench/tails_table.py --hand-plan /tmp/kv_plans/q15.zack plan_l0q4.json
+
+--hand-plan writes the hand plan the table compares the calibrated ones with:
+layer 0 at 4 bits, 2 bits everywhere else, every rank full (the .zack's first
+plan with its bits and ranks replaced).
 """
 import json
 import os
@@ -27,6 +32,17 @@ def zack_plans(path):
     return {round(p["target"], 6): p for p in plans}, shape
 
 
+def write_hand_plan(zack, out):
+    plans, shape = zack_plans(zack)
+    p = next(iter(plans.values()))
+    n, kv = len(p["bits_k"]), shape["n_kv"]
+    p["bits_k"] = p["bits_v"] = [4] * kv + [2] * (n - kv)
+    p["ranks_k"] = p["ranks_v"] = [shape["head_dim"]] * n
+    p["source"] = "bench/tails_table.py --hand-plan: layer 0 at 4 bits, 2 bits elsewhere, full rank"
+    with open(out, "w") as f:
+        json.dump(p, f)
+
+
 def saved_bits(plan, env):
     """Bits a token a tail saves, summed over the plan's 2-bit sides."""
     sims = dict(kv.split("=") for kv in env)
@@ -42,6 +58,8 @@ def saved_bits(plan, env):
 
 
 def main():
+    if sys.argv[1] == "--hand-plan":
+        return write_hand_plan(sys.argv[2], sys.argv[3])
     plans, shape = zack_plans(sys.argv[1])
     f16_bits = shape["n_layer"] * shape["n_kv"] * 2 * shape["head_dim"] * 16
     print("| plan | simulated tail | KV bytes (of f16) | ppl | % of base | KLD | same top |")
