@@ -165,8 +165,10 @@ double plan_side_bytes(int bits, bool key, int r, int group) {
 
 double plan_head_bytes(int bits_k, int bits_v, int group) {
     const bool kivi = bits_k <= 4 || bits_v <= 4;
-    return sizeof(int32_t) + (kivi ? (double)sizeof(int32_t) / group : 0.0);  // positions; group starts
+    return kivi ? (double)sizeof(int32_t) / group : 0.0;  // group starts
 }
+
+double plan_cache_bytes() { return sizeof(int32_t); }  // the positions, one ramp for every head
 
 int64_t plan_head_cost(int bits_k, int bits_v, int rank_k, int rank_v) {
     return (int64_t)std::ceil(plan_side_bytes(bits_k, true, rank_k) + plan_side_bytes(bits_v, false, rank_v) +
@@ -175,7 +177,7 @@ int64_t plan_head_cost(int bits_k, int bits_v, int rank_k, int rank_v) {
 
 double plan_bytes(const kv_plan& p) {
     const size_t nh = (size_t)p.n_layer * p.n_kv;
-    double s = 0;
+    double s = plan_cache_bytes();
     for (size_t h = 0; h < nh; h++) {
         const int bk = p.head_bits_k(h), bv = p.head_bits_v(h);
         s += plan_side_bytes(bk, true, p.ranks_k.empty() ? p.head_dim : p.ranks_k[h]) +
@@ -246,7 +248,7 @@ kv_plan plan_per_head(const plan_inputs& in, double target) {
             }
     }
     const double f16 = plan_f16_bytes(c.n_layer, c.n_kv, c.d);
-    const int64_t budget = (int64_t)std::floor(target * f16 + 1e-9);
+    const int64_t budget = (int64_t)std::floor(target * f16 - plan_cache_bytes() + 1e-9);
     int64_t least = 0;
     for (size_t h = 0; h < nh; h++) {
         int64_t m = INT64_MAX;
@@ -256,7 +258,7 @@ kv_plan plan_per_head(const plan_inputs& in, double target) {
     if (least > budget)
         ZK_THROW("no plan fits %.1f%% of the f16 cache: the least is %.1f%% (%d-bit at the highest rate); "
                  "eviction (--kv-evict, --kv-budget) goes further",
-                 100.0 * target, 100.0 * (double)least / f16, *std::min_element(in.qbits.begin(), in.qbits.end()));
+                 100.0 * target, 100.0 * ((double)least + plan_cache_bytes()) / f16, *std::min_element(in.qbits.begin(), in.qbits.end()));
     const std::vector<int> pick = alloc_knapsack(items, budget);
     kv_plan p;
     p.n_layer = c.n_layer, p.n_kv = c.n_kv, p.head_dim = c.d;
@@ -382,6 +384,17 @@ std::vector<kv_plan> plan_list(const model& m) {
     return out;
 }
 
+namespace {
+
+// A loaded plan's bytes as this zack's cache counts them (files written before
+// the positions became one ramp per cache counted one per head).
+kv_plan plan_recounted(kv_plan p) {
+    p.kv_fraction = plan_bytes(p) / plan_f16_bytes(p.n_layer, p.n_kv, p.head_dim);
+    return p;
+}
+
+}  // namespace
+
 kv_plan plan_load(const model& m, const std::string& spec) {
     struct stat st;
     if (stat(spec.c_str(), &st) == 0) {
@@ -398,7 +411,7 @@ kv_plan plan_load(const model& m, const std::string& spec) {
         }
         kv_plan p = kv_plan::from_json(j, spec);
         plan_check_model(p, m, spec);
-        return p;
+        return plan_recounted(p);
     }
     // a recorded plan by its target
     char* end = nullptr;
@@ -410,7 +423,7 @@ kv_plan plan_load(const model& m, const std::string& spec) {
     for (const kv_plan& p : plans) {
         if (std::fabs(p.target - t) < 1e-6) {
             plan_check_model(p, m, m.file->path() + ": zack.plans");
-            return p;
+            return plan_recounted(p);
         }
         char buf[32];
         std::snprintf(buf, sizeof buf, "%s%g", have.empty() ? "" : ", ", p.target);

@@ -96,15 +96,18 @@ double plan_bytes(int n_layer, int n_kv, int head_dim, int bits, const std::vect
                   const std::vector<int>& ranks_v);
 // Bytes per token one side (keys or values) of one head costs at a precision and
 // rank, in a cache without eviction scores: rows (16: f16), codes and scales
-// (8: per token; 4 and 2: KIVI, keys' scales per `group` tokens); and what a
-// head costs besides its sides (its slot positions; a KIVI group table).
+// (8: per token; 4 and 2: KIVI, keys' scales per `group` tokens); what a head
+// costs besides its sides (a KIVI group table); and what the cache costs
+// besides its heads (the slot positions, one ramp for every head of a cache
+// without eviction: engine/kv_cache.h).
 double plan_side_bytes(int bits, bool key, int r, int group = 32);
 double plan_head_bytes(int bits_k, int bits_v, int group = 32);
+double plan_cache_bytes();
 // The bytes per token of a plan's precisions and ranks (per-head bits).
 double plan_bytes(const kv_plan& p);
 // What one head at these precisions and ranks costs in a plan's search: its
-// bytes per token rounded up to a whole byte (plans stay within their target;
-// at most n_layer x n_kv bytes per token below it).
+// bytes per token rounded up to a whole byte (plans stay within their target,
+// less plan_cache_bytes; at most n_layer x n_kv bytes per token below it).
 int64_t plan_head_cost(int bits_k, int bits_v, int rank_k, int rank_v);
 
 // The predicted plan for target F in (0, 1] (see above). Throws when F is out

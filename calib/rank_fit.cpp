@@ -65,14 +65,14 @@ rank_fit calib_fit_rank_weight(const model& zm, const plan_inputs& in, const std
     base.n_ctx = (int64_t)longest;
     base.n_threads = p.n_threads;
 
-    // the targets: a quarter and half of the way from the 2-bit cache to the 4-bit one
+    // the targets: 5% and a quarter of the way from the 2-bit cache to the 4-bit one
     const rank_curves& c = in.curves;
     const double f16 = plan_f16_bytes(c.n_layer, c.n_kv, c.d);
     const double f2 = plan_bytes(c.n_layer, c.n_kv, c.d, 2, {}, {}) / f16;
     const double f4 = plan_bytes(c.n_layer, c.n_kv, c.d, 4, {}, {}) / f16;
     rank_fit f;
-    f.targets[0] = f2 + 0.25 * (f4 - f2);
-    f.targets[1] = f2 + 0.5 * (f4 - f2);
+    f.targets[0] = f2 + 0.05 * (f4 - f2);
+    f.targets[1] = f2 + 0.25 * (f4 - f2);
 
     // the full cache's log-probabilities at the scored positions, window by window
     const int nv = zm.hp.n_vocab;

@@ -334,7 +334,7 @@ void backend_cpu::attention(const backend_seq* seqs, int n_seqs, const model_hpa
                 kv_block& blk = s.cache->block(il, g);
                 const int64_t n = sq.n, cap = s.cache->capacity();
                 for (int64_t t = 0; t < n; t++) {
-                    const evict_observation o{il, g, fb.pos[sq.row0 + t], t, n, s.n_ctx, blk.pos.data()};
+                    const evict_observation o{il, g, fb.pos[sq.row0 + t], t, n, s.n_ctx, blk.pos};
                     for (int64_t j = 0; j < G; j++)
                         s.policy->observe(o, s.logits_buf + ((g * n + t) * G + j) * cap, blk.n_used,
                                            blk.score.data());

@@ -159,6 +159,10 @@ private:
     const int32_t* upload_pos(const int32_t* pos, int64_t n);
     // Brings the mirror of (cache, layer il, head g) up to date with the host block.
     cuda_kv_mirror& mirror_sync(const kv_cache& c, int il, int g);
+    // The device copy of a host array that the blocks of cache c share, or
+    // nullptr: the positions of a cache without eviction (kv_cache::ramp), one
+    // ramp on the device too, uploaded once, rather than a copy per block.
+    void* shared_array(const kv_cache& c, const void* host, const char* name);
     // Appends sequence s's new rows of layer il to its mirrors on the device
     // (kv_cache::append_plan replayed by kernels/cuda/kv_append.h, bit for bit
     // the host's quantization) and stages them for the host cache (pass_end).
@@ -201,6 +205,7 @@ private:
     std::vector<cuda::cuda_attn_item> items_;
     // per cache (kv_cache::id): [n_layer x n_head_kv] mirrors
     std::unordered_map<uint64_t, std::vector<cuda_kv_mirror>> mirrors_;
+    std::unordered_map<uint64_t, cuda::device_array<int32_t>> ramps_;  // per cache: kv_cache::ramp
     // compressed heads' projections per (projection table, layer): device
     // matrices, per-head pointers and ranks for q and for k
     struct proj_layer {

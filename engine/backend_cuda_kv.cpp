@@ -32,6 +32,15 @@ bool moves_on_flush(const char* name) {
 
 }  // namespace
 
+void* backend_cuda::shared_array(const kv_cache& c, const void* host, const char* name) {
+    const int32_t* ramp = c.ramp();
+    if (!ramp || std::strcmp(name, "pos")) return nullptr;
+    ZK_ASSERT((const int32_t*)host >= ramp && (const int32_t*)host < ramp + c.capacity());
+    device_array<int32_t>& d = ramps_[c.id()];
+    if (d.size() == 0) d = device_array<int32_t>(std::vector<int32_t>(ramp, ramp + c.capacity()), "positions ramp");
+    return d.data() + ((const int32_t*)host - ramp);
+}
+
 cuda_kv_mirror& backend_cuda::mirror_sync(const kv_cache& c, int il, int g) {
     std::vector<cuda_kv_mirror>& ms = mirrors_[c.id()];
     if (ms.empty()) ms.resize((size_t)c.n_layer() * c.n_head_kv());
@@ -48,9 +57,12 @@ cuda_kv_mirror& backend_cuda::mirror_sync(const kv_cache& c, int il, int g) {
         cuda_kv_mirror* m;
         cuda_upload_batch* up;
         bool whole, flushed;
-    } st{&m, &up_, whole, flushed};
+        backend_cuda* be;
+        const kv_cache* c;
+    } st{&m, &up_, whole, flushed, this, &c};
     const auto* sp = &st;
     m.head = cuda_kv_head_from_view(c.view(il, g), [sp](const void* host, size_t bytes, const char* name) -> void* {
+        if (void* d = sp->be->shared_array(*sp->c, host, name)) return d;
         cuda_kv_mirror& mr = *sp->m;
         cuda_kv_mirror::array* a = nullptr;
         for (auto& x : mr.arrays)
@@ -131,7 +143,8 @@ bool backend_cuda::kv_append_device(const backend_seq& s, const model_hparams& h
         // the head after the append, over the mirror's arrays, each with room
         bool room = true;
         hp_g.head = cuda_kv_head_from_view(c.view_after(il, g, hp_g.plan),
-                                           [&](const void*, size_t bytes, const char* name) -> void* {
+                                           [&](const void* host, size_t bytes, const char* name) -> void* {
+                                               if (void* d = shared_array(c, host, name)) return d;
                                                cuda_kv_mirror::array* a = mirror_find(m, name);
                                                if (!a || a->d.size() < bytes) {
                                                    room = false;
@@ -151,7 +164,7 @@ bool backend_cuda::kv_append_device(const backend_seq& s, const model_hparams& h
                 const cuda_kv_mirror::array* a = mirror_find(m, keys ? k_kv_label_k_rows : k_kv_label_v_rows);
                 if (!a || a->d.size() < (size_t)window * (keys ? b.r_k : b.r_v) * elt) return false;
             }
-        if (!mirror_find(m, "pos")) return false;
+        if (!c.ramp() && !mirror_find(m, "pos")) return false;
         if (b.windowed && !mirror_find(m, "group starts")) return false;
     }
     // the rows stay on the device for the host cache (pass_end)
@@ -185,8 +198,9 @@ bool backend_cuda::kv_append_device(const backend_seq& s, const model_hparams& h
             up_.add(mirror_find(m, "group starts")->d.data() + (size_t)(st.group + 1) * sizeof(int32_t), &end,
                     sizeof(end));
         }
-        up_.add(mirror_find(m, "pos")->d.data() + (size_t)b.n_used * sizeof(int32_t), fb.pos.data() + s.row0,
-                (size_t)s.n * sizeof(int32_t));
+        if (!c.ramp())  // else the ramp has them already (kv_cache::append checks the host's)
+            up_.add(mirror_find(m, "pos")->d.data() + (size_t)b.n_used * sizeof(int32_t), fb.pos.data() + s.row0,
+                    (size_t)s.n * sizeof(int32_t));
         m.head = hp_g.head;
     }
     return true;
@@ -196,7 +210,8 @@ void backend_cuda::mirror_caught_up(const kv_cache& c, int il, int g) {
     cuda_kv_mirror& m = mirrors_[c.id()][(size_t)il * c.n_head_kv() + g];
     const kv_block& b = c.block(il, g);
     bool ok = true;
-    cuda_kv_head_from_view(c.view(il, g), [&](const void*, size_t bytes, const char* name) -> void* {
+    cuda_kv_head_from_view(c.view(il, g), [&](const void* host, size_t bytes, const char* name) -> void* {
+        if (void* d = shared_array(c, host, name)) return d;
         cuda_kv_mirror::array* a = mirror_find(m, name);
         if (!a || a->d.size() < bytes) {
             ok = false;
@@ -251,16 +266,18 @@ std::string backend_cuda::kv_copy_check(const kv_cache& c) {
                 break;
             }
             cuda_kv_head_from_view(c.view(il, g), [&](const void* host, size_t bytes, const char* name) -> void* {
-                cuda_kv_mirror::array* a = mirror_find(m, name);
                 if (!out.empty()) return nullptr;
-                if (!a || a->d.size() < bytes) {
+                void* dev = shared_array(c, host, name);
+                cuda_kv_mirror::array* a = dev ? nullptr : mirror_find(m, name);
+                if (!dev && (!a || a->d.size() < bytes)) {
                     std::snprintf(buf, sizeof buf, "layer %d head %d: %s: no device copy of %zu bytes", il, g, name,
                                   bytes);
                     out = buf;
                     return nullptr;
                 }
+                if (!dev) dev = a->d.data();
                 std::vector<uint8_t> d(bytes);
-                cuda_copy_to_host(d.data(), a->d.data(), bytes);
+                cuda_copy_to_host(d.data(), dev, bytes);
                 const uint8_t* h = (const uint8_t*)host;
                 for (size_t i = 0; i < bytes; i++)
                     if (d[i] != h[i]) {
@@ -270,7 +287,7 @@ std::string backend_cuda::kv_copy_check(const kv_cache& c) {
                         out = buf;
                         break;
                     }
-                return a->d.data();
+                return dev;
             });
         }
     return out;

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <numeric>
 
 #include "engine/kv_quant.h"
 #include "ggml-like/error.h"
@@ -133,7 +134,7 @@ int64_t kv_cache::block_capacity(size_t i, int64_t capacity) const {
 }
 
 size_t kv_cache::block_bytes(size_t i, int64_t C) const {
-    size_t s = (size_t)C * sizeof(int32_t) + (p_.scores ? (size_t)C * sizeof(float) : 0);
+    size_t s = (p_.evicting ? (size_t)C * sizeof(int32_t) : 0) + (p_.scores ? (size_t)C * sizeof(float) : 0);
     s += (size_t)p_.sinks * 2 * p_.sink_dim * sizeof(float);  // exact sinks (fixed)
     const kv_layout &lk = layout_of(p_, KV_ROLE_KEYS, i), &lv = layout_of(p_, KV_ROLE_VALUES, i);
     if (lk.windowed || lv.windowed) s += (size_t)(max_groups(C) + 1) * sizeof(int32_t);  // group starts
@@ -199,12 +200,20 @@ kv_cache::kv_cache(int n_layer, int n_head_kv, int64_t capacity, const kv_cache_
             b.group_start.assign((size_t)max_groups(b.capacity) + 1, 0);
             r_max = std::max(r_max, std::max(b.r_k, b.r_v));
         }
-        b.pos.resize((size_t)b.capacity);
+        if (p.evicting) {
+            b.pos_own.resize((size_t)b.capacity);
+            b.pos = b.pos_own.data();
+        }
         if (p.scores) b.score.assign((size_t)b.capacity, 0.0f);
         if (p.sinks > 0) {
             b.sink_k.assign((size_t)p.sinks * p.sink_dim, 0.0f);
             b.sink_v.assign((size_t)p.sinks * p.sink_dim, 0.0f);
         }
+    }
+    if (!p.evicting) {
+        ramp_.resize((size_t)capacity_);
+        std::iota(ramp_.begin(), ramp_.end(), 0);
+        for (auto& b : blocks_) b.pos = ramp_.data();
     }
     if (windowed_) scratch_.resize(2 * (size_t)p.group * r_max + (p.gear ? kvq_gear_work(p.group, r_max) : 0));
 }
@@ -213,9 +222,9 @@ size_t kv_cache::bytes_allocated() const {
     size_t s = 0;
     for (const auto& b : blocks_) {
         s += b.k->bytes_allocated() + b.v->bytes_allocated();
-        s += 4 * (b.group_start.size() + b.pos.size() + b.score.size() + b.sink_k.size() + b.sink_v.size());
+        s += 4 * (b.group_start.size() + b.pos_own.size() + b.score.size() + b.sink_k.size() + b.sink_v.size());
     }
-    return s;
+    return s + 4 * ramp_.size();
 }
 
 size_t kv_cache::bytes_at(int64_t capacity, bool own_capacities) const {
@@ -223,6 +232,7 @@ size_t kv_cache::bytes_at(int64_t capacity, bool own_capacities) const {
     size_t s = 0;
     for (size_t i = 0; i < blocks_.size(); i++)
         s += block_bytes(i, own_capacities ? block_capacity(i, capacity) : capacity);
+    if (!p_.evicting) s += (size_t)capacity * sizeof(int32_t);  // the ramp, once
     return s;
 }
 
@@ -306,6 +316,7 @@ int64_t kv_cache::n_used_max() const {
 void kv_cache::clear() {
     for (auto& b : blocks_) {
         b.n_used = b.n_quant = b.n_groups = 0;
+        if (b.pos_own.empty()) b.pos_base = 0, b.pos = ramp_.data();
         b.edits++;
         if (!b.score.empty()) std::fill(b.score.begin(), b.score.end(), 0.0f);
     }
@@ -348,7 +359,13 @@ void kv_cache::append(int layer, int head, int64_t n_tok, const float* k_rows, i
             std::memcpy(b.sink_k.data() + (size_t)pos[t] * p_.sink_dim, kr, sizeof(float) * p_.sink_dim);
             std::memcpy(b.sink_v.data() + (size_t)pos[t] * p_.sink_dim, vr, sizeof(float) * p_.sink_dim);
         }
-        b.pos[s] = pos[t];
+        if (!b.pos_own.empty()) {
+            b.pos_own[s] = pos[t];
+        } else if (pos[t] != b.pos_base + s || pos[t] >= (int64_t)ramp_.size()) {
+            ZK_THROW("KV cache block (%d, %d): slot %lld would hold position %d; a cache without eviction holds "
+                     "consecutive positions from %lld, below its capacity of %zu",
+                     layer, head, (long long)s, pos[t], (long long)b.pos_base, ramp_.size());
+        }
         if (!b.score.empty()) b.score[s] = 0;
         b.n_used++;
         if (at_once) b.n_quant = b.n_used;
@@ -409,7 +426,7 @@ attn_kv_view kv_cache::view(int layer, int head) const {
     const kv_block& b = block(layer, head);
     attn_kv_view v{};
     v.type = p_.type;
-    v.pos = b.pos.data();
+    v.pos = b.pos;
     v.n_slots = b.n_used;
     v.r_k = b.r_k;
     v.r_v = b.r_v;
@@ -476,10 +493,22 @@ void kv_cache::merge_groups(kv_block& b, int64_t g) {
 
 void kv_cache::compact(int layer, int head, const uint8_t* keep) {
     kv_block& b = block(layer, head);
+    if (b.pos_own.empty()) {
+        // positions from the ramp: only a prefix may go, the rest then starts further on
+        int64_t k0 = 0;
+        while (k0 < b.n_used && !keep[k0]) k0++;
+        for (int64_t s = k0; s < b.n_used; s++)
+            if (!keep[s])
+                ZK_THROW("KV cache block (%d, %d): slot %lld removed after kept ones; a cache without eviction "
+                         "drops only its oldest slots",
+                         layer, head, (long long)s);
+        b.pos_base += k0;
+        b.pos = ramp_.data() + b.pos_base;
+    }
     b.edits++;
     int64_t w = 0;
     auto move_common = [&](int64_t s, int64_t d) {
-        b.pos[d] = b.pos[s];
+        if (!b.pos_own.empty()) b.pos_own[d] = b.pos_own[s];
         if (!b.score.empty()) b.score[d] = b.score[s];
     };
     if (!b.windowed) {

@@ -245,7 +245,7 @@ void session::window_drop(int64_t incoming) {
             const kv_block& b = cache_->block(il, g);
             if (b.n_used + incoming <= b.capacity) continue;
             // slots ascend by position
-            int64_t k0 = std::lower_bound(b.pos.begin(), b.pos.begin() + b.n_used, first) - b.pos.begin();
+            int64_t k0 = std::lower_bound(b.pos, b.pos + b.n_used, first) - b.pos;
             if (b.windowed) {
                 // whole groups only, and never the residual window: the groups
                 // are quantized when they would have been with every token kept

@@ -111,7 +111,8 @@ TEST_P(AttentionLayouts, FastAndReferencePathsMatchDoubleAttention) {
                 const uint32_t seed = 100 * rk.k + rk.v + 7 * gear + 13 * evict;
                 const std::vector<float> K = make_rows(n, D, seed, false), V = make_rows(n, D, seed + 1, false);
                 std::vector<int32_t> pos(n);
-                for (int t = 0; t < n; t++) pos[t] = 3 * t;  // gaps; positions 0 and 3 are sinks (< 4)
+                // evicting: gaps, positions 0 and 3 are sinks (< 4); else consecutive (the shared ramp)
+                for (int t = 0; t < n; t++) pos[t] = evict ? 3 * t : t;
                 const int n0 = evict ? 240 : n;
                 for (int t = 0; t < n0;) {  // uneven appends: prefill chunks then single tokens
                     const int k = std::min(n0 - t, t < 150 ? 37 : 1);
@@ -212,8 +213,11 @@ TEST(KvMixed, PerHeadAccountingIsExact) {
                 }
                 EXPECT_DOUBLE_EQ(c.bytes_per_token_exact() * 640,
                                  (double)(c.bytes_for_capacity(c.capacity() + 640) - c.bytes_for_capacity(c.capacity())));
-                // per token, a head costs what its own layouts cost: the per-side sums
-                double sum = 0;
+                // per token, a head costs what its own layouts cost: the per-side sums;
+                // without eviction the positions are one ramp for the cache, 4 bytes a
+                // token however many heads (each one-head cache below counts it too)
+                const double ramp = evicting ? 0.0 : sizeof(int32_t);
+                double sum = ramp - 6 * ramp;
                 for (int i = 0; i < 6; i++) {
                     kv_cache_params pk = p;
                     pk.bits_k = {bk[i]};

@@ -50,7 +50,7 @@ void expect_protected(const kv_cache& c, const evict_params& p, int64_t budget, 
             const kv_block& b = c.block(l, h);
             ASSERT_LE(b.n_used, budget) << "layer " << l << " head " << h;
             for (int64_t s = 1; s < b.n_used; s++) ASSERT_LT(b.pos[s - 1], b.pos[s]);
-            auto has = [&](int32_t pos) { return std::binary_search(b.pos.begin(), b.pos.begin() + b.n_used, pos); };
+            auto has = [&](int32_t pos) { return std::binary_search(b.pos, b.pos + b.n_used, pos); };
             for (int32_t sp : all) {
                 if (sp < p.n_sink) {
                     EXPECT_TRUE(has(sp)) << "sink " << sp << " evicted";
@@ -90,7 +90,7 @@ TEST_P(Evict, SyntheticBudgetSinksRecent) {
                 kv_block& b = c.block(l, h);
                 if (!pol->needs_attention()) continue;
                 for (int64_t s = 0; s < b.n_used; s++) logits[s] = 2 * N(g);
-                const evict_observation o{l, h, pos, 0, 1, 4096, b.pos.data()};
+                const evict_observation o{l, h, pos, 0, 1, 4096, b.pos};
                 pol->observe(o, logits.data(), b.n_used, b.score.data());
             }
     }
@@ -131,7 +131,7 @@ TEST_P(Evict, RealModelLargeBudgetIsIdentity) {
         for (int l = 0; l < m.hp.n_layer; l++)
             for (int h = 0; h < m.hp.n_head_kv; h++) {
                 const kv_block& b = s.cache().block(l, h);
-                kept->emplace_back(b.pos.begin(), b.pos.begin() + b.n_used);
+                kept->emplace_back(b.pos, b.pos + b.n_used);
             }
         return out;
     };

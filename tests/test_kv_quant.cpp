@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/evict/evict.h"
@@ -324,7 +325,9 @@ TEST_P(KvAttention, MatchesReference) {
     const std::vector<float> K = make_rows(n, pc.r_k, 10 + pc.r_k, false), V = make_rows(n, pc.r_v, 20 + pc.r_v, false);
     std::vector<int32_t> pos(n);
     for (int t = 0; t < n; t++) pos[t] = 3 * t;  // gaps, as after eviction
-    kv_cache c(1, 1, n, qparams(pc.bits, pc.gear), {pc.r_k}, {pc.r_v});
+    kv_cache_params p = qparams(pc.bits, pc.gear);
+    p.evicting = true;  // positions of its own (a cache without eviction holds consecutive ones)
+    kv_cache c(1, 1, n, p, {pc.r_k}, {pc.r_v});
     for (int t = 0; t < n;) {  // uneven appends: prefill chunks then single tokens
         const int k = std::min(n - t, t < 200 ? 37 : 1);
         c.append(0, 0, k, &K[(size_t)t * pc.r_k], pc.r_k, &V[(size_t)t * pc.r_v], pc.r_v, &pos[t]);
@@ -462,7 +465,7 @@ TEST(KvCompact, QuantizedBlocksStayConsistent) {
                 for (int64_t s = 0; s < b.n_used; s++) c.read_slot(0, 0, s, &Kd[s * r_k], &Vd[s * r_v]);
                 std::vector<float> q((size_t)G * r_k, 0.3f), ref(G * r_v);
                 for (int i = 0; i < G * r_k; i++) q[i] = std::sin(0.7f * i);
-                ref_attention(q.data(), G, Kd.data(), Vd.data(), b.pos.data(), (int)b.n_used, r_k, r_v, 1 << 30,
+                ref_attention(q.data(), G, Kd.data(), Vd.data(), b.pos, (int)b.n_used, r_k, r_v, 1 << 30,
                               0.2f, ref.data());
                 expect_kernel_matches_dequant(bits, kernel_attention(c, q.data(), G, 1 << 30, 0.2f, 3), ref);
             }
@@ -615,6 +618,56 @@ TEST(KvAppendPlan, CountsAndStepsMatchAppend) {
     }
 }
 
+// ---- positions ----
+
+// Without eviction every block reads its positions from one ramp (pos_base +
+// slot): appends must bring the next position, and only the oldest slots may
+// leave (a sliding window); the positions then go on from the new first slot.
+TEST(KvPositions, SharedRampWithoutEviction) {
+    for (int bits : {16, 4}) {
+        const int r = 16;
+        kv_cache c(2, 2, 128, qparams(bits), {r, r, r, r}, {r, r, r, r});
+        const std::vector<float> K = make_rows(128, r, 3);
+        std::vector<int32_t> pos(128);
+        for (int t = 0; t < 128; t++) pos[t] = t;
+        for (int l = 0; l < 2; l++)
+            for (int h = 0; h < 2; h++) c.append(l, h, 70, K.data(), r, K.data(), r, pos.data());
+        EXPECT_EQ(c.block(0, 0).pos, c.block(1, 1).pos) << "one ramp";
+        // a gap, or a position already held, is refused with the block named
+        const int32_t gap = 71, again = 69;
+        try {
+            c.append(1, 0, 1, K.data(), r, K.data(), r, &gap);
+            ADD_FAILURE() << "a gap was accepted";
+        } catch (const zk::error& e) {
+            EXPECT_NE(std::string(e.what()).find("block (1, 0): slot 70 would hold position 71"), std::string::npos)
+                << e.what();
+        }
+        EXPECT_THROW(c.append(0, 1, 1, K.data(), r, K.data(), r, &again), zk::error);
+        EXPECT_EQ(c.block(1, 0).n_used, 70);
+        // a slot removed after kept ones is refused; dropping the oldest 32 is not
+        std::vector<uint8_t> keep(70, 1);
+        keep[40] = 0;
+        EXPECT_THROW(c.compact(0, 0, keep.data()), zk::error);
+        std::fill(keep.begin(), keep.end(), 1);
+        std::fill(keep.begin(), keep.begin() + 32, 0);
+        std::vector<float> k_before(r), v_before(r), k_after(r), v_after(r);
+        c.read_slot(0, 0, 32, k_before.data(), v_before.data());
+        c.compact(0, 0, keep.data());
+        const kv_block& b = c.block(0, 0);
+        ASSERT_EQ(b.n_used, 38);
+        EXPECT_EQ(b.pos[0], 32);
+        EXPECT_EQ(c.view(0, 0).pos[37], 69);
+        c.read_slot(0, 0, 0, k_after.data(), v_after.data());
+        EXPECT_EQ(k_before, k_after);
+        c.append(0, 0, 2, K.data(), r, K.data(), r, &pos[70]);
+        EXPECT_EQ(b.pos[39], 71);
+        EXPECT_EQ(c.block(0, 1).pos[0], 0) << "the other blocks keep their first slot";
+        c.clear();
+        EXPECT_EQ(c.block(0, 0).pos[0], 0);
+        c.append(0, 0, 1, K.data(), r, K.data(), r, &pos[0]);
+    }
+}
+
 // ---- accounting ----
 
 TEST(KvAccounting, AccountedEqualsAllocated) {
@@ -639,9 +692,13 @@ TEST(KvAccounting, AccountedEqualsAllocated) {
                                      (double)(c.bytes_for_capacity(c.capacity() + 10 * span) -
                                               c.bytes_for_capacity(c.capacity())));
                 }
-    // 16-bit f16 full rank: 2 * 64 * 2 bytes + a 4-byte position per head
+    // 16-bit f16 full rank: 2 * 64 * 2 bytes per head + a 4-byte position, shared
+    // by the heads of a cache without eviction, one per head with eviction
     kv_cache f16(1, 3, 10, qparams(16), {64, 64, 64}, {64, 64, 64});
-    EXPECT_EQ(f16.bytes_per_token(), 3u * (256 + 4));
+    EXPECT_EQ(f16.bytes_per_token(), 3u * 256 + 4);
+    kv_cache_params pe = qparams(16);
+    pe.evicting = true;
+    EXPECT_EQ(kv_cache(1, 3, 10, pe, {64, 64, 64}, {64, 64, 64}).bytes_per_token(), 3u * (256 + 4));
     // 4-bit at rank 32 is well under a quarter of f16 full rank
     kv_cache q4(1, 3, 1024, qparams(4), {32, 32, 32}, {32, 32, 32});
     EXPECT_LT(q4.bytes_per_token_exact(), 0.25 * f16.bytes_per_token_f16(64));

@@ -95,7 +95,7 @@ void evict_policy::select(const kv_cache& c, int64_t budget, std::vector<std::ve
             rank(b, imp.data());
             std::vector<uint8_t>& k = keep[(size_t)l * c.n_head_kv() + h];
             k.resize(b.n_used);
-            evict_select_top(imp.data(), b.pos.data(), b.n_used, budget, p_, k.data());
+            evict_select_top(imp.data(), b.pos, b.n_used, budget, p_, k.data());
         }
 }
 

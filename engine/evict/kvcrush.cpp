@@ -40,7 +40,7 @@ public:
         std::vector<int32_t> P;
         for (int i = 0; i < nb; i++) {
             const kv_block& b = c.block(i / c.n_head_kv(), i % c.n_head_kv());
-            P.insert(P.end(), b.pos.begin(), b.pos.begin() + b.n_used);
+            P.insert(P.end(), b.pos, b.pos + b.n_used);
         }
         std::sort(P.begin(), P.end());
         P.erase(std::unique(P.begin(), P.end()), P.end());
