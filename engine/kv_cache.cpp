@@ -347,6 +347,12 @@ void kv_cache::append(int layer, int head, int64_t n_tok, const float* k_rows, i
     if (b.n_used + n_tok > b.capacity)
         ZK_THROW("KV cache is full (%lld of %lld slots used, %lld more needed)", (long long)b.n_used,
                  (long long)b.capacity, (long long)n_tok);
+    if (b.pos_own.empty())  // the ramp's: checked before anything is stored
+        for (int64_t t = 0, s = b.n_used; t < n_tok; t++, s++)
+            if (pos[t] != b.pos_base + s || pos[t] >= (int64_t)ramp_.size())
+                ZK_THROW("KV cache block (%d, %d): slot %lld would hold position %d; a cache without eviction "
+                         "holds consecutive positions from %lld, below its capacity of %zu",
+                         layer, head, (long long)s, pos[t], (long long)b.pos_base, ramp_.size());
     // a quantizing side of a block without a window quantizes every token at once
     const bool at_once = !b.windowed && (b.k->layout() != KV_LAYOUT_ROWS || b.v->layout() != KV_LAYOUT_ROWS);
     for (int64_t t = 0; t < n_tok; t++) {
@@ -359,13 +365,7 @@ void kv_cache::append(int layer, int head, int64_t n_tok, const float* k_rows, i
             std::memcpy(b.sink_k.data() + (size_t)pos[t] * p_.sink_dim, kr, sizeof(float) * p_.sink_dim);
             std::memcpy(b.sink_v.data() + (size_t)pos[t] * p_.sink_dim, vr, sizeof(float) * p_.sink_dim);
         }
-        if (!b.pos_own.empty()) {
-            b.pos_own[s] = pos[t];
-        } else if (pos[t] != b.pos_base + s || pos[t] >= (int64_t)ramp_.size()) {
-            ZK_THROW("KV cache block (%d, %d): slot %lld would hold position %d; a cache without eviction holds "
-                     "consecutive positions from %lld, below its capacity of %zu",
-                     layer, head, (long long)s, pos[t], (long long)b.pos_base, ramp_.size());
-        }
+        if (!b.pos_own.empty()) b.pos_own[s] = pos[t];
         if (!b.score.empty()) b.score[s] = 0;
         b.n_used++;
         if (at_once) b.n_quant = b.n_used;

@@ -643,7 +643,10 @@ TEST(KvPositions, SharedRampWithoutEviction) {
                 << e.what();
         }
         EXPECT_THROW(c.append(0, 1, 1, K.data(), r, K.data(), r, &again), zk::error);
+        const int32_t run[3] = {70, 71, 73};
+        EXPECT_THROW(c.append(1, 1, 3, K.data(), r, K.data(), r, run), zk::error) << "a gap inside a run";
         EXPECT_EQ(c.block(1, 0).n_used, 70);
+        EXPECT_EQ(c.block(1, 1).n_used, 70) << "nothing stored by a refused append";
         // a slot removed after kept ones is refused; dropping the oldest 32 is not
         std::vector<uint8_t> keep(70, 1);
         keep[40] = 0;
