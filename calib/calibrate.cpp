@@ -90,11 +90,14 @@ zack_calibration calib_decompose(const model& m, const gram_accumulator& acc) {
     c.kqa.resize(c.rqk.size());
     c.kqb.resize(c.rqk.size());
     c.kpair.resize(c.rqk.size());
+    c.k_mean.resize(c.sigma_k.size());
     std::vector<double> vals, vecs, A, B, sv;
     for (int il = 0; il < L; il++) {
         const std::vector<double> wo = gram_wo(m.layers[il].wo, hp.n_head, KV, D);  // [KV x D x D]
         for (int g = 0; g < KV; g++) {
             const size_t h = (size_t)il * KV + g;
+            const std::vector<double> km = acc.k_mean(il, g);
+            std::copy(km.begin(), km.end(), c.k_mean.begin() + h * D);
             for (int kv = 0; kv < 2; kv++) {
                 std::vector<double> C = kv ? acc.v(il, g) : acc.qk(il, g);
                 if (kv)

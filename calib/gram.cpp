@@ -23,6 +23,7 @@ gram_accumulator::gram_accumulator(const model_hparams& hp, thread_pool* pool, g
     c_q_.assign(per, 0.0);
     c_k_.assign(per, 0.0);
     c_v_.assign(per, 0.0);
+    k_sum_.assign((size_t)n_layer_ * n_kv_ * d_, 0.0);
     set_pool(pool);
 }
 
@@ -63,9 +64,10 @@ void gram_accumulator::on_qkv(int layer, int64_t n, const int32_t* pos, const fl
         // keys in rows [0, n), the group's queries in rows [n, n (G + 1)): C_k and C_q apart
         double* dk = a.data();
         double* dq = a.data() + n * D;
+        double* ksum = k_sum_.data() + ((size_t)layer * KV + g) * D;
         for (int64_t tok = 0; tok < n; tok++) {
             const float* ks = k + (tok * KV + g) * D;
-            for (int c = 0; c < D; c++) *dk++ = ks[c];
+            for (int c = 0; c < D; c++) *dk++ = ks[c], ksum[c] += ks[c];
             for (int i = 0; i < G; i++) {
                 const float* qs = q + (tok * H + g * G + i) * D;
                 for (int c = 0; c < D; c++) *dq++ = qs[c];
@@ -130,6 +132,15 @@ std::vector<double> gram_accumulator::qk(int layer, int g) const {
 std::vector<double> gram_accumulator::q(int layer, int g) const { return full(c_q_, layer, g); }
 std::vector<double> gram_accumulator::k(int layer, int g) const { return full(c_k_, layer, g); }
 std::vector<double> gram_accumulator::v(int layer, int g) const { return full(c_v_, layer, g); }
+
+std::vector<double> gram_accumulator::k_mean(int layer, int g) const {
+    ZK_ASSERT(layer >= 0 && layer < n_layer_ && g >= 0 && g < n_kv_);
+    const double* s = k_sum_.data() + ((size_t)layer * n_kv_ + g) * d_;
+    std::vector<double> m(s, s + d_);
+    if (n_tokens_ > 0)
+        for (double& x : m) x /= (double)n_tokens_;
+    return m;
+}
 
 std::vector<double> gram_wo(const weight_view& wo, int n_head, int n_kv, int d) {
     if (wo.n_cols != (int64_t)n_head * d)

@@ -58,6 +58,9 @@ public:
     std::vector<double> qk(int layer, int g) const;  // C_q + C_k
     std::vector<double> q(int layer, int g) const;   // sum over the group's query heads of q q^T
     std::vector<double> k(int layer, int g) const;   // k k^T
+    // The mean key of KV head g [d] (after RoPE): a constant part of the keys
+    // (a bias, a low RoPE frequency) that the cache can leave out (calib/zack_file.h k_mean).
+    std::vector<double> k_mean(int layer, int g) const;
     std::vector<double> v(int layer, int g) const;
 
 private:
@@ -68,6 +71,7 @@ private:
     int64_t n_tokens_ = 0;
     std::vector<double> c_q_, c_k_;  // [n_layer x n_kv x d x d], upper triangles maintained by dsyrk
     std::vector<double> c_v_;   // [n_layer x n_kv x d x d]
+    std::vector<double> k_sum_;  // [n_layer x n_kv x d]
     std::vector<std::vector<double>> scratch_;  // per thread: [n x (group+1) x d] doubles
 };
 

@@ -66,6 +66,16 @@ sensitivity_observer::sensitivity_observer(const model& m, const zack_calibratio
             ktq_[b].resize(L_);
             vtq_[b].resize(L_);
         }
+        if (!c.k_mean.empty()) {  // R^T mean per head, R = rqk (column j = direction j)
+            if (c.k_mean.size() != (size_t)L_ * KV_ * D_) ZK_THROW("sensitivity: the mean keys have the wrong size");
+            kmean_.assign((size_t)L_ * KV_ * D_, 0.0f);
+            for (size_t h = 0; h < (size_t)L_ * KV_; h++)
+                for (int j = 0; j < D_; j++) {
+                    double s = 0;
+                    for (int i = 0; i < D_; i++) s += c.rqk[(h * D_ + i) * D_ + j] * c.k_mean[h * D_ + i];
+                    kmean_[h * D_ + j] = (float)s;
+                }
+        }
     }
 }
 
@@ -119,6 +129,7 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
     const int D = D_, KV = KV_, GR = p_.group;
     const std::vector<float>& kt = kt_[0][layer];
     const std::vector<float>& vt = vt_[layer];
+    const float* mu = kmean_.empty() ? nullptr : kmean_.data() + (size_t)layer * KV * D;  // [KV x D]
     constexpr int NQB = k_sens_n_prec - 1;
     for (int b = 0; b < NQB; b++)
         if (ktq_[b][layer].empty())
@@ -136,8 +147,15 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
                 if (bits == 8) {
                     for (int side = 0; side < 2; side++) {
                         const float* x = (side ? vt : kt).data() + o;
+                        float* y = (side ? vtq_[b] : ktq_[b])[layer].data() + o;
+                        if (!side && mu) {  // keys less the mean, then back: the scores shift alike
+                            for (int c = 0; c < D; c++) y[c] = x[c] - mu[(size_t)g * D + c];
+                            x = y;
+                        }
                         kvq_quantize_q8_row(x, D, c8.data(), s1.data());
-                        kvq_dequantize_q8_row(c8.data(), s1.data(), D, (side ? vtq_[b] : ktq_[b])[layer].data() + o);
+                        kvq_dequantize_q8_row(c8.data(), s1.data(), D, y);
+                        if (!side && mu)
+                            for (int c = 0; c < D; c++) y[c] += mu[(size_t)g * D + c];
                     }
                 } else {
                     kvq_quantize_vrow(bits, vt.data() + o, D, cq.data(), s1.data(), s2.data());
@@ -152,9 +170,16 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
                 auto group_through = [&](const float* src, float* dst, bool keys) {
                     for (int t = 0; t < GR; t++)
                         std::copy_n(src + ((size_t)(g0 + t) * KV + g) * D, D, grp.data() + (size_t)t * D);
+                    const float* m = keys && mu ? mu + (size_t)g * D : nullptr;  // less the mean, then back
                     if (keys) {
+                        if (m)
+                            for (int t = 0; t < GR; t++)
+                                for (int c = 0; c < D; c++) grp[(size_t)t * D + c] -= m[c];
                         kvq_quantize_keys(bits, grp.data(), GR, D, cq.data(), s1.data(), s2.data());
                         kvq_dequantize_keys(bits, cq.data(), s1.data(), s2.data(), GR, D, grp.data());
+                        if (m)
+                            for (int t = 0; t < GR; t++)
+                                for (int c = 0; c < D; c++) grp[(size_t)t * D + c] += m[c];
                     } else {  // per token, the grids coded against the group's steps
                         kvq_quantize_values(bits, grp.data(), GR, D, cq.data(), s1.data(), s2.data());
                         kvq_dequantize_values(bits, cq.data(), s1.data(), s2.data(), GR, D, grp.data());

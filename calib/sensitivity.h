@@ -95,6 +95,9 @@ private:
     // quantized precision (k_sens_prec[1 + b]): [b][layer][max_ctx x n_kv x d]
     // (4/2-bit keys only for complete groups).
     std::vector<std::vector<float>> ktq_[k_sens_n_prec - 1], vtq_[k_sens_n_prec - 1];
+    // The calibration's mean key in the pca basis [n_layer x n_kv x d] (empty
+    // without one): quantized keys are coded less it, as a session caches them.
+    std::vector<float> kmean_;
     std::vector<int64_t> n_win_;
     std::vector<float> xnorm_;        // ||x||^2 of the current chunk's rows [n]
     std::vector<float> wo_;           // current layer's W_o with R_v folded in, [n_embd x n_head*d]

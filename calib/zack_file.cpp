@@ -186,6 +186,11 @@ void zack_file_write(const model& src, const zack_calibration& c, const zack_wri
             const std::vector<float> x = to_f32(b.second->data() + il * per_rot, per_rot);
             w.add_tensor(pre + b.first, dtype::F32, {D, D, KV}, x.data(), x.size() * sizeof(float));
         }
+        if (!c.k_mean.empty()) {
+            ZK_ASSERT(c.k_mean.size() == L * per_sig);
+            const std::vector<float> x = to_f32(c.k_mean.data() + il * per_sig, per_sig);
+            w.add_tensor(pre + "kmean", dtype::F32, {D, KV}, x.data(), x.size() * sizeof(float));
+        }
     }
     w.write(out_path);
 }
@@ -205,6 +210,7 @@ zack_calibration zack_file_read_calibration(const gguf_file& f) {
     c.n_kv = (int)t0.shape[2];
     const bool has_rv = f.find_tensor("blk.0.zack.rv") != nullptr;
     const bool has_bases = f.find_tensor("blk.0.zack.kqa") != nullptr;
+    const bool has_mean = f.find_tensor("blk.0.zack.kmean") != nullptr;
     auto read = [&](const std::string& name, std::vector<int64_t> shape, std::vector<double>& out) {
         const gguf_tensor& t = f.get_tensor(name);
         if (t.type != dtype::F32 || t.shape != shape)
@@ -224,6 +230,7 @@ zack_calibration zack_file_read_calibration(const gguf_file& f) {
             read(pre + "kqb", {c.d, c.d, c.n_kv}, c.kqb);
             read(pre + "kpair", {c.d, c.d, c.n_kv}, c.kpair);
         }
+        if (has_mean) read(pre + "kmean", {c.d, c.n_kv}, c.k_mean);
     }
     return c;
 }

@@ -12,6 +12,8 @@
 //   blk.N.zack.sigma_k F32 [d, n_kv], descending;  blk.N.zack.sigma_v likewise
 //   blk.N.zack.kqa / .kqb / .kpair  F32 [d, d, n_kv]: the score and pairs key
 //                      bases (calib/keybasis.h), optional
+//   blk.N.zack.kmean   F32 [d, n_kv]: the mean key after RoPE, optional (keys
+//                      are cached less it: engine/session.h)
 //   zack.sens.grid i32[n_grid]; zack.sens.k.pca / .k.score / .k.pairs, zack.sens.v
 //     f32[n_layer x n_kv x n_grid]; zack.sens.metric str; zack.sens.queries,
 //     zack.sens.tokens u64: the measured loss curves, optional;
@@ -56,6 +58,13 @@ struct zack_calibration {
     // kpair the RoPE-pair selection (A = B = kpair).
     std::vector<double> kqa, kqb, kpair;
     std::vector<double> sigma_k, sigma_v;  // [n_layer x n_kv x d], descending
+    // The mean key after RoPE [n_layer x n_kv x d]; empty in files from before it.
+    // A session caches k - mean in the key basis: the shift q.mean is the same
+    // for every key of a query, so attention is unchanged, while the cache no
+    // longer holds a constant that dwarfs the rest (Qwen2.5-1.5B layer 0: -912
+    // along the first pca direction, RMS 6 along the next; an 8-bit scale per
+    // 32 channels cannot hold both).
+    std::vector<double> k_mean;
     int64_t n_tokens = 0;                  // calibration tokens
     int64_t n_ctx = 0;                     // window length of the statistics pass
     std::string corpus;                    // description of the corpus

@@ -63,7 +63,8 @@ void backend_cpu::kv_append(const backend_seq* seqs, int n_seqs, const model_hpa
     }
 }
 
-// q~ = q R[:, :r_k] for every query head and k~ = k R[:, :r_k] for every KV
+// q~ = q R[:, :r_k] for every query head and k~ = k R[:, :r_k] (less the mean
+// key's, where the .zack has one) for every KV
 // head, in place, with the projection of the row's own sequence: head h's first
 // r_k channels of q/k become the projection (the rest is left unused; with
 // exact sinks all head_dim channels are rotated, q R and k R). Layout stays
@@ -85,7 +86,12 @@ void backend_cpu::project_qk(const backend_seq* seqs, int n_seqs, const model_hp
             // every query and of their own keys
             const int r_k = s.cache->block(il, g).r_k, sinks = s.cache->params().sinks;
             const int rq = sinks > 0 ? D : r_k;
-            kernel_project_head(Pk, fb.pos[t] < sinks ? D : r_k, D, fb.k.data() + (t * KV + g) * D);
+            float* k = fb.k.data() + (t * KV + g) * D;
+            kernel_project_head(Pk, fb.pos[t] < sinks ? D : r_k, D, k);
+            if (s.k_shift) {  // the mean key's first r_k channels, from sink rows too: one shift per query
+                const float* mu = (*s.k_shift)[(size_t)il * KV + g].data();
+                for (int c = 0; c < r_k; c++) k[c] -= mu[c];
+            }
             for (int j = 0; j < G; j++) kernel_project_head(Pq, rq, D, fb.q.data() + (t * H + g * G + j) * D);
         }
     };

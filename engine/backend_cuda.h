@@ -212,6 +212,7 @@ private:
         cuda::device_array<float> mats;  // [n_head_kv x 2 x D x D]: q's, then k's per KV head
         cuda::device_array<cuda::dptr<const float>> q_ptr, k_ptr;
         cuda::device_array<int32_t> q_rank, k_rank;
+        cuda::device_array<float> k_shift;  // [n_head_kv x D] (backend_seq::k_shift), empty = none
     };
     std::unordered_map<const void*, std::vector<proj_layer>> proj_;
 };

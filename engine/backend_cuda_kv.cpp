@@ -378,12 +378,19 @@ void backend_cuda::project_qk(const backend_seq* seqs, int n_seqs, const model_h
             pl.k_ptr = device_array<dptr<const float>>(kp, "projection pointers");
             pl.q_rank = device_array<int32_t>(qr, "projection ranks");
             pl.k_rank = device_array<int32_t>(kr, "projection ranks");
+            if (s.k_shift) {
+                std::vector<float> sh((size_t)KV * D);
+                for (int g = 0; g < KV; g++)
+                    std::memcpy(sh.data() + (size_t)g * D, (*s.k_shift)[(size_t)il * KV + g].data(), sizeof(float) * D);
+                pl.k_shift = device_array<float>(sh, "mean keys");
+            }
         }
         const dptr<const int32_t> pos(dpos);
         cuda_project_heads(dptr<float>(fb.q.data() + s.row0 * H * D), s.n, H, D, pl.q_ptr.cptr(),
-                           pl.q_rank.cptr(), pos + s.row0, 0, nullptr);
+                           pl.q_rank.cptr(), pos + s.row0, 0, nullptr, nullptr);
         cuda_project_heads(dptr<float>(fb.k.data() + s.row0 * KV * D), s.n, KV, D, pl.k_ptr.cptr(),
-                           pl.k_rank.cptr(), pos + s.row0, sinks, nullptr);
+                           pl.k_rank.cptr(), pos + s.row0, sinks,
+                           pl.k_shift.size() ? pl.k_shift.cptr() : dptr<const float>(nullptr), nullptr);
     }
 }
 

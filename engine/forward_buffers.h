@@ -76,6 +76,9 @@ struct backend_seq {
     // transposed, [head_dim x head_dim] (engine/session.h); null = not compressed.
     const std::vector<std::vector<float>>* proj_q = nullptr;
     const std::vector<std::vector<float>>* proj_k = nullptr;
+    // With them, per (layer, KV head) the mean key in the key basis, [head_dim]:
+    // keys are cached less its first r_k channels (engine/session.h); null = none.
+    const std::vector<std::vector<float>>* k_shift = nullptr;
     int64_t row0 = 0, n = 0;
     int64_t n_past = 0;  // tokens in the sequence before this pass
     int64_t n_ctx = 0;   // the sequence's context (positions run up to it)

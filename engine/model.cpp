@@ -184,6 +184,18 @@ void model_load_zack(model& m) {
         if (il > 0 && bases != (z.layers[0].kqa != nullptr))
             ZK_THROW("%s: layer %d %s the key-basis tensors that layer 0 %s", f.path().c_str(), il,
                      bases ? "has" : "lacks", bases ? "lacks" : "has");
+        if (f.find_tensor(p + "kmean")) {
+            const gguf_tensor& t = need_tensor(f, p + "kmean", {D, KV});
+            if (t.type != dtype::F32) ZK_THROW("%s: tensor %skmean must be F32", f.path().c_str(), p.c_str());
+            zl.kmean = (const float*)t.data;
+            for (int64_t i = 0; i < D * KV; i++)
+                if (!std::isfinite(zl.kmean[i]))
+                    ZK_THROW("%s: tensor %skmean holds a non-finite value at %lld", f.path().c_str(), p.c_str(),
+                             (long long)i);
+        }
+        if (il > 0 && (zl.kmean != nullptr) != (z.layers[0].kmean != nullptr))
+            ZK_THROW("%s: layer %d %s blk.N.zack.kmean, layer 0 %s", f.path().c_str(), il,
+                     zl.kmean ? "has" : "lacks", zl.kmean ? "lacks it" : "has it");
         z.layers.push_back(zl);
     }
     if (const gguf_value* rates = f.find("zack.rank_table.rates")) {

@@ -82,6 +82,9 @@ struct zack_layer {
     const float* kpair = nullptr;
     const float* sigma_k = nullptr;  // [n_head_kv x head_dim], descending
     const float* sigma_v = nullptr;  // [n_head_kv x head_dim], descending
+    // [n_head_kv x head_dim] the mean key after RoPE, which sessions leave out
+    // of the cache (calib/zack_file.h); null in older files.
+    const float* kmean = nullptr;
 };
 
 struct zack_info {

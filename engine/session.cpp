@@ -107,6 +107,17 @@ session::session(const model& m, const session_params& p) : m_(m), params_(p) {
                     for (int j = 0; j < D; j++)
                         for (int i = 0; i < D; i++) P[(size_t)j * D + i] = R[(size_t)i * D + j];
                 }
+                if (zl.kmean) {
+                    if (shift_k_.empty()) shift_k_.resize(nh);
+                    const float* mu = zl.kmean + (size_t)g * D;
+                    const std::vector<float>& P = proj_k_[h];
+                    shift_k_[h].resize((size_t)D);
+                    for (int j = 0; j < D; j++) {
+                        double s = 0;
+                        for (int i = 0; i < D; i++) s += (double)P[(size_t)j * D + i] * mu[i];
+                        shift_k_[h][(size_t)j] = (float)s;
+                    }
+                }
             }
         const std::vector<std::string> bad = session_key8_hazards(m.zack, p.kv, p.kbasis, hp.n_layer, hp.n_head_kv);
         if (!bad.empty())
@@ -284,6 +295,7 @@ backend_seq session::view(int64_t row0, int64_t n) {
     v.policy = policy_.get();
     v.logits_buf = logits_buf_.empty() ? nullptr : logits_buf_.data();
     if (compressed_) v.proj_q = &proj_q_, v.proj_k = &proj_k_;
+    if (!shift_k_.empty()) v.k_shift = &shift_k_;
     v.row0 = row0;
     v.n = n;
     v.n_past = n_past_;

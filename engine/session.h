@@ -92,7 +92,10 @@ struct forward_seq {
 // massive key component into one channel (Qwen2.5-Coder-1.5B layer 0: RMS 912
 // against 6.3 for the next), so the rest of that block rounds to nothing (loss
 // 38, perplexity 149 against 2.1 with `--kv-rate 0.1 --kv-bits 8`); per-channel
-// 4/2-bit grids do not care (0.007). One line per head ("layer L, KV head G: loss X at 8 bits,
+// 4/2-bit grids do not care (0.007). A .zack with the mean key (blk.N.zack.kmean)
+// caches keys less it and measures its table so, which removes the hazard (ppl
+// 1.82 against 1.80 with f16 on tests/test_qwen_key_mean.py's text, 32.9 before):
+// the warning is for older files. One line per head ("layer L, KV head G: loss X at 8 bits,
 // Y at 4"), none when the file has no such table.
 std::vector<std::string> session_key8_hazards(const zack_info& z, const kv_cache_params& kv,
                                               const std::vector<int>& kbasis, int n_layer, int n_head_kv);
@@ -164,6 +167,11 @@ private:
     // q~ = A[:, :r_k]^T q and k~ = B[:, :r_k]^T k, all of them serve exact sinks).
     bool compressed_ = false;
     std::vector<std::vector<float>> proj_q_, proj_k_;  // [n_layer * n_head_kv]
+    // The mean key of the .zack in each head's key basis, [head_dim] per head
+    // (B^T mean): keys are cached less its first r_k channels, sink rows too,
+    // so every key of a query shifts its score by the same q~.mean~ and the
+    // softmax does not see it; empty when the .zack has no mean (older files).
+    std::vector<std::vector<float>> shift_k_;
     std::vector<float> logits_;   // [n_vocab] or [n x n_vocab]
     // Eviction: the policy, and the attention logits of a decode segment shown
     // to it, [n_head_kv x k_session_decode_max_tok x group x capacity].

@@ -110,10 +110,22 @@ TEST(CalibModel, GramMatchesPlainSums) {
                     EXPECT_DOUBLE_EQ(acc_o.qk(il, g)[a * D + b], cqk[a * D + b]);
                 }
             EXPECT_LT(max_rel, 1e-12) << "layer " << il << " head " << g;
+            // the mean key, what a session leaves out of its cache
+            const std::vector<double> km = acc.k_mean(il, g);
+            for (int a = 0; a < D; a++) {
+                double s = 0, mag = 0;
+                for (int64_t t = 0; t < T; t++) {
+                    const double x = rec.k[il][(size_t)((t * KV + g) * D + a)];
+                    s += x, mag += std::fabs(x);
+                }
+                EXPECT_NEAR(km[(size_t)a], s / (double)T, 1e-12 * mag / (double)T + 1e-30) << il << " " << g << " " << a;
+            }
         }
 
     // The decomposition: C_qk R = R diag(sigma^2), R orthonormal, sigma descending.
     const zack_calibration c = calib_decompose(m, acc);
+    ASSERT_EQ(c.k_mean.size(), (size_t)hp.n_layer * KV * D);
+    EXPECT_EQ(c.k_mean[((size_t)13 * KV + 1) * D + 5], acc.k_mean(13, 1)[5]);
     for (int il : {0, hp.n_layer - 1}) {
         const std::vector<double> C = acc.qk(il, 1);
         const double* R = c.rqk.data() + ((size_t)il * KV + 1) * D * D;

@@ -115,6 +115,8 @@ TEST(CudaElementwise, GatedActivationsMatchCpu) {
     }
 }
 
+// Without and with the mean keys' shift (keys: the first ranks[h] channels of
+// every row, sink rows too, less shift[h]).
 TEST(CudaElementwise, ProjectionMatchesCpu) {
     const int d = 64, H = 4;
     const int64_t T = 3;
@@ -122,23 +124,33 @@ TEST(CudaElementwise, ProjectionMatchesCpu) {
     const std::vector<float> P0 = randn((size_t)d * d, 6), P1 = randn((size_t)d * d, 7);
     const std::vector<int32_t> ranks = {4, 4, 40, 64};
     const std::vector<int32_t> pos = {2, 9, 30};  // token 0 is an exact sink (pos < 4): full rank
-    std::vector<float> x = randn((size_t)(T * H * d), 8), want = x;
+    const std::vector<float> x = randn((size_t)(T * H * d), 8), shift = randn((size_t)(H * d), 9, 50.0f);
     const float* mats_h[H] = {P0.data(), P0.data(), P1.data(), P1.data()};
-    for (int64_t t = 0; t < T; t++)
-        for (int h = 0; h < H; h++) kernel_project_head(mats_h[h], pos[t] < 4 ? d : ranks[h], d, &want[(t * H + h) * d]);
-    device_pool pool;
-    const dptr<const float> d0 = pool.up(P0, "P0"), d1 = pool.up(P1, "P1");
-    const std::vector<dptr<const float>> mats = {d0, d0, d1, d1};
-    const dptr<float> dx = pool.zeros<float>(x.size(), "x");
-    cuda_copy_to_device(&*dx, x.data(), x.size() * 4);
-    cuda_project_heads(dx, T, H, d, pool.up(mats, "mats"), pool.up(ranks, "ranks"), pool.up(pos, "pos"), 4, nullptr);
-    const std::vector<float> got = pool.down(dx, x.size());
-    for (size_t i = 0; i < got.size(); i++) {
-        const size_t row = i / d;
-        const int j = (int)(i % d), h = (int)(row % H);
-        double mag = 1e-30;  // sum_c |P_jc x_c| bounds the rounding of output j
-        for (int c = 0; c < d; c++) mag += std::fabs(mats_h[h][(size_t)j * d + c] * x[row * d + c]);
-        ASSERT_LE(std::fabs(got[i] - want[i]), 1e-6 * mag) << i;
+    for (bool shifted : {false, true}) {
+        std::vector<float> want = x;
+        for (int64_t t = 0; t < T; t++)
+            for (int h = 0; h < H; h++) {
+                float* w = &want[(t * H + h) * d];
+                kernel_project_head(mats_h[h], pos[t] < 4 ? d : ranks[h], d, w);
+                if (shifted)
+                    for (int j = 0; j < ranks[h]; j++) w[j] -= shift[(size_t)h * d + j];
+            }
+        device_pool pool;
+        const dptr<const float> d0 = pool.up(P0, "P0"), d1 = pool.up(P1, "P1");
+        const std::vector<dptr<const float>> mats = {d0, d0, d1, d1};
+        const dptr<float> dx = pool.zeros<float>(x.size(), "x");
+        cuda_copy_to_device(&*dx, x.data(), x.size() * 4);
+        cuda_project_heads(dx, T, H, d, pool.up(mats, "mats"), pool.up(ranks, "ranks"), pool.up(pos, "pos"), 4,
+                           shifted ? pool.up(shift, "shift") : dptr<const float>(nullptr), nullptr);
+        const std::vector<float> got = pool.down(dx, x.size());
+        for (size_t i = 0; i < got.size(); i++) {
+            const size_t row = i / d;
+            const int j = (int)(i % d), h = (int)(row % H);
+            double mag = 1e-30;  // sum_c |P_jc x_c| (+ the shift) bounds the rounding of output j
+            for (int c = 0; c < d; c++) mag += std::fabs(mats_h[h][(size_t)j * d + c] * x[row * d + c]);
+            if (shifted) mag += std::fabs(shift[(size_t)h * d + j]);
+            ASSERT_LE(std::fabs(got[i] - want[i]), 1e-6 * mag) << i << (shifted ? " shifted" : "");
+        }
     }
 }
 
