@@ -40,13 +40,14 @@ def main():
     check(len(res) == 2 * 2 * 4, f"one row per combination (2 threads x 2 depths x (2 pp + tg at 2 batches)): {len(res)}")
     check(sorted({(row["test"], row["batch"]) for row in res}) == [("pp16", 1), ("pp32", 1), ("tg4", 1), ("tg4", 3)],
           "pp rows at batch 1, tg rows at each batch size")
-    # Independent accounting from the GGUF shape: f16 K and V per layer and KV head, plus a 4-byte position.
+    # Independent accounting from the GGUF shape: f16 K and V per layer and KV head, plus a 4-byte
+    # position per token that every head of a cache without eviction shares (engine/kv_cache.h).
     import gguf
     rd = gguf.GGUFReader(MODEL)
     f = lambda k: int(rd.fields[k].contents())
     n_layer, n_kv = f("llama.block_count"), f("llama.attention.head_count_kv")
     d = f("llama.embedding_length") // f("llama.attention.head_count")
-    expect_per_tok = n_layer * n_kv * (2 * d * 2 + 4)
+    expect_per_tok = n_layer * n_kv * 2 * d * 2 + 4
     for row in res:
         check(row["kv_bytes_per_token"] == expect_per_tok,
               f"{row['test']} depth {row['depth']}: KV bytes/token {row['kv_bytes_per_token']} == {expect_per_tok}")

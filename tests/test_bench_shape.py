@@ -29,8 +29,8 @@ def main():
     if not ZACK or not os.path.exists(ZACK):
         sys.exit(f"FAIL: zack binary not found (ZACK_BIN={ZACK!r}); build first")
     short = ["-p", "16", "-n", "4", "-r", "1", "-t", "1"]
-    # tiny: 2 layers x 2 KV heads x (K and V of 16 f16 values + a 4-byte position)
-    tiny_kv_per_token = 2 * 2 * (2 * 16 * 2 + 4)
+    # tiny: 2 layers x 2 KV heads x K and V of 16 f16 values, + a 4-byte position all heads share
+    tiny_kv_per_token = 2 * 2 * 2 * 16 * 2 + 4
 
     with tempfile.TemporaryDirectory() as tmp:
         r = zack("bench", "--shape", "tiny", *short, "-o", "json", env=with_tmpdir(tmp))
