@@ -23,11 +23,15 @@ scripts/fetch_model.sh qwen2.5-coder-1.5b and build zack). About a minute here.
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cli_util  # noqa: E402
+from cli_util import check, zack  # noqa: E402
 
 try:
     import gguf
@@ -36,18 +40,9 @@ except ImportError:
     sys.exit(1)
 
 MODEL = os.environ.get("ZACK_MODEL_QWEN15", "")
-ZACK = os.environ.get("ZACK_BIN", "")
 SRC = os.environ.get("ZACK_SOURCE", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORPUS = os.path.join(SRC, "tests", "data", "tokenizer", "license_Apache-2.0.txt")
 HELDOUT = os.path.join(SRC, "tests", "data", "tokenizer", "code_xxmodule.c.txt")
-
-failures = []
-
-
-def check(cond, what):
-    print(("ok:   " if cond else "FAIL: ") + what)
-    if not cond:
-        failures.append(what)
 
 
 def tensor(r, name):
@@ -58,8 +53,8 @@ def tensor(r, name):
 
 
 def ppl_run(zfile, flags, out):
-    p = subprocess.run([ZACK, "eval", "-m", zfile, "--task", "ppl", "-f", HELDOUT, "-c", "512", "--limit", "1",
-                        "-t", "2", *flags, "--json", out], capture_output=True, text=True)
+    p = zack("eval", "-m", zfile, "--task", "ppl", "-f", HELDOUT, "-c", "512", "--limit", "1", "-t", "2", *flags,
+             "--json", out)
     if p.returncode != 0:
         print(p.stderr[-2000:])
         return None
@@ -68,16 +63,15 @@ def ppl_run(zfile, flags, out):
 
 
 def main():
-    for what, v in (("ZACK_MODEL_QWEN15", MODEL), ("ZACK_BIN", ZACK)):
+    for what, v in (("ZACK_MODEL_QWEN15", MODEL), ("ZACK_BIN", cli_util.ZACK)):
         if not v or not os.path.exists(v):
             print(f"FAIL: {what} is not set or missing ({v!r}); run scripts/fetch_model.sh qwen2.5-coder-1.5b "
                   "and build zack")
             return 1
     with tempfile.TemporaryDirectory(prefix="zack_key_mean_") as tmp:
         z = os.path.join(tmp, "q.zack")
-        p = subprocess.run([ZACK, "calibrate", "-q", "-t", "2", "-m", MODEL, "--corpus", CORPUS, "--tokens", "1024",
-                            "--ctx", "512", "--sens-tokens", "0", "--fit-tokens", "0", "-o", z],
-                           capture_output=True, text=True)
+        p = zack("calibrate", "-q", "-t", "2", "-m", MODEL, "--corpus", CORPUS, "--tokens", "1024", "--ctx", "512",
+                 "--sens-tokens", "0", "--fit-tokens", "0", "-o", z)
         check(p.returncode == 0, f"calibrate exits 0 ({p.stderr.strip()[-300:]})")
         if p.returncode != 0:
             return 1
@@ -111,8 +105,8 @@ def main():
         check(kl8 <= kl16 + 0.01, f"8-bit keys and values in the ZACK basis add at most 0.01 nats of KL ({kl8:.4f} "
                                   f"vs {kl16:.4f})")
         check(q8["retention"] >= 0.98 * f16["retention"], "and keep 98% of the f16 cache's perplexity ratio")
-    print("PASS" if not failures else f"{len(failures)} check(s) failed")
-    return 0 if not failures else 1
+    cli_util.finish()
+    return 0
 
 
 if __name__ == "__main__":
