@@ -5,12 +5,14 @@
 #include <exception>
 #include <new>
 
+#include "ggml-like/blas_core.h"
 #include "ggml-like/error.h"
 #include "ggml-like/interrupt.h"
 #include "main/cli.h"
 #include "main/options.h"
 
 int main(int argc, char** argv) {
+    zk::blas_core_reexec(argv);  // OpenBLAS's kernels for this CPU, before any BLAS call
     zk::cli_app cli;
     const int rc = cli.parse(argc, argv);
     if (rc >= 0) return rc;

@@ -64,6 +64,14 @@ def test_version():
     check(r.returncode == 0 and re.match(r"zack \d+\.\d+\.\d+ \(commit [0-9a-f]+", r.stdout) is not None,
           f"--version: version and commit ({r.stdout.splitlines()[:1]!r})")
     check("built for:" in r.stdout and "this CPU:" in r.stdout and "CUDA:" in r.stdout, "--version: CPU features, CUDA")
+    # OpenBLAS's kernels: an SSE-era set on a CPU with AVX2 is what ggml-like/blas_core.h corrects
+    # (OpenBLAS 0.3.21 takes an Emerald Rapids Xeon for a Prescott)
+    blas = re.search(r"^BLAS: OpenBLAS, (\S+) kernels$", r.stdout, re.M)
+    check(blas is not None, f"--version: the BLAS line ({r.stdout!r})")
+    here = r.stdout.split("this CPU:")[1].splitlines()[0].split()
+    if "AVX2" in here and "FMA" in here:
+        check(blas.group(1) not in ("Prescott", "Core2", "Penryn", "Nehalem", "Sandybridge", "Atom"),
+              f"--version: OpenBLAS runs {blas.group(1)} kernels on a CPU with AVX2 and FMA")
 
 
 def test_device():
