@@ -11,6 +11,7 @@
 #include "ggml-like/error.h"
 #include "ggml-like/threadpool.h"
 #include "kernels/attention.h"
+#include "kernels/cpu/simd.h"
 
 namespace zk {
 
@@ -276,12 +277,9 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
                     const float* srow = sc.data() + qi * nk_max;
                     float* prow = pm.data() + qi * nk_max;
                     std::fill(prow, prow + k0, 0.0f);
-                    float mx = -INFINITY;
-                    for (int64_t s2 = k0; s2 < nk; s2++) mx = std::max(mx, srow[s2]);
-                    float z = 0;
-                    for (int64_t s2 = k0; s2 < nk; s2++) z += prow[s2] = std::exp(srow[s2] - mx);
-                    const float iz = 1.0f / z;
-                    for (int64_t s2 = k0; s2 < nk; s2++) prow[s2] *= iz;
+                    std::copy(srow + k0, srow + nk, prow + k0);
+                    const float z = simd::exp_shift_sum(prow + k0, (int)(nk - k0), simd::max_f32(prow + k0, (int)(nk - k0)));
+                    simd::scale_f32(prow + k0, (int)(nk - k0), 1.0f / z);
                     std::fill(prow + nk, prow + nk_max, 0.0f);
                 }
                 // outputs at this rank: [NQ x D] = P [NQ x nk] x V^ [nk x D]
@@ -375,17 +373,21 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
                         float* pq_r = pq.data() + qi * nk_max;
                         std::fill(pe_r, pe_r + nk_max, 0.0f);
                         std::fill(pq_r, pq_r + nk_max, 0.0f);
-                        auto kq = [&](int64_t s2) { return s2 >= p_.sinks && s2 < klim; };
-                        float mx = -INFINITY;
-                        for (int64_t s2 = k0; s2 < nk; s2++) mx = std::max(mx, kq(s2) ? qr[s2] : er[s2]);
-                        float z = 0;
-                        for (int64_t s2 = k0; s2 < nk; s2++) {
-                            const float pv2 = std::exp((kq(s2) ? qr[s2] : er[s2]) - mx);
-                            z += pv2;
-                            (s2 >= p_.sinks && s2 < vlim ? pq_r : pe_r)[s2] = pv2;
-                        }
-                        const float iz = 1.0f / z;
-                        for (int64_t s2 = k0; s2 < nk; s2++) pe_r[s2] *= iz, pq_r[s2] *= iz;
+                        // scores: quantized keys in [sinks, klim), exact elsewhere; the
+                        // probabilities go to pq_r where the value is quantized
+                        // ([sinks, vlim)), to pe_r elsewhere
+                        const int64_t kq0 = std::max<int64_t>(k0, std::min<int64_t>(p_.sinks, nk));
+                        const int64_t kq1 = std::max(kq0, std::min(klim, nk));
+                        std::copy(er + k0, er + kq0, pe_r + k0);
+                        std::copy(qr + kq0, qr + kq1, pe_r + kq0);
+                        std::copy(er + kq1, er + nk, pe_r + kq1);
+                        const int nn = (int)(nk - k0);
+                        const float z = simd::exp_shift_sum(pe_r + k0, nn, simd::max_f32(pe_r + k0, nn));
+                        simd::scale_f32(pe_r + k0, nn, 1.0f / z);
+                        const int64_t vq0 = std::max<int64_t>(k0, std::min<int64_t>(p_.sinks, nk));
+                        const int64_t vq1 = std::max(vq0, std::min(vlim, nk));
+                        std::copy(pe_r + vq0, pe_r + vq1, pq_r + vq0);
+                        std::fill(pe_r + vq0, pe_r + vq1, 0.0f);
                     }
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)NQ, D, (int)nk_max, 1.0f, pe.data(),
                                 (int)nk_max, vt.data() + (size_t)g * D, kstride, 0.0f, o.data(), D);
