@@ -376,16 +376,15 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
                         // scores: quantized keys in [sinks, klim), exact elsewhere; the
                         // probabilities go to pq_r where the value is quantized
                         // ([sinks, vlim)), to pe_r elsewhere
-                        const int64_t kq0 = std::max<int64_t>(k0, std::min<int64_t>(p_.sinks, nk));
-                        const int64_t kq1 = std::max(kq0, std::min(klim, nk));
+                        const int64_t q0 = std::max<int64_t>(k0, std::min<int64_t>(p_.sinks, nk));  // first quantizable slot
+                        const int64_t kq0 = q0, kq1 = std::max(q0, std::min(klim, nk));
                         std::copy(er + k0, er + kq0, pe_r + k0);
                         std::copy(qr + kq0, qr + kq1, pe_r + kq0);
                         std::copy(er + kq1, er + nk, pe_r + kq1);
                         const int nn = (int)(nk - k0);
                         const float z = simd::exp_shift_sum(pe_r + k0, nn, simd::max_f32(pe_r + k0, nn));
                         simd::scale_f32(pe_r + k0, nn, 1.0f / z);
-                        const int64_t vq0 = std::max<int64_t>(k0, std::min<int64_t>(p_.sinks, nk));
-                        const int64_t vq1 = std::max(vq0, std::min(vlim, nk));
+                        const int64_t vq0 = q0, vq1 = std::max(q0, std::min(vlim, nk));
                         std::copy(pe_r + vq0, pe_r + vq1, pq_r + vq0);
                         std::fill(pe_r + vq0, pe_r + vq1, 0.0f);
                     }
