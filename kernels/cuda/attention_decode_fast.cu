@@ -77,7 +77,7 @@ __device__ __forceinline__ void warp_stage(sptr<unsigned char> dst, int dst_stri
     const int lane = threadIdx.x % 32, total = n * upr;
     const float inv = 1.0f / (float)upr;
     for (int base = 0; base < total; base += 32 * k_batch) {
-        T v[k_batch];
+        T v[k_batch] = {};  // initialised: GCC cannot see that both loops skip the same i
         ZK_UNROLL
         for (int b = 0; b < k_batch; b++) {
             const int i = base + 32 * b + lane;

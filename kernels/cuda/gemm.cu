@@ -3,6 +3,8 @@
 #include "ggml-like/error.h"
 #include "kernels/cuda/cuda_common.cuh"
 
+#include <vector>
+
 #if !defined(ZK_SIMT)
 #include <cublas_v2.h>
 #endif
@@ -13,8 +15,12 @@ namespace cuda {
 #if defined(ZK_SIMT)
 
 namespace {
-float load(cuda_gemm_type t, const void* p, int64_t i) {
-    return t == CUDA_GEMM_F32 ? ((const float*)p)[i] : simt::f16_to_f32(((const uint16_t*)p)[i]);
+// rows [0, n) of a row-major [n, k] matrix as f32 (exact for f16)
+std::vector<float> load_rows(cuda_gemm_type t, const void* p, int64_t n, int64_t k) {
+    std::vector<float> out((size_t)(n * k));
+    for (size_t i = 0; i < out.size(); i++)
+        out[i] = t == CUDA_GEMM_F32 ? ((const float*)p)[i] : simt::f16_to_f32(((const uint16_t*)p)[i]);
+    return out;
 }
 void check_buffer(const void* p, size_t bytes, const char* what) {
     const simt::buffer* b = simt::buffer_find(p);
@@ -30,10 +36,13 @@ void cuda_gemm(const cuda_gemm_args& a, cuda_stream) {
     check_buffer(a.X, (size_t)(a.M * a.K) * es, "X");
     check_buffer(a.W, (size_t)(a.N * a.K) * es, "W");
     check_buffer(a.Y, (size_t)(a.M * a.N) * 4, "Y");
+    const std::vector<float> x = load_rows(a.type, a.X, a.M, a.K), w = load_rows(a.type, a.W, a.N, a.K);
     for (int64_t m = 0; m < a.M; m++)
         for (int64_t n = 0; n < a.N; n++) {
+            const float* xr = x.data() + m * a.K;
+            const float* wr = w.data() + n * a.K;
             double s = 0;
-            for (int64_t k = 0; k < a.K; k++) s += (double)load(a.type, a.X, m * a.K + k) * load(a.type, a.W, n * a.K + k);
+            for (int64_t k = 0; k < a.K; k++) s += (double)xr[k] * wr[k];
             a.Y[m * a.N + n] = (float)s;
         }
 }
