@@ -52,9 +52,12 @@ if ! lcpp_ok; then
     lcpp_ok || { echo "setup: llama-cpp-python was not built for AVX2 alone" >&2; exit 1; }
 fi
 
+# The models are fetched while zack builds: the fetch waits mostly on pip's
+# downloads and the disk, the build on the CPUs.
+bash "$here/scripts/fetch_model.sh" smollm2 qwen2.5-coder-1.5b qwen2.5-coder-0.5b gemma3-270m >/dev/null &
+fetch_pid=$!
 build="${ZACK_BUILD_DIR:-$here/build}"
 cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release >&2
 cmake --build "$build" -j"$(nproc)" >&2
-
-bash "$here/scripts/fetch_model.sh" smollm2 qwen2.5-coder-1.5b qwen2.5-coder-0.5b gemma3-270m >/dev/null
+wait "$fetch_pid" || { echo "setup: fetching the models failed (see the line above)" >&2; exit 1; }
 echo "setup: done; try: $build/zack run -m models/SmolLM2-135M-Instruct.Q4_1.gguf" >&2

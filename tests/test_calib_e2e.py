@@ -85,7 +85,10 @@ def main():
             return 1
     tmp = tempfile.mkdtemp(prefix="zack_calib_e2e_")
     out = os.path.join(tmp, "a.zack")
-    p = run(["-m", MODEL, "-o", out, "--corpus", CORPUS, "--tokens", "512", "--ctx", "256"])
+    # a short sensitivity pass (the plans below need its curves) and no rank-weight fit
+    # (test_gemma_cli.py runs the fit through the CLI; test_alloc_model checks what it chooses)
+    p = run(["-m", MODEL, "-o", out, "--corpus", CORPUS, "--tokens", "512", "--ctx", "256", "--sens-tokens", "256",
+             "--fit-tokens", "0"])
     check(p.returncode == 0, f"calibrate exits 0 (got {p.returncode}: {p.stderr.strip()[-300:]})")
     if p.returncode != 0:
         return 1
@@ -212,7 +215,8 @@ def main():
     check(p.returncode == 0 and "K distance mean 0.00000 max 0.00000; V distance mean 0.00000 max 0.00000" in p.stdout,
           f"--compare self is 0: {p.stdout.strip().splitlines()[-1:] if p.stdout else p.stderr}")
     out2 = os.path.join(tmp, "b.zack")
-    p = run(["-m", MODEL, "-o", out2, "--corpus", CORPUS2, "--tokens", "256", "--ctx", "256", "--compare", out])
+    p = run(["-m", MODEL, "-o", out2, "--corpus", CORPUS2, "--tokens", "256", "--ctx", "256", "--sens-tokens", "0",
+             "--compare", out])
     check(p.returncode == 0 and "Rotation stability" in p.stdout, "calibrate + --compare in one run")
     if p.returncode == 0:
         print("compare apache vs cc0 (512 / 256 tokens):", p.stdout.strip().splitlines()[-1])
@@ -274,7 +278,7 @@ def main():
     for i in range(2):
         o = os.path.join(tmp, f"gen{i}.zack")
         txt = os.path.join(tmp, f"gen{i}.txt")
-        p = run(["-m", MODEL, "-o", o, "--tokens", "96", "--ctx", "64", "--save-corpus", txt])
+        p = run(["-m", MODEL, "-o", o, "--tokens", "96", "--ctx", "64", "--sens-tokens", "0", "--save-corpus", txt])
         check(p.returncode == 0, f"default-corpus calibration exits 0 ({p.stderr.strip()[-200:]})")
         outs.append((o, txt))
     if all(os.path.exists(t) for _, t in outs):
@@ -287,14 +291,14 @@ def main():
         # the samples are calibrated as one joined text, exactly what --save-corpus wrote:
         # that file as --corpus gives the same statistics, so the same rotations
         o3 = os.path.join(tmp, "gen_again.zack")
-        p = run(["-m", MODEL, "-o", o3, "--corpus", outs[0][1], "--tokens", "96", "--ctx", "64",
+        p = run(["-m", MODEL, "-o", o3, "--corpus", outs[0][1], "--tokens", "96", "--ctx", "64", "--sens-tokens", "0",
                  "--compare", outs[0][0]])
         check(p.returncode == 0 and "K distance mean 0.00000 max 0.00000; V distance mean 0.00000 max 0.00000"
               in p.stdout, f"the saved corpus reproduces the calibration: {p.stdout.strip().splitlines()[-1:]}")
         # --gen-* reach the sampler: a greedy corpus differs and says so
         o4, t4 = os.path.join(tmp, "gen_greedy.zack"), os.path.join(tmp, "gen_greedy.txt")
-        p = run(["-m", MODEL, "-o", o4, "--tokens", "96", "--ctx", "64", "--gen-temp", "0", "--gen-len", "40",
-                 "--save-corpus", t4])
+        p = run(["-m", MODEL, "-o", o4, "--tokens", "96", "--ctx", "64", "--sens-tokens", "0", "--gen-temp", "0",
+                 "--gen-len", "40", "--save-corpus", t4])
         check(p.returncode == 0, "calibration with --gen-temp 0 --gen-len 40 exits 0")
         if p.returncode == 0:
             d4 = field(gguf.GGUFReader(o4), "zack.calib.corpus")
