@@ -31,10 +31,15 @@ flags=(-DZACK_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
 # the real model, minutes under ASan): batched decoding runs in test_threads here;
 # so is test_alloc_model (the sensitivity pass and the rank-weight fit on the real
 # model: 490 s under ASan, most of this stage): the plan code runs here in test_plan.
+# The tests run once per (key, value) layout pair: here four pairs that take
+# every width once on each side; and the window cache's 4-bit case (group drops).
+pairs="*/K16_V8:*/K8_V4:*/K4_V2:*/K2_V16"
 declare -A filter=(
     [test_calib_model]="CalibModel.GramMatchesPlainSums"
     [test_evict]="EvictRegistry.*:Policies/Evict.Synthetic*:Policies/Evict.RealModelSmallBudgetBounded/h2o_q4"
     [test_sampler]="-sampler.filters_agree_with_reference_on_a_larger_vocabulary"
+    [test_window_cache]="Kinds/WindowCache.*/q4"
+    [test_attention_layouts]="KvMixed.*:$pairs"
 )
 skip=" test_batch test_alloc_model "
 # Shorter soaks under ASan (the plain ctest runs the full 10,000 / 5,000 tokens).
@@ -45,9 +50,11 @@ for f in tests/test_*.cpp; do
     [[ "$skip" == *" $t "* ]] || gtests+=("$t")
 done
 # The SIMT harness (fibers, told to ASan at every switch) and the KV and
-# attention kernel tests on it; the 8K attention runs in the plain build only.
+# attention kernel tests on it (the layout pairs above); the 8K attention and
+# the other pairs run in the plain build only.
 simt_tests=(test_simt_harness test_cuda_kv_append test_cuda_attention_decode test_cuda_attention_prefill)
-filter[test_cuda_attention_decode]="-*EightThousandSlots*"
+filter[test_cuda_attention_decode]="CudaAttentionDecodeSplit.*:$pairs-*EightThousandSlots*"
+filter[test_cuda_attention_prefill]="CudaAttentionPrefill.TilesCarryEqualWork:$pairs"
 
 # --- ASan + UBSan (and the fuzz targets, from the same build)
 build=build-fuzz

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include <CLI/CLI.hpp>
+
 #include "ggml-like/error.h"
 #include "ggml-like/file_out.h"
 #include "main/version.h"
@@ -23,37 +25,40 @@ int cli_parse_error(const char* sub, const std::string& what) {
 
 }  // namespace
 
-cli_app::cli_app() {
-    app.option_defaults()->always_capture_default();
-    app.require_subcommand(1);
-    app.set_help_all_flag("--help-all", "help for every subcommand");
-    app.set_version_flag("--version", "", "print the version, git commit, CPU features and CUDA support");
+cli_app::cli_app()
+    : app(std::make_unique<CLI::App>("zack: LLM inference with a compressed KV cache (GGUF models)", "zack")) {
+    app->option_defaults()->always_capture_default();
+    app->require_subcommand(1);
+    app->set_help_all_flag("--help-all", "help for every subcommand");
+    app->set_version_flag("--version", "", "print the version, git commit, CPU features and CUDA support");
 
-    run_cmd = app.add_subcommand("run", "chat with a model, or answer one prompt (-p)");
+    run_cmd = app->add_subcommand("run", "chat with a model, or answer one prompt (-p)");
     run_cmd->option_defaults()->always_capture_default();
     options_add_model(*run_cmd, mo);
     options_add_run(*run_cmd, ro);
     options_add_sampling(*run_cmd, sp);
 
-    bench_cmd = app.add_subcommand("bench", "measure prefill and decode speed (llama-bench style)");
+    bench_cmd = app->add_subcommand("bench", "measure prefill and decode speed (llama-bench style)");
     bench_cmd->option_defaults()->always_capture_default();
     options_add_bench(*bench_cmd, bo);
 
-    info_cmd = app.add_subcommand("info", "show a model file's metadata and tensors");
+    info_cmd = app->add_subcommand("info", "show a model file's metadata and tensors");
     info_cmd->add_option("file", info_path, "a .gguf or .zack file")->required();
     info_cmd->add_flag("--json", info_json, "print JSON instead of tables");
 
-    calibrate_cmd = app.add_subcommand("calibrate", "build a .zack (rotations, spectra, folded weights) from a GGUF model");
+    calibrate_cmd = app->add_subcommand("calibrate", "build a .zack (rotations, spectra, folded weights) from a GGUF model");
     calibrate_cmd->option_defaults()->always_capture_default();
     options_add_calibrate(*calibrate_cmd, co);
 
-    eval_cmd = eval_add_subcommand(app, *eo);
+    eval_cmd = eval_add_subcommand(*app, *eo);
 }
+
+cli_app::~cli_app() = default;
 
 int cli_app::parse(int argc, const char* const* argv) {
     // CLI11 would only say "a subcommand is required"; name the word it did not know.
     const char* sub = nullptr;
-    for (const CLI::App* sc : app.get_subcommands([](const CLI::App*) { return true; }))
+    for (const CLI::App* sc : app->get_subcommands([](const CLI::App*) { return true; }))
         if (argc > 1 && sc->get_name() == argv[1]) sub = argv[1];
     if (argc > 1 && argv[1][0] != '-' && !sub) {
         std::fprintf(stderr, "zack: error: unknown subcommand '%s' (see zack --help)\n", argv[1]);
@@ -62,11 +67,11 @@ int cli_app::parse(int argc, const char* const* argv) {
     try {
         std::vector<std::string> args = options_expand_aliases(argc, argv);
         std::reverse(args.begin(), args.end());  // CLI11 takes the vector last argument first
-        app.parse(args);
+        app->parse(args);
     } catch (const CLI::CallForHelp& e) {
-        return app.exit(e);
+        return app->exit(e);
     } catch (const CLI::CallForAllHelp& e) {
-        return app.exit(e);
+        return app->exit(e);
     } catch (const CLI::CallForVersion&) {
         try {
             file_out_stdout(version_text());

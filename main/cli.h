@@ -2,9 +2,8 @@
 // and the cmd_*.cpp files), parsed into the option structs. main() parses and
 // runs the subcommand; the CLI fuzz target (tests/fuzz/fuzz_cli.cpp) parses only.
 #pragma once
+#include <memory>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "main/commands.h"
 
@@ -12,6 +11,7 @@ namespace zk {
 
 struct cli_app {
     cli_app();
+    ~cli_app();
     cli_app(const cli_app&) = delete;
     cli_app& operator=(const cli_app&) = delete;
 
@@ -23,7 +23,7 @@ struct cli_app {
     // throws zk::error (main prints it).
     int run();
 
-    CLI::App app{"zack: LLM inference with a compressed KV cache (GGUF models)", "zack"};
+    std::unique_ptr<CLI::App> app;
     model_opts mo;
     sampler_params sp;
     run_opts ro;

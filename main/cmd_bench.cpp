@@ -24,6 +24,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include <CLI/CLI.hpp>
+
 #include "engine/batch.h"
 #include "engine/model.h"
 #include "engine/model_synth.h"

@@ -13,6 +13,8 @@
 #include <fstream>
 #include <thread>
 
+#include <CLI/CLI.hpp>
+
 #include "calib/calibrate.h"
 #include "calib/compare.h"
 #include "calib/corpus.h"

@@ -18,6 +18,8 @@
 #include <memory>
 #include <sstream>
 
+#include <CLI/CLI.hpp>
+
 #include "calib/plan.h"
 #include "calib/ranks.h"  // ranks_rate for the JSON
 #include "engine/eval/eval_code.h"

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include <CLI/CLI.hpp>
+
 #include "calib/alloc.h"
 #include "calib/keybasis.h"
 #include "calib/plan.h"

@@ -12,10 +12,15 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
 #include "engine/sampler.h"
 #include "engine/session.h"
+
+// CLI11 is included only where option tables are built (options.cpp, cli.cpp and
+// three cmd_*.cpp): as a header-only library it costs every file that includes
+// it ~10 s of compile time.
+namespace CLI {
+class App;
+}
 
 namespace zk {
 

@@ -46,7 +46,8 @@ if ! lcpp_ok; then
     echo "setup: building llama-cpp-python 0.3.36 for AVX2 (a few minutes)" >&2
     lcpp=(install -q --disable-pip-version-check --force-reinstall --no-deps --no-cache-dir
           --no-binary llama-cpp-python llama-cpp-python==0.3.36)
-    export CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+    # LLAVA_BUILD=OFF: no multimodal library (mtmd), which nothing here loads
+    export CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAVA_BUILD=OFF"
     python3 -m pip "${lcpp[@]}" >&2 || python3 -m pip "${lcpp[@]}" --break-system-packages >&2
     unset CMAKE_ARGS
     lcpp_ok || { echo "setup: llama-cpp-python was not built for AVX2 alone" >&2; exit 1; }

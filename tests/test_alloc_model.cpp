@@ -65,7 +65,7 @@ const temp_zack& calibrated() {
     c.n_ctx = cp.n_ctx;
     c.corpus = "test: apache-2.0 + cc0-1.0";
     calib_params sp = cp;
-    sp.n_tokens = 2048;
+    sp.n_tokens = 1024;
     sens_params sens;
     sens.ranks = sens_default_ranks(src.hp.head_dim, 4);
     c.sens = calib_sensitivity(src, c, docs, sp, sens);

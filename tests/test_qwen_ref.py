@@ -106,13 +106,13 @@ def nll(logits: np.ndarray, targets, block: int = 64) -> np.ndarray:
     return out
 
 
-def zack_logits_greedy(tool, model, ids, n_vocab, tmp):
+def zack_logits_greedy(tool, model, ids, n_vocab, tmp, n_greedy=GREEDY_N):
     ids_file, out_file = Path(tmp) / "ids.txt", Path(tmp) / "logits.f32"
     ids_file.write_text(" ".join(str(i) for i in ids))
     if out_file.exists():
         out_file.unlink()
     r = subprocess.run([str(tool), str(model), str(ids_file), str(out_file), "--threads", "2",
-                        "--greedy", str(GREEDY_N)], capture_output=True, text=True, timeout=300)
+                        "--greedy", str(n_greedy)], capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         raise Fail(f"tool_logits exited {r.returncode}: {r.stderr.strip()[-500:]}")
     a = np.fromfile(out_file, dtype="<f4")
@@ -121,8 +121,8 @@ def zack_logits_greedy(tool, model, ids, n_vocab, tmp):
     if not np.all(np.isfinite(a)):
         raise Fail("tool_logits wrote non-finite logits")
     g = [int(x) for x in r.stdout.split()]
-    if len(g) != GREEDY_N:
-        raise Fail(f"tool_logits printed {len(g)} greedy ids, expected {GREEDY_N}")
+    if len(g) != n_greedy:
+        raise Fail(f"tool_logits printed {len(g)} greedy ids, expected {n_greedy}")
     return a.reshape(len(ids), n_vocab), g
 
 
@@ -193,7 +193,7 @@ def check_ppl_llamacpp(name, model, tool, n_vocab, tmp):
     nz, nl, parts = [], [], []
     for f in PPL_FILES:
         ids = ref_tokenizer.encode(model, (PPL_DIR / f).read_bytes().decode("utf-8"))[:PPL_TOKENS]
-        z, _ = zack_logits_greedy(tool, model, ids, n_vocab, tmp)
+        z, _ = zack_logits_greedy(tool, model, ids, n_vocab, tmp, n_greedy=0)
         llm.reset()
         llm.eval(ids)
         lc = np.array(llm.scores[:len(ids)], dtype=np.float32)

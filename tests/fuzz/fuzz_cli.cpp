@@ -4,6 +4,8 @@
 // Input: the arguments after "zack", separated by NUL bytes. Run with
 // -close_fd_mask=3 (scripts/fuzz.sh does): help and error lines go to stdout/stderr.
 // Seeds: command lines from the README.
+#include <CLI/CLI.hpp>
+
 #include "engine/chat.h"
 #include "engine/sampler.h"
 #include "ggml-like/error.h"
