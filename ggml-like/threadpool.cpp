@@ -4,6 +4,11 @@
 // few microseconds apart, so a worker that has just finished one loop almost
 // always finds the next one while still spinning; a sleeping worker costs a
 // futex wake-up (~5-50 us), which is fine after an idle pause.
+// A loop ends when its chunks are done, whoever ran them: on a busy machine
+// (ctest -j2, two zack processes on two cores) a worker is often descheduled,
+// and waiting for it to check in left each of two concurrent 2-thread decodes
+// at a third of its speed alone, where sharing the cores allows a half (which
+// this scheme reaches; bench/RESULTS.md).
 #include "ggml-like/threadpool.h"
 
 #include <algorithm>
@@ -43,21 +48,37 @@ struct thread_pool::impl {
     int n = 1;
     std::vector<std::thread> threads;
 
-    // The job of the current generation: either fn (run) or the parallel_for
-    // fields. Written by the caller before the generation is published.
-    const std::function<void(int, int)>* fn = nullptr;
-    const std::function<void(int64_t, int64_t, int)>* pfor_fn = nullptr;
-    int64_t pfor_n = 0;
-    int64_t pfor_chunk = 1;
-    std::atomic<int64_t> pfor_next{0};
+    // One dispatch is a job of n_chunks chunks: chunk k of a run() calls
+    // fn(k, n); chunk k of a parallel_for covers [k*chunk, min(n_items, (k+1)*chunk)).
+    // Two slots, used by generation parity: the caller fills the slot of
+    // generation g+1 while a worker that woke late may still be reading the slot
+    // of generation g (it then fails to claim a chunk, see claim_chunk). The
+    // fields are atomics because such a late read may overlap a write.
+    struct job {
+        std::atomic<const std::function<void(int, int)>*> fn{nullptr};
+        std::atomic<const std::function<void(int64_t, int64_t, int)>*> pfor_fn{nullptr};
+        std::atomic<int64_t> n_items{0};
+        std::atomic<int64_t> chunk{1};
+        std::atomic<uint32_t> n_chunks{0};
+    };
+    job slots[2];
+
+    // Chunks are handed out through one 64-bit ticket: the generation's low 32
+    // bits above the index of the next unclaimed chunk. A claim is a
+    // compare-exchange that keeps the tag, so a worker still holding generation
+    // g after the caller has moved on can never take a chunk of a later job.
+    // The dispatch ends when `done` reaches n_chunks, not when every worker has
+    // checked in: a worker that the OS has descheduled (another process on the
+    // core) does not hold up the caller, who takes the chunks left over itself.
+    std::atomic<uint64_t> ticket{0};
+    std::atomic<uint32_t> done{0};  // chunks of the current generation finished
 
     std::atomic<uint64_t> generation{0};
-    std::atomic<int> pending{0};   // workers (not the caller) still running this generation
     std::atomic<int> sleeping{0};  // workers blocked on cv
     std::atomic<bool> stop{false};
-    // A run is in progress. Set by the caller before it writes the job fields
-    // below, so that a job calling run/parallel_for on its own pool (from any
-    // worker) is refused before it could overwrite the job the others are running.
+    // A run is in progress. Set by the caller before it writes the job, so that
+    // a job calling run/parallel_for on its own pool (from any worker) is
+    // refused before it could overwrite the job the others are running.
     std::atomic<bool> busy{false};
 
     // Claims the pool for one dispatch; throws for a re-entrant call.
@@ -72,20 +93,49 @@ struct thread_pool::impl {
     std::mutex err_mu;
     std::exception_ptr err;
 
-    void execute(int ith) {
-        try {
-            if (fn) {
-                (*fn)(ith, n);
-            } else {
-                for (;;) {
-                    const int64_t b = pfor_next.fetch_add(pfor_chunk, std::memory_order_relaxed);
-                    if (b >= pfor_n) break;
-                    (*pfor_fn)(b, std::min(pfor_n, b + pfor_chunk), ith);
-                }
+    static uint64_t tag_of(uint64_t gen) { return (gen & 0xffffffffu) << 32; }
+
+    // Takes the next chunk of generation `gen`; false when none is left or the
+    // pool has moved on to a later generation. The slot is read before the
+    // claim: if the caller has since refilled it for generation gen+2, it set
+    // the ticket to a later tag first (release, and the slot stores are
+    // release), so the compare-exchange below fails and the stale read is unused.
+    bool claim_chunk(uint64_t gen, uint32_t* k) {
+        const uint64_t tag = tag_of(gen);
+        const job& j = slots[gen & 1];
+        uint64_t t = ticket.load(std::memory_order_acquire);
+        for (;;) {
+            if ((t & ~uint64_t(0xffffffffu)) != tag) return false;
+            const uint32_t next = (uint32_t)t;
+            if (next >= j.n_chunks.load(std::memory_order_acquire)) return false;
+            if (ticket.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+                *k = next;
+                return true;
             }
-        } catch (...) {
-            std::lock_guard<std::mutex> lk(err_mu);
-            if (!err) err = std::current_exception();
+        }
+    }
+
+    // Runs chunks of generation `gen` until none is left; `ith` is the thread.
+    void execute(uint64_t gen, int ith) {
+        const job& j = slots[gen & 1];
+        uint32_t k = 0;
+        while (claim_chunk(gen, &k)) {
+            // The job cannot change under a claimed chunk: the next dispatch
+            // waits for this chunk's `done`, and the one after writes the other slot.
+            try {
+                if (const auto* fn = j.fn.load(std::memory_order_relaxed)) {
+                    (*fn)((int)k, n);
+                } else {
+                    const int64_t items = j.n_items.load(std::memory_order_relaxed);
+                    const int64_t chunk = j.chunk.load(std::memory_order_relaxed);
+                    const int64_t b = (int64_t)k * chunk;
+                    (*j.pfor_fn.load(std::memory_order_relaxed))(b, std::min(items, b + chunk), ith);
+                }
+            } catch (...) {
+                std::lock_guard<std::mutex> lk(err_mu);
+                if (!err) err = std::current_exception();
+            }
+            done.fetch_add(1, std::memory_order_acq_rel);
         }
     }
 
@@ -109,8 +159,7 @@ struct thread_pool::impl {
             }
             seen = g;
             if (stop.load(std::memory_order_acquire)) return;
-            execute(ith);
-            pending.fetch_sub(1, std::memory_order_acq_rel);
+            execute(g, ith);
         }
     }
 
@@ -124,26 +173,34 @@ struct thread_pool::impl {
         for (auto& t : threads) t.join();
     }
 
-    // Publishes the job set up by the caller, runs worker 0, waits for the rest.
-    void dispatch() {
+    // Publishes a job of n_chunks chunks (fn for run, else pfor_fn), takes part
+    // as thread 0 and waits until every chunk is done.
+    void dispatch(const std::function<void(int, int)>* fn, const std::function<void(int64_t, int64_t, int)>* pfor_fn,
+                  int64_t n_items, int64_t chunk, uint32_t n_chunks) {
         err = nullptr;
-        pending.store(n - 1, std::memory_order_relaxed);
-        generation.fetch_add(1, std::memory_order_seq_cst);
+        const uint64_t gen = generation.load(std::memory_order_relaxed) + 1;
+        job& j = slots[gen & 1];
+        j.fn.store(fn, std::memory_order_release);
+        j.pfor_fn.store(pfor_fn, std::memory_order_release);
+        j.n_items.store(n_items, std::memory_order_release);
+        j.chunk.store(chunk, std::memory_order_release);
+        j.n_chunks.store(n_chunks, std::memory_order_release);
+        done.store(0, std::memory_order_relaxed);
+        ticket.store(tag_of(gen), std::memory_order_release);
+        generation.store(gen, std::memory_order_seq_cst);
         // A worker increments `sleeping` under mu before re-checking the
         // generation, so either it sees the new generation or we see it asleep.
         if (sleeping.load(std::memory_order_seq_cst) > 0) {
             std::lock_guard<std::mutex> lk(mu);
             cv.notify_all();
         }
-        execute(0);
+        execute(gen, 0);
         int spins = 0;
-        while (pending.load(std::memory_order_acquire) != 0) {
+        while (done.load(std::memory_order_acquire) != n_chunks) {
             cpu_relax();
-            // Another process may own the core a worker needs (shared machines).
+            // A worker holding a chunk may have lost its core to another process.
             if (++spins > 4096) std::this_thread::yield();
         }
-        fn = nullptr;
-        pfor_fn = nullptr;
         busy.store(false, std::memory_order_release);
         if (err) {
             std::exception_ptr e = err;
@@ -189,9 +246,7 @@ void thread_pool::run(const std::function<void(int ith, int nth)>& fn) {
         return;
     }
     p_->claim();
-    p_->fn = &fn;
-    p_->pfor_fn = nullptr;
-    p_->dispatch();
+    p_->dispatch(&fn, nullptr, 0, 1, (uint32_t)p_->n);
 }
 
 void thread_pool::parallel_for(int64_t n, int64_t grain,
@@ -199,19 +254,14 @@ void thread_pool::parallel_for(int64_t n, int64_t grain,
     if (n <= 0) return;
     grain = std::max<int64_t>(1, grain);
     // About 4 chunks per thread balances uneven progress (other processes on
-    // the core) against the cost of the shared counter.
+    // the core) against the cost of the shared ticket.
     const int64_t chunk = std::max(grain, (n + 4 * p_->n - 1) / (4 * p_->n));
     if (p_->n == 1 || n <= chunk) {
         fn(0, n, 0);
         return;
     }
     p_->claim();
-    p_->fn = nullptr;
-    p_->pfor_fn = &fn;
-    p_->pfor_n = n;
-    p_->pfor_chunk = chunk;
-    p_->pfor_next.store(0, std::memory_order_relaxed);
-    p_->dispatch();
+    p_->dispatch(nullptr, &fn, n, chunk, (uint32_t)((n + chunk - 1) / chunk));
 }
 
 }  // namespace zk

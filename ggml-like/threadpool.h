@@ -16,11 +16,15 @@ public:
     thread_pool& operator=(const thread_pool&) = delete;
 
     int size() const;
-    // Calls fn(ith, nth) once on each of the nth = size() threads and waits for all.
-    // fn must not throw across threads: exceptions are caught and rethrown here.
+    // Calls fn(ith, nth) once for each ith in [0, nth), nth = size(), and waits
+    // for all. The calls run on the pool's threads, but not one per thread: a
+    // thread that is late (descheduled) leaves its share to the others, so fn
+    // must not wait for another call (no barriers inside fn). Exceptions are
+    // caught on the thread that threw and rethrown here.
     void run(const std::function<void(int ith, int nth)>& fn);
     // Splits [0, n) into contiguous chunks of at least `grain` items, handed out
-    // dynamically; calls fn(begin, end, ith).
+    // dynamically; calls fn(begin, end, ith) where ith < size() names the
+    // calling thread (0 is the caller), so fn may index per-thread scratch by it.
     void parallel_for(int64_t n, int64_t grain,
                       const std::function<void(int64_t begin, int64_t end, int ith)>& fn);
 

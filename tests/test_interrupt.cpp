@@ -212,17 +212,25 @@ TEST_F(Interrupt, ProcessSignalWithOtherThreadsWaitsForTheRegistration) {
         });
 }
 
-// Every worker of a pool runs with the three signals blocked.
+// Every worker of a pool runs with the three signals blocked. parallel_for
+// names the thread (0 is the caller, whose mask is its own); chunks that take
+// a while give both workers time to take some.
 TEST(InterruptPool, WorkersBlockTheSignals) {
     zk::thread_pool pool(3);
-    std::atomic<int> blocked{0};
-    pool.run([&](int ith, int) {
-        if (ith == 0) return;  // the caller: its mask is its own
-        sigset_t cur;
-        pthread_sigmask(SIG_BLOCK, nullptr, &cur);
-        if (sigismember(&cur, SIGINT) && sigismember(&cur, SIGTERM) && sigismember(&cur, SIGPIPE)) blocked++;
-    });
-    EXPECT_EQ(blocked.load(), 2);
+    std::atomic<int> worker_chunks{0}, blocked{0};
+    std::atomic<int> seen[3] = {{0}, {0}, {0}};
+    for (int rep = 0; rep < 50 && !(seen[1] && seen[2]); rep++)
+        pool.parallel_for(12, 1, [&](int64_t, int64_t, int ith) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            seen[ith] = 1;
+            if (ith == 0) return;
+            worker_chunks++;
+            sigset_t cur;
+            pthread_sigmask(SIG_BLOCK, nullptr, &cur);
+            if (sigismember(&cur, SIGINT) && sigismember(&cur, SIGTERM) && sigismember(&cur, SIGPIPE)) blocked++;
+        });
+    EXPECT_TRUE(seen[1] && seen[2]) << "both workers took part";
+    EXPECT_EQ(blocked.load(), worker_chunks.load());
     sigset_t cur;
     pthread_sigmask(SIG_BLOCK, nullptr, &cur);
     EXPECT_FALSE(sigismember(&cur, SIGINT)) << "the creating thread's mask is restored";

@@ -141,6 +141,42 @@ TEST(ThreadPool, ExceptionsAndReentryAreReported) {
     }
 }
 
+// Several pools at once on this 2-core machine: their 12 threads outnumber
+// the cores, so workers are often descheduled in the middle of a job or wake
+// up after the caller has finished it and published the next. A dispatch must
+// still run every chunk exactly once, never hand a late worker a chunk of the
+// next job, and not wait for workers that have nothing left to do.
+TEST(ThreadPool, OversubscribedPoolsRunEveryChunkOnce) {
+    constexpr int k_pools = 4, k_threads = 3, k_reps = 1500;
+    std::atomic<int> bad{0};
+    std::vector<std::thread> callers;
+    for (int c = 0; c < k_pools; c++)
+        callers.emplace_back([&, c] {
+            thread_pool pool(k_threads);
+            std::vector<std::atomic<int>> hits(257);
+            std::vector<std::atomic<int>> calls(k_threads);
+            for (int rep = 0; rep < k_reps && bad.load() == 0; rep++) {
+                const int64_t n = 1 + (rep * 37 + c * 11) % 257;  // 4..12 chunks of different sizes
+                for (auto& h : hits) h = 0;
+                pool.parallel_for(n, 1, [&](int64_t b, int64_t e, int ith) {
+                    if (b < 0 || e > n || b >= e || ith < 0 || ith >= k_threads) bad++;
+                    for (int64_t i = b; i < e && i < 257; i++) hits[(size_t)i]++;
+                });
+                for (int64_t i = 0; i < 257; i++)
+                    if (hits[(size_t)i].load() != (i < n ? 1 : 0)) bad++;
+                for (auto& h : calls) h = 0;
+                pool.run([&](int ith, int nth) {
+                    if (nth != k_threads || ith < 0 || ith >= k_threads) bad++;
+                    else calls[(size_t)ith]++;
+                });
+                for (auto& h : calls)
+                    if (h.load() != 1) bad++;
+            }
+        });
+    for (auto& t : callers) t.join();
+    EXPECT_EQ(bad.load(), 0);
+}
+
 // Four sequences with different caches (f16, 4-bit, ZACK ranks with 8-bit,
 // ZACK with H2O eviction) decoded together on a pool of 3, against each alone:
 // bit-identical (tests/test_batch.cpp explains why they must be).
