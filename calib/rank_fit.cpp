@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
 
 #include "calib/alloc.h"
 #include "engine/eval/eval_stats.h"
@@ -57,22 +58,24 @@ rank_fit calib_fit_rank_weight(const model& zm, const plan_inputs& in, const std
     if (std::find(in.qbits.begin(), in.qbits.end(), 2) == in.qbits.end() || !in.per_head())
         ZK_THROW("the rank-weight fit needs the measured loss of every precision pair, 2-bit among them");
     if (p.weights.empty()) ZK_THROW("the rank-weight fit needs candidate weights");
+    if (p.at.empty()) ZK_THROW("the rank-weight fit needs a target to measure plans at");
+    for (double a : p.at)
+        if (!(a >= 0 && a <= 1)) ZK_THROW("the rank-weight fit: target point %g is outside [0, 1]", a);
     const std::vector<std::vector<int32_t>> wins = tail_windows(zm, docs, p.n_tokens, p.n_ctx);
     if (wins.empty()) ZK_THROW("the rank-weight fit: the corpus has no window of 2 tokens");
     size_t longest = 2;
-    for (const auto& w : wins) longest = std::max(longest, w.size());
+    rank_fit f;
+    for (const auto& w : wins) longest = std::max(longest, w.size()), f.window_tokens += (int64_t)w.size();
     session_params base;
     base.n_ctx = (int64_t)longest;
     base.n_threads = p.n_threads;
 
-    // the targets: 5% and a quarter of the way from the 2-bit cache to the 4-bit one
+    // the targets: fractions `at` of the way from the 2-bit cache to the 4-bit one
     const rank_curves& c = in.curves;
     const double f16 = plan_f16_bytes(c.n_layer, c.n_kv, c.d);
     const double f2 = plan_bytes(c.n_layer, c.n_kv, c.d, 2, {}, {}) / f16;
     const double f4 = plan_bytes(c.n_layer, c.n_kv, c.d, 4, {}, {}) / f16;
-    rank_fit f;
-    f.targets[0] = f2 + 0.05 * (f4 - f2);
-    f.targets[1] = f2 + 0.25 * (f4 - f2);
+    for (double a : p.at) f.targets.push_back(f2 + a * (f4 - f2));
 
     // the full cache's log-probabilities at the scored positions, window by window
     const int nv = zm.hp.n_vocab;
@@ -88,6 +91,7 @@ rank_fit calib_fit_rank_weight(const model& zm, const plan_inputs& in, const std
             base_lp.push_back(std::move(lp));
             f.tokens += std::max<int64_t>(k, 0);
         }
+        f.runs++;
     }
     // one plan's mean KL (plans already measured are not run again)
     std::vector<std::pair<nlohmann::json, double>> seen;
@@ -108,6 +112,7 @@ rank_fit calib_fit_rank_weight(const model& zm, const plan_inputs& in, const std
             for (int64_t t = 0; t < k; t++) st.add(&base_lp[i][(size_t)t * nv], lg + t * nv, nv, w[first + t + 1]);
         }
         seen.emplace_back(key, st.kld_mean());
+        f.runs++;
         return st.kld_mean();
     };
     plan_inputs pin = in;
@@ -115,11 +120,20 @@ rank_fit calib_fit_rank_weight(const model& zm, const plan_inputs& in, const std
     for (double w : p.weights) {
         pin.rank_weight = w;
         double kl = 0;
-        for (double t : f.targets) kl += plan_kl(plan_for_target(pin, t));
+        std::string each;  // "plan at 0.156: KLD 0.08393", per target
+        for (double t : f.targets) {
+            const double k = plan_kl(plan_for_target(pin, t));
+            kl += k;
+            char buf[64];
+            std::snprintf(buf, sizeof buf, "%splan at %.3f: KLD %.5f", each.empty() ? "" : ", ", t, k);
+            each += buf;
+        }
         f.kl.push_back(kl);
-        if (p.progress)
-            std::fprintf(stderr, "zack calibrate: rank weight %g: plans at %.3f and %.3f lose KLD %.5f on %lld positions\n",
-                         w, f.targets[0], f.targets[1], kl, (long long)f.tokens);
+        if (p.progress) {
+            std::fprintf(stderr, "zack calibrate: rank weight %g: %s", w, each.c_str());
+            if (f.targets.size() > 1) std::fprintf(stderr, " (sum %.5f)", kl);
+            std::fprintf(stderr, " on %lld positions\n", (long long)f.tokens);
+        }
         // strictly better wins; at equal KL, the weight nearer 1
         if (kl < best || (kl == best && std::fabs(std::log(w)) < std::fabs(std::log(f.weight)))) best = kl, f.weight = w;
     }

@@ -13,11 +13,11 @@
 // ratio of two probes (2-bit everywhere vs a rank cut) predicted 0.17 on
 // SmolLM2 and made plans worse: the KL is not linear in the predicted loss.
 // So the weight is chosen the way it is used, at a long context: for each
-// candidate weight, the plans at two targets in the range where plans trade
-// rank cuts for bits (5% and a quarter of the way from the 2-bit cache's
-// bytes to the 4-bit one's) are run over windows of corpus text the
-// statistics never saw (n_ctx tokens, the last n_score of them scored), and
-// the weight whose plans lose the least KL to the full cache wins, provided it
+// candidate weight, the plan at a target in the range where plans trade rank
+// cuts for bits (5% of the way from the 2-bit cache's bytes to the 4-bit
+// one's) is run over windows of corpus text the statistics never saw (n_ctx
+// tokens, the last n_score of them scored), and the weight whose plans lose
+// the least KL to the full cache wins, provided it
 // beats 1:1 by a clear margin: on SmolLM2 the candidates' KL differ by noise
 // (0.255-0.281 on 384 positions; weight 3, 7.6% below 1 there, was 5.7% above
 // it on held-out text), on the 1.5B by half (0.102 vs 0.051). The targets sit
@@ -25,7 +25,12 @@
 // where the weight decides: on the 1.5B (q19.zack, held-out Node.js docs at 4K)
 // weights 10 and 30 tied at a third and half of the way (KL 0.059 both), while
 // at 15.5% of the f16 bytes weight 30 cut ten key heads' ranks to pay for 8-bit
-// values in one head (KLD 0.0335) where 100 kept every rank (0.0239).
+// values in one head (KLD 0.0335) where 100 kept every rank (0.0239). A second
+// target a quarter of the way up was measured too until it showed it decides
+// nothing: on the 1.5B (16K tokens of licences and Python, weights 1 / 3 / 10
+// / 30 / 100 / 300) its KL was 0.070 / 0.060 / 0.052 / 0.051 / 0.051 / 0.051
+// against 0.142 / 0.129 / 0.084 / 0.084 / 0.086 / 0.071 at 5%, which chose
+// 300 alone as the sum did, and its plans were 4 of the fit's 10 runs.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -41,6 +46,9 @@ struct rank_fit_params {
     int64_t n_ctx = 3072;
     int64_t n_score = 768;    // positions scored at the end of each window (the rest is context)
     std::vector<double> weights = {1, 3, 10, 30, 100, 300};  // candidates
+    // where the plans are measured: fractions of the way from the 2-bit cache's
+    // bytes to the 4-bit one's (each in [0, 1]; the KLs of a weight's plans are summed)
+    std::vector<double> at = {0.05};
     double margin = 0.1;   // a weight other than 1 must lose this fraction less KL than 1 does
     int n_threads = 2;
     bool progress = true;  // a line per candidate on stderr
@@ -48,9 +56,11 @@ struct rank_fit_params {
 
 struct rank_fit {
     double weight = 1;
-    double targets[2] = {0, 0};   // the plans' targets (fractions of the f16 cache)
-    std::vector<double> kl;       // per candidate: the summed mean KL of its two plans
+    std::vector<double> targets;  // the plans' targets (fractions of the f16 cache), one per `at`
+    std::vector<double> kl;       // per candidate: the summed mean KL of its plans
+    int runs = 0;                 // passes over the windows: the full cache's and each distinct plan's
     int64_t tokens = 0;           // positions scored per plan
+    int64_t window_tokens = 0;    // tokens a pass runs (the windows' sum)
 };
 
 // zm: a .zack model (its folded weights serve the ranks); in: its plan inputs

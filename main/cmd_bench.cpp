@@ -222,8 +222,12 @@ void options_add_bench(CLI::App& app, bench_opts& o) {
     app.add_option("-r,--repetitions", o.reps, "repetitions per test")->check(CLI::Range(1, 1000));
     app.add_option("-c,--ctx-size", o.n_ctx, "context size (0 = just enough for the largest test)")
         ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
-    app.add_option("-o,--output", o.format, "output format (jsonl: one JSON object per test, printed as it ends)")
-        ->check(CLI::IsMember({"md", "csv", "json", "jsonl"}));
+    CLI::Option* fmt =
+        app.add_option("-o,--output", o.format, "output format (jsonl: one JSON object per test, printed as it ends)")
+            ->check(CLI::IsMember({"md", "csv", "json", "jsonl"}));
+    // the spelling eval and info take for machine-readable output
+    app.add_flag_callback("--json", [&o] { o.format = "json"; }, "print the results as JSON (the same as -o json)")
+        ->excludes(fmt);
     app.add_option("--output-file", o.output_file, "write the results to this file instead of stdout");
     const char* g = k_group_kv;
     app.add_option("--kv-rate", o.kv_rate, "ZACK compression rates, comma list (-1 = uncompressed; needs a .zack)")

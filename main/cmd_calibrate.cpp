@@ -8,6 +8,7 @@
 //                  [--gen-repeat-penalty R] [--gen-len N] [--gen-parallel N] [--save-corpus FILE]
 //   zack calibrate -m A.zack --compare B.zack       (compare only; no -o)
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstdio>
 #include <fstream>
@@ -205,6 +206,7 @@ int cmd_calibrate(const calibrate_opts& o) {
     if (!fit_docs.empty() && zack_calibration_fits_rank_weight(c)) {
         // the weight of rank losses in plans, end to end on the .zack itself: written
         // first to a temporary file next to the output, loaded, measured, removed
+        const auto t_fit = std::chrono::steady_clock::now();
         const file_scratch fit_file(out_target, "rankfit");
         zack_file_write(*m, c, wp, fit_file.path());
         const auto zm = model_load(fit_file.path());
@@ -216,7 +218,11 @@ int cmd_calibrate(const calibrate_opts& o) {
         fp.progress = !o.quiet;
         const rank_fit f = calib_fit_rank_weight(*zm, zack_calibration_plan_inputs(c), fit_docs, fp);
         c.sens.rank_weight = f.weight;
-        std::fprintf(stderr, "zack calibrate: rank losses weigh %.3g x quantization losses in KV plans\n", f.weight);
+        std::fprintf(stderr,
+                     "zack calibrate: rank losses weigh %.3g x quantization losses in KV plans (%d passes over %lld "
+                     "tokens in %.1f s)\n",
+                     f.weight, f.runs, (long long)f.window_tokens,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fit).count());
     }
     for (double t : o.kv_targets) {
         kv_plan pl = plan_for_target(zack_calibration_plan_inputs(c), t);

@@ -227,6 +227,7 @@ TEST(AllocModel, FittedRankWeightPlansAreNoWorse) {
     const rank_fit f = calib_fit_rank_weight(m, in, fit_docs, fp);
     ASSERT_EQ(f.kl.size(), fp.weights.size());
     EXPECT_GT(f.tokens, 300);
+    EXPECT_GT(f.window_tokens, f.tokens);  // the scored positions are the windows' ends
     for (size_t i = 0; i < f.kl.size(); i++) {
         std::printf("weight %-5g calibration KL %.4f%s\n", fp.weights[i], f.kl[i], fp.weights[i] == f.weight ? "  <-" : "");
         EXPECT_GE(f.kl[i], *std::min_element(f.kl.begin(), f.kl.end()));
@@ -241,8 +242,11 @@ TEST(AllocModel, FittedRankWeightPlansAreNoWorse) {
             EXPECT_GE(least, f.kl[i] * (1 - fp.margin) - 1e-12);
         }
     }
-    EXPECT_GT(f.targets[0], 0.1);
-    EXPECT_LT(f.targets[1], 0.4);
+    ASSERT_EQ(f.targets.size(), fp.at.size());
+    for (double t : f.targets) EXPECT_TRUE(t > 0.1 && t < 0.4) << t;
+    // the full cache's window, then one per distinct plan (at most one per weight and target)
+    EXPECT_GE(f.runs, 2);
+    EXPECT_LE(f.runs, 1 + (int)(fp.weights.size() * fp.at.size()));
 
     const heldout_base hb = heldout_baseline(m, 384);
     double sum[2] = {0, 0};

@@ -61,6 +61,14 @@ def main():
     check(all(row["kv_bytes_allocated"] == expect_per_tok * j["n_ctx"] * row["batch"] for row in res),
           "allocated = per token x n_ctx x batch")
 
+    # --json: the spelling of eval and info, the same document as -o json; not with -o
+    r = zack("bench", "-m", MODEL, "-p", "8", "-n", "0", "-r", "1", "--json")
+    check(r.returncode == 0 and [row["test"] for row in json.loads(r.stdout)["results"]] == ["pp8"],
+          f"--json prints the JSON document ({r.stderr.strip()[-200:]})")
+    r = zack("bench", "-m", MODEL, "-p", "8", "-n", "0", "-r", "1", "--json", "-o", "csv")
+    check(r.returncode != 0 and r.stdout == "" and len(r.stderr.strip().splitlines()) == 1 and "--json" in r.stderr,
+          f"--json with -o: one-line error ({r.stderr.strip()[-200:]!r})")
+
     r = zack("bench", "-m", MODEL, "-p", "8", "-n", "2", "-r", "2", "-o", "csv")
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
     check(r.returncode == 0 and len(rows) == 2 and rows[0]["test"] == "pp8", f"csv parses ({len(rows)} rows)")
