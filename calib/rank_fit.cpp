@@ -91,7 +91,6 @@ rank_fit calib_fit_rank_weight(const model& zm, const plan_inputs& in, const std
             base_lp.push_back(std::move(lp));
             f.tokens += std::max<int64_t>(k, 0);
         }
-        f.runs++;
     }
     // one plan's mean KL (plans already measured are not run again)
     std::vector<std::pair<nlohmann::json, double>> seen;
@@ -112,7 +111,6 @@ rank_fit calib_fit_rank_weight(const model& zm, const plan_inputs& in, const std
             for (int64_t t = 0; t < k; t++) st.add(&base_lp[i][(size_t)t * nv], lg + t * nv, nv, w[first + t + 1]);
         }
         seen.emplace_back(key, st.kld_mean());
-        f.runs++;
         return st.kld_mean();
     };
     plan_inputs pin = in;
@@ -137,6 +135,7 @@ rank_fit calib_fit_rank_weight(const model& zm, const plan_inputs& in, const std
         // strictly better wins; at equal KL, the weight nearer 1
         if (kl < best || (kl == best && std::fabs(std::log(w)) < std::fabs(std::log(f.weight)))) best = kl, f.weight = w;
     }
+    f.runs = 1 + (int)seen.size();  // the full cache's pass and each distinct plan's
     // 1:1 stays unless the winner beats it clearly (noise on short text moves nearby weights)
     for (size_t i = 0; i < p.weights.size(); i++)
         if (p.weights[i] == 1 && f.weight != 1 && best > f.kl[i] * (1 - p.margin)) f.weight = 1;
