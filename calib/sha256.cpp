@@ -8,6 +8,12 @@
 
 #include "ggml-like/error.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#include <immintrin.h>
+#define ZK_SHA256_X86 1
+#endif
+
 namespace zk {
 
 namespace {
@@ -26,35 +32,97 @@ constexpr uint32_t k_round[64] = {
 
 inline uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
+// The compression function in plain C++: n blocks of 64 bytes into h[8].
+void blocks_portable(uint32_t* h_, const uint8_t* p, size_t n) {
+    for (; n > 0; n--, p += 64) {
+        uint32_t w[64];
+        for (int i = 0; i < 16; i++)
+            w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+        for (int i = 16; i < 64; i++) {
+            const uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+            const uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+            w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+        }
+        uint32_t a = h_[0], b = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6], h = h_[7];
+        for (int i = 0; i < 64; i++) {
+            const uint32_t S1 = rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25);
+            const uint32_t ch = (e & f) ^ (~e & g);
+            const uint32_t t1 = h + S1 + ch + k_round[i] + w[i];
+            const uint32_t S0 = rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22);
+            const uint32_t maj = (a & b) ^ (a & c) ^ (b & c);
+            const uint32_t t2 = S0 + maj;
+            h = g; g = f; f = e; e = d + t1; d = c; c = b; b = a; a = t1 + t2;
+        }
+        h_[0] += a; h_[1] += b; h_[2] += c; h_[3] += d; h_[4] += e; h_[5] += f; h_[6] += g; h_[7] += h;
+    }
+}
+
+#ifdef ZK_SHA256_X86
+// The same on the SHA extensions. sha256rnds2 does two rounds on a state split
+// in two registers, {F, E, B, A} and {H, G, D, C} (lane 0 first), with W + K of
+// the two rounds in the low lanes of its third operand; sha256msg1 / msg2 give
+// the next four schedule words from the previous sixteen:
+//   W[t..t+3] = msg2(msg1(W[t-16..], W[t-12..]) + W[t-7..t-4], W[t-4..t-1]).
+__attribute__((target("sha,sse4.1,ssse3"))) void blocks_shani(uint32_t* h, const uint8_t* p, size_t n) {
+    // big-endian words: bytes reversed within each 32-bit lane
+    const __m128i bswap = _mm_setr_epi8(3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12);
+    const __m128i abcd = _mm_loadu_si128((const __m128i*)h), efgh = _mm_loadu_si128((const __m128i*)(h + 4));
+    const __m128i badc = _mm_shuffle_epi32(abcd, 0xB1), hgfe = _mm_shuffle_epi32(efgh, 0x1B);
+    __m128i s0 = _mm_alignr_epi8(badc, hgfe, 8);     // {f, e, b, a}
+    __m128i s1 = _mm_blend_epi16(hgfe, badc, 0xF0);  // {h, g, d, c}
+    for (; n > 0; n--, p += 64) {
+        const __m128i save0 = s0, save1 = s1;
+        __m128i m[4];
+        for (int i = 0; i < 4; i++) m[i] = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i*)(p + 16 * i)), bswap);
+        for (int i = 0; i < 16; i++) {
+            __m128i& w = m[i & 3];  // W[4i .. 4i + 3]
+            if (i >= 4) {
+                // m[i & 3] holds W[4i - 16 ..]; the others W[4i - 12 ..], W[4i - 8 ..], W[4i - 4 ..]
+                const __m128i w12 = m[(i + 1) & 3], w8 = m[(i + 2) & 3], w4 = m[(i + 3) & 3];
+                const __m128i t = _mm_add_epi32(_mm_sha256msg1_epu32(w, w12), _mm_alignr_epi8(w4, w8, 4));
+                w = _mm_sha256msg2_epu32(t, w4);
+            }
+            __m128i wk = _mm_add_epi32(w, _mm_loadu_si128((const __m128i*)(k_round + 4 * i)));
+            s1 = _mm_sha256rnds2_epu32(s1, s0, wk);  // rounds 4i, 4i + 1: s1 becomes {F, E, B, A}
+            wk = _mm_shuffle_epi32(wk, 0x0E);
+            s0 = _mm_sha256rnds2_epu32(s0, s1, wk);  // rounds 4i + 2, 4i + 3
+        }
+        s0 = _mm_add_epi32(s0, save0);
+        s1 = _mm_add_epi32(s1, save1);
+    }
+    const __m128i abef = _mm_shuffle_epi32(s0, 0x1B), ghcd = _mm_shuffle_epi32(s1, 0xB1);  // {a,b,e,f}, {g,h,c,d}
+    _mm_storeu_si128((__m128i*)h, _mm_blend_epi16(abef, ghcd, 0xF0));
+    _mm_storeu_si128((__m128i*)(h + 4), _mm_alignr_epi8(ghcd, abef, 8));
+}
+#endif
+
 }  // namespace
 
-sha256::sha256() {
+bool sha256_cpu_has_shani() {
+#ifdef ZK_SHA256_X86
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || __get_cpuid_max(0, nullptr) < 7) return false;
+    const bool sse41 = (c >> 19) & 1u, ssse3 = (c >> 9) & 1u;
+    unsigned b7 = 0, c7 = 0, d7 = 0;
+    __cpuid_count(7, 0, a, b7, c7, d7);
+    return sse41 && ssse3 && ((b7 >> 29) & 1u);
+#else
+    return false;
+#endif
+}
+
+sha256::sha256(bool shani) : shani_(shani && sha256_cpu_has_shani()) {
     // First 32 bits of the fractional parts of the square roots of the first 8 primes.
     const uint32_t init[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
                               0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
     std::memcpy(h_, init, sizeof h_);
 }
 
-void sha256::block(const uint8_t* p) {
-    uint32_t w[64];
-    for (int i = 0; i < 16; i++)
-        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
-    for (int i = 16; i < 64; i++) {
-        const uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
-        const uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
-        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-    }
-    uint32_t a = h_[0], b = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6], h = h_[7];
-    for (int i = 0; i < 64; i++) {
-        const uint32_t S1 = rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25);
-        const uint32_t ch = (e & f) ^ (~e & g);
-        const uint32_t t1 = h + S1 + ch + k_round[i] + w[i];
-        const uint32_t S0 = rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22);
-        const uint32_t maj = (a & b) ^ (a & c) ^ (b & c);
-        const uint32_t t2 = S0 + maj;
-        h = g; g = f; f = e; e = d + t1; d = c; c = b; b = a; a = t1 + t2;
-    }
-    h_[0] += a; h_[1] += b; h_[2] += c; h_[3] += d; h_[4] += e; h_[5] += f; h_[6] += g; h_[7] += h;
+void sha256::blocks(const uint8_t* p, size_t n) {
+#ifdef ZK_SHA256_X86
+    if (shani_) return blocks_shani(h_, p, n);
+#endif
+    blocks_portable(h_, p, n);
 }
 
 void sha256::update(const void* data, size_t n) {
@@ -67,10 +135,12 @@ void sha256::update(const void* data, size_t n) {
         p += take;
         n -= take;
         if (buf_len_ < 64) return;
-        block(buf_);
+        blocks(buf_, 1);
         buf_len_ = 0;
     }
-    for (; n >= 64; p += 64, n -= 64) block(p);
+    blocks(p, n / 64);
+    p += n / 64 * 64;
+    n %= 64;
     std::memcpy(buf_, p, n);
     buf_len_ = n;
 }

@@ -81,7 +81,7 @@ void zack_file_write(const model& src, const zack_calibration& c, const zack_wri
     for (const auto& kv : f.kv()) w.set(kv.first, kv.second);
     w.set("zack.version", gguf_value::make_u32(1));
     w.set("zack.source.name", gguf_value::make_str(base_name(f.path())));
-    const std::string sha = sha256_file_hex(f.path());
+    const std::string sha = p.source_sha256.empty() ? sha256_file_hex(f.path()) : p.source_sha256;
     w.set("zack.source.sha256", gguf_value::make_str(sha));
     if (!p.plans.empty()) {
         std::vector<std::string> js;

@@ -88,6 +88,9 @@ struct zack_write_params {
     std::vector<float> table_rates = {0.0f, 0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f, 0.7f, 0.8f, 0.9f};
     // KV plans to record (zack.plans; their source_sha256 is filled in here).
     std::vector<kv_plan> plans;
+    // The source file's sha256 when the caller has it (a calibration writes twice:
+    // the rank-weight fit's file, then the output); "" = hashed here.
+    std::string source_sha256;
 };
 
 // True when the file carries zack.version (a .zack, not a plain source GGUF).

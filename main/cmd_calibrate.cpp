@@ -23,6 +23,7 @@
 #include "calib/plan.h"
 #include "calib/rank_fit.h"
 #include "calib/sensitivity.h"
+#include "calib/sha256.h"
 #include "calib/zack_file.h"
 #include "engine/model.h"
 #include "ggml-like/error.h"
@@ -204,6 +205,7 @@ int cmd_calibrate(const calibrate_opts& o) {
     zack_write_params wp;
     wp.rank_align = o.rank_align;
     if (!fit_docs.empty() && zack_calibration_fits_rank_weight(c)) {
+        wp.source_sha256 = sha256_file_hex(m->file->path());  // for both files written
         // the weight of rank losses in plans, end to end on the .zack itself: written
         // first to a temporary file next to the output, loaded, measured, removed
         const auto t_fit = std::chrono::steady_clock::now();
