@@ -153,6 +153,8 @@ const qshape k_qwen15[] = {
     {"q_1536x1536", dtype::Q4_K, 1536, 1536},    {"k_256x1536", dtype::Q4_K, 256, 1536},
     {"v_256x1536", dtype::Q6_K, 256, 1536},      {"gate_8960x1536", dtype::Q4_K, 8960, 1536},
     {"down_1536x8960", dtype::Q4_K, 1536, 8960}, {"down_1536x8960", dtype::Q6_K, 1536, 8960},
+    // a .zack's folded W_o (Q8_0), and the 0.5B's FFN up projection (Q5_0)
+    {"o_1536x1536", dtype::Q8_0, 1536, 1536},    {"q05_up_4864x896", dtype::Q5_0, 4864, 896},
 };
 
 struct free_deleter {
@@ -307,7 +309,7 @@ int register_all() {
                 ->Unit(benchmark::kMillisecond);
     for (int th : {1, 2})
         for (bool pack : {false, true}) {
-            if (pack && !quant_pack_supported(dtype::Q4_K)) continue;
+            if (pack && !quant_pack_supported(dtype::Q4_K, 1536)) continue;
             const std::string suffix = "/packed:" + std::to_string(pack) + "/threads:" + std::to_string(th);
             for (int64_t n_tok : {1, 64, 512})
                 benchmark::RegisterBenchmark(("Qwen15/layer/tok:" + std::to_string(n_tok) + suffix).c_str(),
@@ -315,13 +317,15 @@ int register_all() {
                     ->UseRealTime()
                     ->Unit(benchmark::kMillisecond);
             for (const qshape& s : k_qwen15)
-                for (int64_t n_tok : {1, 4, 16, 64, 512})
+                for (int64_t n_tok : {1, 4, 16, 64, 512}) {
+                    if (pack && !quant_pack_supported(s.t, s.cols)) continue;
                     benchmark::RegisterBenchmark((std::string("Qwen15/") + dtype_name(s.t) + "/" + s.name + "/tok:" +
                                                   std::to_string(n_tok) + suffix)
                                                      .c_str(),
                                                  bm_qwen15, s, n_tok, pack, th)
                         ->UseRealTime()
                         ->Unit(benchmark::kMicrosecond);
+                }
         }
     for (int th : {1, 2})
         benchmark::RegisterBenchmark(("Model/decode/threads:" + std::to_string(th)).c_str(), bm_model, th)

@@ -147,15 +147,6 @@ void quantize_q8_K(const float* x, block_q8_K* y, int64_t nb) {
 // Integer quants of one block, shared by the dequantizers and the reference
 // dots (the formats are documented at the block structs in quant_ref.h).
 
-// Q5_0 / Q5_1: 32 quants 0..31.
-inline void q5_unpack(const uint8_t* qh, const uint8_t* qs, int* q /* 32 */) {
-    const uint32_t h = (uint32_t)qh[0] | ((uint32_t)qh[1] << 8) | ((uint32_t)qh[2] << 16) | ((uint32_t)qh[3] << 24);
-    for (int j = 0; j < 16; j++) {
-        q[j] = (qs[j] & 0x0F) | (int)(((h >> j) & 1) << 4);
-        q[j + 16] = (qs[j] >> 4) | (int)(((h >> (j + 16)) & 1) << 4);
-    }
-}
-
 // IQ4_NL: 32 values of the non-linear table.
 inline void iq4_nl_unpack(const uint8_t* qs, int* q /* 32 */) {
     for (int j = 0; j < 16; j++) {

@@ -1,5 +1,5 @@
-// Interleaved ("packed") copies of K-quant weight matrices, and the tiled
-// matmul kernels that read them (ggml-like/quant_tile_k.cpp).
+// Interleaved ("packed") copies of K-quant, Q8_0 and Q5_0 weight matrices, and
+// the tiled matmul kernels that read them (ggml-like/quant_tile_k.cpp).
 //
 // Why: a GGUF row stores its 256-element blocks one after the other, so a dot
 // product walks one row at a time and needs a horizontal sum per output. The
@@ -14,14 +14,15 @@
 // instruction.
 //
 // A packed matrix is a sequence of row groups of k_pack_rows rows (the last one
-// padded with zero rows); group g holds its n_cols / 256 blocks one after the
-// other, each quant_pack_block_bytes(t) long. Packing changes no value: the
-// packed kernels give the same integer sums as the scalar references
-// (quant_dot_ref), only the float summation order differs.
+// padded with zero rows); group g holds its n_cols / quant_pack_block_elems(t)
+// blocks one after the other, each quant_pack_block_bytes(t) long. Packing
+// changes no value: the packed kernels give the same integer sums as the
+// scalar references (quant_dot_ref), only the float summation order differs.
 //
-// Activations for the packed kernels are quantized per 256 elements exactly as
-// Q8_K (same int8 values and scale, so the same arithmetic as quant_dot_ref), in
-// a block that also carries the sums the weights' offsets need (block_q8_Kp).
+// Activations for the packed K-quant kernels are quantized per 256 elements
+// exactly as Q8_K (same int8 values and scale, so the same arithmetic as
+// quant_dot_ref), in a block that also carries the sums the weights' offsets
+// need (block_q8_Kp); for Q8_0 and Q5_0, per 32 exactly as Q8_0 (block_q8_0pa).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -67,8 +68,29 @@ struct block_q6_Kp {
     uint16_t d[k_pack_rows];
     uint8_t pad[2 * k_pack_rows];
 };
+// Q8_0 and Q5_0, R rows, two 32-element blocks (64 elements): the GGUF rows'
+// bytes, so decode reads as much as from the rows. The codes are unsigned, c =
+// q + Off (Q8_0: the int8 plus 128; Q5_0: its 5-bit code, value c - 16), so a
+// dpbusd multiplies them by the signed activations; the activations carry
+// -Off x their block's sum to start each block's integer sum from.
+//   Q8_0: qs[8h + i][r][b] = code of element 4i + b of block h of row r
+//   Q5_0: qs[i][r][b] = low 4 bits of element 4i + b of block 0 (low nibble)
+//         and of block 1 (high nibble); bit i of qh[h][r][b] = bit 4 of that
+//         element of block h
+//   d[h][r]: f16 scale of block h
+struct block_q8_0p {
+    uint8_t qs[16][k_pack_rows][4];
+    uint16_t d[2][k_pack_rows];
+};
+struct block_q5_0p {
+    uint8_t qs[8][k_pack_rows][4];
+    uint8_t qh[2][k_pack_rows][4];
+    uint16_t d[2][k_pack_rows];
+};
 static_assert(sizeof(block_q4_Kp) == 148 * k_pack_rows && sizeof(block_q4_Kp) % (4 * k_pack_rows) == 0, "block_q4_Kp layout");
 static_assert(sizeof(block_q6_Kp) == 212 * k_pack_rows && sizeof(block_q6_Kp) % (4 * k_pack_rows) == 0, "block_q6_Kp layout");
+static_assert(sizeof(block_q8_0p) == 68 * k_pack_rows && sizeof(block_q8_0p) % (4 * k_pack_rows) == 0, "block_q8_0p layout");
+static_assert(sizeof(block_q5_0p) == 44 * k_pack_rows && sizeof(block_q5_0p) % (4 * k_pack_rows) == 0, "block_q5_0p layout");
 
 // Activations for the packed kernels, per 256 elements (384 bytes).
 struct block_q8_Kp {
@@ -81,9 +103,25 @@ struct block_q8_Kp {
 };
 static_assert(sizeof(block_q8_Kp) == 384, "block_q8_Kp layout");
 
-// True when this build has a packed kernel for weights of type t.
-bool quant_pack_supported(dtype t);
-// Bytes of one packed block of k_pack_rows rows (throws for unsupported types).
+// Activations for the packed Q8_0 / Q5_0 kernels, per 32 elements (48 bytes):
+// Q8_0's int8 values and scale (the reference dots' activations), and the
+// block's sum times -16 and -128, the start of a Q5_0 and a Q8_0 block's sum.
+struct block_q8_0pa {
+    int8_t qs[32];
+    float d;  // the f16 scale of Q8_0, as f32
+    int32_t n16;
+    int32_t n128;
+    int32_t pad;
+};
+static_assert(sizeof(block_q8_0pa) == 48, "block_q8_0pa layout");
+
+// True when this build has a packed kernel for [* x n_cols] weights of type t
+// (Q4_K, Q6_K; Q8_0 and Q5_0 where the build has int32 byte dots, VNNI, and
+// rows are whole 64-element blocks).
+bool quant_pack_supported(dtype t, int64_t n_cols);
+// Elements per packed block (256 for the K-quants, 64 for Q8_0 / Q5_0), and
+// the bytes of one of k_pack_rows rows (both throw for unsupported types).
+int64_t quant_pack_block_elems(dtype t);
 size_t quant_pack_block_bytes(dtype t);
 // Bytes of the packed copy of a [n_rows x n_cols] matrix.
 size_t quant_pack_size(dtype t, int64_t n_rows, int64_t n_cols);
@@ -94,11 +132,14 @@ void quant_pack_groups(dtype t, const void* src, int64_t n_rows, int64_t n_cols,
 // Writes row r of a packed matrix back in GGUF layout (tests; the inverse of packing).
 void quant_unpack_row(dtype t, const void* packed, int64_t n_cols, int64_t r, void* dst);
 
-// Activation rows for the packed kernels: bytes per row, and the quantizer
-// (SIMD where the build has it; the same bytes as quant_pack_quantize_ref).
-size_t quant_pack_act_row_size(int64_t n_cols);
-void quant_pack_quantize(const float* x, void* dst, int64_t n_cols);
-void quant_pack_quantize_ref(const float* x, void* dst, int64_t n_cols);
+// Activation rows for the packed kernels of weight type t (block_q8_Kp for the
+// K-quants, block_q8_0pa for Q8_0 / Q5_0): the kind (weights of one kind share
+// a row), bytes per row, and the quantizer (SIMD where the build has it; the
+// same bytes as quant_pack_quantize_ref).
+int quant_pack_act_kind(dtype t);
+size_t quant_pack_act_row_size(dtype t, int64_t n_cols);
+void quant_pack_quantize(dtype t, const float* x, void* dst, int64_t n_cols);
+void quant_pack_quantize_ref(dtype t, const float* x, void* dst, int64_t n_cols);
 
 // One row group x nt tokens (nt <= k_pack_toks):
 //   y[t * y_stride + r] = dot(row r of the group, token t)   for r < nr, t < nt

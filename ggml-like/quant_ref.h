@@ -138,6 +138,23 @@ inline void q4_K_scale_min(const uint8_t* s, int j, int& sc, int& m) {
     }
 }
 
+// Q5_0 / Q5_1: the 32 quants 0..31 of a block (q5_pack: the inverse).
+inline void q5_unpack(const uint8_t* qh, const uint8_t* qs, int* q /* 32 */) {
+    const uint32_t h = (uint32_t)qh[0] | ((uint32_t)qh[1] << 8) | ((uint32_t)qh[2] << 16) | ((uint32_t)qh[3] << 24);
+    for (int j = 0; j < 16; j++) {
+        q[j] = (qs[j] & 0x0F) | (int)(((h >> j) & 1) << 4);
+        q[j + 16] = (qs[j] >> 4) | (int)(((h >> (j + 16)) & 1) << 4);
+    }
+}
+inline void q5_pack(const int* q /* 32 */, uint8_t* qh, uint8_t* qs) {
+    uint32_t h = 0;
+    for (int j = 0; j < 16; j++) {
+        qs[j] = (uint8_t)((q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4));
+        h |= (uint32_t)((q[j] >> 4) & 1) << j | (uint32_t)((q[j + 16] >> 4) & 1) << (j + 16);
+    }
+    for (int k = 0; k < 4; k++) qh[k] = (uint8_t)(h >> (8 * k));
+}
+
 // The 16 6-bit scales of a Q3_K block, stored +32 (returned as -32..31). Scale
 // g's low 4 bits are the low nibble of s[g] for g < 8, the high nibble of
 // s[g - 8] for g >= 8; its high 2 bits are bits 2(g / 4)..+1 of s[8 + g % 4].

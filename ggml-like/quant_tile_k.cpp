@@ -1,8 +1,8 @@
-// SIMD kernels for the packed K-quant layouts of quant_pack.h: one row group
-// (k_pack_rows rows, one int32 lane each) times up to 4 tokens, and the
-// activation quantizer. x86 AVX2 + FMA + F16C with 8-row groups; with AVX-512
-// (F, BW, VL, VNNI) 16-row groups in 512-bit vectors; with AVX512-VNNI or
-// AVX-VNNI the 4-byte dot products are one dpbusd each.
+// SIMD kernels for the packed layouts of quant_pack.h (Q4_K, Q6_K, Q8_0, Q5_0):
+// one row group (k_pack_rows rows, one int32 lane each) times up to 8 tokens,
+// and the K-quants' activation quantizer. x86 AVX2 + FMA + F16C with 8-row
+// groups; with AVX-512 (F, BW, VL, VNNI) 16-row groups in 512-bit vectors;
+// with AVX512-VNNI or AVX-VNNI the 4-byte dot products are one dpbusd each.
 //
 // The kernels are written once over a "dot policy" that says how 4-byte
 // products are summed within a sub-block and then scaled per row:
@@ -23,6 +23,7 @@
 
 #include <array>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "ggml-like/quant_pack.h"
@@ -306,6 +307,70 @@ void tile_q6_K(int64_t nb, const block_q6_Kp* w, const uint8_t* a, size_t as, fl
     ZK_UNROLL for (int t = 0; t < T; t++) store_rows(y + t * ys, acc[t], nr);
 }
 
+// ---------------------------------------------------------------- Q8_0, Q5_0
+
+// f(std::integral_constant<int, i>()) for each i of I: a loop whose index is a
+// compile-time constant (shift counts).
+template <class F, size_t... I>
+inline void unrolled(F&& f, std::index_sequence<I...>) {
+    (f(std::integral_constant<int, (int)I>()), ...);
+}
+
+// Each 32-element block starts its int32 sums at -Off x the activations' sum
+// (block_q8_0pa), so a dpbusd of the unsigned codes gives the signed dot, the
+// integer sum of dot_ref_q8_0 / dot_ref_q5_0, scaled per block as they do.
+// Q is the policy (a template parameter so that only the int32-sum policy,
+// which these kernels need, instantiates the body: the unsigned codes reach
+// 255 and their maddubs pairs would overflow int16).
+template <int T, bool Q5, class Q = P>
+void tile_q32(int64_t nb, const void* wv, const uint8_t* a, size_t as, float* y, size_t ys, int nr, uintptr_t pf) {
+    if constexpr (!Q::int32_sums) {
+        return;  // not reached: quant_tile_k_has_simd says no for these types
+    } else {
+        using blk = std::conditional_t<Q5, block_q5_0p, block_q8_0p>;
+        const blk* w = (const blk*)wv;
+        const vi m4 = V::set1_8(0x0F);
+        vf acc[T];
+        ZK_UNROLL for (int t = 0; t < T; t++) acc[t] = V::fzero();
+        for (int64_t ib = 0; ib < nb; ib++) {
+            const blk& p = w[ib];
+            if (T == 1 && pf) prefetch_block<sizeof(blk)>(pf + ib * sizeof(blk));
+            ZK_UNROLL for (int h = 0; h < 2; h++) {
+                const block_q8_0pa* x[T];
+                ZK_UNROLL for (int t = 0; t < T; t++) x[t] = (const block_q8_0pa*)(a + t * as) + 2 * ib + h;
+                typename Q::sum s[T];
+                ZK_UNROLL for (int t = 0; t < T; t++) s[t] = V::bcast32(Q5 ? &x[t]->n16 : &x[t]->n128);
+                vi qh = V::zero();
+                if constexpr (Q5) qh = V::load(p.qh[h]);
+                unrolled(
+                    [&](auto ic) {
+                        constexpr int i = decltype(ic)::value;
+                        vi c;
+                        if constexpr (Q5) {
+                            // 4 low bits from the nibble of block h, bit 4 from bit i of qh
+                            const vi q = V::load(p.qs[i]);
+                            const vi lo = h == 0 ? V::and_(q, m4) : V::and_(V::srl16<4>(q), m4);
+                            const vi hb = V::and_(qh, V::set1_8((char)(1 << i)));
+                            vi b4;
+                            if constexpr (i <= 4)
+                                b4 = V::sll16<4 - i>(hb);
+                            else
+                                b4 = V::srl16<i - 4>(hb);
+                            c = V::or_(lo, b4);
+                        } else {
+                            c = V::load(p.qs[8 * h + i]);
+                        }
+                        ZK_UNROLL for (int t = 0; t < T; t++) s[t] = Q::add(s[t], c, V::bcast32(x[t]->qs + 4 * i));
+                    },
+                    std::make_index_sequence<8>());
+                const vf dw = V::f16(p.d[h]);
+                ZK_UNROLL for (int t = 0; t < T; t++) acc[t] = V::fmadd(V::cvt(s[t]), V::mul(dw, V::fset1(x[t]->d)), acc[t]);
+            }
+        }
+        ZK_UNROLL for (int t = 0; t < T; t++) store_rows(y + t * ys, acc[t], nr);
+    }
+}
+
 using tile_fn = void (*)(int64_t, const void*, const uint8_t*, size_t, float*, size_t, int, uintptr_t);
 
 // Tokens per register tile (more run as several tiles): Q4_K's sums for 8
@@ -333,6 +398,13 @@ void q6_K_run(int64_t nb, const void* w, const uint8_t* a, size_t as, float* y, 
     if constexpr (T > T0) q6_K_run<T - T0>(nb, w, a + T0 * as, as, y + T0 * ys, ys, nr, pf);
 }
 
+template <int T, bool Q5>
+void q32_run(int64_t nb, const void* w, const uint8_t* a, size_t as, float* y, size_t ys, int nr, uintptr_t pf) {
+    constexpr int T0 = T < k_q6_K_toks ? T : k_q6_K_toks;
+    tile_q32<T0, Q5>(nb, w, a, as, y, ys, nr, pf);
+    if constexpr (T > T0) q32_run<T - T0, Q5>(nb, w, a + T0 * as, as, y + T0 * ys, ys, nr, pf);
+}
+
 template <size_t... I>
 constexpr std::array<tile_fn, sizeof...(I)> q4_K_fns(std::index_sequence<I...>) {
     return {q4_K_run<(int)I + 1>...};
@@ -341,9 +413,15 @@ template <size_t... I>
 constexpr std::array<tile_fn, sizeof...(I)> q6_K_fns(std::index_sequence<I...>) {
     return {q6_K_run<(int)I + 1>...};
 }
+template <bool Q5, size_t... I>
+constexpr std::array<tile_fn, sizeof...(I)> q32_fns(std::index_sequence<I...>) {
+    return {q32_run<(int)I + 1, Q5>...};
+}
 // kernels for 1..k_pack_toks tokens
 const std::array<tile_fn, k_pack_toks> k_q4_K_fns = q4_K_fns(std::make_index_sequence<k_pack_toks>());
 const std::array<tile_fn, k_pack_toks> k_q6_K_fns = q6_K_fns(std::make_index_sequence<k_pack_toks>());
+const std::array<tile_fn, k_pack_toks> k_q8_0_fns = q32_fns<false>(std::make_index_sequence<k_pack_toks>());
+const std::array<tile_fn, k_pack_toks> k_q5_0_fns = q32_fns<true>(std::make_index_sequence<k_pack_toks>());
 
 // ---------------------------------------------------------------- activations
 
@@ -397,12 +475,18 @@ void quantize_block(const float* x, block_q8_Kp& b) {
 
 }  // namespace
 
-bool quant_tile_k_has_simd() { return true; }
+// The K-quants with every policy; Q8_0 and Q5_0 with int32 sums (VNNI) only.
+bool quant_tile_k_has_simd(dtype t) {
+    return t == dtype::Q4_K || t == dtype::Q6_K || ((t == dtype::Q8_0 || t == dtype::Q5_0) && P::int32_sums);
+}
 
 bool quant_tile_k_run(dtype t, int64_t nb, const void* group, int nr, const void* a, size_t a_stride, int nt,
                       float* y, size_t y_stride, const void* prefetch) {
-    const tile_fn* fns = t == dtype::Q4_K ? k_q4_K_fns.data() : t == dtype::Q6_K ? k_q6_K_fns.data() : nullptr;
-    if (!fns) return false;
+    if (!quant_tile_k_has_simd(t)) return false;
+    const tile_fn* fns = t == dtype::Q4_K   ? k_q4_K_fns.data()
+                         : t == dtype::Q6_K ? k_q6_K_fns.data()
+                         : t == dtype::Q8_0 ? k_q8_0_fns.data()
+                                            : k_q5_0_fns.data();
     fns[nt - 1](nb, group, (const uint8_t*)a, a_stride, y, y_stride, nr, (uintptr_t)prefetch);
     return true;
 }
@@ -415,7 +499,7 @@ bool quant_tile_k_quantize(const float* x, void* dst, int64_t n) {
 
 #else  // no AVX2: the callers use the scalar references
 
-bool quant_tile_k_has_simd() { return false; }
+bool quant_tile_k_has_simd(dtype) { return false; }
 bool quant_tile_k_run(dtype, int64_t, const void*, int, const void*, size_t, int, float*, size_t, const void*) {
     return false;
 }

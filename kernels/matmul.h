@@ -48,8 +48,10 @@ void kernel_matmul_multi(const weight_view* ws, float* const* ys, int n_w, const
                          thread_pool& pool, matmul_scratch& scratch);
 
 // Packs w (quant_pack_supported types only) into dst, quant_pack_size bytes,
-// 32-byte aligned, with the pool's threads; returns w with `packed` set.
-weight_view kernel_matmul_pack(const weight_view& w, void* dst, thread_pool& pool);
+// 32-byte aligned, with the pool's threads; returns w with `packed` set. Only
+// row groups [g0, g1) (of k_pack_rows rows; g1 = -1: to the end) are written,
+// so a caller may pack a matrix in slices.
+weight_view kernel_matmul_pack(const weight_view& w, void* dst, thread_pool& pool, int64_t g0 = 0, int64_t g1 = -1);
 
 // The CPU reference: dequantize each row and use a plain double-accumulated dot.
 void kernel_matmul_reference(const weight_view& w, const float* x, int64_t n_tok, float* y);

@@ -92,7 +92,9 @@ TEST_P(AttentionLayouts, FastAndReferencePathsMatchDoubleAttention) {
         int k, v;
     };
     for (const ranks rk : {ranks{4, 4}, ranks{13, 7}, ranks{20, 44}, ranks{64, 64}, ranks{100, 84}, ranks{128, 128},
-                             ranks{72, 200}})  // r_v 200: four value blocks (past the 1- and 2-block gathers)
+                             ranks{72, 200}, ranks{40, 150}})
+        // r_v 200: four value blocks (past the 1- and 2-block gathers), two row-chunk pairs;
+        // r_v 150: three, a pair and a chunk alone
         for (int gear : {0, 1, 2})  // off, rank 2, rank 0 (outliers alone)
             for (bool evict : {false, true}) {
                 if (gear && !kivi) continue;

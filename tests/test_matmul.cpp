@@ -50,7 +50,7 @@ struct packed_weight {
 std::vector<dtype> packed_types() {
     std::vector<dtype> v;
     for (dtype t : quant_weight_types())
-        if (quant_pack_supported(t)) v.push_back(t);
+        if (quant_pack_supported(t, 256)) v.push_back(t);
     return v;
 }
 

@@ -185,8 +185,10 @@ void q2_scores(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t a, i
 // takes 4 slots, the pair (t, t + 1) in the low lane and (t + 2, t + 3) in the
 // high one. Codes are centred, c - 2 in [-2, 1]: a lane's int16 sum over a chunk
 // of 16 pairs stays within 16 * 2 * 127 * 2 = 8128. Out of line with its
-// accumulators in locals (see values_q4_pairs).
-template <int G, bool HALF>
+// accumulators in locals (see values_q4_pairs). SPLIT: the low lane's 8 bytes
+// are at cp and the high lane's at cp + 16, in the next row chunk (blocks k and
+// k + 1, a weight each), instead of the two halves of one row chunk.
+template <int G, bool HALF, bool SPLIT>
 __attribute__((noinline)) void values_q2_pairs(const uint8_t* cp, int rb, int64_t np, int64_t last,
                                                int64_t pf, const uint32_t* pd, __m256i (&ac)[G][4]) {
     const __m256i m3 = _mm256_set1_epi8(0x03), two = _mm256_set1_epi8(2);
@@ -220,7 +222,14 @@ __attribute__((noinline)) void values_q2_pairs(const uint8_t* cp, int rb, int64_
                 _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i*)(p + o2)), _mm_loadl_epi64((const __m128i*)(p + o3)));
             x = _mm256_set_m128i(hi, lo);
         } else {
-            const __m128i x0 = _mm_loadu_si128((const __m128i*)p), x1 = _mm_loadu_si128((const __m128i*)(p + o1));
+            __m128i x0, x1;
+            if (SPLIT) {
+                x0 = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i*)p), _mm_loadl_epi64((const __m128i*)(p + 16)));
+                x1 = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i*)(p + o1)),
+                                        _mm_loadl_epi64((const __m128i*)(p + o1 + 16)));
+            } else {
+                x0 = _mm_loadu_si128((const __m128i*)p), x1 = _mm_loadu_si128((const __m128i*)(p + o1));
+            }
             x = _mm256_set_m128i(_mm_unpackhi_epi8(x0, x1), _mm_unpacklo_epi8(x0, x1));
         }
         const __m256i c0 = _mm256_sub_epi8(q2_plane<0>(x, m3), two), c1 = _mm256_sub_epi8(q2_plane<1>(x, m3), two);
@@ -241,10 +250,10 @@ __attribute__((noinline)) void values_q2_pairs(const uint8_t* cp, int rb, int64_
 struct q2_codes {
     static constexpr float center = 2.0f;
     static constexpr int chunk_bytes = 16;
-    template <int G, bool HALF>
+    template <int G, bool HALF, bool SPLIT>
     static void pairs(const uint8_t* cp, int rb, int64_t np, int64_t last, int64_t pf, const uint32_t* pd,
                       __m256i (&ac)[G][4]) {
-        values_q2_pairs<G, HALF>(cp, rb, np, last, pf, pd, ac);
+        values_q2_pairs<G, HALF, SPLIT>(cp, rb, np, last, pf, pd, ac);
     }
     // vector v = plane v; element e of lane h: byte e of the block of lane h,
     // channel 4e + v in it (HALF: both lanes hold block 0 of other slots).

@@ -144,16 +144,12 @@ void scores_q4_int_n(int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b
 void q4_scores(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end,
                int64_t s0, int64_t n, const int8_t* qi, const float* qd, const float* bias, float* sc) {
     const int qstride = 64 * nrc;
-    kivi_head_passes(G, 4, [&](int j0, int g) {  // query heads in register-sized groups
-        const int8_t* q = qi + j0 * qstride;
+    kivi_head_passes(G, KIVI_SCORE_HEADS, [&](int j0, int g) {  // query heads in register-sized groups
         const int nr = r <= 32 ? 0 : nrc;
-        float* o = sc + j0 * n;
-        switch (g) {
-            case 1: scores_q4_int_n<1>(nr, codes, rb, a, b, pf_end, s0, n, q, qd + j0, bias + j0, o); break;
-            case 2: scores_q4_int_n<2>(nr, codes, rb, a, b, pf_end, s0, n, q, qd + j0, bias + j0, o); break;
-            case 3: scores_q4_int_n<3>(nr, codes, rb, a, b, pf_end, s0, n, q, qd + j0, bias + j0, o); break;
-            default: scores_q4_int_n<4>(nr, codes, rb, a, b, pf_end, s0, n, q, qd + j0, bias + j0, o); break;
-        }
+        kivi_with_heads<KIVI_SCORE_HEADS>(g, [&](auto gb) {
+            scores_q4_int_n<decltype(gb)::value>(nr, codes, rb, a, b, pf_end, s0, n, qi + j0 * qstride, qd + j0,
+                                                 bias + j0, sc + j0 * n);
+        });
     });
 }
 
@@ -183,7 +179,9 @@ __attribute__((always_inline)) inline void values_q4_nibbles(__m256i l0, __m256i
 // broadcast and spread to a weight vector per pair here: a load and a shuffle,
 // where a vector built in advance cost a load, a shuffle, a store and the
 // loop's load.
-template <int G, bool HALF>
+// SPLIT: the two lanes hold 16 bytes of two row chunks, at cp and cp + 32
+// (blocks k and k + 1, a weight each), instead of the two halves of one.
+template <int G, bool HALF, bool SPLIT>
 __attribute__((noinline)) void values_q4_pairs(const uint8_t* cp, int rb, int64_t np, int64_t last,
                                                int64_t pf, const uint32_t* pd, __m256i (&ac)[G][4]) {
     const __m256i mask = _mm256_set1_epi8(0x0F);
@@ -214,6 +212,9 @@ __attribute__((noinline)) void values_q4_pairs(const uint8_t* cp, int rb, int64_
         if (HALF) {
             x0 = _mm256_loadu2_m128i((const __m128i*)(p + o2), (const __m128i*)p);
             x1 = _mm256_loadu2_m128i((const __m128i*)(p + o3), (const __m128i*)(p + o1));
+        } else if (SPLIT) {
+            x0 = _mm256_loadu2_m128i((const __m128i*)(p + 32), (const __m128i*)p);
+            x1 = _mm256_loadu2_m128i((const __m128i*)(p + o1 + 32), (const __m128i*)(p + o1));
         } else {
             x0 = _mm256_loadu_si256((const __m256i*)p);
             x1 = _mm256_loadu_si256((const __m256i*)(p + o1));
@@ -231,10 +232,10 @@ __attribute__((noinline)) void values_q4_pairs(const uint8_t* cp, int rb, int64_
 struct q4_codes {
     static constexpr float center = 8.0f;
     static constexpr int chunk_bytes = 32;
-    template <int G, bool HALF>
+    template <int G, bool HALF, bool SPLIT>
     static void pairs(const uint8_t* cp, int rb, int64_t np, int64_t last, int64_t pf, const uint32_t* pd,
                       __m256i (&ac)[G][4]) {
-        values_q4_pairs<G, HALF>(cp, rb, np, last, pf, pd, ac);
+        values_q4_pairs<G, HALF, SPLIT>(cp, rb, np, last, pf, pd, ac);
     }
     // vector v of lane h, element e: unpacklo (v even) holds code bytes 0..7 of
     // the lane, unpackhi (v odd) bytes 8..15; low nibbles (v < 2) are the even

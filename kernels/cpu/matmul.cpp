@@ -8,9 +8,10 @@
 //    chunk (a few KB, in L1) meets it; quant_dot_tile then computes 4 rows x 4
 //    tokens per pass, loading each weight block once per 4 tokens.
 // 3. F32 weights with many tokens go to OpenBLAS sgemm instead.
-// 4. Packed weights (weight_view::packed, quant_pack.h) go in groups of 8 rows
-//    through quant_pack_tile, 8 rows x 4 tokens per pass, with activations
-//    quantized once per token to the packed kernels' rows.
+// 4. Packed weights (weight_view::packed, quant_pack.h) go in groups of
+//    k_pack_rows rows through quant_pack_tile, up to k_pack_toks tokens a pass,
+//    with activations quantized once per token to the packed kernels' rows
+//    (one kind for the K-quants, one for Q8_0 / Q5_0).
 #include "kernels/matmul.h"
 
 #include <cblas.h>
@@ -118,7 +119,7 @@ void mm_run_rows(const mm_job& j, int64_t r0, int64_t r1) {
 
 // What a weight's kernel reads as activations: its dot type, or (packed) the
 // packed kernels' own rows. Weights of one multi-matmul share X only when equal.
-int act_kind(const weight_view& w) { return w.packed ? -1 : (int)dtype_vec_dot_type(w.type); }
+int act_kind(const weight_view& w) { return w.packed ? -1 - quant_pack_act_kind(w.type) : (int)dtype_vec_dot_type(w.type); }
 
 }  // namespace
 
@@ -140,7 +141,7 @@ void kernel_matmul_multi(const weight_view* ws, float* const* ys, int n_w, const
         for (int i = 0; i < n_w; i++) kernel_matmul_multi(ws + i, ys + i, 1, x, n_tok, pool, scratch);
         return;
     }
-    const bool packed = kind == -1;
+    const bool packed = kind < 0;
     if (!packed && ws[0].type == dtype::F32 && n_tok >= k_blas_min_tok) {
         for (int i = 0; i < n_w; i++) {
             // Y [n_tok x n_rows] = X [n_tok x n_cols] * W^T
@@ -151,16 +152,16 @@ void kernel_matmul_multi(const weight_view* ws, float* const* ys, int n_w, const
         return;
     }
     // Activations in the weights' dot type: [n_tok x a_row bytes].
-    const dtype at = packed ? dtype::Q8_K : dtype_vec_dot_type(ws[0].type);
+    const dtype at = packed ? ws[0].type : dtype_vec_dot_type(ws[0].type);  // packed: the weight type's rows
     const uint8_t* a = (const uint8_t*)x;
     size_t a_row = (size_t)n_cols * sizeof(float);
     if (packed || at != dtype::F32) {
-        a_row = packed ? quant_pack_act_row_size(n_cols) : dtype_row_size(at, n_cols);
+        a_row = packed ? quant_pack_act_row_size(at, n_cols) : dtype_row_size(at, n_cols);
         uint8_t* q = (uint8_t*)scratch.reserve(a_row * (size_t)n_tok);
         auto quantize = [&](int64_t t0, int64_t t1, int) {
             for (int64_t t = t0; t < t1; t++) {
                 if (packed)
-                    quant_pack_quantize(x + t * n_cols, q + t * a_row, n_cols);
+                    quant_pack_quantize(at, x + t * n_cols, q + t * a_row, n_cols);
                 else
                     dtype_quantize_row(at, x + t * n_cols, q + t * a_row, n_cols);
             }
@@ -205,14 +206,19 @@ void kernel_matmul_multi(const weight_view* ws, float* const* ys, int n_w, const
     });
 }
 
-weight_view kernel_matmul_pack(const weight_view& w, void* dst, thread_pool& pool) {
-    if (!quant_pack_supported(w.type))
-        ZK_THROW("kernel_matmul_pack: no packed layout for %s weights in this build", dtype_name(w.type));
+weight_view kernel_matmul_pack(const weight_view& w, void* dst, thread_pool& pool, int64_t g0, int64_t g1) {
+    if (!quant_pack_supported(w.type, w.n_cols))
+        ZK_THROW("kernel_matmul_pack: no packed layout for %s weights of %lld columns in this build", dtype_name(w.type),
+                 (long long)w.n_cols);
     check_shapes(w, nullptr, 0, nullptr);
     if (((uintptr_t)dst & 31) != 0) ZK_THROW("kernel_matmul_pack: destination %p is not 32-byte aligned", dst);
     const int64_t groups = (w.n_rows + k_pack_rows - 1) / k_pack_rows;
-    pool.parallel_for(groups, 16, [&](int64_t g0, int64_t g1, int) {
-        quant_pack_groups(w.type, w.data, w.n_rows, w.n_cols, g0, g1, dst);
+    if (g1 < 0) g1 = groups;
+    if (g0 < 0 || g0 > g1 || g1 > groups)
+        ZK_THROW("kernel_matmul_pack: row groups [%lld, %lld) outside the %lld of W [%lld x %lld]", (long long)g0,
+                 (long long)g1, (long long)groups, (long long)w.n_rows, (long long)w.n_cols);
+    pool.parallel_for(g1 - g0, 16, [&](int64_t a, int64_t b, int) {
+        quant_pack_groups(w.type, w.data, w.n_rows, w.n_cols, g0 + a, g0 + b, dst);
     });
     weight_view p = w;
     p.packed = dst;
