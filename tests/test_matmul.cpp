@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -140,6 +141,27 @@ TEST(Matmul, PackedMatchesReference) {
     const auto types = packed_types();
     std::printf("  packed types in this build: %zu (rows per group %d)\n", types.size(), k_pack_rows);
     for (dtype t : types) check_against_reference(t, true);
+}
+
+// Packing in slices of row groups (as model_pack_weights does, releasing each
+// slice's file pages) writes the bytes of one whole packing; a range outside
+// the matrix's groups throws.
+TEST(Matmul, PackInSlicesEqualsWhole) {
+    for (dtype t : packed_types()) {
+        const int64_t rows = 3 * k_pack_rows + 5, cols = 512;
+        const auto wdata = random_weights(t, rows, cols, 9);
+        const weight_view w{t, rows, cols, wdata.data()};
+        thread_pool pool(2);
+        const packed_weight whole(w, pool);
+        const size_t bytes = quant_pack_size(t, rows, cols);
+        std::unique_ptr<void, void (*)(void*)> sliced(std::aligned_alloc(64, (bytes + 63) / 64 * 64), std::free);
+        std::memset(sliced.get(), 0x5A, bytes);
+        const int64_t groups = (rows + k_pack_rows - 1) / k_pack_rows;
+        for (int64_t g0 = 0; g0 < groups; g0 += 3) kernel_matmul_pack(w, sliced.get(), pool, g0, std::min(groups, g0 + 3));
+        ASSERT_EQ(std::memcmp(sliced.get(), whole.buf.get(), bytes), 0) << dtype_name(t);
+        EXPECT_THROW(kernel_matmul_pack(w, sliced.get(), pool, 2, 1), zk::error) << dtype_name(t);
+        EXPECT_THROW(kernel_matmul_pack(w, sliced.get(), pool, 0, groups + 1), zk::error) << dtype_name(t);
+    }
 }
 
 // A packed token's outputs do not depend on the other tokens of the call (the
