@@ -271,6 +271,7 @@ int quant_pack_act_kind(dtype t) {
 }
 
 size_t quant_pack_act_row_size(dtype t, int64_t n_cols) {
+    check_type(t, "quant_pack_act_row_size");
     return is_kquant(t) ? (size_t)(n_cols / 256) * sizeof(block_q8_Kp) : (size_t)(n_cols / 32) * sizeof(block_q8_0pa);
 }
 

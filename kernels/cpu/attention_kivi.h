@@ -481,15 +481,10 @@ void kivi_values_int(int G, const uint8_t* codes, int rb, const uint16_t* vs, co
                      int64_t g0, int nb, int64_t a, int64_t b, int64_t s0, int64_t n, int r, const float* sc,
                      float* acc, float* msum) {
     kivi_head_passes(G, KIVI_VALUE_HEADS, [&](int j0, int g) {
-        const float* p = sc + j0 * n;
-        float* o = acc + j0 * r;
-        float* ms = msum + j0 * nb;
-        switch (g) {
-            case 1: kivi_values_int_h<1, Codes>(codes, rb, vs, vm, gs, g0, nb, a, b, s0, n, r, p, o, ms); break;
-            case 2: kivi_values_int_h<2, Codes>(codes, rb, vs, vm, gs, g0, nb, a, b, s0, n, r, p, o, ms); break;
-            case 3: kivi_values_int_h<3, Codes>(codes, rb, vs, vm, gs, g0, nb, a, b, s0, n, r, p, o, ms); break;
-            default: kivi_values_int_h<KIVI_VALUE_HEADS, Codes>(codes, rb, vs, vm, gs, g0, nb, a, b, s0, n, r, p, o, ms); break;
-        }
+        kivi_with_heads<KIVI_VALUE_HEADS>(g, [&](auto gb) {
+            kivi_values_int_h<decltype(gb)::value, Codes>(codes, rb, vs, vm, gs, g0, nb, a, b, s0, n, r, sc + j0 * n,
+                                                          acc + j0 * r, msum + j0 * nb);
+        });
     });
 }
 #endif  // ZK_SIMD_AVX2

@@ -163,16 +163,12 @@ void scores_q2_int_n(int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b
 void q2_scores(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end,
                int64_t s0, int64_t n, const int8_t* qi, const float* qd, const float* bias, float* sc) {
     const int qstride = 128 * nrc;
-    kivi_head_passes(G, 4, [&](int j0, int g) {  // query heads in register-sized groups
-        const int8_t* q = qi + j0 * qstride;
+    kivi_head_passes(G, KIVI_SCORE_HEADS, [&](int j0, int g) {  // query heads in register-sized groups
         const int nr = r <= 64 ? 0 : nrc;
-        float* o = sc + j0 * n;
-        switch (g) {
-            case 1: scores_q2_int_n<1>(nr, codes, rb, a, b, pf_end, s0, n, q, qd + j0, bias + j0, o); break;
-            case 2: scores_q2_int_n<2>(nr, codes, rb, a, b, pf_end, s0, n, q, qd + j0, bias + j0, o); break;
-            case 3: scores_q2_int_n<3>(nr, codes, rb, a, b, pf_end, s0, n, q, qd + j0, bias + j0, o); break;
-            default: scores_q2_int_n<4>(nr, codes, rb, a, b, pf_end, s0, n, q, qd + j0, bias + j0, o); break;
-        }
+        kivi_with_heads<KIVI_SCORE_HEADS>(g, [&](auto gb) {
+            scores_q2_int_n<decltype(gb)::value>(nr, codes, rb, a, b, pf_end, s0, n, qi + j0 * qstride, qd + j0,
+                                                 bias + j0, sc + j0 * n);
+        });
     });
 }
 
