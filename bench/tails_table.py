@@ -35,7 +35,9 @@ def zack_plans(path):
 def write_hand_plan(zack, out):
     plans, shape = zack_plans(zack)
     p = next(iter(plans.values()))
-    n, kv = len(p["bits_k"]), shape["n_kv"]
+    n, kv = shape["n_layer"] * shape["n_kv"], shape["n_kv"]
+    p["zack_plan"] = 2  # per-head bits (the first plan may have had one precision)
+    p["bits"] = 4  # the widest
     p["bits_k"] = p["bits_v"] = [4] * kv + [2] * (n - kv)
     p["ranks_k"] = p["ranks_v"] = [shape["head_dim"]] * n
     p["source"] = "bench/tails_table.py --hand-plan: layer 0 at 4 bits, 2 bits elsewhere, full rank"

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "calib/alloc.h"
+#include "calib/sensitivity.h"
 #include "engine/kv_cache.h"
 #include "engine/kv_quant.h"
 #include "engine/model.h"
@@ -31,6 +32,7 @@ nlohmann::json kv_plan::to_json() const {
     j["kv_fraction"] = kv_fraction;
     j["bits"] = bits;
     if (mixed()) j["bits_k"] = bits_k, j["bits_v"] = bits_v;
+    if (!tails_k.empty()) j["tails_k"] = tails_k;
     j["rate"] = rate;
     j["ranks_k"] = ranks_k;
     j["ranks_v"] = ranks_v;
@@ -60,6 +62,7 @@ kv_plan kv_plan::from_json(const nlohmann::json& j, const std::string& where) {
         p.bits = j.at("bits").get<int>();
         p.bits_k = j.value("bits_k", std::vector<int>{});
         p.bits_v = j.value("bits_v", std::vector<int>{});
+        p.tails_k = j.value("tails_k", std::vector<int>{});
         p.rate = j.value("rate", 0.0);
         p.ranks_k = j.at("ranks_k").get<std::vector<int>>();
         p.ranks_v = j.at("ranks_v").get<std::vector<int>>();
@@ -84,6 +87,16 @@ kv_plan kv_plan::from_json(const nlohmann::json& j, const std::string& where) {
     for (size_t i = 0; i < p.bits_k.size(); i++)
         if (!valid_bits(p.bits_k[i]) || !valid_bits(p.bits_v[i]))
             ZK_THROW("%s: plan precision of head %zu is not 16, 8, 4 or 2 bits", where.c_str(), i);
+    if (!p.tails_k.empty() && p.tails_k.size() != nh)
+        ZK_THROW("%s: plan tails_k must have %zu entries (layers x KV heads) or none", where.c_str(), nh);
+    for (size_t i = 0; i < p.tails_k.size(); i++) {
+        if (p.tails_k[i] < 0 || p.tails_k[i] > std::min(p.head_dim, KV_KEY_TAIL_MAX))
+            ZK_THROW("%s: plan 1-bit key tail of head %zu is %d, outside 0..%d", where.c_str(), i, p.tails_k[i],
+                     std::min(p.head_dim, KV_KEY_TAIL_MAX));
+        if (p.tails_k[i] > 0 && p.head_bits_k(i) != 4 && p.head_bits_k(i) != 2)
+            ZK_THROW("%s: plan head %zu has a 1-bit key tail but %d-bit keys (tails are for 4- and 2-bit keys)",
+                     where.c_str(), i, p.head_bits_k(i));
+    }
     if (!p.kbasis.empty() && p.kbasis.size() != nh)
         ZK_THROW("%s: plan key_basis must have %zu entries or none", where.c_str(), nh);
     for (size_t i = 0; i < p.ranks_k.size(); i++)
@@ -112,6 +125,8 @@ std::string kv_plan::describe() const {
             }
         }
     }
+    const long nt = std::count_if(tails_k.begin(), tails_k.end(), [](int t) { return t > 0; });
+    if (nt > 0) prec += ", 1-bit key tails in " + std::to_string(nt) + " heads";
     std::snprintf(buf, sizeof buf, "%s, ZACK rate %.3f, %.1f%% of the f16 cache%s%s", prec.c_str(), rate,
                   100.0 * kv_fraction, evict == "none" ? "" : (", " + evict + " " + std::to_string(budget) + " tokens").c_str(),
                   loss >= 0 ? (", predicted loss " + std::to_string(loss)).c_str() : "");
@@ -132,7 +147,22 @@ plan_inputs plan_inputs::from_model(const model& m) {
 bool plan_inputs::per_head() const {
     const size_t np = qbits.size(), nh = (size_t)curves.n_layer * curves.n_kv;
     if (np < 2 || q.size() != np * np * nh) return false;
-    return std::all_of(q.begin(), q.end(), [](double x) { return std::isfinite(x); });
+    // every pair of the layouts measured; a 1-bit tail (keys only) where it was
+    for (size_t i = 0; i < np; i++)
+        for (size_t j = 0; j < np; j++) {
+            if (qbits[i] == k_plan_tail_code || qbits[j] == k_plan_tail_code) continue;
+            for (size_t h = 0; h < nh; h++)
+                if (!std::isfinite(q[(i * np + j) * nh + h])) return false;
+        }
+    return true;
+}
+
+bool plan_inputs::measured(int bits_k, int bits_v, size_t h) const {
+    if (bits_k == 16 && bits_v == 16) return true;
+    const size_t np = qbits.size(), nh = (size_t)curves.n_layer * curves.n_kv;
+    const auto ik = std::find(qbits.begin(), qbits.end(), bits_k), iv = std::find(qbits.begin(), qbits.end(), bits_v);
+    return ik != qbits.end() && iv != qbits.end() && q.size() == np * np * nh &&
+           std::isfinite(q[((size_t)(ik - qbits.begin()) * np + (size_t)(iv - qbits.begin())) * nh + h]);
 }
 
 double plan_inputs::qloss(int bits_k, int bits_v, size_t h) const {
@@ -149,13 +179,13 @@ double plan_inputs::qloss(int bits_k, int bits_v, size_t h) const {
 
 double plan_f16_bytes(int n_layer, int n_kv, int head_dim) { return (double)n_layer * n_kv * 4.0 * head_dim; }
 
-double plan_side_bytes(int bits, bool key, int r, int group) {
+double plan_side_bytes(int bits, bool key, int r, int group, int tail) {
     switch (bits) {
         case 16: return 2.0 * r;
         case 8: return r + 2.0 * kv_n_blocks(r, KV_Q8_BLOCK);
         case 4:
         case 2:
-            return kv_qb_row_bytes(bits, r) +
+            return (key ? kv_key_row_bytes(bits, r, std::min(tail, r)) : kv_qb_row_bytes(bits, r)) +
                    (key ? 2.0 * (r + KV_GRID_STEPS) / group                      // grid code per (group, channel)
                         : 2.0 * kv_n_blocks(r, KV_Q4_VBLOCK) + 2.0 * KV_GRID_STEPS / group);  // per (token, block)
                                                                                      // + 2 f16 steps a group
@@ -170,8 +200,8 @@ double plan_head_bytes(int bits_k, int bits_v, int group) {
 
 double plan_cache_bytes() { return sizeof(int32_t); }  // the positions, one ramp for every head
 
-int64_t plan_head_cost(int bits_k, int bits_v, int rank_k, int rank_v) {
-    return (int64_t)std::ceil(plan_side_bytes(bits_k, true, rank_k) + plan_side_bytes(bits_v, false, rank_v) +
+int64_t plan_head_cost(int bits_k, int bits_v, int rank_k, int rank_v, int tail) {
+    return (int64_t)std::ceil(plan_side_bytes(bits_k, true, rank_k, 32, tail) + plan_side_bytes(bits_v, false, rank_v) +
                               plan_head_bytes(bits_k, bits_v) - 1e-9);
 }
 
@@ -180,7 +210,8 @@ double plan_bytes(const kv_plan& p) {
     double s = plan_cache_bytes();
     for (size_t h = 0; h < nh; h++) {
         const int bk = p.head_bits_k(h), bv = p.head_bits_v(h);
-        s += plan_side_bytes(bk, true, p.ranks_k.empty() ? p.head_dim : p.ranks_k[h]) +
+        s += plan_side_bytes(bk, true, p.ranks_k.empty() ? p.head_dim : p.ranks_k[h], 32,
+                             p.tails_k.empty() || bk > 4 ? 0 : p.tails_k[h]) +
              plan_side_bytes(bv, false, p.ranks_v.empty() ? p.head_dim : p.ranks_v[h]) + plan_head_bytes(bk, bv);
     }
     return s;
@@ -206,9 +237,15 @@ double plan_predicted_loss(const plan_inputs& in, int bits, const std::vector<in
 double plan_predicted_loss(const plan_inputs& in, const kv_plan& p) {
     double loss = p.ranks_k.empty() ? 0.0 : in.rank_weight * ranks_loss(in.curves, p.ranks_k, p.ranks_v, p.kbasis);
     const size_t nh = (size_t)in.curves.n_layer * in.curves.n_kv;
-    for (size_t h = 0; h < nh; h++) loss += in.qloss(p.head_bits_k(h), p.head_bits_v(h), h);
+    for (size_t h = 0; h < nh; h++) {
+        // a tailed head: the tail's measured loss (measured at one tail length: an approximation for others)
+        const bool tail = !p.tails_k.empty() && p.tails_k[h] > 0 && in.measured(k_plan_tail_code, p.head_bits_v(h), h);
+        loss += in.qloss(tail ? k_plan_tail_code : p.head_bits_k(h), p.head_bits_v(h), h);
+    }
     return loss;
 }
+
+static_assert(k_plan_tail_code == k_sens_tail_code, "one code for 1-bit key tails");
 
 namespace {
 
@@ -223,7 +260,7 @@ kv_plan plan_per_head(const plan_inputs& in, double target) {
     std::vector<int> bases;
     for (int b = 0; b < 3; b++)
         if (!c.loss_k[b].empty()) bases.push_back(b);
-    struct choice { int bits_k, bits_v, basis, rank_k, rank_v; };
+    struct choice { int bits_k, bits_v, basis, rank_k, rank_v, tail; };
     std::vector<std::vector<choice>> what(nh);
     std::vector<std::vector<knap_option>> items(nh);
     for (size_t h = 0; h < nh; h++) {
@@ -231,18 +268,23 @@ kv_plan plan_per_head(const plan_inputs& in, double target) {
         // cross product of the sides, per precision pair
         for (int bk : in.qbits)
             for (int bv : in.qbits) {
+                if (!in.measured(bk, bv, h)) continue;  // a tail as values, or with 16/8-bit values
                 const double lq = in.qloss(bk, bv, h);
+                // a 1-bit tail: 2-bit keys, their last sens_tail(d) channels 1-bit, at full
+                // key rank (its loss was measured there; cutting ranks competes with it instead)
+                const bool tail = bk == k_plan_tail_code;
+                const int kbits = tail ? 2 : bk, tl = tail ? sens_tail(c.d) : 0;
                 // quantized keys only in the basis their loss was measured in (pca): in the
                 // score basis (not orthogonal) the same codes lose far more (plan 0.2 on
                 // Qwen2.5-Coder-1.5B with score-basis 2-bit keys: KLD 0.085 at 4K against
                 // 0.038 for 2-bit everywhere)
                 for (int b : bases) {
                     if (bk < 16 && b != 0) continue;
-                    for (size_t rk = 0; rk < nr; rk++)
+                    for (size_t rk = tail ? nr - 1 : 0; rk < nr; rk++)
                         for (size_t rv = 0; rv < nr; rv++) {
                             const double l = in.rank_weight * (c.loss_k[b][h * nr + rk] + c.loss_v[h * nr + rv]) + lq;
-                            what[h].push_back({bk, bv, b, c.grid[rk], c.grid[rv]});
-                            items[h].push_back({plan_head_cost(bk, bv, c.grid[rk], c.grid[rv]), l});
+                            what[h].push_back({kbits, bv, b, c.grid[rk], c.grid[rv], tl});
+                            items[h].push_back({plan_head_cost(kbits, bv, c.grid[rk], c.grid[rv], tl), l});
                         }
                 }
             }
@@ -255,10 +297,13 @@ kv_plan plan_per_head(const plan_inputs& in, double target) {
         for (const knap_option& o : items[h]) m = std::min(m, o.cost);
         least += m;
     }
-    if (least > budget)
-        ZK_THROW("no plan fits %.1f%% of the f16 cache: the least is %.1f%% (%d-bit at the highest rate); "
+    if (least > budget) {
+        const int lo = *std::min_element(in.qbits.begin(), in.qbits.end());
+        ZK_THROW("no plan fits %.1f%% of the f16 cache: the least is %.1f%% (%s at the highest rate); "
                  "eviction (--kv-evict, --kv-budget) goes further",
-                 100.0 * target, 100.0 * ((double)least + plan_cache_bytes()) / f16, *std::min_element(in.qbits.begin(), in.qbits.end()));
+                 100.0 * target, 100.0 * ((double)least + plan_cache_bytes()) / f16,
+                 lo == k_plan_tail_code ? "2-bit keys with 1-bit tails" : (std::to_string(lo) + "-bit").c_str());
+    }
     const std::vector<int> pick = alloc_knapsack(items, budget);
     kv_plan p;
     p.n_layer = c.n_layer, p.n_kv = c.n_kv, p.head_dim = c.d;
@@ -267,6 +312,7 @@ kv_plan plan_per_head(const plan_inputs& in, double target) {
         const choice& ch = what[h][pick[h]];
         p.bits_k[h] = ch.bits_k, p.bits_v[h] = ch.bits_v, p.kbasis[h] = ch.basis;
         p.ranks_k[h] = ch.rank_k, p.ranks_v[h] = ch.rank_v;
+        if (ch.tail > 0) p.tails_k.resize(nh, 0), p.tails_k[h] = ch.tail;
     }
     p.rate = ranks_rate(p.ranks_k, p.ranks_v, c.d);
     p.bits = std::max(*std::max_element(p.bits_k.begin(), p.bits_k.end()),
@@ -439,6 +485,7 @@ void plan_apply(const kv_plan& p, const model& m, session_params& sp) {
     sp.kv.bits = p.bits;
     sp.kv.bits_k = p.bits_k;
     sp.kv.bits_v = p.bits_v;
+    if (!p.tails_k.empty()) sp.kv.tails_k = p.tails_k;
     sp.ranks_k = p.ranks_k;
     sp.ranks_v = p.ranks_v;
     sp.kbasis = p.ranks_k.empty() ? std::vector<int>{} : p.kbasis;

@@ -11,7 +11,9 @@
 // bytes are found exactly (calib/alloc.h's knapsack, costs from the cache
 // layouts' bytes per token). The pair is measured, not summed from the sides:
 // at 2 bits on Qwen2.5-Coder-1.5B keys and values together lose about twice
-// what each loses alone. Files measured before pairs existed (both sides at
+// what each loses alone. Where the .zack measured it, a head may also take
+// 2-bit keys whose last 3/4 channels (at most 128) are a 1-bit tail (k_plan_tail_code;
+// at full key rank, so a rank cut and a tail compete for the same bytes). Files measured before pairs existed (both sides at
 // one precision, 8 and 4 bits only) get one precision for every head: for each, the ranks
 // allocated by loss at the least compression that fits F, and the precision
 // whose predicted loss is least wins. `zack calibrate --kv-target F` records
@@ -23,6 +25,7 @@
 //   {"zack_plan": 1 | 2, "model": {"source_sha256", "n_layer", "n_kv", "head_dim"},
 //    "target": F, "kv_fraction": achieved, "bits": 16|8|4|2,
 //    "bits_k": [...], "bits_v": [...]   (version 2: per head, n_layer x n_kv; "bits" is then the widest),
+//    "tails_k": [...]   (optional, per head: the 1-bit tail of 4- or 2-bit keys, engine/kv_cache.h),
 //    "ranks_k": [...], "ranks_v": [...], "key_basis": [...]   (n_layer x n_kv, or [] = full rank),
 //    "evict": "none"|policy, "budget": tokens, "loss": predicted (or -1), "source": "..."}
 #pragma once
@@ -39,11 +42,17 @@ namespace zk {
 struct model;
 struct session_params;
 
+// The precision code of 2-bit keys with a 1-bit tail in measured loss tables
+// (calib/sensitivity.h's k_sens_tail_code; a plan stores such a head as 2-bit
+// keys and its tail in tails_k).
+constexpr int k_plan_tail_code = 1;
+
 struct kv_plan {
     double target = 0;       // requested fraction of the f16 full-rank bytes per token
     double kv_fraction = 1;  // achieved, before eviction
     int bits = 16;           // one precision for every head (the widest of bits_k / bits_v when those are set)
     std::vector<int> bits_k, bits_v;  // [n_layer x n_kv] per-head precision (16, 8, 4, 2); empty = `bits` everywhere
+    std::vector<int> tails_k;  // [n_layer x n_kv] 1-bit key tails (channels; KIVI keys only); empty = none
     double rate = 0;         // ZACK rate of the ranks
     std::vector<int> ranks_k, ranks_v, kbasis;  // [n_layer x n_kv]; empty = full rank
     std::string evict = "none";
@@ -85,8 +94,10 @@ struct plan_inputs {
     // Every pair measured: plans choose a precision per head.
     bool per_head() const;
     // The measured loss of head h with keys at bits_k and values at bits_v (0 for
-    // 16 and 16); throws when that pair was not measured.
+    // 16 and 16; bits_k k_plan_tail_code: 2-bit keys with a 1-bit tail); throws
+    // when that pair was not measured.
     double qloss(int bits_k, int bits_v, size_t h) const;
+    bool measured(int bits_k, int bits_v, size_t h) const;
 };
 
 // The f16 full-rank bytes per token, and the bytes per token of a cache with
@@ -100,7 +111,8 @@ double plan_bytes(int n_layer, int n_kv, int head_dim, int bits, const std::vect
 // costs besides its sides (a KIVI group table); and what the cache costs
 // besides its heads (the slot positions, one ramp for every head of a cache
 // without eviction: engine/kv_cache.h).
-double plan_side_bytes(int bits, bool key, int r, int group = 32);
+// tail: a 4- or 2-bit key side's 1-bit channels (at most r count).
+double plan_side_bytes(int bits, bool key, int r, int group = 32, int tail = 0);
 double plan_head_bytes(int bits_k, int bits_v, int group = 32);
 double plan_cache_bytes();
 // The bytes per token of a plan's precisions and ranks (per-head bits).
@@ -108,7 +120,7 @@ double plan_bytes(const kv_plan& p);
 // What one head at these precisions and ranks costs in a plan's search: its
 // bytes per token rounded up to a whole byte (plans stay within their target,
 // less plan_cache_bytes; at most n_layer x n_kv bytes per token below it).
-int64_t plan_head_cost(int bits_k, int bits_v, int rank_k, int rank_v);
+int64_t plan_head_cost(int bits_k, int bits_v, int rank_k, int rank_v, int tail = 0);
 
 // The predicted plan for target F in (0, 1] (see above). Throws when F is out
 // of range or nothing fits F (naming the least fraction a 4-bit cache at the

@@ -62,7 +62,7 @@ sensitivity_observer::sensitivity_observer(const model& m, const zack_calibratio
             ZK_THROW("sensitivity: bad 4-bit layout (group %d, residual %d, sinks %d)", p_.group, p_.residual, p_.sinks);
         for (int i = 0; i < k_sens_n_prec; i++)
             for (int j = 0; j < k_sens_n_prec; j++)
-                if (i || j) acc_.rel_q[i][j].assign((size_t)L_ * KV_, 0.0);
+                if (sens_pair_measured(i, j)) acc_.rel_q[i][j].assign((size_t)L_ * KV_, 0.0);
         for (int b = 0; b < k_sens_n_prec - 1; b++) {
             ktq_[b].resize(L_);
             vtq_[b].resize(L_);
@@ -133,8 +133,10 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
     const float* mu = kmean_.empty() ? nullptr : kmean_.data() + (size_t)layer * KV * D;  // [KV x D]
     constexpr int NQB = k_sens_n_prec - 1;
     for (int b = 0; b < NQB; b++)
-        if (ktq_[b][layer].empty())
-            ktq_[b][layer].resize((size_t)max_ctx_ * KV * D), vtq_[b][layer].resize((size_t)max_ctx_ * KV * D);
+        if (ktq_[b][layer].empty()) {
+            ktq_[b][layer].resize((size_t)max_ctx_ * KV * D);
+            if (k_sens_prec[1 + b] != k_sens_tail_code) vtq_[b][layer].resize((size_t)max_ctx_ * KV * D);
+        }
     std::vector<int8_t> c8(D);
     std::vector<uint8_t> cq((size_t)GR * kv_qb_row_bytes(4, D) + 64);
     std::vector<uint16_t> s1(std::max({D, kv_n_blocks(D, KV_Q8_BLOCK), GR * kv_n_blocks(D, KV_Q4_VBLOCK)})),
@@ -145,6 +147,7 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
         for (int64_t t = from; t < to; t++)
             for (int g = 0; g < KV; g++) {
                 const size_t o = ((size_t)t * KV + g) * D;
+                if (bits == k_sens_tail_code) continue;  // keys only, per group below
                 if (bits == 8) {
                     for (int side = 0; side < 2; side++) {
                         const float* x = (side ? vt : kt).data() + o;
@@ -176,8 +179,10 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
                         if (m)
                             for (int t = 0; t < GR; t++)
                                 for (int c = 0; c < D; c++) grp[(size_t)t * D + c] -= m[c];
-                        kvq_quantize_keys(bits, grp.data(), GR, D, cq.data(), s1.data(), s2.data());
-                        kvq_dequantize_keys(bits, cq.data(), s1.data(), s2.data(), GR, D, grp.data());
+                        const int kb = bits == k_sens_tail_code ? 2 : bits;
+                        const int tail = bits == k_sens_tail_code ? sens_tail(D) : 0;
+                        kvq_quantize_keys(kb, grp.data(), GR, D, cq.data(), s1.data(), s2.data(), nullptr, tail);
+                        kvq_dequantize_keys(kb, cq.data(), s1.data(), s2.data(), GR, D, grp.data(), tail);
                         if (m)
                             for (int t = 0; t < GR; t++)
                                 for (int c = 0; c < D; c++) grp[(size_t)t * D + c] += m[c];
@@ -189,7 +194,7 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
                         std::copy_n(grp.data() + (size_t)t * D, D, dst + ((size_t)(g0 + t) * KV + g) * D);
                 };
                 group_through(kt.data(), ktq_[b][layer].data(), true);
-                group_through(vt.data(), vtq_[b][layer].data(), false);
+                if (bits != k_sens_tail_code) group_through(vt.data(), vtq_[b][layer].data(), false);
             }
         }
     }
@@ -356,6 +361,7 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
                                 sc.data() + (size_t)pk * NQ * nk_max, (int)nk_max);
                 for (int var = 1; var < NV; var++) {
                     const int pk = var / NP, pv = var % NP;
+                    if (!sens_pair_measured(pk, pv)) continue;
                     // the slots a quantized side returns quantized: [sinks, qlim); a head with
                     // a 4/2-bit side keeps its newest tokens exact on both sides (engine/kv_cache.h)
                     const bool windowed = k_sens_prec[pk] <= 4 || k_sens_prec[pv] <= 4;
@@ -440,6 +446,7 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
             }
         }
         for (int var = 1; p_.quant && var < NV; var++) {
+            if (!sens_pair_measured(var / NP, var % NP)) continue;
             const float* X = dq.data() + ((size_t)var * KV + g) * NQ * GD;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)NQ, GD, GD, 1.0f, X, GD, M.data(), GD, 0.0f,
                         Z.data(), GD);
@@ -504,10 +511,12 @@ zack_sens_curves calib_sensitivity(const model& m, const zack_calibration& c,
     if (!r.rel_q[0][1].empty()) {
         const size_t nh = (size_t)r.n_layer * r.n_kv;
         out.qbits.assign(k_sens_prec, k_sens_prec + k_sens_n_prec);
-        out.q.assign((size_t)k_sens_n_prec * k_sens_n_prec * nh, 0.0);  // [0][0]: exact, loss 0
+        // [0][0]: exact, loss 0; NaN where not measured (a tail as values, with 16- or 8-bit values)
+        out.q.assign((size_t)k_sens_n_prec * k_sens_n_prec * nh, std::nan(""));
+        std::fill_n(out.q.begin(), nh, 0.0);
         for (int i = 0; i < k_sens_n_prec; i++)
             for (int j = 0; j < k_sens_n_prec; j++)
-                if (i || j) std::copy(r.rel_q[i][j].begin(), r.rel_q[i][j].end(), out.q.begin() + (i * k_sens_n_prec + j) * nh);
+                if (sens_pair_measured(i, j)) std::copy(r.rel_q[i][j].begin(), r.rel_q[i][j].end(), out.q.begin() + (i * k_sens_n_prec + j) * nh);
     }
     out.metric = "rel: mean over measured queries of |dy|^2 / |x|^2 (dy: the residual-stream change of the head at "
                  "that rank, x: the layer's input)";

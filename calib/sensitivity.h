@@ -18,6 +18,7 @@
 // Layout of the curves: [n_layer x n_kv x n_ranks], ranks ascending, the last
 // one = head_dim (loss 0 by construction).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "calib/zack_file.h"
 #include "engine/model.h"
 #include "engine/session.h"
+#include "kernels/attention.h"
 
 namespace zk {
 
@@ -45,9 +47,23 @@ struct sens_params {
 };
 
 // The precisions of the simulated caches: index 0 is exact (16), then the
-// quantized layouts.
-constexpr int k_sens_n_prec = 4;
-constexpr int k_sens_prec[k_sens_n_prec] = {16, 8, 4, 2};
+// quantized layouts; 1 (keys only) stands for 2-bit keys whose last
+// sens_tail(d) channels are a 1-bit tail (kernels/attention.h), measured with
+// 4- and 2-bit values (sens_pair_measured): on Qwen2.5-Coder-1.5B the tail
+// from channel 32 of 128 keeps 99.2% of perplexity where rank cuts of the same
+// bytes do not (bench/RESULTS.md).
+constexpr int k_sens_n_prec = 5;
+constexpr int k_sens_prec[k_sens_n_prec] = {16, 8, 4, 2, 1};
+constexpr int k_sens_tail_code = 1;  // = k_plan_tail_code (calib/plan.h)
+// 3/4 of the channels, at most KV_KEY_TAIL_MAX (Gemma 3's 256: 128)
+inline int sens_tail(int d) { return std::min(d - d / 4, KV_KEY_TAIL_MAX); }
+// Whether the pair (keys at k_sens_prec[i], values at [j]) is measured: every
+// pair but (16, 16) of the others; a tail only as keys, with 4- or 2-bit values.
+inline bool sens_pair_measured(int i, int j) {
+    if (i == 0 && j == 0) return false;
+    if (k_sens_prec[j] == k_sens_tail_code) return false;
+    return k_sens_prec[i] != k_sens_tail_code || k_sens_prec[j] == 4 || k_sens_prec[j] == 2;
+}
 
 // A grid of about 16 ranks: multiples of max(align, d / 16), ending at d.
 std::vector<int> sens_default_ranks(int d, int align);

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "engine/arch.h"
+#include "engine/kv_cache.h"
 #include "engine/forward_buffers.h"
 #include "ggml-like/threadpool.h"
 #include "kernels/matmul.h"
@@ -54,6 +55,10 @@ public:
     // waits for the stream). Only the profile (engine/backend_profile.h) needs it.
     virtual void sync() {}
 
+    // Throws zk::error (one line, ending "; use device cpu") when this backend
+    // cannot run a cache of these parameters; a session then falls back to the
+    // CPU where its parameters allow it, as for the buffers below.
+    virtual void cache_check(const kv_cache_params& p) const { (void)p; }
     // Buffers for passes over up to n_rows rows of up to max_seqs sequences
     // (forward_buffers' constructor says what the other arguments size).
     virtual std::unique_ptr<forward_buffers> buffers_create(const model_hparams& hp, int64_t n_rows, int max_seqs,

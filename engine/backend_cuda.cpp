@@ -92,6 +92,12 @@ backend_cuda::backend_cuda(int n_threads) : pool_(n_threads), dev_(cuda_device_q
 
 backend_cuda::~backend_cuda() = default;
 
+void backend_cuda::cache_check(const kv_cache_params& p) const {
+    if (p.key_tail > 0 || std::any_of(p.tails_k.begin(), p.tails_k.end(), [](int t) { return t > 0; }))
+        ZK_THROW("device cuda: 1-bit key tails (--kv-key-tail, a plan's tails_k) are not on the GPU yet; use device "
+                 "cpu");
+}
+
 std::unique_ptr<forward_buffers> backend_cuda::buffers_create(const model_hparams& hp, int64_t n_rows, int max_seqs,
                                                               int n_threads, int64_t cap, int gear_rank,
                                                               bool observe) {

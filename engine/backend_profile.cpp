@@ -26,6 +26,7 @@ public:
         return in_->buffers_create(hp, n_rows, max_seqs, n_threads, cap, gear_rank, observe);
     }
     void sync() override { in_->sync(); }
+    void cache_check(const kv_cache_params& p) const override { in_->cache_check(p); }
 
     void embed(const weight_view& table, const int32_t* tokens, int64_t n, float scale, float* x) override {
         timed(OP_EMBED, n, [&] { in_->embed(table, tokens, n, scale, x); });

@@ -54,6 +54,8 @@ int kv_cache_bits(const kv_cache_params& p, kv_role role, size_t i) {
     return t.empty() ? p.bits : t[i];
 }
 
+int kv_cache_key_tail(const kv_cache_params& p, size_t i) { return p.tails_k.empty() ? p.key_tail : p.tails_k[i]; }
+
 bool kv_cache_quantized(const kv_cache_params& p) {
     return any_bits(p, [](int b) { return b < 16; });
 }
@@ -83,6 +85,17 @@ void kv_cache_validate_params(const kv_cache_params& p, int n_layer, int n_head_
             ZK_THROW_PARAM("kv.residual", "kv.residual must be a positive multiple of the group (%d), got %d", p.group,
                            p.residual);
     }
+    if (p.key_tail < 0 || p.key_tail > KV_KEY_TAIL_MAX)
+        ZK_THROW_PARAM("kv.key_tail", "kv.key_tail (1-bit key channels) must be between 0 and %d, got %d",
+                       KV_KEY_TAIL_MAX, p.key_tail);
+    if (!p.tails_k.empty() && n_layer > 0 && n_head_kv > 0 && p.tails_k.size() != (size_t)n_layer * n_head_kv)
+        ZK_THROW("kv_tails_k (1-bit key channels per head) has %zu entries; it needs %d (%d layers x %d KV heads) or "
+                 "none", p.tails_k.size(), n_layer * n_head_kv, n_layer, n_head_kv);
+    for (size_t i = 0; i < p.tails_k.size(); i++)
+        if (p.tails_k[i] < 0 || p.tails_k[i] > KV_KEY_TAIL_MAX)
+            ZK_THROW("kv_tails_k[%zu] is %d; a 1-bit key tail is 0 to %d channels", i, p.tails_k[i], KV_KEY_TAIL_MAX);
+    const bool tails = p.key_tail > 0 || std::any_of(p.tails_k.begin(), p.tails_k.end(), [](int t) { return t > 0; });
+    if (tails && p.gear) ZK_THROW_PARAM("kv.gear", "kv.gear does not correct 1-bit key tails; drop one of them");
     if (p.sinks < 0 || p.sinks > 64)
         ZK_THROW_PARAM("kv.sinks", "kv.sinks must be between 0 and 64 tokens, got %d", p.sinks);
     if (p.gear) {
@@ -120,6 +133,7 @@ kv_side_shape kv_cache::side_shape(kv_role role, size_t i, const kv_layout& layo
         s.group = p_.group;
         s.max_groups = max_groups(capacity);
     }
+    if (role == KV_ROLE_KEYS && layout.windowed) s.tail = std::min(kv_cache_key_tail(p_, i), s.r);
     if (p_.gear && layout.gear) {
         s.gear = true;
         s.gear_rank = p_.gear_rank;
@@ -281,6 +295,19 @@ std::string kv_cache::describe(int head_dim) const {
         if (windowed_) {
             std::snprintf(buf, sizeof buf, " (KIVI: keys per channel over %d tokens, %d-token %s residual window%s)",
                           p_.group, residual_, dtype_name(p_.type), p_.gear ? ", GEAR" : "");
+            prec += buf;
+        }
+    }
+    if (windowed_) {  // 1-bit key tails: how many heads have one, and their mean length
+        int nt = 0;
+        long sum = 0;
+        for (const auto& b : blocks_) {
+            const int t = b.k->view(0).tail;
+            if (t > 0) nt++, sum += t;
+        }
+        if (nt > 0) {
+            std::snprintf(buf, sizeof buf, "; 1-bit key tails in %d of %zu heads (%.0f channels on average)", nt,
+                          blocks_.size(), (double)sum / nt);
             prec += buf;
         }
     }

@@ -62,6 +62,13 @@ struct kv_cache_params {
     float gear_outliers = 0.02f;  // fraction of a group's elements kept exactly
     bool scores = false;          // keep a per-slot eviction score
     bool evicting = false;        // slots will be removed (KIVI: room for partial groups)
+    // 1-bit key tails (kernels/attention.h): the last channels of a KIVI key
+    // side coded in one bit each, key_tail on every such side or per (layer,
+    // KV head) in tails_k [n_layer x n_head_kv]; at most KV_KEY_TAIL_MAX, and
+    // at most the side's rank (a head of a smaller rank is 1-bit throughout).
+    // Sides that are not KIVI ignore them.
+    int key_tail = 0;
+    std::vector<int> tails_k;
     int sinks = 0;                // first positions also kept exact (f32, full head dim)
     int sink_dim = 0;             // channels of an exact sink row; rows passed to append() have them
 };
@@ -72,6 +79,8 @@ struct kv_cache_params {
 void kv_cache_validate_params(const kv_cache_params& p, int n_layer = -1, int n_head_kv = -1);
 // The precision of side `role` of block i (= layer * n_head_kv + head).
 int kv_cache_bits(const kv_cache_params& p, kv_role role, size_t i);
+// The 1-bit key tail asked for block i (before clamping to its rank).
+int kv_cache_key_tail(const kv_cache_params& p, size_t i);
 // Whether some side of the cache is quantized (below 16 bits).
 bool kv_cache_quantized(const kv_cache_params& p);
 // Whether some side is KIVI (4 or 2 bits): blocks with one keep a residual window.

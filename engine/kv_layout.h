@@ -42,6 +42,8 @@ struct kv_side_shape {
     bool gear = false;
     int gear_rank = 0;
     float gear_outliers = 0;
+    // KIVI keys: the last `tail` channels in 1-bit codes (kernels/attention.h; 0: none)
+    int tail = 0;
 };
 
 // A group of quantized slots as a side sees it: group g holds the n slots from s0.

@@ -20,12 +20,16 @@ public:
         : s_(s),
           bits_(bits),
           keys_(s.role == KV_ROLE_KEYS),
-          rb_(kv_kivi_row_bytes(bits, s.r)),
+          rb_(s.role == KV_ROLE_KEYS ? kv_key_row_bytes(bits, s.r, s.tail) : kv_kivi_row_bytes(bits, s.r)),
           vb_(kv_n_blocks(s.r, KV_Q4_VBLOCK)),
           k_(s.gear ? s.gear_rank : 0),
           nout_(n_out_for(s, s.group)),
           row_((int64_t)s.r * kv_elem_size(s.type)) {
         ZK_ASSERT(s.residual > 0 && s.group > 0);
+        if (s.tail < 0 || s.tail > s.r || s.tail > KV_KEY_TAIL_MAX || (s.tail > 0 && s.role != KV_ROLE_KEYS))
+            ZK_THROW("a 1-bit key tail of %d channels in a %s side of %d: keys only, at most min(r, %d)", s.tail,
+                     s.role == KV_ROLE_KEYS ? "key" : "value", s.r, KV_KEY_TAIL_MAX);
+        if (s.tail > 0 && s.gear) ZK_THROW("1-bit key tails do not take GEAR's correction (kv.gear with kv.key_tail)");
         if ((int64_t)s.group * s.r >= KV_GEAR_NONE)
             ZK_THROW("%d-bit KV group of %d tokens x %d channels is too large (max 65534 elements)", bits, s.group,
                      s.r);
@@ -81,6 +85,7 @@ public:
         v.codes = codes_.data();
         v.scale = scale_.data();
         v.min = min_.data();
+        v.tail = s_.tail;
         if (s_.gear) v.gear = attn_gear_view{k_, nout_, ga_.data(), gb_.data(), goi_.data(), gov_.data()};
         return v;
     }
@@ -116,7 +121,7 @@ void kivi_side::read_group(const kv_group_ref& gr, float* X) const {
     const uint8_t* c = codes_.data() + gr.s0 * rb_;
     if (!s_.gear) {
         if (keys_)
-            kvq_dequantize_keys(bits_, c, scale_of(gr), min_of(gr), gr.n, s_.r, X);
+            kvq_dequantize_keys(bits_, c, scale_of(gr), min_of(gr), gr.n, s_.r, X, s_.tail);
         else
             kvq_dequantize_values(bits_, c, scale_of(gr), min_of(gr), gr.n, s_.r, X);
         return;
@@ -133,7 +138,7 @@ void kivi_side::requantize(const kv_group_ref& gr, const float* X, float* work) 
     uint16_t* mn = (uint16_t*)min_of(gr);
     if (!s_.gear) {
         if (keys_)
-            kvq_quantize_keys(bits_, X, gr.n, s_.r, c, sc, mn);
+            kvq_quantize_keys(bits_, X, gr.n, s_.r, c, sc, mn, nullptr, s_.tail);
         else
             kvq_quantize_values(bits_, X, gr.n, s_.r, c, sc, mn);
         return;
@@ -170,7 +175,8 @@ void kivi_side::move_group(int64_t g, int64_t ng, const int16_t* newt, int) {
 size_t kivi_bytes(int bits, const kv_side_shape& s) {
     const size_t C = (size_t)s.capacity, MG = (size_t)s.max_groups;
     size_t b = (size_t)s.residual * s.r * kv_elem_size(s.type);  // residual window
-    b += C * kv_kivi_row_bytes(bits, s.r) + KV_Q4_PAD;           // codes
+    b += C * (s.role == KV_ROLE_KEYS ? kv_key_row_bytes(bits, s.r, s.tail) : kv_kivi_row_bytes(bits, s.r)) +
+         KV_Q4_PAD;  // codes
     b += s.role == KV_ROLE_KEYS ? MG * 2 * (size_t)s.r                  // grid codes per (group, channel)
                                 : C * 2 * (size_t)kv_n_blocks(s.r, KV_Q4_VBLOCK);  // per (token, block)
     b += MG * 2 * KV_GRID_STEPS;                                        // steps per group

@@ -218,8 +218,9 @@ void kvq_key_grid_search(int bits, const float* x, int n, int64_t stride, const 
         }
 }
 
-void kvq_grid_codes(int bits, const float* lo, const float* hi, int r, uint16_t* grid, uint16_t* step) {
-    const int top = (1 << bits) - 1;
+void kvq_grid_codes(int bits, const float* lo, const float* hi, int r, uint16_t* grid, uint16_t* step, int tail) {
+    // the levels above a channel's min: 2^bits - 1, or 1 in a 1-bit tail
+    auto top = [&](int c) { return c < r - tail ? (float)((1 << bits) - 1) : 1.0f; };
     float mabs = 0;
     for (int c = 0; c < r; c++) mabs = std::fmax(mabs, std::fabs(lo[c]));
     step[1] = f16_ceil(mabs / 127.0f);
@@ -227,42 +228,83 @@ void kvq_grid_codes(int bits, const float* lo, const float* hi, int r, uint16_t*
     auto min_code = [&](int c) { return dm > 0 ? std::fmin(std::fmax(std::floor(lo[c] / dm), -127.0f), 127.0f) : 0.0f; };
     float smax = 0;
     // hi - m as one fma, as kernels/cuda/kv_append.cu computes it
-    for (int c = 0; c < r; c++) smax = std::fmax(smax, std::fma(-dm, min_code(c), hi[c]) / (float)top);
+    for (int c = 0; c < r; c++) smax = std::fmax(smax, std::fma(-dm, min_code(c), hi[c]) / top(c));
     step[0] = f16_ceil(smax / 255.0f);
     const float ds = fp16_to_fp32(step[0]);
     for (int c = 0; c < r; c++) {
-        const float mc = min_code(c), need = std::fma(-dm, mc, hi[c]) / (float)top;
+        const float mc = min_code(c), need = std::fma(-dm, mc, hi[c]) / top(c);
         const int sc = ds > 0 ? (int)std::fmin(std::fmax(std::ceil(need / ds), 0.0f), 255.0f) : 0;
         grid[c] = (uint16_t)(sc | (((int)mc & 0xff) << 8));
     }
 }
 
+void kvq_key_levels_1bit(const float* x, int n, int64_t stride, const uint8_t* skip, int64_t skip_stride,
+                         float* lo, float* hi) {
+    float mn, mx;
+    q_range(x, n, stride, skip, skip_stride, &mn, &mx);
+    *lo = mn, *hi = mx;
+    // Lloyd's iterations for two levels: each level the mean of the values
+    // nearer to it; from the range's ends they settle in a few steps
+    for (int it = 0; it < 8 && *hi > *lo; it++) {
+        const float mid = 0.5f * (*lo + *hi);
+        double s0 = 0, s1 = 0;
+        int n0 = 0, n1 = 0;
+        for (int t = 0; t < n; t++) {
+            if (skip && skip[t * skip_stride]) continue;
+            const float v = x[t * stride];
+            if (v > mid)
+                s1 += v, n1++;
+            else
+                s0 += v, n0++;
+        }
+        const float l = n0 ? (float)(s0 / n0) : *lo, h = n1 ? (float)(s1 / n1) : *hi;
+        if (l == *lo && h == *hi) break;
+        *lo = l, *hi = h;
+    }
+}
+
 void kvq_quantize_keys(int bits, const float* X, int n, int r, uint8_t* codes, uint16_t* grid, uint16_t* step,
-                       const uint8_t* skip) {
+                       const uint8_t* skip, int tail) {
     check_bits(bits);
     if (r > KV_KEY_MAX_R) ZK_THROW("%d-bit keys of %d channels: at most %d", bits, r, KV_KEY_MAX_R);
-    const int rb = kv_qb_row_bytes(bits, r), top = (1 << bits) - 1;
+    if (tail < 0 || tail > r || tail > KV_KEY_TAIL_MAX)
+        ZK_THROW("a 1-bit key tail of %d channels in a key of %d: at most min(r, %d)", tail, r, KV_KEY_TAIL_MAX);
+    const int h = r - tail, rb = kv_key_row_bytes(bits, r, tail), rbh = kv_qb_row_bytes(bits, h);
+    const int tb = kv_tail_bytes(tail);
     float lo[KV_KEY_MAX_R] = {}, hi[KV_KEY_MAX_R] = {};
-    for (int c = 0; c < r; c++) kvq_key_grid_search(bits, X + c, n, r, skip ? skip + c : nullptr, r, &lo[c], &hi[c]);
-    kvq_grid_codes(bits, lo, hi, r, grid, step);
+    for (int c = 0; c < h; c++) kvq_key_grid_search(bits, X + c, n, r, skip ? skip + c : nullptr, r, &lo[c], &hi[c]);
+    for (int c = h; c < r; c++) kvq_key_levels_1bit(X + c, n, r, skip ? skip + c : nullptr, r, &lo[c], &hi[c]);
+    kvq_grid_codes(bits, lo, hi, r, grid, step, tail);
     const float ds = fp16_to_fp32(step[0]), dm = fp16_to_fp32(step[1]);
     std::memset(codes, 0, (size_t)n * rb);  // unused high bits zero, as for values
     for (int c = 0; c < r; c++) {
         const float sv = kivi_grid_scale(grid[c], ds), mv = kivi_grid_min(grid[c], dm);
         const float inv = sv > 0 ? 1.0f / sv : 0.0f;
-        for (int t = 0; t < n; t++)
-            put_code(bits, codes + (size_t)t * rb, c, q_code(X[(size_t)t * r + c], mv, inv, top));
+        if (c < h) {
+            const int top = (1 << bits) - 1;
+            for (int t = 0; t < n; t++)
+                put_code(bits, codes + (size_t)t * rb, c, q_code(X[(size_t)t * r + c], mv, inv, top));
+        } else {  // tail channel i: bit i / tb of tail byte i % tb
+            const int i = c - h;
+            for (int t = 0; t < n; t++)
+                codes[(size_t)t * rb + rbh + i % tb] |= (uint8_t)(q_code(X[(size_t)t * r + c], mv, inv, 1) << (i / tb));
+        }
     }
 }
 
 void kvq_dequantize_keys(int bits, const uint8_t* codes, const uint16_t* grid, const uint16_t* step, int n, int r,
-                         float* X) {
+                         float* X, int tail) {
     check_bits(bits);
-    const int rb = kv_qb_row_bytes(bits, r);
+    const int h = r - tail, rb = kv_key_row_bytes(bits, r, tail), rbh = kv_qb_row_bytes(bits, h);
+    const int tb = kv_tail_bytes(tail);
     const float ds = fp16_to_fp32(step[0]), dm = fp16_to_fp32(step[1]);
     for (int c = 0; c < r; c++) {
         const float sv = kivi_grid_scale(grid[c], ds), mv = kivi_grid_min(grid[c], dm);
-        for (int t = 0; t < n; t++) X[(size_t)t * r + c] = sv * (float)get_code(bits, codes + (size_t)t * rb, c) + mv;
+        for (int t = 0; t < n; t++) {
+            const uint8_t* row = codes + (size_t)t * rb;
+            const int code = c < h ? get_code(bits, row, c) : (row[rbh + (c - h) % tb] >> ((c - h) / tb)) & 1;
+            X[(size_t)t * r + c] = sv * (float)code + mv;
+        }
     }
 }
 

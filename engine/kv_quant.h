@@ -51,10 +51,18 @@ void kvq_dequantize_vrow(int bits, const uint8_t* codes, const uint16_t* grid, c
 // range stays inside the grid). skip (optional, [n x r]): elements left out of
 // the grid (GEAR outliers; their codes are clamped and a sparse correction
 // restores them).
+// tail: the last `tail` channels (at most KV_KEY_TAIL_MAX) in 1-bit codes
+// after the others (kernels/attention.h), their two levels from
+// kvq_key_levels_1bit; rows of kv_key_row_bytes(bits, r, tail) bytes.
 void kvq_quantize_keys(int bits, const float* X, int n, int r, uint8_t* codes, uint16_t* grid, uint16_t* step,
-                       const uint8_t* skip = nullptr);
+                       const uint8_t* skip = nullptr, int tail = 0);
 void kvq_dequantize_keys(int bits, const uint8_t* codes, const uint16_t* grid, const uint16_t* step, int n, int r,
-                         float* X);
+                         float* X, int tail = 0);
+// The two levels [lo, hi] of a 1-bit key channel: Lloyd's iterations from the
+// range's ends (each level the mean of the values nearer to it), which the
+// clipped grid search of wider codes only approximates.
+void kvq_key_levels_1bit(const float* x, int n, int64_t stride, const uint8_t* skip, int64_t skip_stride,
+                         float* lo, float* hi);
 
 // The clipped grid of one key channel. KIVI quantizes keys per channel over a
 // group of tokens, so one outlying token widens every other token's steps; at
@@ -74,7 +82,9 @@ float kvq_key_grid_sse(int bits, const float* x, int n, int64_t stride, const ui
 // group's (token's) steps:
 // dm = max |lo| / 127 and m_c = dm floor(lo_c / dm), then ds = max (hi_c - m_c)
 // / (2^bits - 1) / 255 and s_c = ds ceil(.. / ds); steps rounded up to f16.
-void kvq_grid_codes(int bits, const float* lo, const float* hi, int r, uint16_t* grid, uint16_t* step);
+// The last `tail` channels are 1-bit (one step: s_c spans hi_c - m_c).
+void kvq_grid_codes(int bits, const float* lo, const float* hi, int r, uint16_t* grid, uint16_t* step,
+                    int tail = 0);
 
 // The 4-bit forms.
 inline void kvq_quantize_q4_vrow(const float* x, int r, uint8_t* codes, uint16_t* grid, uint16_t* step) {

@@ -85,7 +85,8 @@ std::vector<int32_t> int_array(const gguf_file& f, const std::string& key, size_
     return out;
 }
 
-std::vector<float> float_array(const gguf_file& f, const std::string& key, size_t n) {
+// nan_ok: NaN marks an entry that was not measured (zack.sens.q's pairs).
+std::vector<float> float_array(const gguf_file& f, const std::string& key, size_t n, bool nan_ok = false) {
     const gguf_value* v = f.find(key);
     if (!v || v->type != gguf_type::ARRAY)
         ZK_THROW("%s: missing array key %s", f.path().c_str(), key.c_str());
@@ -94,6 +95,7 @@ std::vector<float> float_array(const gguf_file& f, const std::string& key, size_
     std::vector<float> out(n);
     for (size_t i = 0; i < n; i++) {
         out[i] = (float)v->arr[i].as_float(key.c_str());
+        if (nan_ok && std::isnan(out[i])) continue;
         if (!std::isfinite(out[i]) || out[i] < 0)
             ZK_THROW("%s: %s[%zu] = %g is not a finite non-negative loss", f.path().c_str(), key.c_str(), i, out[i]);
     }
@@ -126,16 +128,18 @@ void model_load_sensitivity(model& m) {
     z.sens_v = float_array(f, "zack.sens.v", n);
     const size_t nh = (size_t)hp.n_layer * hp.n_head_kv;
     if (const gguf_value* qb = f.find("zack.sens.qbits")) {
-        if (qb->type != gguf_type::ARRAY || qb->arr.size() < 2 || qb->arr.size() > 4)
-            ZK_THROW("%s: zack.sens.qbits must be an array of 2..4 precisions", f.path().c_str());
+        if (qb->type != gguf_type::ARRAY || qb->arr.size() < 2 || qb->arr.size() > 5)
+            ZK_THROW("%s: zack.sens.qbits must be an array of 2..5 precisions", f.path().c_str());
         z.sens_qbits = int_array(f, "zack.sens.qbits", qb->arr.size());
+        // 1: 2-bit keys with a 1-bit tail (calib/sensitivity.h)
         for (size_t i = 0; i < z.sens_qbits.size(); i++) {
             const int32_t b = z.sens_qbits[i];
-            if ((i == 0) != (b == 16) || (b != 16 && b != 8 && b != 4 && b != 2))
-                ZK_THROW("%s: zack.sens.qbits must be 16 and then some of 8, 4, 2 (got %d at %zu)", f.path().c_str(),
-                         b, i);
+            if ((i == 0) != (b == 16) || (b != 16 && b != 8 && b != 4 && b != 2 && b != 1) ||
+                std::count(z.sens_qbits.begin(), z.sens_qbits.end(), b) != 1)
+                ZK_THROW("%s: zack.sens.qbits must be 16 and then some of 8, 4, 2, 1 once each (got %d at %zu)",
+                         f.path().c_str(), b, i);
         }
-        z.sens_q = float_array(f, "zack.sens.q", z.sens_qbits.size() * z.sens_qbits.size() * nh);
+        z.sens_q = float_array(f, "zack.sens.q", z.sens_qbits.size() * z.sens_qbits.size() * nh, true);
     } else if (f.find("zack.sens.q8") || f.find("zack.sens.q4")) {  // one precision for both sides
         z.sens_qbits = {16, 8, 4};
         z.sens_q.assign(9 * nh, NAN);

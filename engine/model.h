@@ -104,7 +104,9 @@ struct zack_info {
     // Quantized caches at full rank: the precisions (the first 16) and
     // [n_p x n_p x n_layer x n_head_kv] the loss with keys at sens_qbits[i] and
     // values at sens_qbits[j]; older files measured both sides at one precision
-    // only (8, 4): their other pairs are NaN.
+    // only (8, 4): their other pairs are NaN. Precision 1 is 2-bit keys with a
+    // 1-bit tail (calib/sensitivity.h), keys only: NaN as values and with 16- or
+    // 8-bit values.
     std::vector<int32_t> sens_qbits;
     std::vector<float> sens_q;
     std::string sens_metric;

@@ -165,6 +165,7 @@ session::session(const model& m, const session_params& p) : m_(m), params_(p) {
     if (windowed_layers_) keep_.resize((size_t)cache_->capacity());
     const int64_t cap = cache_->capacity();
     try {
+        be_->cache_check(kp);
         fb_ = be_->buffers_create(hp, params_.n_batch, 1, p.n_threads, cap, kp.gear ? kp.gear_rank : 0,
                                   policy_->needs_attention());
     } catch (const zk::error& e) {

@@ -32,6 +32,16 @@
 //       (group, head) and laid out in the order the codes unpack (a permutation
 //       that costs nothing per slot), the value weights p s_b rounded to 7 bits
 //       per 32 slots against centred codes. The reference path is float.
+//       1-bit key tails (`tail` > 0, keys only): the last `tail` channels
+//       [h, r), h = r - tail, are coded in one bit each against their grids
+//       (two levels, m_c and m_c + s_c), after the row's h codes of `bits` bits:
+//       a row is kv_kivi_row_bytes(bits, h) bytes, then kv_tail_bytes(tail) =
+//       tb bytes where tail channel h + i is bit i / tb of byte i % tb, so
+//       that bit plane p of the tail bytes holds tail channels [p tb, p tb + tb)
+//       in order (the integer kernel unpacks a plane with a shift and a mask and
+//       meets the query in channel order). Why: in the ZACK basis the last key
+//       channels carry little energy but their removal costs much more than a
+//       coarse code (Qwen2.5-Coder-1.5B, bench/RESULTS.md "1-bit tails").
 //   GEAR (optional, on KIVI sides): per group of `group` quantized tokens, a
 //       rank-k correction A B^T (A [group x k], B [r x k], f16) and n_out sparse
 //       corrections (index t * r + c within the group, f16 value) of the
@@ -93,6 +103,14 @@ inline int kv_n_blocks(int r, int block) { return (r + block - 1) / block; }
 inline int kv_q4_row_bytes(int r) { return (r + 1) / 2; }
 // Bytes of a row of r KIVI codes of `bits` (4 or 2) bits.
 inline int kv_kivi_row_bytes(int bits, int r) { return (r * bits + 7) / 8; }
+// 1-bit key tails: at most KV_KEY_TAIL_MAX channels (tb <= 16 bytes, one
+// 128-bit lane of the integer kernel); bytes of a tail, and of a key row of r
+// channels whose last `tail` are 1-bit.
+constexpr int KV_KEY_TAIL_MAX = 128;
+inline int kv_tail_bytes(int tail) { return (tail + 7) / 8; }
+inline int kv_key_row_bytes(int bits, int r, int tail) {
+    return kv_kivi_row_bytes(bits, r - tail) + kv_tail_bytes(tail);
+}
 
 struct attn_gear_view {
     int rank = 0;                      // low-rank part (0: none)
@@ -113,6 +131,8 @@ struct attn_side_view {
                                       // codes; KIVI values: [n_quant x vblocks(r)] packed grid codes
     const uint16_t* min = nullptr;    // KIVI keys: [n_groups x KV_GRID_STEPS] f16 steps; values: [n_quant x
                                       // KV_GRID_STEPS] f16 steps
+    int tail = 0;                     // KIVI keys: the last `tail` channels in 1-bit codes (rows of
+                                      // kv_key_row_bytes(bits, r, tail) bytes)
     attn_gear_view gear;
 };
 

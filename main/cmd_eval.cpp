@@ -137,6 +137,8 @@ nlohmann::json session_json(const session_params& p, const model& m) {
                         {"kv_type", dtype_name(p.kv.type)}};
     j["kv_bits"] = p.kv.bits;
     if (!p.kv.bits_k.empty()) j["kv_bits_k"] = p.kv.bits_k, j["kv_bits_v"] = p.kv.bits_v;
+    if (p.kv.key_tail > 0) j["kv_key_tail"] = p.kv.key_tail;
+    if (!p.kv.tails_k.empty()) j["kv_tails_k"] = p.kv.tails_k;
     if (p.evict.policy != "none") j["evict"] = {{"policy", p.evict.policy}, {"budget", p.evict.budget}};
     if (!p.ranks_k.empty()) {
         j["ranks_k"] = p.ranks_k;
@@ -422,6 +424,10 @@ int cmd_eval(CLI::App& app, eval_opts& eo) {
         pl.bits = sj.value("kv_bits", 16);
         pl.bits_k = sj.value("kv_bits_k", std::vector<int>{});
         pl.bits_v = sj.value("kv_bits_v", std::vector<int>{});
+        pl.tails_k = sj.value("kv_tails_k", std::vector<int>{});
+        if (pl.tails_k.empty() && sj.value("kv_key_tail", 0) > 0)  // one tail: on every 4- or 2-bit key side
+            for (size_t h = 0; h < (size_t)m->hp.n_layer * m->hp.n_head_kv; h++)
+                pl.tails_k.push_back(pl.head_bits_k(h) <= 4 ? std::min(sj.value("kv_key_tail", 0), m->hp.head_dim) : 0);
         pl.ranks_k = sj.value("ranks_k", std::vector<int>{});
         pl.ranks_v = sj.value("ranks_v", std::vector<int>{});
         pl.kbasis = sj.value("key_basis", std::vector<int>{});

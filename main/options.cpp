@@ -117,6 +117,9 @@ void options_add_kv(CLI::App& app, model_opts& o, bool lists_elsewhere) {
     app.add_option("--kv-residual", o.kv_residual,
                    "4/2-bit: newest tokens kept in full precision, a multiple of the group (0 = 128 tokens, "
                    "or one group if larger)")->group(g);
+    app.add_option("--kv-key-tail", o.kv_key_tail,
+                   "4/2-bit keys: their last N channels (the weakest, in a .zack's basis) in 1-bit codes, 0-128; "
+                   "a plan's per-head tails take precedence")->group(g);
     app.add_flag("--kv-gear", o.kv_gear, "4/2-bit: GEAR error correction (low-rank + sparse outliers per group)")
         ->group(g);
     app.add_option("--kv-gear-rank", o.kv_gear_rank, "GEAR: rank of the residual approximation")->group(g);
@@ -281,6 +284,7 @@ session_params options_session_params(const model_opts& o) {
     p.kv.group = o.kv_group;
     p.kv.residual = o.kv_residual;
     p.kv.gear = o.kv_gear;
+    p.kv.key_tail = o.kv_key_tail;
     p.kv.gear_rank = o.kv_gear_rank;
     p.kv.gear_outliers = o.kv_gear_outliers;
     p.evict.policy = o.kv_evict;
@@ -311,6 +315,7 @@ const struct {
     {"kv.residual", "--kv-residual"},   {"kv.sinks", "--kv-sinks"},
     {"kv.gear_rank", "--kv-gear-rank"}, {"kv.gear_outliers", "--kv-gear-outliers"},
     {"kv.gear", "--kv-gear"},           {"kv.alloc", "--kv-alloc"},
+    {"kv.key_tail", "--kv-key-tail"},
     {"evict.policy", "--kv-evict"},     {"evict.budget", "--kv-budget"},
     {"evict.n_sink", "--kv-sinks"},     {"evict.n_recent", "--kv-recent"},
     {"evict.crush_anchor", "--kv-crush-anchor"}, {"evict.crush", "--kv-crush"},

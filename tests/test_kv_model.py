@@ -9,7 +9,9 @@
    prints the figures. Only loose sanity is asserted (finite, 8-bit close to
    the baseline), as the figures are measurements, not specifications, plus one
    comparison: the default 4-bit cache (4 exact sink tokens, a 128-token f16
-   window) has a lower KL than 4-bit without sinks and with a one-group window.
+   window) has a lower KL than 4-bit without sinks and with a one-group window;
+   and 4-bit keys whose last 16 channels are 1-bit lose more than 4-bit alone
+   but stay far below a nat (`zack run` with them answers too).
 """
 import os
 import re
@@ -44,7 +46,7 @@ def main():
 
     prompt = "What is the capital of France? Answer in one sentence."
     for flags in (["--kv-bits", "4"], ["--kv-bits", "4", "--kv-gear"], ["--kv-bits", "8"],
-                  ["--kv-evict", "h2o", "--kv-budget", "24", "--kv-bits", "4"]):
+                  ["--kv-evict", "h2o", "--kv-budget", "24", "--kv-bits", "4"], ["--kv-bits", "4", "--kv-key-tail", "16"]):
         r = subprocess.run([ZACK, "run", "-m", MODEL, "-p", prompt, "-n", "24", "--temp", "0", "-t", "2", "-v"] + flags,
                            capture_output=True, text=True, timeout=300)
         out = r.stdout.strip()
@@ -55,20 +57,25 @@ def main():
         check(r.returncode == 0 and "paris" in out.lower(), f"greedy answer with {' '.join(flags)} names Paris")
         if flags[:2] == ["--kv-bits", "4"] and len(flags) == 2:
             check(bool(kv_line) and "first 4 tokens also exact" in kv_line[0], "-v shows the exact sink tokens")
+        if "--kv-key-tail" in flags:
+            check(bool(kv_line) and "1-bit key tails in 90 of 90 heads (16 channels" in kv_line[0],
+                  "-v shows the 1-bit key tails")
 
     for flags, needle in ((["--kv-bits", "3"], "--kv-bits"), (["--kv-evict", "h2o"], "--kv-budget"),
                           (["--kv-evict", "h2o", "--kv-budget", "128", "--kv-crush", "1"], "--kv-crush"),
                           (["--kv-bits", "4", "--kv-group", "0"], "--kv-group"),
                           (["--kv-bits", "8", "--kv-gear"], "--kv-gear"),
                           (["--kv-evict", "lru", "--kv-budget", "64"], "lru"),
-                          (["--kv-bits", "4", "--kv-sinks", "65"], "--kv-sinks")):
+                          (["--kv-bits", "4", "--kv-sinks", "65"], "--kv-sinks"),
+                          (["--kv-bits", "2", "--kv-key-tail", "129"], "--kv-key-tail"),
+                          (["--kv-bits", "2", "--kv-key-tail", "8", "--kv-gear"], "--kv-gear")):
         r = subprocess.run([ZACK, "run", "-m", MODEL, "-p", "hi", "-n", "1"] + flags,
                            capture_output=True, text=True, timeout=120)
         check(r.returncode != 0 and needle in r.stderr, f"{' '.join(flags)} rejected: {r.stderr.strip()[:120]!r}")
 
     text = os.path.join(SOURCE, "tests", "data", "calib", "apache-2.0.txt")
     configs = ["bits=8", "bits=4", "bits=4,sinks=0,residual=32", "bits=4,gear=1", "evict=streaming,budget=96",
-               "evict=h2o,budget=96", "evict=snapkv,budget=96"]
+               "evict=h2o,budget=96", "evict=snapkv,budget=96", "bits=4,key_tail=16"]
     r = subprocess.run([tool, MODEL, text, "--prompt", "192", "--decode", "32", "--threads", "2"] + configs,
                        capture_output=True, text=True, timeout=900)
     print(r.stdout)
@@ -84,6 +91,9 @@ def main():
     check(kl.get("bits=4", 1) < kl.get("bits=4,sinks=0,residual=32", 0),
           f"4-bit KL with exact sinks and the 128-token window ({kl.get('bits=4')}) below plain KIVI "
           f"({kl.get('bits=4,sinks=0,residual=32')})")
+    # a 1-bit tail is coarser than the codes it replaces: more KL than 4-bit alone, still far below 1 nat
+    check(kl.get("bits=4", 1) < kl.get("bits=4,key_tail=16", 0) < 0.5,
+          f"4-bit keys with a 16-channel 1-bit tail: KL {kl.get('bits=4,key_tail=16')} above 4-bit's, below 0.5")
 
     if failures:
         print(f"{len(failures)} check(s) failed")

@@ -264,6 +264,76 @@ TEST(KvQuant, Q2PackingOrder) {
     EXPECT_EQ(codes[1], 3 | 2 << 2 | 1 << 4 | 0 << 6);
 }
 
+// 1-bit key tails: channel h + i of a row whose last `tail` channels are 1-bit
+// is bit i / tb of tail byte i % tb (tb = kv_tail_bytes(tail)), after the h
+// codes of the width; each tail element reads back as the nearer of its
+// channel's two coded levels, those levels lie within a min step and a scale
+// step of Lloyd's two means, and those beat the range's ends in squared error;
+// the channels before the tail read back within half a step inside their grids.
+TEST(KvQuant, KeyTailsOneBitLevels) {
+    for (int bits : {4, 2})
+        for (int r : {4, 17, 64, 128})
+            for (int tail : {1, 3, 9, 16, 24, r}) {
+                if (tail > r || tail > KV_KEY_TAIL_MAX) continue;
+                const int n = 32, h = r - tail, tb = kv_tail_bytes(tail), rb = kv_key_row_bytes(bits, r, tail);
+                const std::string at =
+                    "bits " + std::to_string(bits) + " r " + std::to_string(r) + " tail " + std::to_string(tail);
+                ASSERT_EQ(rb, kv_qb_row_bytes(bits, h) + tb) << at;
+                std::vector<float> X = make_rows(n, r, 3 + r + tail), Y(X.size());
+                std::vector<uint8_t> codes((size_t)n * rb, 0xAA);
+                std::vector<uint16_t> grid(r), step(KV_GRID_STEPS);
+                kvq_quantize_keys(bits, X.data(), n, r, codes.data(), grid.data(), step.data(), nullptr, tail);
+                kvq_dequantize_keys(bits, codes.data(), grid.data(), step.data(), n, r, Y.data(), tail);
+                const float ds = fp16_to_fp32(step[0]), dm = fp16_to_fp32(step[1]);
+                for (int i = 0; i < tail; i++) {
+                    const int c = h + i;
+                    const float m = kivi_grid_min(grid[c], dm), s = kivi_grid_scale(grid[c], ds);
+                    float lo, hi, mn = INFINITY, mx = -INFINITY;
+                    kvq_key_levels_1bit(X.data() + c, n, r, nullptr, 0, &lo, &hi);
+                    for (int t = 0; t < n; t++) mn = std::min(mn, X[t * r + c]), mx = std::max(mx, X[t * r + c]);
+                    EXPECT_LE(kvq_key_grid_sse(1, X.data() + c, n, r, nullptr, 0, lo, hi),
+                              kvq_key_grid_sse(1, X.data() + c, n, r, nullptr, 0, mn, mx) * 1.0001f)
+                        << at << " c " << c;
+                    EXPECT_LE(m, lo) << at << " c " << c;
+                    EXPECT_GT(m, lo - dm * 1.0001f - 1e-6f) << at << " c " << c;
+                    EXPECT_GE(m + s, hi - 1e-6f) << at << " c " << c;
+                    EXPECT_LT(m + s - hi, ds + dm + 1e-6f) << at << " c " << c;
+                    for (int t = 0; t < n; t++) {
+                        const float x = X[t * r + c], y = Y[t * r + c];
+                        const int bit = (codes[(size_t)t * rb + kv_qb_row_bytes(bits, h) + i % tb] >> (i / tb)) & 1;
+                        EXPECT_FLOAT_EQ(y, bit ? m + s : m) << at << " c " << c << " t " << t;
+                        EXPECT_LE(std::fabs(x - y), std::fabs(x - (bit ? m : m + s)) + 1e-5f)
+                            << at << " c " << c << " t " << t;
+                    }
+                }
+                // the head of the row: codes of the width, within half a step inside the channel's grid
+                for (int c = 0; c < h; c++) {
+                    const float m = kivi_grid_min(grid[c], dm), s = kivi_grid_scale(grid[c], ds);
+                    const float g_hi = m + ((1 << bits) - 1) * s;
+                    for (int t = 0; t < n; t++) {
+                        const float x = X[t * r + c], y = Y[t * r + c];
+                        if (x >= m && x <= g_hi)
+                            EXPECT_LE(std::fabs(x - y), 0.5f * s * 1.0001f + 1e-6f) << at << " c " << c << " t " << t;
+                        else
+                            EXPECT_NEAR(y, x < m ? m : g_hi, 1e-5f * std::fabs(g_hi) + 1e-6f) << at << " c " << c;
+                    }
+                }
+            }
+    kv_cache_params p;
+    p.bits = 2;
+    p.key_tail = KV_KEY_TAIL_MAX + 1;
+    EXPECT_THROW(kv_cache_validate_params(p), zk::error);
+    p.key_tail = 8;
+    p.gear = true;
+    EXPECT_THROW(kv_cache_validate_params(p), zk::error);
+    p.gear = false;
+    p.tails_k = {8, -1};
+    EXPECT_THROW(kv_cache_validate_params(p), zk::error);
+    p.tails_k = {8, 8};
+    EXPECT_THROW(kv_cache_validate_params(p, 1, 3), zk::error);
+    EXPECT_NO_THROW(kv_cache_validate_params(p, 1, 2));
+}
+
 // GEAR's low-rank + sparse correction lowers the reconstruction error of a group
 // (measured, asserted lower) for keys and values.
 TEST(KvQuant, GearLowersGroupError) {
@@ -681,6 +751,7 @@ TEST(KvAccounting, AccountedEqualsAllocated) {
                 for (int64_t cap : {100, 4096}) {
                     if (gear && bits != 4) continue;
                     kv_cache_params p = qparams(bits, gear);
+                    p.key_tail = bits == 4 && !gear ? 24 : 0;  // 1-bit key tails (clamped to rank 20 and 4)
                     p.evicting = evicting;
                     p.scores = evicting;
                     p.residual = 0;  // the default window

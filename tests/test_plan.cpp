@@ -7,12 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <limits>
 #include <random>
 
 #include "calib/alloc.h"
 #include "calib/plan.h"
+#include "calib/sensitivity.h"
 #include "engine/kv_cache.h"
 #include "engine/session.h"
 #include "ggml-like/error.h"
@@ -138,28 +140,59 @@ zk::plan_inputs tiny_inputs(uint32_t seed, int L, int KV, int d, std::vector<int
     return in;
 }
 
+// The inputs with 2-bit keys with a 1-bit tail measured too (precision code
+// k_plan_tail_code, keys only, with 4- and 2-bit values): 2-bit keys' loss
+// plus a random extra; NaN for the pairs a calibration does not measure.
+zk::plan_inputs with_tails(zk::plan_inputs in, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    const size_t nh = (size_t)in.curves.n_layer * in.curves.n_kv, np = in.qbits.size(), n2 = np + 1;
+    std::vector<double> q(n2 * n2 * nh, std::nan(""));
+    for (size_t i = 0; i < np; i++)
+        for (size_t j = 0; j < np; j++) std::copy_n(in.q.begin() + (i * np + j) * nh, nh, q.begin() + (i * n2 + j) * nh);
+    for (size_t h = 0; h < nh; h++) {
+        const double extra = 0.3 * u(rng) * u(rng);
+        for (int bv : {4, 2}) {
+            const size_t j = std::find(in.qbits.begin(), in.qbits.end(), bv) - in.qbits.begin();
+            q[(np * n2 + j) * nh + h] = in.qloss(2, bv, h) + extra;
+        }
+    }
+    in.qbits.push_back(zk::k_plan_tail_code);
+    in.q = q;
+    return in;
+}
+
 TEST(PlanPerHead, BestOfEveryCombination) {
     const int d = 16;
     const std::vector<int> grid = {8, 16};
-    const std::vector<int> bits = {16, 8, 4, 2};
+    int tailed = 0;  // heads the plans gave a tail
+    for (bool tails : {false, true})
     for (uint32_t seed = 1; seed <= 6; seed++)
     for (const double w : {1.0, 3.7}) {  // rank losses weighted against quantization losses
         zk::plan_inputs in = tiny_inputs(seed, 1, 2, d, grid);
+        if (tails) in = with_tails(in, seed);
+        ASSERT_TRUE(in.per_head());
+        const std::vector<int> bits = in.qbits;
         in.rank_weight = w;
         const double f16 = zk::plan_f16_bytes(1, 2, d);
-        for (double target : {0.12, 0.2, 0.3, 0.45, 0.7, 1.0}) {
+        for (double target : {0.12, 0.14, 0.2, 0.3, 0.45, 0.7, 1.0}) {
             // every (bits_k, bits_v, basis, rank_k, rank_v) of both heads, costed as the plan costs them
             struct opt { double loss; int64_t cost; };
             std::vector<opt> o[2];
+            // (a tail: 2-bit keys, their last sens_tail(d) channels 1-bit, at full key rank)
             for (int h = 0; h < 2; h++)
                 for (int bk : bits)
-                    for (int bv : bits)
+                    for (int bv : bits) {
+                        if (bv == zk::k_plan_tail_code || (bk == zk::k_plan_tail_code && bv != 4 && bv != 2)) continue;
+                        const bool tl = bk == zk::k_plan_tail_code;
                         for (int b : {0, 2})  // quantized keys: pca only (the basis their loss is measured in)
-                            for (int rk = 0; rk < 2 && (bk == 16 || b == 0); rk++)
+                            for (int rk = tl ? 1 : 0; rk < 2 && (bk == 16 || b == 0); rk++)
                                 for (int rv = 0; rv < 2; rv++)
                                     o[h].push_back({w * (in.curves.loss_k[b][h * 2 + rk] + in.curves.loss_v[h * 2 + rv]) +
                                                         in.qloss(bk, bv, h),
-                                                    zk::plan_head_cost(bk, bv, grid[rk], grid[rv])});
+                                                    zk::plan_head_cost(tl ? 2 : bk, bv, grid[rk], grid[rv],
+                                                                       tl ? zk::sens_tail(d) : 0)});
+                    }
             double best = std::numeric_limits<double>::infinity();
             for (const opt& a : o[0])
                 for (const opt& b : o[1])
@@ -175,6 +208,13 @@ TEST(PlanPerHead, BestOfEveryCombination) {
             EXPECT_LE(p.kv_fraction, target + 1e-12);
             EXPECT_NEAR(p.kv_fraction, zk::plan_bytes(p) / f16, 1e-12);
             EXPECT_EQ(p.source_sha256, "abc");
+            for (size_t h = 0; h < p.tails_k.size(); h++)
+                if (p.tails_k[h] > 0) {
+                    EXPECT_EQ(p.tails_k[h], zk::sens_tail(d));
+                    EXPECT_EQ(p.head_bits_k(h), 2);
+                    EXPECT_EQ(p.ranks_k[h], d);
+                    tailed++;
+                }
             for (size_t h = 0; h < p.bits_k.size(); h++) {
                 if (p.bits_k[h] < 16) {
                     EXPECT_EQ(p.kbasis[h], 0) << "head " << h;
@@ -182,6 +222,8 @@ TEST(PlanPerHead, BestOfEveryCombination) {
             }
         }
     }
+    EXPECT_GT(tailed, 0);  // the search does take tails where they are the best buy
+    std::printf("[ measured ] %d heads of the plans took a 1-bit key tail\n", tailed);
 }
 
 TEST(PlanPerHead, SensitiveHeadsKeepMoreBits) {
@@ -262,6 +304,36 @@ TEST(PlanFile, PerHeadRoundTripAndBadInput) {
     EXPECT_THROW(zk::kv_plan::from_json(bad([](nlohmann::json& b) { b["bits_v"].erase(0); }), "t"), zk::error);
     EXPECT_THROW(zk::kv_plan::from_json(bad([](nlohmann::json& b) { b["zack_plan"] = 3; }), "t"), zk::error);
     EXPECT_THROW(zk::kv_plan::from_json(bad([](nlohmann::json& b) { b["bits"] = 5; }), "t"), zk::error);
+    // 1-bit key tails: round trip, their bytes as the cache counts them, and bad tables
+    zk::kv_plan t = p;
+    t.tails_k.assign(p.bits_k.size(), 0);
+    int tailed = 0;
+    for (size_t h = 0; h < t.tails_k.size(); h++)
+        if (p.bits_k[h] <= 4) t.tails_k[h] = 8 * (int)(h + 1), tailed++;  // some past the head's rank (clamped)
+    ASSERT_GT(tailed, 0);
+    const nlohmann::json tj = t.to_json();
+    const zk::kv_plan tq = zk::kv_plan::from_json(tj, "t");
+    EXPECT_EQ(tq.tails_k, t.tails_k);
+    EXPECT_NE(t.describe().find("1-bit key tails in " + std::to_string(tailed) + " heads"), std::string::npos)
+        << t.describe();
+    zk::kv_cache_params kp;
+    kp.bits_k = t.bits_k, kp.bits_v = t.bits_v, kp.tails_k = t.tails_k;
+    const zk::kv_cache c(t.n_layer, t.n_kv, 256, kp, t.ranks_k, t.ranks_v);
+    EXPECT_NEAR(c.bytes_per_token_exact(), zk::plan_bytes(t), 1e-9);
+    EXPECT_LT(zk::plan_bytes(t), zk::plan_bytes(p));
+    auto badt = [&](const std::function<void(nlohmann::json&)>& f) {
+        nlohmann::json b = tj;
+        f(b);
+        return b;
+    };
+    EXPECT_THROW(zk::kv_plan::from_json(badt([](nlohmann::json& b) { b["tails_k"].erase(0); }), "t"), zk::error);
+    EXPECT_THROW(zk::kv_plan::from_json(badt([](nlohmann::json& b) { b["tails_k"][0] = -1; }), "t"), zk::error);
+    EXPECT_THROW(zk::kv_plan::from_json(badt([](nlohmann::json& b) { b["tails_k"][0] = 129; }), "t"), zk::error);
+    const size_t wide = (size_t)(std::find_if(p.bits_k.begin(), p.bits_k.end(), [](int b) { return b > 4; }) -
+                                 p.bits_k.begin());
+    if (wide < p.bits_k.size()) {  // a tail on 8- or 16-bit keys
+        EXPECT_THROW(zk::kv_plan::from_json(badt([&](nlohmann::json& b) { b["tails_k"][wide] = 8; }), "t"), zk::error);
+    }
 }
 
 // Files from before per-head precision (both sides at 8 or 4 bits): one

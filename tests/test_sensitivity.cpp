@@ -156,7 +156,8 @@ TEST(Sensitivity, MatchesDefinition) {
 
     // Quantized caches: every key and value as the 8/4/2-bit cache returns it
     // (pca basis), exact for the sinks and the 4/2-bit residual window; every
-    // pair of key and value precisions (16 = exact).
+    // pair of key and value precisions (16 = exact), and 2-bit keys with a 1-bit
+    // tail against 4- and 2-bit values.
     const int NP = zk::k_sens_n_prec;
     for (int g2 = 0; g2 < KV; g2++) {
         // the window's rotated rows [N x D] and their quantized copies per precision
@@ -174,6 +175,7 @@ TEST(Sensitivity, MatchesDefinition) {
             std::vector<uint8_t> cq(64);
             std::vector<uint16_t> s1(D), s2(D);
             for (int t = 0; t < N; t++) {
+                if (bits == zk::k_sens_tail_code) continue;  // keys only, per group below
                 if (bits == 8) {
                     zk::kvq_quantize_q8_row(&kr[t * D], D, c8.data(), s1.data());
                     zk::kvq_dequantize_q8_row(c8.data(), s1.data(), D, &kq[p][t * D]);
@@ -186,8 +188,13 @@ TEST(Sensitivity, MatchesDefinition) {
             }
             if (bits != 8)
                 for (int t0 = 0; t0 + sp.group <= N; t0 += sp.group) {
-                    zk::kvq_quantize_keys(bits, &kr[t0 * D], sp.group, D, cq.data(), s1.data(), s2.data());
-                    zk::kvq_dequantize_keys(bits, cq.data(), s1.data(), s2.data(), sp.group, D, &kq[p][t0 * D]);
+                    // 2-bit keys whose last sens_tail(D) channels are 1-bit, for the tail code
+                    const int kb = bits == zk::k_sens_tail_code ? 2 : bits;
+                    const int tail = bits == zk::k_sens_tail_code ? zk::sens_tail(D) : 0;
+                    zk::kvq_quantize_keys(kb, &kr[t0 * D], sp.group, D, cq.data(), s1.data(), s2.data(), nullptr,
+                                          tail);
+                    zk::kvq_dequantize_keys(kb, cq.data(), s1.data(), s2.data(), sp.group, D, &kq[p][t0 * D], tail);
+                    if (bits == zk::k_sens_tail_code) continue;
                     // a completed group's values: coded against the group's steps
                     zk::kvq_quantize_values(bits, &vr[t0 * D], sp.group, D, cq.data(), s1.data(), s2.data());
                     zk::kvq_dequantize_values(bits, cq.data(), s1.data(), s2.data(), sp.group, D, &vq[p][t0 * D]);
@@ -195,7 +202,10 @@ TEST(Sensitivity, MatchesDefinition) {
         }
         for (int pk = 0; pk < NP; pk++)
             for (int pv = 0; pv < NP; pv++) {
-                if (!pk && !pv) continue;
+                if (!zk::sens_pair_measured(pk, pv)) {  // (16, 16); a tail as values or with 16/8-bit values
+                    EXPECT_TRUE(got.rel_q[pk][pv].empty()) << pk << " " << pv;
+                    continue;
+                }
                 // the slots a side at precision p returns quantized: [sinks, lim); a head
                 // with a KIVI side keeps its newest tokens exact on both sides
                 const bool windowed = zk::k_sens_prec[pk] <= 4 || zk::k_sens_prec[pv] <= 4;

@@ -79,24 +79,52 @@ void values_gear(const attn_kv_view& kv, int64_t g, int64_t a, int64_t b, int64_
 
 }  // namespace
 
+// Key row of r channels, the last `tail` in 1-bit codes after the h = r -
+// tail codes of `bits` bits (kernels/attention.h), to floats.
+inline void kivi_key_codes_to_f32(int bits, const uint8_t* src, int r, int tail, float* dst) {
+    const int h = r - tail, tb = kv_tail_bytes(tail);
+    kivi_codes_to_f32(bits, src, h, dst);
+    const uint8_t* t = src + kv_kivi_row_bytes(bits, h);
+    for (int i = 0; i < tail; i++) dst[h + i] = (float)((t[i % tb] >> (i / tb)) & 1);
+}
+
 // Keys of slots [a, b) (inside the quantized part): scaled scores q.scale (q . k)
 // into sc (index s - s0). The integer path takes the scale into its copy of the
-// query, so the scores need no pass of their own.
+// query, so the scores need no pass of their own. With a 1-bit key tail, 2-bit
+// rows whose 2-bit part is short (h <= 64, h % 8 == 0; the plans' h = 32) take
+// one pass over both parts (kivi_tail_kernels: one fold, one sum a slot);
+// others a second integer pass that adds the tail's part (its own folded
+// query, with its own int8 scale: attention_q1.cpp).
 void kivi_scores(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t n, const float* qt,
                  const attn_q_view& q, range_scratch& w, bool ref) {
     const int bits = kivi_bits(kv.k.layout);
-    const int G = q.n_group, r = kv.r_k, gs = kv.group, rb = kv_kivi_row_bytes(bits, r);
+    const int G = q.n_group, r = kv.r_k, gs = kv.group, tail = kv.k.tail, h = r - tail;
+    const int rb = kv_key_row_bytes(bits, r, tail), rbh = kv_kivi_row_bytes(bits, h);
     const float scale = q.scale;
     const uint8_t* codes = (const uint8_t*)kv.k.codes;
     const attn_gear_view& gr = kv.k.gear;
     const kivi_int_kernels* ik = ref ? nullptr : kivi_int(kv.k.layout);
-    const int nrc = ik ? (r + ik->chunk - 1) / ik->chunk : 0;
-    const bool int_path = ik && nrc <= ik->max_chunks;
-    if (int_path) {  // the scaled query zero-padded to whole row chunks
+    const kivi_int_kernels* it = ref || tail == 0 ? nullptr : q1_tail_kernels();
+    // a short 2-bit part and its tail in one pass (one fold, one sum a slot)
+    const kivi_tail_kernels* ft = ref || tail == 0 || kv.k.layout != KV_LAYOUT_Q2 ? nullptr : q2_tail_kernels();
+    const bool fused = ft && h <= ft->max_h && h % 8 == 0;
+    const int nrc = ik ? (h + ik->chunk - 1) / ik->chunk : 0;
+    const bool int_path = !fused && ik && nrc <= ik->max_chunks && (tail == 0 || it);
+    if (fused) {  // the scaled query, zero past r
+        for (int j = 0; j < G; j++) {
+            float* qj = w.qtail + j * ft->qstride;
+            for (int c = 0; c < r; c++) qj[c] = qt[j * q.q_head_stride + c] * scale;
+            std::memset(qj + r, 0, sizeof(float) * (ft->qstride - r));
+        }
+    }
+    if (int_path) {  // the scaled query zero-padded to whole row chunks (the tail's to its own chunk)
         const int64_t rq = (int64_t)ik->chunk * nrc;
         for (int j = 0; j < G; j++) {
-            for (int c = 0; c < r; c++) w.qpad[j * rq + c] = qt[j * q.q_head_stride + c] * scale;
-            std::memset(w.qpad + j * rq + r, 0, sizeof(float) * (rq - r));
+            for (int c = 0; c < h; c++) w.qpad[j * rq + c] = qt[j * q.q_head_stride + c] * scale;
+            std::memset(w.qpad + j * rq + h, 0, sizeof(float) * (rq - h));
+            float* qj = w.qtail + j * KV_KEY_TAIL_MAX;
+            for (int c = 0; c < tail; c++) qj[c] = qt[j * q.q_head_stride + h + c] * scale;
+            std::memset(qj + tail, 0, sizeof(float) * (KV_KEY_TAIL_MAX - tail));
         }
     }
     for (int64_t g = group_of(kv, a); g < kv.n_groups && kv.group_start[g] < b; g++) {
@@ -106,14 +134,25 @@ void kivi_scores(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64
         const uint16_t* step = kv.k.min + g * KV_GRID_STEPS;
         if (g + k_kivi_prefetch_groups < kv.n_groups && kv.group_start[g + k_kivi_prefetch_groups] < b) {
             const int64_t p = g + k_kivi_prefetch_groups;
-            if (!int_path)  // the integer score loops ask for their rows as they go
+            if (!int_path && !fused)  // the integer score loops ask for their rows as they go
                 simd::prefetch_l2(codes + kv.group_start[p] * rb,
                                   (size_t)(kv.group_start[p + 1] - kv.group_start[p]) * rb);
             simd::prefetch_l2(kv.k.scale + p * r, sizeof(uint16_t) * r);
         }
-        if (int_path) {
-            ik->fold(G, w.qpad, grid, step, r, nrc, w.qi, w.qd, w.bias);
-            ik->scores(G, r, nrc, codes, rb, ga, gb, b, s0, n, w.qi, w.qd, w.bias, w.sc);
+        if (fused) {
+            ft->fold(G, w.qtail, grid, step, r, h, w.qi, w.qd, w.bias);
+            ft->scores(G, h, codes, rb, ga, gb, b, s0, n, w.qi, w.qd, w.bias, w.sc);
+        } else if (int_path) {
+            if (h > 0) {
+                ik->fold(G, w.qpad, grid, step, h, nrc, w.qi, w.qd, w.bias);
+                ik->scores(G, h, nrc, codes, rb, ga, gb, b, s0, n, w.qi, w.qd, w.bias, w.sc);
+            } else {
+                for (int j = 0; j < G; j++) std::fill(w.sc + j * n + ga - s0, w.sc + j * n + gb - s0, 0.0f);
+            }
+            if (tail > 0) {  // rows were asked for by the pass above unless it had no channels
+                it->fold(G, w.qtail, grid + h, step, tail, 1, w.qi, w.qd, w.bias);
+                it->scores(G, tail, 1, codes + rbh, rb, ga, gb, h > 0 ? 0 : b, s0, n, w.qi, w.qd, w.bias, w.sc);
+            }
         } else {
             const float ds = fp16_to_fp32(step[0]), dm = fp16_to_fp32(step[1]);
             for (int c = 0; c < r; c++) w.krow[c] = kivi_grid_scale(grid[c], ds), w.kmin[c] = kivi_grid_min(grid[c], dm);
@@ -123,7 +162,7 @@ void kivi_scores(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64
                 w.bias[j] = simd::dot_f32(qj, w.kmin, r);
             }
             for (int64_t s = ga; s < gb; s++) {
-                kivi_codes_to_f32(bits, codes + s * rb, r, w.krow);
+                kivi_key_codes_to_f32(bits, codes + s * rb, r, tail, w.krow);
                 for (int j = 0; j < G; j++)
                     w.sc[j * n + s - s0] = (simd::dot_f32(w.qs + j * r, w.krow, r) + w.bias[j]) * scale;
             }

@@ -112,8 +112,8 @@ void kivi_with_heads(int g, F&& f) {
 }
 
 // Folded queries of GB <= KIVI_SCORE_HEADS heads for one key group, as int8 in the layout the
-// score loop of the width reads (Pack::pack: per row chunk of Pack::chunk
-// channels; qi [GB x nrc x chunk], zeros past r; nrc x chunk <= 256). qs = q_c s_c
+// score loop of the width reads (pk.pack(qs, vid, nrc, r, dst): per row chunk of Pack::chunk
+// channels, a pack that may carry the row's shape; qi [GB x nrc x chunk], zeros past r; nrc x chunk <= 256). qs = q_c s_c
 // is rounded with one scale per head, qd = max|qs| / 127 (llama.cpp likewise
 // rounds Q to 8 bits for a quantized cache); bias = sum_c q_c m_c. q [GB x nrc x
 // chunk] floats, zero past r; grid: the group's r packed grid codes, step its
@@ -123,7 +123,7 @@ void kivi_with_heads(int g, F&& f) {
 // its latency chains (max, reciprocal) are a visible part of a score.
 template <int GB, class Pack>
 void kivi_fold_queries(const float* q, const uint16_t* grid, const uint16_t* step, int r, int nrc, int8_t* qi,
-                       float* qd, float* bias) {
+                       float* qd, float* bias, const Pack& pk) {
     const int qstride = Pack::chunk * nrc;
     alignas(32) float qs[GB][256];  // qstride <= 256
     const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -165,19 +165,19 @@ void kivi_fold_queries(const float* q, const uint16_t* grid, const uint16_t* ste
         vid[j] = _mm256_set1_ps(d > 0 ? 1.0f / d : 0.0f);
     }
 #pragma GCC unroll 4
-    for (int j = 0; j < GB; j++) Pack::pack(qs[j], vid[j], nrc, qi + j * qstride);
+    for (int j = 0; j < GB; j++) pk.pack(qs[j], vid[j], nrc, r, qi + j * qstride);
 }
 
 // Heads [0, G) in passes of at most KIVI_SCORE_HEADS, as even as can be
 // (kivi_head_passes).
 template <class Pack>
 void kivi_fold_queries_n(int G, const float* q, const uint16_t* grid, const uint16_t* step, int r, int nrc,
-                         int8_t* qi, float* qd, float* bias) {
+                         int8_t* qi, float* qd, float* bias, const Pack& pk = Pack()) {
     const int qstride = Pack::chunk * nrc;
     kivi_head_passes(G, KIVI_SCORE_HEADS, [&](int j0, int g) {
         kivi_with_heads<KIVI_SCORE_HEADS>(g, [&](auto gb) {
             kivi_fold_queries<decltype(gb)::value, Pack>(q + j0 * qstride, grid, step, r, nrc, qi + j0 * qstride,
-                                                         qd + j0, bias + j0);
+                                                         qd + j0, bias + j0, pk);
         });
     });
 }

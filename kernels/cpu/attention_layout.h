@@ -5,7 +5,8 @@
 //   attention_rows.cpp   f16/f32 rows (also every quantized layout's residual window)
 //   attention_q8.cpp     8-bit per token
 //   attention_kivi.cpp   4- and 2-bit KIVI: the group loop, GEAR, the float path;
-//                        its integer kernels in attention_q4.cpp and attention_q2.cpp
+//                        its integer kernels in attention_q4.cpp and attention_q2.cpp,
+//                        those of 1-bit key tails in attention_q1.cpp
 // Every path has `ref`: true takes the float reference path (what a build
 // without AVX2 always runs), false the fastest path this build has.
 #pragma once
@@ -38,13 +39,18 @@ struct range_scratch {
     float* bias;  // [G]
     float* qb;    // [G x rank] q . B[:, i] (GEAR keys), then p^T A (GEAR values)
     float* msum;  // [G x value blocks] sum of p m_b (KIVI values)
-    int8_t* qi;   // [G x row chunks(r_k)] int8 folded query in code order, zero-padded (KIVI keys)
+    int8_t* qi;   // [G x max(row chunks(r_k), KV_KEY_TAIL_QSTRIDE)] int8 folded query in code order,
+                  // zero-padded (KIVI keys)
     float* qpad;  // [G x row chunks(r_k)] the query times the softmax scale, zero past r_k (KIVI keys)
+    float* qtail; // [G x KV_KEY_TAIL_QSTRIDE] a 1-bit key tail's scaled query channels (or, in one
+                  // pass with the 2-bit part, all r_k of them), zero past them
     float* qd;    // [G] its scales
     float* pw;    // [6 x KV_Q8_WCHUNK] 8-bit value weights p_j d_s of a chunk of slots (rows j < 4), its scales
     float* kmin;  // [r_k] a key group's mins
 };
 
+// Floats (and int8 bytes of qi) per head for the query of keys with 1-bit tails.
+constexpr int KV_KEY_TAIL_QSTRIDE = 192;
 // Channels of the padded KIVI query per head: whole row chunks of either
 // integer kernel (64 channels for 4-bit, 128 for 2-bit).
 inline int64_t scratch_qpad(int r_k) { return 128 * (int64_t)((r_k + 127) / 128); }
@@ -93,6 +99,24 @@ struct kivi_int_kernels {
 // nullptr in a build without AVX2.
 const kivi_int_kernels* q4_int_kernels();
 const kivi_int_kernels* q2_int_kernels();
+// The scores of 1-bit key tails (attention_q1.cpp; no value kernel): chunk 128,
+// the query laid out as that file says, and `scores` ADDS qd_j (qi_j . code_s)
+// + bias_j to sc, after the width's kernels wrote the scores of the row's
+// other channels; codes point at the rows' tail bytes. nullptr without AVX2.
+const kivi_int_kernels* q1_tail_kernels();
+// 2-bit keys with a 1-bit tail in one pass (attention_q2.cpp), for rows whose
+// 2-bit part is h <= max_h channels, h a multiple of 8: one folded query over
+// all r channels (qi [G x qstride] bytes from q [G x qstride] floats, zero past
+// r), scores written as kivi_int_kernels::scores does. nullptr without AVX2.
+struct kivi_tail_kernels {
+    int max_h;
+    int qstride;
+    void (*fold)(int G, const float* q, const uint16_t* grid, const uint16_t* step, int r, int h, int8_t* qi,
+                 float* qd, float* bias);
+    void (*scores)(int G, int h, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end, int64_t s0,
+                   int64_t n, const int8_t* qi, const float* qd, const float* bias, float* sc);
+};
+const kivi_tail_kernels* q2_tail_kernels();
 
 // ---- helpers of several layouts ----
 

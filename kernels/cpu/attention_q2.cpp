@@ -15,6 +15,7 @@
 // channels meet zero query bytes (keys) or are dropped (values).
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/attention_kivi.h"
 #include "kernels/cpu/attention_layout.h"
@@ -28,7 +29,7 @@ namespace {
 // The folded query of one head in the score loop's order (dst [nrc x 128]).
 struct q2_pack {
     static constexpr int chunk = 128;
-    static void pack(const float* qs, __m256 vid, int nrc, int8_t* dst) {
+    static void pack(const float* qs, __m256 vid, int nrc, int /*r*/, int8_t* dst) {
         // within each 16-byte lane: the bytes of plane 0 (0, 4, 8, 12), then planes 1, 2, 3
         const __m256i planes = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0, 4, 8, 12, 1,
                                                 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
@@ -270,11 +271,138 @@ void q2_values(int G, const uint8_t* codes, int rb, const uint16_t* vs, const ui
 // int16 sums stay exact up to 2 chunks (r = 256): see scores_q2_int_g.
 const kivi_int_kernels k_q2 = {128, 2, q2_fold, q2_scores, q2_values};
 
+// ---- 2-bit keys with a 1-bit tail, in one pass ----
+// Rows of h <= 64 2-bit channels (rbh <= 16 bytes) then a tail of at most 128
+// 1-bit channels (tb <= 16 bytes; attention_q1.cpp has its planes). One folded
+// query (one int8 scale a head over all r channels) laid out as the 4 planes
+// of the head part (16 bytes each: channel 4i + p, zero at and past h) then the
+// 8 planes of the tail (16 bytes each: tail channel p tb + i, zero past tb), so
+// both parts add into one int32 sum a slot: one fold, one reduction per head.
+
+// query floats / bytes a head: the head part's 64 bytes, the tail's 128; the
+// fold reads channels up to h + 128 <= 192 (zero past r)
+constexpr int k_q2t_qstride = 192;
+
+struct q2t_pack {
+    static constexpr int chunk = k_q2t_qstride;
+    int h, tail;
+    void pack(const float* qs, __m256 vid, int, int, int8_t* dst) const {
+        // the tail's channels in order first (its planes are read back below, after
+        // the head part has given the stores time to leave the store buffer)
+        alignas(32) int8_t b[128];
+        for (int k = 0; k < 4; k++) _mm256_store_si256((__m256i*)(b + 32 * k), kivi_round_int8(qs + h + 32 * k, vid));
+        // the head part, channels 0..63 zero at and past h: per 32 channels, qword p
+        // = plane p (channels 4i + p); planes of 16 bytes from the two halves
+        const __m256i planes = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0, 4, 8, 12, 1,
+                                                5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+        const __m256i lanes = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        const __m256i iota = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
+                                              21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31);
+        __m256i V[2];
+        for (int k = 0; k < 2; k++) {
+            const __m256i keep = _mm256_cmpgt_epi8(_mm256_set1_epi8((char)std::min(std::max(h - 32 * k, 0), 32)), iota);
+            const __m256i v = _mm256_and_si256(kivi_round_int8(qs + 32 * k, vid), keep);
+            V[k] = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(v, planes), lanes);
+        }
+        const __m256i t0 = _mm256_unpacklo_epi64(V[0], V[1]), t1 = _mm256_unpackhi_epi64(V[0], V[1]);
+        _mm256_storeu_si256((__m256i*)dst, _mm256_permute2x128_si256(t0, t1, 0x20));         // planes 0, 1
+        _mm256_storeu_si256((__m256i*)(dst + 32), _mm256_permute2x128_si256(t0, t1, 0x31));  // planes 2, 3
+        // the tail's planes: p tb + [0, tb) (p tb + 16 <= 128 as tb <= 16)
+        const int tb = kv_tail_bytes(tail);
+        const __m128i keep = _mm_cmpgt_epi8(_mm_set1_epi8((char)tb), _mm256_castsi256_si128(iota));
+        for (int p = 0; p < 8; p++)
+            _mm_storeu_si128((__m128i*)(dst + 64 + 16 * p),
+                             _mm_and_si128(_mm_loadu_si128((const __m128i*)(b + p * tb)), keep));
+    }
+};
+
+// sc[j * n + s - s0] = qd_j (qi_j . codes of slot s) + bias_j for slots [a, b)
+// of one group: per two slots (one a lane), the head part's 4 planes and the
+// tail's 8 against the query's 12 planes, in one accumulator (a lane's int16
+// sums stay below 4 * 2 * 3 * 127 + 8 * 2 * 127 without VNNI).
+template <int G>
+void scores_q2t_int_g(const uint8_t* codes, int rb, int rbh, int64_t a, int64_t b, int64_t pf_end, int64_t s0,
+                      int64_t n, const int8_t* qi, const float* qd, const float* bias, float* sc) {
+    const __m256i m3 = _mm256_set1_epi8(0x03), m1 = _mm256_set1_epi8(0x01);
+    auto qplane = [&](int j, int p) __attribute__((always_inline)) {
+        return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(qi + j * k_q2t_qstride + 16 * p)));
+    };
+    // one vector of two slots' rows (row s in the low lane, s + d in the high one) into acc[j]
+    auto pair = [&](const uint8_t* c, int64_t d, __m256i (&acc)[G]) __attribute__((always_inline)) {
+        const __m256i xa = _mm256_loadu2_m128i((const __m128i*)(c + d), (const __m128i*)c);
+        const __m256i pa[4] = {q2_plane<0>(xa, m3), q2_plane<1>(xa, m3), q2_plane<2>(xa, m3), q2_plane<3>(xa, m3)};
+#pragma GCC unroll 4
+        for (int j = 0; j < G; j++)
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) acc[j] = kivi_score_add(acc[j], pa[p], qplane(j, p));
+        const __m256i xb = _mm256_loadu2_m128i((const __m128i*)(c + d + rbh), (const __m128i*)(c + rbh));
+        const __m256i pb[8] = {xb,
+                               _mm256_srli_epi16(xb, 1),
+                               _mm256_srli_epi16(xb, 2),
+                               _mm256_srli_epi16(xb, 3),
+                               _mm256_srli_epi16(xb, 4),
+                               _mm256_srli_epi16(xb, 5),
+                               _mm256_srli_epi16(xb, 6),
+                               _mm256_srli_epi16(xb, 7)};
+#pragma GCC unroll 4
+        for (int j = 0; j < G; j++)
+#pragma GCC unroll 8
+            for (int p = 0; p < 8; p++) acc[j] = kivi_score_add(acc[j], _mm256_and_si256(pb[p], m1), qplane(j, 4 + p));
+    };
+    int64_t s = a;
+    for (; s + 4 <= b; s += 4) {
+        const uint8_t* c0 = codes + s * rb;
+        kivi_prefetch_rows(codes, rb, s, pf_end);
+        __m256i a01[G], a23[G];
+#pragma GCC unroll 4
+        for (int j = 0; j < G; j++) a01[j] = a23[j] = _mm256_setzero_si256();
+        pair(c0, rb, a01);
+        pair(c0 + 2 * rb, rb, a23);
+#pragma GCC unroll 4
+        for (int j = 0; j < G; j++) {
+            __m256i h = _mm256_hadd_epi32(kivi_score_widen(a01[j]), kivi_score_widen(a23[j]));
+            h = _mm256_hadd_epi32(h, h);  // lane 0: {s0, s2, s0, s2}; lane 1: {s1, s3, ...}
+            const __m128 sum =
+                _mm_cvtepi32_ps(_mm_unpacklo_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+            _mm_storeu_ps(sc + j * n + s - s0, _mm_fmadd_ps(sum, _mm_set1_ps(qd[j]), _mm_set1_ps(bias[j])));
+        }
+    }
+    for (; s < b; s++) {  // one slot in both lanes: twice its sum
+        __m256i acc[G];
+#pragma GCC unroll 4
+        for (int j = 0; j < G; j++) acc[j] = _mm256_setzero_si256();
+        pair(codes + s * rb, 0, acc);
+#pragma GCC unroll 4
+        for (int j = 0; j < G; j++)
+            sc[j * n + s - s0] = (float)(hsum_epi32(kivi_score_widen(acc[j])) / 2) * qd[j] + bias[j];
+    }
+}
+
+void q2t_fold(int G, const float* q, const uint16_t* grid, const uint16_t* step, int r, int h, int8_t* qi, float* qd,
+              float* bias) {
+    kivi_fold_queries_n<q2t_pack>(G, q, grid, step, r, 1, qi, qd, bias, q2t_pack{h, r - h});
+}
+
+void q2t_scores(int G, int h, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end, int64_t s0,
+                int64_t n, const int8_t* qi, const float* qd, const float* bias, float* sc) {
+    const int rbh = kv_kivi_row_bytes(2, h);
+    kivi_head_passes(G, KIVI_SCORE_HEADS, [&](int j0, int g) {
+        kivi_with_heads<KIVI_SCORE_HEADS>(g, [&](auto gb) {
+            scores_q2t_int_g<decltype(gb)::value>(codes, rb, rbh, a, b, pf_end, s0, n, qi + j0 * k_q2t_qstride,
+                                                  qd + j0, bias + j0, sc + j0 * n);
+        });
+    });
+}
+
+const kivi_tail_kernels k_q2t = {64, k_q2t_qstride, q2t_fold, q2t_scores};
+
 }  // namespace
 
 const kivi_int_kernels* q2_int_kernels() { return &k_q2; }
+const kivi_tail_kernels* q2_tail_kernels() { return &k_q2t; }
 #else
 const kivi_int_kernels* q2_int_kernels() { return nullptr; }
+const kivi_tail_kernels* q2_tail_kernels() { return nullptr; }
 #endif
 
 }  // namespace attn

@@ -24,7 +24,7 @@ namespace {
 // 32 bytes of even channels then 32 of odd ones (dst [nrc x 64]).
 struct q4_pack {
     static constexpr int chunk = 64;
-    static void pack(const float* qs, __m256 vid, int nrc, int8_t* dst) {
+    static void pack(const float* qs, __m256 vid, int nrc, int /*r*/, int8_t* dst) {
         // within each 16-byte lane: the 8 even bytes, then the 8 odd ones
         const __m256i eo = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10,
                                             12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
