@@ -157,22 +157,21 @@ bool plan_inputs::per_head() const {
     return true;
 }
 
-bool plan_inputs::measured(int bits_k, int bits_v, size_t h) const {
-    if (bits_k == 16 && bits_v == 16) return true;
-    const size_t np = qbits.size(), nh = (size_t)curves.n_layer * curves.n_kv;
-    const auto ik = std::find(qbits.begin(), qbits.end(), bits_k), iv = std::find(qbits.begin(), qbits.end(), bits_v);
-    return ik != qbits.end() && iv != qbits.end() && q.size() == np * np * nh &&
-           std::isfinite(q[((size_t)(ik - qbits.begin()) * np + (size_t)(iv - qbits.begin())) * nh + h]);
-}
-
-double plan_inputs::qloss(int bits_k, int bits_v, size_t h) const {
+double plan_inputs::qloss_or_nan(int bits_k, int bits_v, size_t h) const {
     if (bits_k == 16 && bits_v == 16) return 0.0;
     const size_t np = qbits.size(), nh = (size_t)curves.n_layer * curves.n_kv;
     const auto ik = std::find(qbits.begin(), qbits.end(), bits_k), iv = std::find(qbits.begin(), qbits.end(), bits_v);
-    if (ik != qbits.end() && iv != qbits.end() && q.size() == np * np * nh) {
-        const double x = q[((size_t)(ik - qbits.begin()) * np + (size_t)(iv - qbits.begin())) * nh + h];
-        if (std::isfinite(x)) return x;
-    }
+    if (ik == qbits.end() || iv == qbits.end() || q.size() != np * np * nh) return std::nan("");
+    return q[((size_t)(ik - qbits.begin()) * np + (size_t)(iv - qbits.begin())) * nh + h];
+}
+
+bool plan_inputs::measured(int bits_k, int bits_v, size_t h) const {
+    return std::isfinite(qloss_or_nan(bits_k, bits_v, h));
+}
+
+double plan_inputs::qloss(int bits_k, int bits_v, size_t h) const {
+    const double x = qloss_or_nan(bits_k, bits_v, h);
+    if (std::isfinite(x)) return x;
     ZK_THROW("no measured loss of %d-bit keys with %d-bit values (a .zack from an older zack calibrate)", bits_k,
              bits_v);
 }

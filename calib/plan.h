@@ -98,6 +98,8 @@ struct plan_inputs {
     // when that pair was not measured.
     double qloss(int bits_k, int bits_v, size_t h) const;
     bool measured(int bits_k, int bits_v, size_t h) const;
+    // The table's entry, NaN where the pair is not in it.
+    double qloss_or_nan(int bits_k, int bits_v, size_t h) const;
 };
 
 // The f16 full-rank bytes per token, and the bytes per token of a cache with

@@ -26,10 +26,8 @@ public:
           nout_(n_out_for(s, s.group)),
           row_((int64_t)s.r * kv_elem_size(s.type)) {
         ZK_ASSERT(s.residual > 0 && s.group > 0);
-        if (s.tail < 0 || s.tail > s.r || s.tail > KV_KEY_TAIL_MAX || (s.tail > 0 && s.role != KV_ROLE_KEYS))
-            ZK_THROW("a 1-bit key tail of %d channels in a %s side of %d: keys only, at most min(r, %d)", s.tail,
-                     s.role == KV_ROLE_KEYS ? "key" : "value", s.r, KV_KEY_TAIL_MAX);
-        if (s.tail > 0 && s.gear) ZK_THROW("1-bit key tails do not take GEAR's correction (kv.gear with kv.key_tail)");
+        // kv_cache_validate_params refuses bad tails and GEAR with tails; side_shape clamps to r
+        ZK_ASSERT(s.tail >= 0 && s.tail <= std::min(s.r, KV_KEY_TAIL_MAX) && (s.tail == 0 || (keys_ && !s.gear)));
         if ((int64_t)s.group * s.r >= KV_GEAR_NONE)
             ZK_THROW("%d-bit KV group of %d tokens x %d channels is too large (max 65534 elements)", bits, s.group,
                      s.r);
