@@ -127,7 +127,7 @@ void kivi_fold_queries(const float* q, const uint16_t* grid, const uint16_t* ste
     const int qstride = Pack::chunk * nrc;
     alignas(32) float qs[GB][256];  // qstride <= 256
     const __m256 sign = _mm256_set1_ps(-0.0f);
-    const __m256 ds = _mm256_set1_ps(fp16_to_fp32(step[0])), dm = _mm256_set1_ps(fp16_to_fp32(step[1]));
+    const __m256 ds = _mm256_set1_ps(h2f(step[0])), dm = _mm256_set1_ps(h2f(step[1]));
     const __m128i lo8 = _mm_set1_epi16(0xff);
     __m256 mx[GB], bs[GB];
 #pragma GCC unroll 4

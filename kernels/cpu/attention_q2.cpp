@@ -319,22 +319,30 @@ struct q2t_pack {
 // sc[j * n + s - s0] = qd_j (qi_j . codes of slot s) + bias_j for slots [a, b)
 // of one group: per two slots (one a lane), the head part's 4 planes and the
 // tail's 8 against the query's 12 planes, in one accumulator (a lane's int16
-// sums stay below 4 * 2 * 3 * 127 + 8 * 2 * 127 without VNNI).
-template <int G>
+// sums stay below 4 * 2 * 3 * 127 + 8 * 2 * 127 without VNNI). H4 (h <= 32:
+// the head part is at most 8 bytes): four slots' head parts share a vector,
+// {s, s + 2} in the low lane and {s + 1, s + 3} in the high one, against the
+// plane's 8 query bytes in every qword: 4 products a plane for 4 slots, not 8.
+// Its int32 sums then have the layout of the tail's after the first hadd
+// ({s, s, s + 2, s + 2 | s + 1, ...}) and are added there.
+template <int G, bool H4>
 void scores_q2t_int_g(const uint8_t* codes, int rb, int rbh, int64_t a, int64_t b, int64_t pf_end, int64_t s0,
                       int64_t n, const int8_t* qi, const float* qd, const float* bias, float* sc) {
     const __m256i m3 = _mm256_set1_epi8(0x03), m1 = _mm256_set1_epi8(0x01);
     auto qplane = [&](int j, int p) __attribute__((always_inline)) {
         return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(qi + j * k_q2t_qstride + 16 * p)));
     };
-    // one vector of two slots' rows (row s in the low lane, s + d in the high one) into acc[j]
-    auto pair = [&](const uint8_t* c, int64_t d, __m256i (&acc)[G]) __attribute__((always_inline)) {
+    // the head part of two slots (row s in the low lane, s + d in the high one)
+    auto head2 = [&](const uint8_t* c, int64_t d, __m256i (&acc)[G]) __attribute__((always_inline)) {
         const __m256i xa = _mm256_loadu2_m128i((const __m128i*)(c + d), (const __m128i*)c);
         const __m256i pa[4] = {q2_plane<0>(xa, m3), q2_plane<1>(xa, m3), q2_plane<2>(xa, m3), q2_plane<3>(xa, m3)};
 #pragma GCC unroll 4
         for (int j = 0; j < G; j++)
 #pragma GCC unroll 4
             for (int p = 0; p < 4; p++) acc[j] = kivi_score_add(acc[j], pa[p], qplane(j, p));
+    };
+    // the tail of two slots, likewise
+    auto tail2 = [&](const uint8_t* c, int64_t d, __m256i (&acc)[G]) __attribute__((always_inline)) {
         const __m256i xb = _mm256_loadu2_m128i((const __m128i*)(c + d + rbh), (const __m128i*)(c + rbh));
         const __m256i pb[8] = {xb,
                                _mm256_srli_epi16(xb, 1),
@@ -353,14 +361,32 @@ void scores_q2t_int_g(const uint8_t* codes, int rb, int rbh, int64_t a, int64_t 
     for (; s + 4 <= b; s += 4) {
         const uint8_t* c0 = codes + s * rb;
         kivi_prefetch_rows(codes, rb, s, pf_end);
-        __m256i a01[G], a23[G];
+        __m256i a01[G], a23[G], ah[G];
 #pragma GCC unroll 4
-        for (int j = 0; j < G; j++) a01[j] = a23[j] = _mm256_setzero_si256();
-        pair(c0, rb, a01);
-        pair(c0 + 2 * rb, rb, a23);
+        for (int j = 0; j < G; j++) a01[j] = a23[j] = ah[j] = _mm256_setzero_si256();
+        if constexpr (H4) {
+            auto q8 = [&](const uint8_t* c) __attribute__((always_inline)) {
+                return _mm_loadl_epi64((const __m128i*)c);
+            };
+            const __m256i x = _mm256_set_m128i(_mm_unpacklo_epi64(q8(c0 + rb), q8(c0 + 3 * rb)),
+                                               _mm_unpacklo_epi64(q8(c0), q8(c0 + 2 * rb)));
+            const __m256i ph[4] = {q2_plane<0>(x, m3), q2_plane<1>(x, m3), q2_plane<2>(x, m3), q2_plane<3>(x, m3)};
+#pragma GCC unroll 4
+            for (int j = 0; j < G; j++)
+#pragma GCC unroll 4
+                for (int p = 0; p < 4; p++)
+                    ah[j] = kivi_score_add(ah[j], ph[p],
+                                           _mm256_broadcastq_epi64(q8((const uint8_t*)qi + j * k_q2t_qstride + 16 * p)));
+        } else {
+            head2(c0, rb, a01);
+            head2(c0 + 2 * rb, rb, a23);
+        }
+        tail2(c0, rb, a01);
+        tail2(c0 + 2 * rb, rb, a23);
 #pragma GCC unroll 4
         for (int j = 0; j < G; j++) {
             __m256i h = _mm256_hadd_epi32(kivi_score_widen(a01[j]), kivi_score_widen(a23[j]));
+            if constexpr (H4) h = _mm256_add_epi32(h, kivi_score_widen(ah[j]));
             h = _mm256_hadd_epi32(h, h);  // lane 0: {s0, s2, s0, s2}; lane 1: {s1, s3, ...}
             const __m128 sum =
                 _mm_cvtepi32_ps(_mm_unpacklo_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
@@ -371,7 +397,8 @@ void scores_q2t_int_g(const uint8_t* codes, int rb, int rbh, int64_t a, int64_t 
         __m256i acc[G];
 #pragma GCC unroll 4
         for (int j = 0; j < G; j++) acc[j] = _mm256_setzero_si256();
-        pair(codes + s * rb, 0, acc);
+        head2(codes + s * rb, 0, acc);
+        tail2(codes + s * rb, 0, acc);
 #pragma GCC unroll 4
         for (int j = 0; j < G; j++)
             sc[j * n + s - s0] = (float)(hsum_epi32(kivi_score_widen(acc[j])) / 2) * qd[j] + bias[j];
@@ -388,8 +415,12 @@ void q2t_scores(int G, int h, const uint8_t* codes, int rb, int64_t a, int64_t b
     const int rbh = kv_kivi_row_bytes(2, h);
     kivi_head_passes(G, KIVI_SCORE_HEADS, [&](int j0, int g) {
         kivi_with_heads<KIVI_SCORE_HEADS>(g, [&](auto gb) {
-            scores_q2t_int_g<decltype(gb)::value>(codes, rb, rbh, a, b, pf_end, s0, n, qi + j0 * k_q2t_qstride,
-                                                  qd + j0, bias + j0, sc + j0 * n);
+            if (rbh <= 8)
+                scores_q2t_int_g<decltype(gb)::value, true>(codes, rb, rbh, a, b, pf_end, s0, n,
+                                                            qi + j0 * k_q2t_qstride, qd + j0, bias + j0, sc + j0 * n);
+            else
+                scores_q2t_int_g<decltype(gb)::value, false>(codes, rb, rbh, a, b, pf_end, s0, n,
+                                                             qi + j0 * k_q2t_qstride, qd + j0, bias + j0, sc + j0 * n);
         });
     });
 }
