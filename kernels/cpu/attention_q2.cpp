@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/attention_kivi.h"
 #include "kernels/cpu/attention_layout.h"
@@ -332,6 +333,7 @@ void scores_q2t_int_g(const uint8_t* codes, int rb, int rbh, int64_t a, int64_t 
     auto qplane = [&](int j, int p) __attribute__((always_inline)) {
         return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(qi + j * k_q2t_qstride + 16 * p)));
     };
+    auto q8 = [](const void* c) __attribute__((always_inline)) { return _mm_loadl_epi64((const __m128i*)c); };
     // the head part of two slots (row s in the low lane, s + d in the high one)
     auto head2 = [&](const uint8_t* c, int64_t d, __m256i (&acc)[G]) __attribute__((always_inline)) {
         const __m256i xa = _mm256_loadu2_m128i((const __m128i*)(c + d), (const __m128i*)c);
@@ -365,9 +367,6 @@ void scores_q2t_int_g(const uint8_t* codes, int rb, int rbh, int64_t a, int64_t 
 #pragma GCC unroll 4
         for (int j = 0; j < G; j++) a01[j] = a23[j] = ah[j] = _mm256_setzero_si256();
         if constexpr (H4) {
-            auto q8 = [&](const uint8_t* c) __attribute__((always_inline)) {
-                return _mm_loadl_epi64((const __m128i*)c);
-            };
             const __m256i x = _mm256_set_m128i(_mm_unpacklo_epi64(q8(c0 + rb), q8(c0 + 3 * rb)),
                                                _mm_unpacklo_epi64(q8(c0), q8(c0 + 2 * rb)));
             const __m256i ph[4] = {q2_plane<0>(x, m3), q2_plane<1>(x, m3), q2_plane<2>(x, m3), q2_plane<3>(x, m3)};
@@ -376,7 +375,7 @@ void scores_q2t_int_g(const uint8_t* codes, int rb, int rbh, int64_t a, int64_t 
 #pragma GCC unroll 4
                 for (int p = 0; p < 4; p++)
                     ah[j] = kivi_score_add(ah[j], ph[p],
-                                           _mm256_broadcastq_epi64(q8((const uint8_t*)qi + j * k_q2t_qstride + 16 * p)));
+                                           _mm256_broadcastq_epi64(q8(qi + j * k_q2t_qstride + 16 * p)));
         } else {
             head2(c0, rb, a01);
             head2(c0 + 2 * rb, rb, a23);
@@ -415,12 +414,14 @@ void q2t_scores(int G, int h, const uint8_t* codes, int rb, int64_t a, int64_t b
     const int rbh = kv_kivi_row_bytes(2, h);
     kivi_head_passes(G, KIVI_SCORE_HEADS, [&](int j0, int g) {
         kivi_with_heads<KIVI_SCORE_HEADS>(g, [&](auto gb) {
+            auto run = [&](auto h4) {
+                scores_q2t_int_g<decltype(gb)::value, decltype(h4)::value>(
+                    codes, rb, rbh, a, b, pf_end, s0, n, qi + j0 * k_q2t_qstride, qd + j0, bias + j0, sc + j0 * n);
+            };
             if (rbh <= 8)
-                scores_q2t_int_g<decltype(gb)::value, true>(codes, rb, rbh, a, b, pf_end, s0, n,
-                                                            qi + j0 * k_q2t_qstride, qd + j0, bias + j0, sc + j0 * n);
+                run(std::true_type{});
             else
-                scores_q2t_int_g<decltype(gb)::value, false>(codes, rb, rbh, a, b, pf_end, s0, n,
-                                                             qi + j0 * k_q2t_qstride, qd + j0, bias + j0, sc + j0 * n);
+                run(std::false_type{});
         });
     });
 }
