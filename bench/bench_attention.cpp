@@ -102,6 +102,7 @@ void run_plan_attention(benchmark::State& st, const kv_plan& pl, int64_t n, int 
     p.bits_k = pl.bits_k;
     p.bits_v = pl.bits_v;
     p.tails_k = pl.tails_k;
+    p.zeros_k = pl.zeros_k;
     const size_t nh = (size_t)pl.n_layer * pl.n_kv;
     const std::vector<int> full(nh, pl.head_dim);
     kv_cache c(pl.n_layer, pl.n_kv, n, p, pl.ranks_k.empty() ? full : pl.ranks_k,

@@ -33,6 +33,7 @@ nlohmann::json kv_plan::to_json() const {
     j["bits"] = bits;
     if (mixed()) j["bits_k"] = bits_k, j["bits_v"] = bits_v;
     if (!tails_k.empty()) j["tails_k"] = tails_k;
+    if (!zeros_k.empty()) j["zeros_k"] = zeros_k;
     j["rate"] = rate;
     j["ranks_k"] = ranks_k;
     j["ranks_v"] = ranks_v;
@@ -63,6 +64,7 @@ kv_plan kv_plan::from_json(const nlohmann::json& j, const std::string& where) {
         p.bits_k = j.value("bits_k", std::vector<int>{});
         p.bits_v = j.value("bits_v", std::vector<int>{});
         p.tails_k = j.value("tails_k", std::vector<int>{});
+        p.zeros_k = j.value("zeros_k", std::vector<int>{});
         p.rate = j.value("rate", 0.0);
         p.ranks_k = j.at("ranks_k").get<std::vector<int>>();
         p.ranks_v = j.at("ranks_v").get<std::vector<int>>();
@@ -97,6 +99,17 @@ kv_plan kv_plan::from_json(const nlohmann::json& j, const std::string& where) {
             ZK_THROW("%s: plan head %zu has a 1-bit key tail but %d-bit keys (tails are for 4- and 2-bit keys)",
                      where.c_str(), i, p.head_bits_k(i));
     }
+    if (!p.zeros_k.empty() && p.zeros_k.size() != nh)
+        ZK_THROW("%s: plan zeros_k must have %zu entries (layers x KV heads) or none", where.c_str(), nh);
+    for (size_t i = 0; i < p.zeros_k.size(); i++) {
+        const int t = p.tails_k.empty() ? 0 : p.tails_k[i];
+        if (p.zeros_k[i] < 0 || p.zeros_k[i] + t > p.head_dim)
+            ZK_THROW("%s: plan head %zu has %d 0-bit key channels and a %d-channel 1-bit tail, more than its %d",
+                     where.c_str(), i, p.zeros_k[i], t, p.head_dim);
+        if (p.zeros_k[i] > 0 && p.head_bits_k(i) != 4 && p.head_bits_k(i) != 2)
+            ZK_THROW("%s: plan head %zu has 0-bit key channels but %d-bit keys (they are for 4- and 2-bit keys)",
+                     where.c_str(), i, p.head_bits_k(i));
+    }
     if (!p.kbasis.empty() && p.kbasis.size() != nh)
         ZK_THROW("%s: plan key_basis must have %zu entries or none", where.c_str(), nh);
     for (size_t i = 0; i < p.ranks_k.size(); i++)
@@ -127,6 +140,8 @@ std::string kv_plan::describe() const {
     }
     const long nt = std::count_if(tails_k.begin(), tails_k.end(), [](int t) { return t > 0; });
     if (nt > 0) prec += ", 1-bit key tails in " + std::to_string(nt) + " heads";
+    const long nz = std::count_if(zeros_k.begin(), zeros_k.end(), [](int t) { return t > 0; });
+    if (nz > 0) prec += ", 0-bit key channels in " + std::to_string(nz) + " heads";
     std::snprintf(buf, sizeof buf, "%s, ZACK rate %.3f, %.1f%% of the f16 cache%s%s", prec.c_str(), rate,
                   100.0 * kv_fraction, evict == "none" ? "" : (", " + evict + " " + std::to_string(budget) + " tokens").c_str(),
                   loss >= 0 ? (", predicted loss " + std::to_string(loss)).c_str() : "");
@@ -150,7 +165,7 @@ bool plan_inputs::per_head() const {
     // every pair of the layouts measured; a 1-bit tail (keys only) where it was
     for (size_t i = 0; i < np; i++)
         for (size_t j = 0; j < np; j++) {
-            if (qbits[i] == k_plan_tail_code || qbits[j] == k_plan_tail_code) continue;
+            if (plan_keys_only(qbits[i]) || plan_keys_only(qbits[j])) continue;
             for (size_t h = 0; h < nh; h++)
                 if (!std::isfinite(q[(i * np + j) * nh + h])) return false;
         }
@@ -163,6 +178,13 @@ double plan_inputs::qloss_or_nan(int bits_k, int bits_v, size_t h) const {
     const auto ik = std::find(qbits.begin(), qbits.end(), bits_k), iv = std::find(qbits.begin(), qbits.end(), bits_v);
     if (ik == qbits.end() || iv == qbits.end() || q.size() != np * np * nh) return std::nan("");
     return q[((size_t)(ik - qbits.begin()) * np + (size_t)(iv - qbits.begin())) * nh + h];
+}
+
+double plan_inputs::head_qloss(int bits_k, int bits_v, size_t h) const {
+    const double l = qloss(bits_k, bits_v, h);
+    if (bits_k != k_plan_zero_code || !measured(k_plan_tail_code, bits_v, h)) return l;
+    const double lt = qloss(k_plan_tail_code, bits_v, h);
+    return lt + k_plan_zero_weight * std::max(0.0, l - lt);
 }
 
 bool plan_inputs::measured(int bits_k, int bits_v, size_t h) const {
@@ -178,14 +200,15 @@ double plan_inputs::qloss(int bits_k, int bits_v, size_t h) const {
 
 double plan_f16_bytes(int n_layer, int n_kv, int head_dim) { return (double)n_layer * n_kv * 4.0 * head_dim; }
 
-double plan_side_bytes(int bits, bool key, int r, int group, int tail) {
+double plan_side_bytes(int bits, bool key, int r, int group, int tail, int zero) {
+    zero = std::min(zero, r), tail = std::min(tail, r - zero);  // as the cache clamps them
     switch (bits) {
         case 16: return 2.0 * r;
         case 8: return r + 2.0 * kv_n_blocks(r, KV_Q8_BLOCK);
         case 4:
         case 2:
-            return (key ? kv_key_row_bytes(bits, r, std::min(tail, r)) : kv_qb_row_bytes(bits, r)) +
-                   (key ? 2.0 * (r + KV_GRID_STEPS) / group                      // grid code per (group, channel)
+            return (key ? kv_key_row_bytes(bits, r, tail, zero) : kv_qb_row_bytes(bits, r)) +
+                   (key ? 2.0 * (kv_key_grid_words(r, zero) + KV_GRID_STEPS) / group  // grid code per (group, channel)
                         : 2.0 * kv_n_blocks(r, KV_Q4_VBLOCK) + 2.0 * KV_GRID_STEPS / group);  // per (token, block)
                                                                                      // + 2 f16 steps a group
     }
@@ -199,8 +222,8 @@ double plan_head_bytes(int bits_k, int bits_v, int group) {
 
 double plan_cache_bytes() { return sizeof(int32_t); }  // the positions, one ramp for every head
 
-int64_t plan_head_cost(int bits_k, int bits_v, int rank_k, int rank_v, int tail) {
-    return (int64_t)std::ceil(plan_side_bytes(bits_k, true, rank_k, 32, tail) + plan_side_bytes(bits_v, false, rank_v) +
+int64_t plan_head_cost(int bits_k, int bits_v, int rank_k, int rank_v, int tail, int zero) {
+    return (int64_t)std::ceil(plan_side_bytes(bits_k, true, rank_k, 32, tail, zero) + plan_side_bytes(bits_v, false, rank_v) +
                               plan_head_bytes(bits_k, bits_v) - 1e-9);
 }
 
@@ -210,7 +233,7 @@ double plan_bytes(const kv_plan& p) {
     for (size_t h = 0; h < nh; h++) {
         const int bk = p.head_bits_k(h), bv = p.head_bits_v(h);
         s += plan_side_bytes(bk, true, p.ranks_k.empty() ? p.head_dim : p.ranks_k[h], 32,
-                             p.tails_k.empty() || bk > 4 ? 0 : p.tails_k[h]) +
+                             p.tails_k.empty() || bk > 4 ? 0 : p.tails_k[h], p.zeros_k.empty() || bk > 4 ? 0 : p.zeros_k[h]) +
              plan_side_bytes(bv, false, p.ranks_v.empty() ? p.head_dim : p.ranks_v[h]) + plan_head_bytes(bk, bv);
     }
     return s;
@@ -237,14 +260,18 @@ double plan_predicted_loss(const plan_inputs& in, const kv_plan& p) {
     double loss = p.ranks_k.empty() ? 0.0 : in.rank_weight * ranks_loss(in.curves, p.ranks_k, p.ranks_v, p.kbasis);
     const size_t nh = (size_t)in.curves.n_layer * in.curves.n_kv;
     for (size_t h = 0; h < nh; h++) {
-        // a tailed head: the tail's measured loss (measured at one tail length: an approximation for others)
-        const bool tail = !p.tails_k.empty() && p.tails_k[h] > 0 && in.measured(k_plan_tail_code, p.head_bits_v(h), h);
-        loss += in.qloss(tail ? k_plan_tail_code : p.head_bits_k(h), p.head_bits_v(h), h);
+        // a tailed head (or one with 0-bit channels): the measured loss of that layout (measured at one
+        // length each: an approximation for others)
+        const int bv = p.head_bits_v(h);
+        const bool zero = !p.zeros_k.empty() && p.zeros_k[h] > 0 && in.measured(k_plan_zero_code, bv, h);
+        const bool tail = !p.tails_k.empty() && p.tails_k[h] > 0 && in.measured(k_plan_tail_code, bv, h);
+        loss += in.head_qloss(zero ? k_plan_zero_code : tail ? k_plan_tail_code : p.head_bits_k(h), bv, h);
     }
     return loss;
 }
 
 static_assert(k_plan_tail_code == k_sens_tail_code, "one code for 1-bit key tails");
+static_assert(k_plan_zero_code == k_sens_zero_code, "one code for 0-bit key channels");
 
 namespace {
 
@@ -259,7 +286,7 @@ kv_plan plan_per_head(const plan_inputs& in, double target) {
     std::vector<int> bases;
     for (int b = 0; b < 3; b++)
         if (!c.loss_k[b].empty()) bases.push_back(b);
-    struct choice { int bits_k, bits_v, basis, rank_k, rank_v, tail; };
+    struct choice { int bits_k, bits_v, basis, rank_k, rank_v, tail, zero; };
     std::vector<std::vector<choice>> what(nh);
     std::vector<std::vector<knap_option>> items(nh);
     for (size_t h = 0; h < nh; h++) {
@@ -268,11 +295,13 @@ kv_plan plan_per_head(const plan_inputs& in, double target) {
         for (int bk : in.qbits)
             for (int bv : in.qbits) {
                 if (!in.measured(bk, bv, h)) continue;  // a tail as values, or with 16/8-bit values
-                const double lq = in.qloss(bk, bv, h);
+                const double lq = in.head_qloss(bk, bv, h);
                 // a 1-bit tail: 2-bit keys, their last sens_tail(d) channels 1-bit, at full
-                // key rank (its loss was measured there; cutting ranks competes with it instead)
-                const bool tail = bk == k_plan_tail_code;
-                const int kbits = tail ? 2 : bk, tl = tail ? sens_tail(c.d) : 0;
+                // key rank (its loss was measured there; cutting ranks competes with it instead);
+                // with 0-bit channels, the last sens_zero(d) of those are 0-bit
+                const bool tail = plan_keys_only(bk), zc = bk == k_plan_zero_code;
+                const int kbits = tail ? 2 : bk, zr = zc ? sens_zero(c.d) : 0;
+                const int tl = tail ? sens_tail(c.d) - zr : 0;
                 // quantized keys only in the basis their loss was measured in (pca): in the
                 // score basis (not orthogonal) the same codes lose far more (plan 0.2 on
                 // Qwen2.5-Coder-1.5B with score-basis 2-bit keys: KLD 0.085 at 4K against
@@ -282,8 +311,8 @@ kv_plan plan_per_head(const plan_inputs& in, double target) {
                     for (size_t rk = tail ? nr - 1 : 0; rk < nr; rk++)
                         for (size_t rv = 0; rv < nr; rv++) {
                             const double l = in.rank_weight * (c.loss_k[b][h * nr + rk] + c.loss_v[h * nr + rv]) + lq;
-                            what[h].push_back({kbits, bv, b, c.grid[rk], c.grid[rv], tl});
-                            items[h].push_back({plan_head_cost(kbits, bv, c.grid[rk], c.grid[rv], tl), l});
+                            what[h].push_back({kbits, bv, b, c.grid[rk], c.grid[rv], tl, zr});
+                            items[h].push_back({plan_head_cost(kbits, bv, c.grid[rk], c.grid[rv], tl, zr), l});
                         }
                 }
             }
@@ -301,7 +330,9 @@ kv_plan plan_per_head(const plan_inputs& in, double target) {
         ZK_THROW("no plan fits %.1f%% of the f16 cache: the least is %.1f%% (%s at the highest rate); "
                  "eviction (--kv-evict, --kv-budget) goes further",
                  100.0 * target, 100.0 * ((double)least + plan_cache_bytes()) / f16,
-                 lo == k_plan_tail_code ? "2-bit keys with 1-bit tails" : (std::to_string(lo) + "-bit").c_str());
+                 lo == k_plan_zero_code   ? "2-bit keys with 1-bit tails and 0-bit channels"
+                 : lo == k_plan_tail_code ? "2-bit keys with 1-bit tails"
+                                          : (std::to_string(lo) + "-bit").c_str());
     }
     const std::vector<int> pick = alloc_knapsack(items, budget);
     kv_plan p;
@@ -312,6 +343,7 @@ kv_plan plan_per_head(const plan_inputs& in, double target) {
         p.bits_k[h] = ch.bits_k, p.bits_v[h] = ch.bits_v, p.kbasis[h] = ch.basis;
         p.ranks_k[h] = ch.rank_k, p.ranks_v[h] = ch.rank_v;
         if (ch.tail > 0) p.tails_k.resize(nh, 0), p.tails_k[h] = ch.tail;
+        if (ch.zero > 0) p.zeros_k.resize(nh, 0), p.zeros_k[h] = ch.zero;
     }
     p.rate = ranks_rate(p.ranks_k, p.ranks_v, c.d);
     p.bits = std::max(*std::max_element(p.bits_k.begin(), p.bits_k.end()),
@@ -485,6 +517,7 @@ void plan_apply(const kv_plan& p, const model& m, session_params& sp) {
     sp.kv.bits_k = p.bits_k;
     sp.kv.bits_v = p.bits_v;
     if (!p.tails_k.empty()) sp.kv.tails_k = p.tails_k;
+    if (!p.zeros_k.empty()) sp.kv.zeros_k = p.zeros_k;
     sp.ranks_k = p.ranks_k;
     sp.ranks_v = p.ranks_v;
     sp.kbasis = p.ranks_k.empty() ? std::vector<int>{} : p.kbasis;

@@ -13,6 +13,7 @@
 // at 2 bits on Qwen2.5-Coder-1.5B keys and values together lose about twice
 // what each loses alone. Where the .zack measured it, a head may also take
 // 2-bit keys whose last 3/4 channels (at most 128) are a 1-bit tail (k_plan_tail_code;
+// or, k_plan_zero_code, that tail's last d/4 channels at 0 bits, each its group's mean;
 // at full key rank, so a rank cut and a tail compete for the same bytes). Files measured before pairs existed (both sides at
 // one precision, 8 and 4 bits only) get one precision for every head: for each, the ranks
 // allocated by loss at the least compression that fits F, and the precision
@@ -26,6 +27,7 @@
 //    "target": F, "kv_fraction": achieved, "bits": 16|8|4|2,
 //    "bits_k": [...], "bits_v": [...]   (version 2: per head, n_layer x n_kv; "bits" is then the widest),
 //    "tails_k": [...]   (optional, per head: the 1-bit tail of 4- or 2-bit keys, engine/kv_cache.h),
+//    "zeros_k": [...]   (optional, per head: 0-bit key channels after the tail, engine/kv_cache.h),
 //    "ranks_k": [...], "ranks_v": [...], "key_basis": [...]   (n_layer x n_kv, or [] = full rank),
 //    "evict": "none"|policy, "budget": tokens, "loss": predicted (or -1), "source": "..."}
 #pragma once
@@ -46,6 +48,21 @@ struct session_params;
 // (calib/sensitivity.h's k_sens_tail_code; a plan stores such a head as 2-bit
 // keys and its tail in tails_k).
 constexpr int k_plan_tail_code = 1;
+// 2-bit keys whose 1-bit tail ends in 0-bit channels (k_sens_zero_code; zeros_k).
+constexpr int k_plan_zero_code = 0;
+// Whether a loss-table precision code is a keys-only layout (a tail, 0-bit channels).
+inline bool plan_keys_only(int code) { return code == k_plan_tail_code || code == k_plan_zero_code; }
+// What 0-bit channels add to a tail's measured loss counts this many times in
+// a plan. Dropping a channel's variation within a group is a rank cut of that
+// part, and its error is as systematic as a cut's (plan_inputs::rank_weight),
+// which the sensitivity pass's relative attention error does not see. Measured
+// on Qwen2.5-Coder-1.5B, held-out Node.js docs at 4K (bench/RESULTS.md "0-bit
+// key channels"), KLD of the plans at 12-15% of the f16 bytes: weight 1 lost
+// 0.0704 / 0.0449 / 0.0276 / 0.0193, 8 lost 0.0704 / 0.0418 / - / 0.0155 (rank
+// weight 10); with rank weight 30 the rank weight itself (30) lost 0.0548 /
+// 0.0468 / 0.0344 / 0.0164, and 8 0.0533 / 0.0430 / 0.0326 / 0.0159. One
+// model's measurement: a per-model fit as for the rank weight is the next step.
+constexpr double k_plan_zero_weight = 8.0;
 
 struct kv_plan {
     double target = 0;       // requested fraction of the f16 full-rank bytes per token
@@ -53,6 +70,7 @@ struct kv_plan {
     int bits = 16;           // one precision for every head (the widest of bits_k / bits_v when those are set)
     std::vector<int> bits_k, bits_v;  // [n_layer x n_kv] per-head precision (16, 8, 4, 2); empty = `bits` everywhere
     std::vector<int> tails_k;  // [n_layer x n_kv] 1-bit key tails (channels; KIVI keys only); empty = none
+    std::vector<int> zeros_k;  // [n_layer x n_kv] 0-bit key channels after the tail (KIVI keys only); empty = none
     double rate = 0;         // ZACK rate of the ranks
     std::vector<int> ranks_k, ranks_v, kbasis;  // [n_layer x n_kv]; empty = full rank
     std::string evict = "none";
@@ -97,6 +115,10 @@ struct plan_inputs {
     // 16 and 16; bits_k k_plan_tail_code: 2-bit keys with a 1-bit tail); throws
     // when that pair was not measured.
     double qloss(int bits_k, int bits_v, size_t h) const;
+    // What a plan counts for head h at that pair: qloss, but with 0-bit key
+    // channels (k_plan_zero_code) the tail's loss plus k_plan_zero_weight
+    // times what the 0-bit channels add to it.
+    double head_qloss(int bits_k, int bits_v, size_t h) const;
     bool measured(int bits_k, int bits_v, size_t h) const;
     // The table's entry, NaN where the pair is not in it.
     double qloss_or_nan(int bits_k, int bits_v, size_t h) const;
@@ -113,8 +135,8 @@ double plan_bytes(int n_layer, int n_kv, int head_dim, int bits, const std::vect
 // costs besides its sides (a KIVI group table); and what the cache costs
 // besides its heads (the slot positions, one ramp for every head of a cache
 // without eviction: engine/kv_cache.h).
-// tail: a 4- or 2-bit key side's 1-bit channels (at most r count).
-double plan_side_bytes(int bits, bool key, int r, int group = 32, int tail = 0);
+// tail, zero: a 4- or 2-bit key side's 1-bit and 0-bit channels (clamped as the cache does).
+double plan_side_bytes(int bits, bool key, int r, int group = 32, int tail = 0, int zero = 0);
 double plan_head_bytes(int bits_k, int bits_v, int group = 32);
 double plan_cache_bytes();
 // The bytes per token of a plan's precisions and ranks (per-head bits).
@@ -122,7 +144,7 @@ double plan_bytes(const kv_plan& p);
 // What one head at these precisions and ranks costs in a plan's search: its
 // bytes per token rounded up to a whole byte (plans stay within their target,
 // less plan_cache_bytes; at most n_layer x n_kv bytes per token below it).
-int64_t plan_head_cost(int bits_k, int bits_v, int rank_k, int rank_v, int tail = 0);
+int64_t plan_head_cost(int bits_k, int bits_v, int rank_k, int rank_v, int tail = 0, int zero = 0);
 
 // The predicted plan for target F in (0, 1] (see above). Throws when F is out
 // of range or nothing fits F (naming the least fraction a 4-bit cache at the

@@ -135,7 +135,7 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
     for (int b = 0; b < NQB; b++)
         if (ktq_[b][layer].empty()) {
             ktq_[b][layer].resize((size_t)max_ctx_ * KV * D);
-            if (k_sens_prec[1 + b] != k_sens_tail_code) vtq_[b][layer].resize((size_t)max_ctx_ * KV * D);
+            if (!sens_keys_only(k_sens_prec[1 + b])) vtq_[b][layer].resize((size_t)max_ctx_ * KV * D);
         }
     std::vector<int8_t> c8(D);
     std::vector<uint8_t> cq((size_t)GR * kv_qb_row_bytes(4, D) + 64);
@@ -147,7 +147,7 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
         for (int64_t t = from; t < to; t++)
             for (int g = 0; g < KV; g++) {
                 const size_t o = ((size_t)t * KV + g) * D;
-                if (bits == k_sens_tail_code) continue;  // keys only, per group below
+                if (sens_keys_only(bits)) continue;  // keys only, per group below
                 if (bits == 8) {
                     for (int side = 0; side < 2; side++) {
                         const float* x = (side ? vt : kt).data() + o;
@@ -179,10 +179,11 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
                         if (m)
                             for (int t = 0; t < GR; t++)
                                 for (int c = 0; c < D; c++) grp[(size_t)t * D + c] -= m[c];
-                        const int kb = bits == k_sens_tail_code ? 2 : bits;
-                        const int tail = bits == k_sens_tail_code ? sens_tail(D) : 0;
-                        kvq_quantize_keys(kb, grp.data(), GR, D, cq.data(), s1.data(), s2.data(), nullptr, tail);
-                        kvq_dequantize_keys(kb, cq.data(), s1.data(), s2.data(), GR, D, grp.data(), tail);
+                        const sens_key_layout kl = sens_key_layout_of(bits, D);
+                        kvq_quantize_keys(kl.bits, grp.data(), GR, D, cq.data(), s1.data(), s2.data(), nullptr,
+                                          kl.tail, kl.zero);
+                        kvq_dequantize_keys(kl.bits, cq.data(), s1.data(), s2.data(), GR, D, grp.data(), kl.tail,
+                                            kl.zero);
                         if (m)
                             for (int t = 0; t < GR; t++)
                                 for (int c = 0; c < D; c++) grp[(size_t)t * D + c] += m[c];
@@ -194,7 +195,7 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
                         std::copy_n(grp.data() + (size_t)t * D, D, dst + ((size_t)(g0 + t) * KV + g) * D);
                 };
                 group_through(kt.data(), ktq_[b][layer].data(), true);
-                if (bits != k_sens_tail_code) group_through(vt.data(), vtq_[b][layer].data(), false);
+                if (!sens_keys_only(bits)) group_through(vt.data(), vtq_[b][layer].data(), false);
             }
         }
     }

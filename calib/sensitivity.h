@@ -52,17 +52,35 @@ struct sens_params {
 // 4- and 2-bit values (sens_pair_measured): on Qwen2.5-Coder-1.5B the tail
 // from channel 32 of 128 keeps 99.2% of perplexity where rank cuts of the same
 // bytes do not (bench/RESULTS.md).
-constexpr int k_sens_n_prec = 5;
-constexpr int k_sens_prec[k_sens_n_prec] = {16, 8, 4, 2, 1};
+// 0 (keys only) is that tail with its last sens_zero(d) channels at 0 bits,
+// each its group's mean: on Qwen2.5-Coder-1.5B such channels from 96 of 128
+// cost less KL per byte than the plans' other steps at 14% of the f16 bytes.
+constexpr int k_sens_n_prec = 6;
+constexpr int k_sens_prec[k_sens_n_prec] = {16, 8, 4, 2, 1, 0};
 constexpr int k_sens_tail_code = 1;  // = k_plan_tail_code (calib/plan.h)
+constexpr int k_sens_zero_code = 0;  // = k_plan_zero_code
 // 3/4 of the channels, at most KV_KEY_TAIL_MAX (Gemma 3's 256: 128)
 inline int sens_tail(int d) { return std::min(d - d / 4, KV_KEY_TAIL_MAX); }
+// the last quarter of the channels (of the tail above)
+inline int sens_zero(int d) { return std::min(d / 4, sens_tail(d)); }
+inline bool sens_keys_only(int code) { return code == k_sens_tail_code || code == k_sens_zero_code; }
+// The key layout a precision code stands for: bits of the codes, the 1-bit
+// tail and the 0-bit channels (as engine/kv_quant.h takes them).
+struct sens_key_layout {
+    int bits, tail, zero;
+};
+inline sens_key_layout sens_key_layout_of(int code, int d) {
+    if (code == k_sens_tail_code) return {2, sens_tail(d), 0};
+    if (code == k_sens_zero_code) return {2, sens_tail(d) - sens_zero(d), sens_zero(d)};
+    return {code, 0, 0};
+}
 // Whether the pair (keys at k_sens_prec[i], values at [j]) is measured: every
-// pair but (16, 16) of the others; a tail only as keys, with 4- or 2-bit values.
+// pair but (16, 16) of the others; a tail (with or without 0-bit channels) only
+// as keys, with 4- or 2-bit values.
 inline bool sens_pair_measured(int i, int j) {
     if (i == 0 && j == 0) return false;
-    if (k_sens_prec[j] == k_sens_tail_code) return false;
-    return k_sens_prec[i] != k_sens_tail_code || k_sens_prec[j] == 4 || k_sens_prec[j] == 2;
+    if (sens_keys_only(k_sens_prec[j])) return false;
+    return !sens_keys_only(k_sens_prec[i]) || k_sens_prec[j] == 4 || k_sens_prec[j] == 2;
 }
 
 // A grid of about 16 ranks: multiples of max(align, d / 16), ending at d.

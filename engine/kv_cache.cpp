@@ -55,6 +55,7 @@ int kv_cache_bits(const kv_cache_params& p, kv_role role, size_t i) {
 }
 
 int kv_cache_key_tail(const kv_cache_params& p, size_t i) { return p.tails_k.empty() ? p.key_tail : p.tails_k[i]; }
+int kv_cache_key_zero(const kv_cache_params& p, size_t i) { return p.zeros_k.empty() ? p.key_zero : p.zeros_k[i]; }
 
 bool kv_cache_quantized(const kv_cache_params& p) {
     return any_bits(p, [](int b) { return b < 16; });
@@ -96,6 +97,17 @@ void kv_cache_validate_params(const kv_cache_params& p, int n_layer, int n_head_
             ZK_THROW("kv_tails_k[%zu] is %d; a 1-bit key tail is 0 to %d channels", i, p.tails_k[i], KV_KEY_TAIL_MAX);
     const bool tails = p.key_tail > 0 || std::any_of(p.tails_k.begin(), p.tails_k.end(), [](int t) { return t > 0; });
     if (tails && p.gear) ZK_THROW_PARAM("kv.gear", "kv.gear does not correct 1-bit key tails; drop one of them");
+    if (p.key_zero < 0 || p.key_zero > KV_KEY_MAX_R)
+        ZK_THROW_PARAM("kv.key_zero", "kv.key_zero (0-bit key channels) must be between 0 and %d, got %d",
+                       KV_KEY_MAX_R, p.key_zero);
+    if (!p.zeros_k.empty() && n_layer > 0 && n_head_kv > 0 && p.zeros_k.size() != (size_t)n_layer * n_head_kv)
+        ZK_THROW("kv_zeros_k (0-bit key channels per head) has %zu entries; it needs %d (%d layers x %d KV heads) or "
+                 "none", p.zeros_k.size(), n_layer * n_head_kv, n_layer, n_head_kv);
+    for (size_t i = 0; i < p.zeros_k.size(); i++)
+        if (p.zeros_k[i] < 0 || p.zeros_k[i] > KV_KEY_MAX_R)
+            ZK_THROW("kv_zeros_k[%zu] is %d; 0-bit key channels are 0 to %d", i, p.zeros_k[i], KV_KEY_MAX_R);
+    const bool zeros = p.key_zero > 0 || std::any_of(p.zeros_k.begin(), p.zeros_k.end(), [](int t) { return t > 0; });
+    if (zeros && p.gear) ZK_THROW_PARAM("kv.gear", "kv.gear does not correct 0-bit key channels; drop one of them");
     if (p.sinks < 0 || p.sinks > 64)
         ZK_THROW_PARAM("kv.sinks", "kv.sinks must be between 0 and 64 tokens, got %d", p.sinks);
     if (p.gear) {
@@ -133,7 +145,10 @@ kv_side_shape kv_cache::side_shape(kv_role role, size_t i, const kv_layout& layo
         s.group = p_.group;
         s.max_groups = max_groups(capacity);
     }
-    if (role == KV_ROLE_KEYS && layout.windowed) s.tail = std::min(kv_cache_key_tail(p_, i), s.r);
+    if (role == KV_ROLE_KEYS && layout.windowed) {  // 0-bit channels last, the 1-bit tail before them
+        s.zero = std::min(kv_cache_key_zero(p_, i), s.r);
+        s.tail = std::min(kv_cache_key_tail(p_, i), s.r - s.zero);
+    }
     if (p_.gear && layout.gear) {
         s.gear = true;
         s.gear_rank = p_.gear_rank;
@@ -308,6 +323,17 @@ std::string kv_cache::describe(int head_dim) const {
         if (nt > 0) {
             std::snprintf(buf, sizeof buf, "; 1-bit key tails in %d of %zu heads (%.0f channels on average)", nt,
                           blocks_.size(), (double)sum / nt);
+            prec += buf;
+        }
+        int nz = 0;
+        long zsum = 0;
+        for (const auto& b : blocks_) {
+            const int z = b.k->view(0).zero;
+            if (z > 0) nz++, zsum += z;
+        }
+        if (nz > 0) {
+            std::snprintf(buf, sizeof buf, "; 0-bit key channels (group means) in %d of %zu heads (%.0f on average)",
+                          nz, blocks_.size(), (double)zsum / nz);
             prec += buf;
         }
     }

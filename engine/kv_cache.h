@@ -69,6 +69,11 @@ struct kv_cache_params {
     // Sides that are not KIVI ignore them.
     int key_tail = 0;
     std::vector<int> tails_k;
+    // 0-bit key channels (kernels/attention.h): the last channels of a KIVI key
+    // side kept as their group's mean, key_zero on every such side or per head
+    // in zeros_k; the 1-bit tail then comes before them. At most the side's rank.
+    int key_zero = 0;
+    std::vector<int> zeros_k;
     int sinks = 0;                // first positions also kept exact (f32, full head dim)
     int sink_dim = 0;             // channels of an exact sink row; rows passed to append() have them
 };
@@ -81,6 +86,8 @@ void kv_cache_validate_params(const kv_cache_params& p, int n_layer = -1, int n_
 int kv_cache_bits(const kv_cache_params& p, kv_role role, size_t i);
 // The 1-bit key tail asked for block i (before clamping to its rank).
 int kv_cache_key_tail(const kv_cache_params& p, size_t i);
+// The 0-bit key channels asked for block i (before clamping to its rank).
+int kv_cache_key_zero(const kv_cache_params& p, size_t i);
 // Whether some side of the cache is quantized (below 16 bits).
 bool kv_cache_quantized(const kv_cache_params& p);
 // Whether some side is KIVI (4 or 2 bits): blocks with one keep a residual window.

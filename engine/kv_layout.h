@@ -42,8 +42,10 @@ struct kv_side_shape {
     bool gear = false;
     int gear_rank = 0;
     float gear_outliers = 0;
-    // KIVI keys: the last `tail` channels in 1-bit codes (kernels/attention.h; 0: none)
+    // KIVI keys: `tail` channels in 1-bit codes before the last `zero` channels,
+    // which have none (kernels/attention.h; 0: none)
     int tail = 0;
+    int zero = 0;
 };
 
 // A group of quantized slots as a side sees it: group g holds the n slots from s0.

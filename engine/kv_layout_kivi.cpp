@@ -20,7 +20,8 @@ public:
         : s_(s),
           bits_(bits),
           keys_(s.role == KV_ROLE_KEYS),
-          rb_(s.role == KV_ROLE_KEYS ? kv_key_row_bytes(bits, s.r, s.tail) : kv_kivi_row_bytes(bits, s.r)),
+          rb_(s.role == KV_ROLE_KEYS ? kv_key_row_bytes(bits, s.r, s.tail, s.zero) : kv_kivi_row_bytes(bits, s.r)),
+          gw_(kv_key_grid_words(s.r, s.zero)),
           vb_(kv_n_blocks(s.r, KV_Q4_VBLOCK)),
           k_(s.gear ? s.gear_rank : 0),
           nout_(n_out_for(s, s.group)),
@@ -28,6 +29,7 @@ public:
         ZK_ASSERT(s.residual > 0 && s.group > 0);
         // kv_cache_validate_params refuses bad tails and GEAR with tails; side_shape clamps to r
         ZK_ASSERT(s.tail >= 0 && s.tail <= std::min(s.r, KV_KEY_TAIL_MAX) && (s.tail == 0 || (keys_ && !s.gear)));
+        ZK_ASSERT(s.zero >= 0 && s.zero + s.tail <= s.r && (s.zero == 0 || (keys_ && !s.gear)));
         if ((int64_t)s.group * s.r >= KV_GEAR_NONE)
             ZK_THROW("%d-bit KV group of %d tokens x %d channels is too large (max 65534 elements)", bits, s.group,
                      s.r);
@@ -35,7 +37,7 @@ public:
         window_.resize((size_t)s.residual * row_);
         codes_.resize(C * rb_ + KV_Q4_PAD);
         // packed grid codes per (group, channel) or (token, block), two f16 steps per group
-        scale_.resize(keys_ ? MG * s.r : C * vb_);
+        scale_.resize(keys_ ? MG * gw_ : C * vb_);
         min_.resize(MG * KV_GRID_STEPS);
         if (s.gear) {
             ga_.resize(MG * s.group * k_);
@@ -84,6 +86,7 @@ public:
         v.scale = scale_.data();
         v.min = min_.data();
         v.tail = s_.tail;
+        v.zero = s_.zero;
         if (s_.gear) v.gear = attn_gear_view{k_, nout_, ga_.data(), gb_.data(), goi_.data(), gov_.data()};
         return v;
     }
@@ -94,7 +97,7 @@ public:
 
 private:
     const uint16_t* scale_of(const kv_group_ref& gr) const {
-        return keys_ ? scale_.data() + gr.g * s_.r : scale_.data() + gr.s0 * vb_;
+        return keys_ ? scale_.data() + gr.g * gw_ : scale_.data() + gr.s0 * vb_;
     }
     const uint16_t* min_of(const kv_group_ref& gr) const {
         return min_.data() + gr.g * KV_GRID_STEPS;
@@ -103,13 +106,13 @@ private:
     kv_side_shape s_;
     int bits_;
     bool keys_;
-    int rb_, vb_;  // bytes per code row, value blocks per row
+    int rb_, gw_, vb_;  // bytes per code row, key grid words per group, value blocks per row
     int k_;        // GEAR rank (0 without)
     int nout_;     // GEAR outlier slots per group
     int64_t row_;  // bytes per window row
     std::vector<uint8_t> window_;         // [residual x r] of the cache's type
     std::vector<uint8_t> codes_;          // [capacity x rb] + KV_Q4_PAD
-    std::vector<uint16_t> scale_;         // grid codes: keys [max_groups x r], values [capacity x vb]
+    std::vector<uint16_t> scale_;         // grid codes: keys [max_groups x gw], values [capacity x vb]
     std::vector<uint16_t> min_;           // steps [max_groups x 2]
     std::vector<uint16_t> ga_, gb_;       // GEAR [max_groups x group x k], [max_groups x r x k]
     std::vector<uint16_t> goi_, gov_;     // GEAR [max_groups x nout]
@@ -119,7 +122,7 @@ void kivi_side::read_group(const kv_group_ref& gr, float* X) const {
     const uint8_t* c = codes_.data() + gr.s0 * rb_;
     if (!s_.gear) {
         if (keys_)
-            kvq_dequantize_keys(bits_, c, scale_of(gr), min_of(gr), gr.n, s_.r, X, s_.tail);
+            kvq_dequantize_keys(bits_, c, scale_of(gr), min_of(gr), gr.n, s_.r, X, s_.tail, s_.zero);
         else
             kvq_dequantize_values(bits_, c, scale_of(gr), min_of(gr), gr.n, s_.r, X);
         return;
@@ -136,7 +139,7 @@ void kivi_side::requantize(const kv_group_ref& gr, const float* X, float* work) 
     uint16_t* mn = (uint16_t*)min_of(gr);
     if (!s_.gear) {
         if (keys_)
-            kvq_quantize_keys(bits_, X, gr.n, s_.r, c, sc, mn, nullptr, s_.tail);
+            kvq_quantize_keys(bits_, X, gr.n, s_.r, c, sc, mn, nullptr, s_.tail, s_.zero);
         else
             kvq_quantize_values(bits_, X, gr.n, s_.r, c, sc, mn);
         return;
@@ -150,7 +153,7 @@ void kivi_side::requantize(const kv_group_ref& gr, const float* X, float* work) 
 
 void kivi_side::move_group(int64_t g, int64_t ng, const int16_t* newt, int) {
     if (g != ng) {
-        if (keys_) kv_move_rows(scale_.data(), s_.r, g, ng);
+        if (keys_) kv_move_rows(scale_.data(), gw_, g, ng);
         kv_move_rows(min_.data(), KV_GRID_STEPS, g, ng);
         if (k_ > 0) kv_move_rows(gb_.data(), (int64_t)s_.r * k_, g, ng);
     }
@@ -173,9 +176,9 @@ void kivi_side::move_group(int64_t g, int64_t ng, const int16_t* newt, int) {
 size_t kivi_bytes(int bits, const kv_side_shape& s) {
     const size_t C = (size_t)s.capacity, MG = (size_t)s.max_groups;
     size_t b = (size_t)s.residual * s.r * kv_elem_size(s.type);  // residual window
-    b += C * (s.role == KV_ROLE_KEYS ? kv_key_row_bytes(bits, s.r, s.tail) : kv_kivi_row_bytes(bits, s.r)) +
+    b += C * (s.role == KV_ROLE_KEYS ? kv_key_row_bytes(bits, s.r, s.tail, s.zero) : kv_kivi_row_bytes(bits, s.r)) +
          KV_Q4_PAD;  // codes
-    b += s.role == KV_ROLE_KEYS ? MG * 2 * (size_t)s.r                  // grid codes per (group, channel)
+    b += s.role == KV_ROLE_KEYS ? MG * 2 * (size_t)kv_key_grid_words(s.r, s.zero)  // grid codes per (group, channel)
                                 : C * 2 * (size_t)kv_n_blocks(s.r, KV_Q4_VBLOCK);  // per (token, block)
     b += MG * 2 * KV_GRID_STEPS;                                        // steps per group
     if (s.gear) {

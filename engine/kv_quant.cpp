@@ -218,9 +218,11 @@ void kvq_key_grid_search(int bits, const float* x, int n, int64_t stride, const 
         }
 }
 
-void kvq_grid_codes(int bits, const float* lo, const float* hi, int r, uint16_t* grid, uint16_t* step, int tail) {
+void kvq_grid_codes(int bits, const float* lo, const float* hi, int r, uint16_t* grid, uint16_t* step, int tail,
+                    int zero) {
+    const int rc = r - zero;  // channels with codes; [rc, r) are 0-bit, lo = their mean
     // the levels above a channel's min: 2^bits - 1, or 1 in a 1-bit tail
-    auto top = [&](int c) { return c < r - tail ? (float)((1 << bits) - 1) : 1.0f; };
+    auto top = [&](int c) { return c < rc - tail ? (float)((1 << bits) - 1) : 1.0f; };
     float mabs = 0;
     for (int c = 0; c < r; c++) mabs = std::fmax(mabs, std::fabs(lo[c]));
     step[1] = f16_ceil(mabs / 127.0f);
@@ -228,14 +230,19 @@ void kvq_grid_codes(int bits, const float* lo, const float* hi, int r, uint16_t*
     auto min_code = [&](int c) { return dm > 0 ? std::fmin(std::fmax(std::floor(lo[c] / dm), -127.0f), 127.0f) : 0.0f; };
     float smax = 0;
     // hi - m as one fma, as kernels/cuda/kv_append.cu computes it
-    for (int c = 0; c < r; c++) smax = std::fmax(smax, std::fma(-dm, min_code(c), hi[c]) / top(c));
+    for (int c = 0; c < rc; c++) smax = std::fmax(smax, std::fma(-dm, min_code(c), hi[c]) / top(c));
     step[0] = f16_ceil(smax / 255.0f);
     const float ds = fp16_to_fp32(step[0]);
-    for (int c = 0; c < r; c++) {
+    for (int c = 0; c < rc; c++) {
         const float mc = min_code(c), need = std::fma(-dm, mc, hi[c]) / top(c);
         const int sc = ds > 0 ? (int)std::fmin(std::fmax(std::ceil(need / ds), 0.0f), 255.0f) : 0;
         grid[c] = (uint16_t)(sc | (((int)mc & 0xff) << 8));
     }
+    // a 0-bit channel is its level: the nearest min code, not one below
+    int8_t* zb = (int8_t*)(grid + rc);
+    for (int c = rc; c < r; c++)
+        zb[c - rc] = (int8_t)(dm > 0 ? std::fmin(std::fmax(std::nearbyint(lo[c] / dm), -127.0f), 127.0f) : 0.0f);
+    if (zero % 2) zb[zero] = 0;
 }
 
 void kvq_key_levels_1bit(const float* x, int n, int64_t stride, const uint8_t* skip, int64_t skip_stride,
@@ -264,20 +271,29 @@ void kvq_key_levels_1bit(const float* x, int n, int64_t stride, const uint8_t* s
 }
 
 void kvq_quantize_keys(int bits, const float* X, int n, int r, uint8_t* codes, uint16_t* grid, uint16_t* step,
-                       const uint8_t* skip, int tail) {
+                       const uint8_t* skip, int tail, int zero) {
     check_bits(bits);
     if (r > KV_KEY_MAX_R) ZK_THROW("%d-bit keys of %d channels: at most %d", bits, r, KV_KEY_MAX_R);
-    if (tail < 0 || tail > r || tail > KV_KEY_TAIL_MAX)
-        ZK_THROW("a 1-bit key tail of %d channels in a key of %d: at most min(r, %d)", tail, r, KV_KEY_TAIL_MAX);
-    const int h = r - tail, rb = kv_key_row_bytes(bits, r, tail), rbh = kv_qb_row_bytes(bits, h);
-    const int tb = kv_tail_bytes(tail);
+    if (zero < 0 || zero > r) ZK_THROW("%d 0-bit key channels in a key of %d: at most %d", zero, r, r);
+    if (tail < 0 || tail > r - zero || tail > KV_KEY_TAIL_MAX)
+        ZK_THROW("a 1-bit key tail of %d channels in a key of %d (%d of them 0-bit): at most min(%d, %d)", tail, r,
+                 zero, r - zero, KV_KEY_TAIL_MAX);
+    const int rc = r - zero, h = rc - tail, rb = kv_key_row_bytes(bits, r, tail, zero);
+    const int rbh = kv_qb_row_bytes(bits, h), tb = kv_tail_bytes(tail);
     float lo[KV_KEY_MAX_R] = {}, hi[KV_KEY_MAX_R] = {};
     for (int c = 0; c < h; c++) kvq_key_grid_search(bits, X + c, n, r, skip ? skip + c : nullptr, r, &lo[c], &hi[c]);
-    for (int c = h; c < r; c++) kvq_key_levels_1bit(X + c, n, r, skip ? skip + c : nullptr, r, &lo[c], &hi[c]);
-    kvq_grid_codes(bits, lo, hi, r, grid, step, tail);
+    for (int c = h; c < rc; c++) kvq_key_levels_1bit(X + c, n, r, skip ? skip + c : nullptr, r, &lo[c], &hi[c]);
+    for (int c = rc; c < r; c++) {  // 0-bit: the mean of the channel's (kept) tokens
+        double sum = 0;
+        int cnt = 0;
+        for (int t = 0; t < n; t++)
+            if (!(skip && skip[(size_t)t * r + c])) sum += X[(size_t)t * r + c], cnt++;
+        lo[c] = hi[c] = cnt ? (float)(sum / cnt) : 0.0f;
+    }
+    kvq_grid_codes(bits, lo, hi, r, grid, step, tail, zero);
     const float ds = fp16_to_fp32(step[0]), dm = fp16_to_fp32(step[1]);
     std::memset(codes, 0, (size_t)n * rb);  // unused high bits zero, as for values
-    for (int c = 0; c < r; c++) {
+    for (int c = 0; c < rc; c++) {
         const float sv = kivi_grid_scale(grid[c], ds), mv = kivi_grid_min(grid[c], dm);
         const float inv = sv > 0 ? 1.0f / sv : 0.0f;
         if (c < h) {
@@ -293,12 +309,15 @@ void kvq_quantize_keys(int bits, const float* X, int n, int r, uint8_t* codes, u
 }
 
 void kvq_dequantize_keys(int bits, const uint8_t* codes, const uint16_t* grid, const uint16_t* step, int n, int r,
-                         float* X, int tail) {
+                         float* X, int tail, int zero) {
     check_bits(bits);
-    const int h = r - tail, rb = kv_key_row_bytes(bits, r, tail), rbh = kv_qb_row_bytes(bits, h);
-    const int tb = kv_tail_bytes(tail);
+    const int rc = r - zero, h = rc - tail, rb = kv_key_row_bytes(bits, r, tail, zero);
+    const int rbh = kv_qb_row_bytes(bits, h), tb = kv_tail_bytes(tail);
     const float ds = fp16_to_fp32(step[0]), dm = fp16_to_fp32(step[1]);
-    for (int c = 0; c < r; c++) {
+    const int8_t* zb = (const int8_t*)(grid + rc);
+    for (int c = rc; c < r; c++)
+        for (int t = 0; t < n; t++) X[(size_t)t * r + c] = dm * (float)zb[c - rc];
+    for (int c = 0; c < rc; c++) {
         const float sv = kivi_grid_scale(grid[c], ds), mv = kivi_grid_min(grid[c], dm);
         for (int t = 0; t < n; t++) {
             const uint8_t* row = codes + (size_t)t * rb;

@@ -26,7 +26,7 @@
 //       2 bytes a (group, channel) or (token, block) against two f16 steps
 //       (ds, dm) a group: the grid's scale / ds (unsigned, low byte)
 //       and min / dm (signed, high byte); kivi_grid_scale, kivi_grid_min.
-//       Keys: `scale` [n_groups x r] grid codes, `min` [n_groups x 2] steps;
+//       Keys: `scale` [n_groups x r] grid codes (with 0-bit channels: below), `min` [n_groups x 2] steps;
 //       values: `scale` [n_quant x vblocks(r)], `min` [n_groups x 2]. The AVX2 kernels take both sums
 //       as integer dot products (maddubs): the folded query rounded to int8 per
 //       (group, head) and laid out in the order the codes unpack (a permutation
@@ -42,6 +42,14 @@
 //       meets the query in channel order). Why: in the ZACK basis the last key
 //       channels carry little energy but their removal costs much more than a
 //       coarse code (Qwen2.5-Coder-1.5B, bench/RESULTS.md "1-bit tails").
+//       0-bit key channels (`zero` > 0, keys only): the last `zero` channels
+//       [r - zero, r) have no codes; each is its group's mean, m_c = dm x an
+//       int8 code, and adds q_c m_c to the group's bias. The tail is then
+//       channels [h, r - zero), h = r - zero - tail, and a group's grid is
+//       kv_key_grid_words(r, zero) words: the r - zero packed codes, then the
+//       zero channels' min codes as bytes. Why: the last channels of the ZACK
+//       basis vary little within a group; their mean keeps more than a rank
+//       cut of the same bytes (bench/RESULTS.md "0-bit key channels").
 //   GEAR (optional, on KIVI sides): per group of `group` quantized tokens, a
 //       rank-k correction A B^T (A [group x k], B [r x k], f16) and n_out sparse
 //       corrections (index t * r + c within the group, f16 value) of the
@@ -108,9 +116,13 @@ inline int kv_kivi_row_bytes(int bits, int r) { return (r * bits + 7) / 8; }
 // channels whose last `tail` are 1-bit.
 constexpr int KV_KEY_TAIL_MAX = 128;
 inline int kv_tail_bytes(int tail) { return (tail + 7) / 8; }
-inline int kv_key_row_bytes(int bits, int r, int tail) {
-    return kv_kivi_row_bytes(bits, r - tail) + kv_tail_bytes(tail);
+inline int kv_key_row_bytes(int bits, int r, int tail, int zero = 0) {
+    return kv_kivi_row_bytes(bits, r - tail - zero) + kv_tail_bytes(tail);
 }
+// 0-bit key channels: the last `zero` channels of a KIVI key row have no codes,
+// each is its group mean m_c; a group's grid is then r - zero packed grid codes
+// followed by the zero channels' int8 min codes, two a word.
+inline int kv_key_grid_words(int r, int zero) { return r - zero + (zero + 1) / 2; }
 
 struct attn_gear_view {
     int rank = 0;                      // low-rank part (0: none)
@@ -127,12 +139,15 @@ struct attn_side_view {
     int64_t n_quant = 0;              // slots [0, n_quant) are in the codes (0 for KV_LAYOUT_ROWS)
     const void* rows = nullptr;       // slot s >= n_quant: row s - n_quant of [.. x r] `type`
     const void* codes = nullptr;      // Q8: int8 [n_quant x r]; KIVI: [n_quant x row_bytes(r)] + KV_Q4_PAD
-    const uint16_t* scale = nullptr;  // Q8: [n_quant x blocks(r)] f16; KIVI keys: [n_groups x r] packed grid
-                                      // codes; KIVI values: [n_quant x vblocks(r)] packed grid codes
+    const uint16_t* scale = nullptr;  // Q8: [n_quant x blocks(r)] f16; KIVI keys: [n_groups x
+                                      // kv_key_grid_words(r, zero)] packed grid codes; KIVI values:
+                                      // [n_quant x vblocks(r)] packed grid codes
     const uint16_t* min = nullptr;    // KIVI keys: [n_groups x KV_GRID_STEPS] f16 steps; values: [n_quant x
                                       // KV_GRID_STEPS] f16 steps
-    int tail = 0;                     // KIVI keys: the last `tail` channels in 1-bit codes (rows of
-                                      // kv_key_row_bytes(bits, r, tail) bytes)
+    int tail = 0;                     // KIVI keys: `tail` channels in 1-bit codes before the `zero` ones
+    int zero = 0;                     // KIVI keys: the last `zero` channels with no codes (rows of
+                                      // kv_key_row_bytes(bits, r, tail, zero) bytes; grids of
+                                      // kv_key_grid_words(r, zero) words a group)
     attn_gear_view gear;
 };
 

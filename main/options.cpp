@@ -120,6 +120,9 @@ void options_add_kv(CLI::App& app, model_opts& o, bool lists_elsewhere) {
     app.add_option("--kv-key-tail", o.kv_key_tail,
                    "4/2-bit keys: their last N channels (the weakest, in a .zack's basis) in 1-bit codes, 0-128; "
                    "a plan's per-head tails take precedence")->group(g);
+    app.add_option("--kv-key-zero", o.kv_key_zero,
+                   "4/2-bit keys: their last N channels kept as each group's mean (0 bits; a 1-bit tail comes "
+                   "before them); a plan's per-head counts take precedence")->group(g);
     app.add_flag("--kv-gear", o.kv_gear, "4/2-bit: GEAR error correction (low-rank + sparse outliers per group)")
         ->group(g);
     app.add_option("--kv-gear-rank", o.kv_gear_rank, "GEAR: rank of the residual approximation")->group(g);
@@ -285,6 +288,7 @@ session_params options_session_params(const model_opts& o) {
     p.kv.residual = o.kv_residual;
     p.kv.gear = o.kv_gear;
     p.kv.key_tail = o.kv_key_tail;
+    p.kv.key_zero = o.kv_key_zero;
     p.kv.gear_rank = o.kv_gear_rank;
     p.kv.gear_outliers = o.kv_gear_outliers;
     p.evict.policy = o.kv_evict;
@@ -315,7 +319,7 @@ const struct {
     {"kv.residual", "--kv-residual"},   {"kv.sinks", "--kv-sinks"},
     {"kv.gear_rank", "--kv-gear-rank"}, {"kv.gear_outliers", "--kv-gear-outliers"},
     {"kv.gear", "--kv-gear"},           {"kv.alloc", "--kv-alloc"},
-    {"kv.key_tail", "--kv-key-tail"},
+    {"kv.key_tail", "--kv-key-tail"},   {"kv.key_zero", "--kv-key-zero"},
     {"evict.policy", "--kv-evict"},     {"evict.budget", "--kv-budget"},
     {"evict.n_sink", "--kv-sinks"},     {"evict.n_recent", "--kv-recent"},
     {"evict.crush_anchor", "--kv-crush-anchor"}, {"evict.crush", "--kv-crush"},

@@ -44,6 +44,7 @@ struct model_opts {
     int kv_residual = 0;
     bool kv_gear = false;
     int kv_key_tail = 0;
+    int kv_key_zero = 0;
     int kv_gear_rank = 2;
     float kv_gear_outliers = 0.02f;
     std::string kv_evict = "none";

@@ -334,6 +334,90 @@ TEST(KvQuant, KeyTailsOneBitLevels) {
     EXPECT_NO_THROW(kv_cache_validate_params(p, 1, 2));
 }
 
+// 0-bit key channels: the last `zero` channels of a row have no codes, each
+// reads back as its group's mean (within half a min step; skipped elements
+// left out of the mean), their min codes follow the others' grid codes as
+// bytes, and the rest of the row (its codes and the tail before the 0-bit
+// channels) comes out exactly as a key of r - zero channels with that tail.
+TEST(KvQuant, KeyZeroChannelsAreGroupMeans) {
+    for (int bits : {4, 2})
+        for (int r : {4, 17, 64, 128})
+            for (int zero : {1, 3, 16, 32, r})
+                for (int tail : {0, 5, 64}) {
+                    if (zero > r || tail + zero > r) continue;
+                    const int n = 32, rc = r - zero, rb = kv_key_row_bytes(bits, r, tail, zero);
+                    const std::string at = "bits " + std::to_string(bits) + " r " + std::to_string(r) + " zero " +
+                                           std::to_string(zero) + " tail " + std::to_string(tail);
+                    ASSERT_EQ(rb, kv_key_row_bytes(bits, rc, tail)) << at;
+                    std::vector<float> X = make_rows(n, r, 7 + r + zero + tail), Y(X.size());
+                    for (int t = 0; t < n; t++)  // an offset per 0-bit channel: the mean is not ~0
+                        for (int c = rc; c < r; c++) X[(size_t)t * r + c] += 0.3f * (float)((c % 5) - 2);
+                    std::vector<uint8_t> skip((size_t)n * r, 0);
+                    for (int t = 0; t < n; t += 7) skip[(size_t)t * r + r - 1] = 1;
+                    const int gw = kv_key_grid_words(r, zero);
+                    ASSERT_EQ(gw, rc + (zero + 1) / 2) << at;
+                    std::vector<uint8_t> codes((size_t)n * rb + 1, 0xAA);
+                    std::vector<uint16_t> grid(gw + 1, 0xBEEF), step(KV_GRID_STEPS);
+                    kvq_quantize_keys(bits, X.data(), n, r, codes.data(), grid.data(), step.data(), skip.data(), tail,
+                                      zero);
+                    EXPECT_EQ(grid[gw], 0xBEEF) << at << ": grid written past its words";
+                    EXPECT_EQ(codes[(size_t)n * rb], 0xAA) << at << ": codes written past their rows";
+                    kvq_dequantize_keys(bits, codes.data(), grid.data(), step.data(), n, r, Y.data(), tail, zero);
+                    const float dm = fp16_to_fp32(step[1]);
+                    for (int c = rc; c < r; c++) {
+                        double s = 0;
+                        int k = 0;
+                        for (int t = 0; t < n; t++)
+                            if (!skip[(size_t)t * r + c]) s += X[(size_t)t * r + c], k++;
+                        const float mean = (float)(s / k);
+                        const float m = dm * (float)((const int8_t*)(grid.data() + rc))[c - rc];
+                        EXPECT_LE(std::fabs(m - mean), 0.5f * dm * 1.0001f + 1e-6f) << at << " c " << c;
+                        for (int t = 0; t < n; t++) EXPECT_EQ(Y[(size_t)t * r + c], m) << at << " c " << c;
+                    }
+                    // the coded channels: the same bits as a key of rc channels with the same steps
+                    if (rc == 0) continue;
+                    std::vector<float> Xc((size_t)n * rc), Yc((size_t)n * rc);
+                    std::vector<uint8_t> skc((size_t)n * rc);
+                    for (int t = 0; t < n; t++)
+                        for (int c = 0; c < rc; c++)
+                            Xc[(size_t)t * rc + c] = X[(size_t)t * r + c], skc[(size_t)t * rc + c] = skip[(size_t)t * r + c];
+                    kvq_dequantize_keys(bits, codes.data(), grid.data(), step.data(), n, rc, Yc.data(), tail);
+                    for (int t = 0; t < n; t++)
+                        for (int c = 0; c < rc; c++)
+                            EXPECT_EQ(Yc[(size_t)t * rc + c], Y[(size_t)t * r + c]) << at << " c " << c;
+                    // and within the coded range of each channel's grid (tail: one of its two levels)
+                    const float ds = fp16_to_fp32(step[0]);
+                    for (int c = 0; c < rc; c++) {
+                        const int top = c < rc - tail ? (1 << bits) - 1 : 1;
+                        const float m = kivi_grid_min(grid[c], dm), s = kivi_grid_scale(grid[c], ds);
+                        for (int t = 0; t < n; t++) {
+                            const float y = Y[(size_t)t * r + c];
+                            EXPECT_GE(y, m - 1e-6f) << at << " c " << c;
+                            EXPECT_LE(y, m + top * s + 1e-5f) << at << " c " << c;
+                        }
+                    }
+                }
+    kv_cache_params p;
+    p.bits = 2;
+    p.key_zero = KV_KEY_MAX_R + 1;
+    EXPECT_THROW(kv_cache_validate_params(p), zk::error);
+    p.key_zero = 16;
+    p.gear = true;
+    EXPECT_THROW(kv_cache_validate_params(p), zk::error);
+    p.gear = false;
+    EXPECT_NO_THROW(kv_cache_validate_params(p));
+    p.zeros_k = {16, -1};
+    EXPECT_THROW(kv_cache_validate_params(p), zk::error);
+    p.zeros_k = {16, 16};
+    EXPECT_THROW(kv_cache_validate_params(p, 1, 3), zk::error);
+    EXPECT_NO_THROW(kv_cache_validate_params(p, 1, 2));
+    std::vector<float> X = make_rows(32, 8, 1);
+    std::vector<uint8_t> codes(64);
+    std::vector<uint16_t> grid(8), step(KV_GRID_STEPS);
+    EXPECT_THROW(kvq_quantize_keys(2, X.data(), 32, 8, codes.data(), grid.data(), step.data(), nullptr, 4, 5),
+                 zk::error);
+}
+
 // GEAR's low-rank + sparse correction lowers the reconstruction error of a group
 // (measured, asserted lower) for keys and values.
 TEST(KvQuant, GearLowersGroupError) {

@@ -142,22 +142,26 @@ zk::plan_inputs tiny_inputs(uint32_t seed, int L, int KV, int d, std::vector<int
 
 // The inputs with 2-bit keys with a 1-bit tail measured too (precision code
 // k_plan_tail_code, keys only, with 4- and 2-bit values): 2-bit keys' loss
-// plus a random extra; NaN for the pairs a calibration does not measure.
-zk::plan_inputs with_tails(zk::plan_inputs in, uint32_t seed) {
+// plus a random extra; NaN for the pairs a calibration does not measure. With
+// zero, also that tail ending in 0-bit channels (k_plan_zero_code): the
+// tail's loss plus another extra.
+zk::plan_inputs with_tails(zk::plan_inputs in, uint32_t seed, bool zero = false) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<double> u(0.0, 1.0);
-    const size_t nh = (size_t)in.curves.n_layer * in.curves.n_kv, np = in.qbits.size(), n2 = np + 1;
+    const size_t nh = (size_t)in.curves.n_layer * in.curves.n_kv, np = in.qbits.size(), n2 = np + 1 + zero;
     std::vector<double> q(n2 * n2 * nh, std::nan(""));
     for (size_t i = 0; i < np; i++)
         for (size_t j = 0; j < np; j++) std::copy_n(in.q.begin() + (i * np + j) * nh, nh, q.begin() + (i * n2 + j) * nh);
     for (size_t h = 0; h < nh; h++) {
-        const double extra = 0.3 * u(rng) * u(rng);
+        const double extra = 0.3 * u(rng) * u(rng), extra0 = 0.05 * u(rng) * u(rng);
         for (int bv : {4, 2}) {
             const size_t j = std::find(in.qbits.begin(), in.qbits.end(), bv) - in.qbits.begin();
             q[(np * n2 + j) * nh + h] = in.qloss(2, bv, h) + extra;
+            if (zero) q[((np + 1) * n2 + j) * nh + h] = in.qloss(2, bv, h) + extra + extra0;
         }
     }
     in.qbits.push_back(zk::k_plan_tail_code);
+    if (zero) in.qbits.push_back(zk::k_plan_zero_code);
     in.q = q;
     return in;
 }
@@ -165,12 +169,12 @@ zk::plan_inputs with_tails(zk::plan_inputs in, uint32_t seed) {
 TEST(PlanPerHead, BestOfEveryCombination) {
     const int d = 16;
     const std::vector<int> grid = {8, 16};
-    int tailed = 0;  // heads the plans gave a tail
-    for (bool tails : {false, true})
+    int tailed = 0, zeroed = 0;  // heads the plans gave a tail, 0-bit channels
+    for (int tails : {0, 1, 2})  // none, 1-bit tails, and tails with 0-bit channels
     for (uint32_t seed = 1; seed <= 6; seed++)
     for (const double w : {1.0, 3.7}) {  // rank losses weighted against quantization losses
         zk::plan_inputs in = tiny_inputs(seed, 1, 2, d, grid);
-        if (tails) in = with_tails(in, seed);
+        if (tails) in = with_tails(in, seed, tails == 2);
         ASSERT_TRUE(in.per_head());
         const std::vector<int> bits = in.qbits;
         in.rank_weight = w;
@@ -179,19 +183,24 @@ TEST(PlanPerHead, BestOfEveryCombination) {
             // every (bits_k, bits_v, basis, rank_k, rank_v) of both heads, costed as the plan costs them
             struct opt { double loss; int64_t cost; };
             std::vector<opt> o[2];
-            // (a tail: 2-bit keys, their last sens_tail(d) channels 1-bit, at full key rank)
+            // (a tail: 2-bit keys, their last sens_tail(d) channels 1-bit, at full key rank;
+            // with 0-bit channels, the last sens_zero(d) of them 0-bit)
             for (int h = 0; h < 2; h++)
                 for (int bk : bits)
                     for (int bv : bits) {
-                        if (bv == zk::k_plan_tail_code || (bk == zk::k_plan_tail_code && bv != 4 && bv != 2)) continue;
-                        const bool tl = bk == zk::k_plan_tail_code;
+                        if (zk::plan_keys_only(bv) || (zk::plan_keys_only(bk) && bv != 4 && bv != 2)) continue;
+                        const bool tl = zk::plan_keys_only(bk), zc = bk == zk::k_plan_zero_code;
+                        const int zr = zc ? zk::sens_zero(d) : 0;
                         for (int b : {0, 2})  // quantized keys: pca only (the basis their loss is measured in)
                             for (int rk = tl ? 1 : 0; rk < 2 && (bk == 16 || b == 0); rk++)
                                 for (int rv = 0; rv < 2; rv++)
                                     o[h].push_back({w * (in.curves.loss_k[b][h * 2 + rk] + in.curves.loss_v[h * 2 + rv]) +
-                                                        in.qloss(bk, bv, h),
+                                                        (zc ? in.qloss(zk::k_plan_tail_code, bv, h) +
+                                                                  zk::k_plan_zero_weight *
+                                                                      (in.qloss(bk, bv, h) - in.qloss(zk::k_plan_tail_code, bv, h))
+                                                            : in.qloss(bk, bv, h)),
                                                     zk::plan_head_cost(tl ? 2 : bk, bv, grid[rk], grid[rv],
-                                                                       tl ? zk::sens_tail(d) : 0)});
+                                                                       tl ? zk::sens_tail(d) - zr : 0, zr)});
                     }
             double best = std::numeric_limits<double>::infinity();
             for (const opt& a : o[0])
@@ -210,11 +219,16 @@ TEST(PlanPerHead, BestOfEveryCombination) {
             EXPECT_EQ(p.source_sha256, "abc");
             for (size_t h = 0; h < p.tails_k.size(); h++)
                 if (p.tails_k[h] > 0) {
-                    EXPECT_EQ(p.tails_k[h], zk::sens_tail(d));
+                    const int z = p.zeros_k.empty() ? 0 : p.zeros_k[h];
+                    EXPECT_TRUE(z == 0 || z == zk::sens_zero(d));
+                    EXPECT_EQ(p.tails_k[h] + z, zk::sens_tail(d));
                     EXPECT_EQ(p.head_bits_k(h), 2);
                     EXPECT_EQ(p.ranks_k[h], d);
-                    tailed++;
+                    tailed++, zeroed += z > 0;
                 }
+            if (tails < 2) {
+                EXPECT_TRUE(p.zeros_k.empty());
+            }
             for (size_t h = 0; h < p.bits_k.size(); h++) {
                 if (p.bits_k[h] < 16) {
                     EXPECT_EQ(p.kbasis[h], 0) << "head " << h;
@@ -223,7 +237,9 @@ TEST(PlanPerHead, BestOfEveryCombination) {
         }
     }
     EXPECT_GT(tailed, 0);  // the search does take tails where they are the best buy
-    std::printf("[ measured ] %d heads of the plans took a 1-bit key tail\n", tailed);
+    EXPECT_GT(zeroed, 0);  // and 0-bit channels
+    std::printf("[ measured ] %d heads of the plans took a 1-bit key tail, %d of them with 0-bit channels\n", tailed,
+                zeroed);
 }
 
 TEST(PlanPerHead, SensitiveHeadsKeepMoreBits) {
@@ -333,6 +349,33 @@ TEST(PlanFile, PerHeadRoundTripAndBadInput) {
                                  p.bits_k.begin());
     if (wide < p.bits_k.size()) {  // a tail on 8- or 16-bit keys
         EXPECT_THROW(zk::kv_plan::from_json(badt([&](nlohmann::json& b) { b["tails_k"][wide] = 8; }), "t"), zk::error);
+    }
+    // 0-bit key channels after the tails: the same
+    zk::kv_plan z = t;
+    z.zeros_k.assign(p.bits_k.size(), 0);
+    int zeroed = 0;
+    for (size_t h = 0; h < z.zeros_k.size(); h++)
+        if (p.bits_k[h] <= 4) z.zeros_k[h] = std::min(12, p.head_dim - t.tails_k[h]), zeroed += z.zeros_k[h] > 0;
+    ASSERT_GT(zeroed, 0);
+    const nlohmann::json zj = z.to_json();
+    const zk::kv_plan zq = zk::kv_plan::from_json(zj, "t");
+    EXPECT_EQ(zq.zeros_k, z.zeros_k);
+    EXPECT_NE(z.describe().find("0-bit key channels in " + std::to_string(zeroed) + " heads"), std::string::npos)
+        << z.describe();
+    kp.zeros_k = z.zeros_k;
+    const zk::kv_cache cz(z.n_layer, z.n_kv, 256, kp, z.ranks_k, z.ranks_v);
+    EXPECT_NEAR(cz.bytes_per_token_exact(), zk::plan_bytes(z), 1e-9);
+    EXPECT_LT(zk::plan_bytes(z), zk::plan_bytes(t));
+    auto badz = [&](const std::function<void(nlohmann::json&)>& f) {
+        nlohmann::json b = zj;
+        f(b);
+        return b;
+    };
+    EXPECT_THROW(zk::kv_plan::from_json(badz([](nlohmann::json& b) { b["zeros_k"].erase(0); }), "t"), zk::error);
+    EXPECT_THROW(zk::kv_plan::from_json(badz([](nlohmann::json& b) { b["zeros_k"][0] = -1; }), "t"), zk::error);
+    EXPECT_THROW(zk::kv_plan::from_json(badz([](nlohmann::json& b) { b["zeros_k"][0] = 65; }), "t"), zk::error);
+    if (wide < p.bits_k.size()) {
+        EXPECT_THROW(zk::kv_plan::from_json(badz([&](nlohmann::json& b) { b["zeros_k"][wide] = 8; }), "t"), zk::error);
     }
 }
 

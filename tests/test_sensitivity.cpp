@@ -157,7 +157,7 @@ TEST(Sensitivity, MatchesDefinition) {
     // Quantized caches: every key and value as the 8/4/2-bit cache returns it
     // (pca basis), exact for the sinks and the 4/2-bit residual window; every
     // pair of key and value precisions (16 = exact), and 2-bit keys with a 1-bit
-    // tail against 4- and 2-bit values.
+    // tail (and with that tail ending in 0-bit channels) against 4- and 2-bit values.
     const int NP = zk::k_sens_n_prec;
     for (int g2 = 0; g2 < KV; g2++) {
         // the window's rotated rows [N x D] and their quantized copies per precision
@@ -175,7 +175,7 @@ TEST(Sensitivity, MatchesDefinition) {
             std::vector<uint8_t> cq(64);
             std::vector<uint16_t> s1(D), s2(D);
             for (int t = 0; t < N; t++) {
-                if (bits == zk::k_sens_tail_code) continue;  // keys only, per group below
+                if (bits == zk::k_sens_tail_code || bits == zk::k_sens_zero_code) continue;  // keys only, below
                 if (bits == 8) {
                     zk::kvq_quantize_q8_row(&kr[t * D], D, c8.data(), s1.data());
                     zk::kvq_dequantize_q8_row(c8.data(), s1.data(), D, &kq[p][t * D]);
@@ -188,13 +188,17 @@ TEST(Sensitivity, MatchesDefinition) {
             }
             if (bits != 8)
                 for (int t0 = 0; t0 + sp.group <= N; t0 += sp.group) {
-                    // 2-bit keys whose last sens_tail(D) channels are 1-bit, for the tail code
-                    const int kb = bits == zk::k_sens_tail_code ? 2 : bits;
-                    const int tail = bits == zk::k_sens_tail_code ? zk::sens_tail(D) : 0;
+                    // 2-bit keys whose last sens_tail(D) channels are 1-bit, for the tail code;
+                    // the last sens_zero(D) of those at 0 bits instead, for the zero code
+                    const bool keys_only = bits == zk::k_sens_tail_code || bits == zk::k_sens_zero_code;
+                    const int kb = keys_only ? 2 : bits;
+                    const int zero = bits == zk::k_sens_zero_code ? zk::sens_zero(D) : 0;
+                    const int tail = keys_only ? zk::sens_tail(D) - zero : 0;
                     zk::kvq_quantize_keys(kb, &kr[t0 * D], sp.group, D, cq.data(), s1.data(), s2.data(), nullptr,
-                                          tail);
-                    zk::kvq_dequantize_keys(kb, cq.data(), s1.data(), s2.data(), sp.group, D, &kq[p][t0 * D], tail);
-                    if (bits == zk::k_sens_tail_code) continue;
+                                          tail, zero);
+                    zk::kvq_dequantize_keys(kb, cq.data(), s1.data(), s2.data(), sp.group, D, &kq[p][t0 * D], tail,
+                                            zero);
+                    if (keys_only) continue;
                     // a completed group's values: coded against the group's steps
                     zk::kvq_quantize_values(bits, &vr[t0 * D], sp.group, D, cq.data(), s1.data(), s2.data());
                     zk::kvq_dequantize_values(bits, cq.data(), s1.data(), s2.data(), sp.group, D, &vq[p][t0 * D]);

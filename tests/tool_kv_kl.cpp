@@ -38,6 +38,7 @@ zk::session_params parse_config(const std::string& cfg, zk::session_params sp, c
         else if (k == "group") sp.kv.group = std::stoi(v);
         else if (k == "residual") sp.kv.residual = std::stoi(v);
         else if (k == "key_tail") sp.kv.key_tail = std::stoi(v);
+        else if (k == "key_zero") sp.kv.key_zero = std::stoi(v);
         else if (k == "gear") sp.kv.gear = v != "0";
         else if (k == "gear_rank") sp.kv.gear_rank = std::stoi(v);
         else if (k == "sinks") sp.evict.n_sink = std::stoi(v);

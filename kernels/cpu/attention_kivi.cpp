@@ -95,11 +95,27 @@ inline void kivi_key_codes_to_f32(int bits, const uint8_t* src, int r, int tail,
 // one pass over both parts (kivi_tail_kernels: one fold, one sum a slot);
 // others a second integer pass that adds the tail's part (its own folded
 // query, with its own int8 scale: attention_q1.cpp).
+//
+// 0-bit channels [r, r + zero) (r here: the channels with codes) take no part
+// in either pass: their q_c m_c joins each group's bias (zero_bias).
 void kivi_scores(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t n, const float* qt,
                  const attn_q_view& q, range_scratch& w, bool ref) {
     const int bits = kivi_bits(kv.k.layout);
-    const int G = q.n_group, r = kv.r_k, gs = kv.group, tail = kv.k.tail, h = r - tail;
+    const int zero = kv.k.zero, gw = kv_key_grid_words(kv.r_k, zero);
+    const int G = q.n_group, r = kv.r_k - zero, gs = kv.group, tail = kv.k.tail, h = r - tail;
     const int rb = kv_key_row_bytes(bits, r, tail), rbh = kv_kivi_row_bytes(bits, h);
+    // the group's sum_c q_c m_c over its 0-bit channels (times `mul`) added to
+    // bias: their min codes as floats (in kmin past the coded channels, which
+    // only the float path uses), one vector dot product a head (a scalar loop
+    // here was a serial chain of 32 fmas a head and group: +15% a layer)
+    auto zero_bias = [&](const uint16_t* grid, const uint16_t* step, float mul) {
+        if (zero == 0) return;
+        const int8_t* zb = (const int8_t*)(grid + r);
+        float* zf = w.kmin + r;
+        for (int c = 0; c < zero; c++) zf[c] = (float)zb[c];
+        const float dm = h2f(step[1]) * mul;
+        for (int j = 0; j < G; j++) w.bias[j] += dm * simd::dot_f32(qt + j * q.q_head_stride + r, zf, zero);
+    };
     const float scale = q.scale;
     const uint8_t* codes = (const uint8_t*)kv.k.codes;
     const attn_gear_view& gr = kv.k.gear;
@@ -130,27 +146,33 @@ void kivi_scores(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64
     for (int64_t g = group_of(kv, a); g < kv.n_groups && kv.group_start[g] < b; g++) {
         const int64_t g0 = kv.group_start[g];
         const int64_t ga = std::max<int64_t>(a, g0), gb = std::min<int64_t>(b, kv.group_start[g + 1]);
-        const uint16_t* grid = kv.k.scale + g * r;
+        const uint16_t* grid = kv.k.scale + g * gw;
         const uint16_t* step = kv.k.min + g * KV_GRID_STEPS;
         if (g + k_kivi_prefetch_groups < kv.n_groups && kv.group_start[g + k_kivi_prefetch_groups] < b) {
             const int64_t p = g + k_kivi_prefetch_groups;
             if (!int_path && !fused)  // the integer score loops ask for their rows as they go
                 simd::prefetch_l2(codes + kv.group_start[p] * rb,
                                   (size_t)(kv.group_start[p + 1] - kv.group_start[p]) * rb);
-            simd::prefetch_l2(kv.k.scale + p * r, sizeof(uint16_t) * r);
+            simd::prefetch_l2(kv.k.scale + p * gw, sizeof(uint16_t) * gw);
         }
         if (fused) {
             ft->fold(G, w.qtail, grid, step, r, h, w.qi, w.qd, w.bias);
+            zero_bias(grid, step, scale);
             ft->scores(G, h, codes, rb, ga, gb, b, s0, n, w.qi, w.qd, w.bias, w.sc);
         } else if (int_path) {
             if (h > 0) {
                 ik->fold(G, w.qpad, grid, step, h, nrc, w.qi, w.qd, w.bias);
+                zero_bias(grid, step, scale);
                 ik->scores(G, h, nrc, codes, rb, ga, gb, b, s0, n, w.qi, w.qd, w.bias, w.sc);
             } else {
-                for (int j = 0; j < G; j++) std::fill(w.sc + j * n + ga - s0, w.sc + j * n + gb - s0, 0.0f);
+                for (int j = 0; j < G; j++) w.bias[j] = 0;
+                zero_bias(grid, step, scale);
+                for (int j = 0; j < G; j++)
+                    std::fill(w.sc + j * n + ga - s0, w.sc + j * n + gb - s0, tail > 0 ? 0.0f : w.bias[j]);
             }
             if (tail > 0) {  // rows were asked for by the pass above unless it had no channels
                 it->fold(G, w.qtail, grid + h, step, tail, 1, w.qi, w.qd, w.bias);
+                if (h == 0) zero_bias(grid, step, scale);
                 it->scores(G, tail, 1, codes + rbh, rb, ga, gb, h > 0 ? 0 : b, s0, n, w.qi, w.qd, w.bias, w.sc);
             }
         } else {
@@ -161,6 +183,7 @@ void kivi_scores(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64
                 simd::mul_f32(qj, w.krow, w.qs + j * r, r);
                 w.bias[j] = simd::dot_f32(qj, w.kmin, r);
             }
+            zero_bias(grid, step, 1.0f);
             for (int64_t s = ga; s < gb; s++) {
                 kivi_key_codes_to_f32(bits, codes + s * rb, r, tail, w.krow);
                 for (int j = 0; j < G; j++)

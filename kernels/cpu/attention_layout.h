@@ -46,7 +46,7 @@ struct range_scratch {
                   // pass with the 2-bit part, all r_k of them), zero past them
     float* qd;    // [G] its scales
     float* pw;    // [6 x KV_Q8_WCHUNK] 8-bit value weights p_j d_s of a chunk of slots (rows j < 4), its scales
-    float* kmin;  // [r_k] a key group's mins
+    float* kmin;  // [r_k] a key group's mins (float path), then its 0-bit channels' min codes
 };
 
 // Floats (and int8 bytes of qi) per head for the query of keys with 1-bit tails.
