@@ -47,6 +47,23 @@ void validate_table(const std::vector<int>& t, const char* name, const char* wha
     }
 }
 
+// Key channels below the side's bits (1-bit tails, 0-bit channels): one count
+// for every side (param, e.g. kv.key_tail) or one per head (table), each 0 to
+// `max`; GEAR corrects neither.
+void check_key_channels(const char* param, const char* table_name, const char* what, const char* plural, int all,
+                        const std::vector<int>& table, int max, bool gear, int n_layer, int n_head_kv) {
+    if (all < 0 || all > max)
+        ZK_THROW_PARAM(param, "%s (%s) must be between 0 and %d, got %d", param, what, max, all);
+    if (!table.empty() && n_layer > 0 && n_head_kv > 0 && table.size() != (size_t)n_layer * n_head_kv)
+        ZK_THROW("%s (%s per head) has %zu entries; it needs %d (%d layers x %d KV heads) or none", table_name, what,
+                 table.size(), n_layer * n_head_kv, n_layer, n_head_kv);
+    for (size_t i = 0; i < table.size(); i++)
+        if (table[i] < 0 || table[i] > max)
+            ZK_THROW("%s[%zu] is %d; %s are 0 to %d", table_name, i, table[i], what, max);
+    const bool any = all > 0 || std::any_of(table.begin(), table.end(), [](int t) { return t > 0; });
+    if (any && gear) ZK_THROW_PARAM("kv.gear", "kv.gear does not correct %s; drop one of them", plural);
+}
+
 }  // namespace
 
 int kv_cache_bits(const kv_cache_params& p, kv_role role, size_t i) {
@@ -86,28 +103,10 @@ void kv_cache_validate_params(const kv_cache_params& p, int n_layer, int n_head_
             ZK_THROW_PARAM("kv.residual", "kv.residual must be a positive multiple of the group (%d), got %d", p.group,
                            p.residual);
     }
-    if (p.key_tail < 0 || p.key_tail > KV_KEY_TAIL_MAX)
-        ZK_THROW_PARAM("kv.key_tail", "kv.key_tail (1-bit key channels) must be between 0 and %d, got %d",
-                       KV_KEY_TAIL_MAX, p.key_tail);
-    if (!p.tails_k.empty() && n_layer > 0 && n_head_kv > 0 && p.tails_k.size() != (size_t)n_layer * n_head_kv)
-        ZK_THROW("kv_tails_k (1-bit key channels per head) has %zu entries; it needs %d (%d layers x %d KV heads) or "
-                 "none", p.tails_k.size(), n_layer * n_head_kv, n_layer, n_head_kv);
-    for (size_t i = 0; i < p.tails_k.size(); i++)
-        if (p.tails_k[i] < 0 || p.tails_k[i] > KV_KEY_TAIL_MAX)
-            ZK_THROW("kv_tails_k[%zu] is %d; a 1-bit key tail is 0 to %d channels", i, p.tails_k[i], KV_KEY_TAIL_MAX);
-    const bool tails = p.key_tail > 0 || std::any_of(p.tails_k.begin(), p.tails_k.end(), [](int t) { return t > 0; });
-    if (tails && p.gear) ZK_THROW_PARAM("kv.gear", "kv.gear does not correct 1-bit key tails; drop one of them");
-    if (p.key_zero < 0 || p.key_zero > KV_KEY_MAX_R)
-        ZK_THROW_PARAM("kv.key_zero", "kv.key_zero (0-bit key channels) must be between 0 and %d, got %d",
-                       KV_KEY_MAX_R, p.key_zero);
-    if (!p.zeros_k.empty() && n_layer > 0 && n_head_kv > 0 && p.zeros_k.size() != (size_t)n_layer * n_head_kv)
-        ZK_THROW("kv_zeros_k (0-bit key channels per head) has %zu entries; it needs %d (%d layers x %d KV heads) or "
-                 "none", p.zeros_k.size(), n_layer * n_head_kv, n_layer, n_head_kv);
-    for (size_t i = 0; i < p.zeros_k.size(); i++)
-        if (p.zeros_k[i] < 0 || p.zeros_k[i] > KV_KEY_MAX_R)
-            ZK_THROW("kv_zeros_k[%zu] is %d; 0-bit key channels are 0 to %d", i, p.zeros_k[i], KV_KEY_MAX_R);
-    const bool zeros = p.key_zero > 0 || std::any_of(p.zeros_k.begin(), p.zeros_k.end(), [](int t) { return t > 0; });
-    if (zeros && p.gear) ZK_THROW_PARAM("kv.gear", "kv.gear does not correct 0-bit key channels; drop one of them");
+    check_key_channels("kv.key_tail", "kv_tails_k", "1-bit key channels", "1-bit key tails", p.key_tail, p.tails_k,
+                       KV_KEY_TAIL_MAX, p.gear, n_layer, n_head_kv);
+    check_key_channels("kv.key_zero", "kv_zeros_k", "0-bit key channels", "0-bit key channels", p.key_zero, p.zeros_k,
+                       KV_KEY_MAX_R, p.gear, n_layer, n_head_kv);
     if (p.sinks < 0 || p.sinks > 64)
         ZK_THROW_PARAM("kv.sinks", "kv.sinks must be between 0 and 64 tokens, got %d", p.sinks);
     if (p.gear) {
