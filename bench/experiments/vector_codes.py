@@ -5,11 +5,13 @@ An experiment, not part of zack. With bench/experiments/vector_codes.patch
 applied to a throwaway copy, `ZACK_VDUMP=DIR zack eval ...` writes every key
 and value row that leaves the full-precision window to DIR/{k,v}_LAYER_HEAD.f32
 (float32 rows of 128 channels, in the cache's basis). This script then
-  train  DUMP TEST OUT c K [--keys] [--wo DIR]: k-means codebooks per (layer, head, group
+  train  DUMP TEST OUT c K [--keys] [--wo DIR] [--channel-gains]: k-means codebooks per (layer, head, group
          of c channels), K centroids each, on rows scaled to unit RMS (the scale
          is a per-token f16: 0.125 bit an element); writes OUT/cb_L_G.f32 for
          ZACK_VQ=OUT (values) or ZACK_KQ=OUT (keys), and prints the held-out
-         relative squared error next to a 2-bit per-token grid's; with --wo, rows
+         relative squared error next to a 2-bit per-token grid's. Each file ends
+         with the gain that undoes the code's shrink (code_gain), one for the head
+         or with --channel-gains one a channel. With --wo, rows
          are coded as x A, A = G^(1/2) from DIR/a_L_G.f32 (A and A^-1, G the Gram of
          the head group's folded W_o columns: `wo` below), so that k-means
          minimises the error the layer's output sees (ZACK_VQ_W=DIR in the patch);
@@ -72,7 +74,8 @@ def read_codebook(path):
     c, k, r, _ = struct.unpack('4i', open(path, 'rb').read(16))
     data = np.fromfile(path, np.float32, offset=16)
     n = r // c * k * c
-    return data[:n].reshape(r // c, k, c), (float(data[n]) if len(data) > n else 1.0)
+    gain = data[n:] if len(data) == n + r else (float(data[n]) if len(data) > n else 1.0)
+    return data[:n].reshape(r // c, k, c), gain
 
 
 def write_codebook(path, cb, gain):
@@ -80,14 +83,16 @@ def write_codebook(path, cb, gain):
     with open(path, 'wb') as fo:
         fo.write(struct.pack('4i', c, k, g_n * c, 1))
         fo.write(cb.astype(np.float32).tobytes())
-        fo.write(struct.pack('f', gain))
+        fo.write(np.asarray(gain, np.float32).reshape(-1).tobytes())
 
 
-def code_gain(x, cb):
+def code_gain(x, cb, per_channel=False):
     """sum |x|^2 / sum <x_hat, x> over the rows: k-means decodes each row shrunk towards its cell's
     centre (about 0.81 of the row along itself at 4 x 64), the same way for every token, so
     attention's sums shrink too; this gain undoes it on average."""
     y = decode(x, cb)
+    if per_channel:  # one a channel (they fold into W_o as well)
+        return ((x * x).sum(0) / np.maximum((y * x).sum(0), 1e-30)).astype(np.float32)
     return float((x * x).sum() / (y * x).sum())
 
 
@@ -100,7 +105,7 @@ def output_weight(wo, name):
     return m[0], m[1]
 
 
-def train(dump, test, out, c, k, kind, n_train=12000, iters=10, wo=None):
+def train(dump, test, out, c, k, kind, n_train=12000, iters=10, wo=None, per_channel=False):
     rng = np.random.default_rng(0)
     os.makedirs(out, exist_ok=True)
     tot = np.zeros(3)
@@ -124,7 +129,7 @@ def train(dump, test, out, c, k, kind, n_train=12000, iters=10, wo=None):
                 if (~hit).any():  # empty cells restart on random rows
                     cb[g][~hit] = xg[g][rng.choice(xg.shape[1], int((~hit).sum()))]
         il, hd = map(int, name.split('_'))
-        write_codebook(f'{out}/cb_{il}_{hd}.f32', cb, code_gain(load(f) @ a, cb))
+        write_codebook(f'{out}/cb_{il}_{hd}.f32', cb, code_gain(load(f) @ a, cb, per_channel))
         t = load(f'{test}/{kind}_{name}.f32')
         tot += [((decode(t @ a, cb) @ ai - t) ** 2).sum(), ((grid2(t) - t) ** 2).sum(), (t * t).sum()]  # the row error, before the gain
         print(f'{kind} {name}: held-out relative error {tot[0] / tot[2]:.4f} so far', file=sys.stderr, flush=True)
@@ -190,7 +195,8 @@ def averages(test, cbs, span=256, group=32):
 if __name__ == '__main__':
     if len(sys.argv) >= 7 and sys.argv[1] == 'train':
         train(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]),
-              'k' if '--keys' in sys.argv else 'v', wo=sys.argv[sys.argv.index('--wo') + 1] if '--wo' in sys.argv else None)
+              'k' if '--keys' in sys.argv else 'v', wo=sys.argv[sys.argv.index('--wo') + 1] if '--wo' in sys.argv else None,
+              per_channel='--channel-gains' in sys.argv)
     elif len(sys.argv) == 4 and sys.argv[1] == 'wo':
         write_output_weights(sys.argv[2], sys.argv[3])
     elif len(sys.argv) >= 3 and sys.argv[1] == 'avg':
