@@ -5,9 +5,10 @@ An experiment, not part of zack. With bench/experiments/vector_codes.patch
 applied to a throwaway copy, `ZACK_VDUMP=DIR zack eval ...` writes every key
 and value row that leaves the full-precision window to DIR/{k,v}_LAYER_HEAD.f32
 (float32 rows of 128 channels, in the cache's basis). This script then
-  train  DUMP TEST OUT c K [--keys] [--wo DIR] [--channel-gains]: k-means codebooks per (layer, head, group
-         of c channels), K centroids each, on rows scaled to unit RMS (the scale
-         is a per-token f16: 0.125 bit an element); writes OUT/cb_L_G.f32 for
+  train  DUMP TEST OUT c K [--keys] [--wo DIR] [--channel-gains]: k-means
+         codebooks per (layer, head, group of c channels), K centroids each,
+         on rows scaled to unit RMS (the scale is a per-token f16: 0.125 bit an
+         element); writes OUT/cb_L_G.f32 for
          ZACK_VQ=OUT (values) or ZACK_KQ=OUT (keys), and prints the held-out
          relative squared error next to a 2-bit per-token grid's. Each file ends
          with the gain that undoes the code's shrink (code_gain), one for the head
@@ -63,10 +64,6 @@ def decode(x, cb):
     xn, s = unit_rms(x)
     idx = nearest(xn.reshape(-1, g_n, c).transpose(1, 0, 2), cb)
     return np.stack([cb[g][idx[g]] for g in range(g_n)], 1).reshape(-1, R) * s
-
-
-def decode_gain(x, cb, gain):
-    return decode(x, cb) * gain
 
 
 def read_codebook(path):
