@@ -9,7 +9,8 @@
 // KV plan (calib/plan.h: each head's key/value precision and ranks), one
 // benchmark per plan file listed in ZACK_BENCH_PLANS (comma-separated), G query
 // heads per KV head from ZACK_BENCH_GROUP (default 6, Qwen2.5-Coder-1.5B); the
-// counter us_per_layer is the time of one layer.
+// counter us_per_layer is the time of one layer. Vector-coded values (value
+// precision 1) read random books of calibrate's size.
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -19,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "calib/codebook.h"
 #include "calib/plan.h"
 #include "engine/kv_cache.h"
 #include "kernels/attention.h"
@@ -104,6 +106,17 @@ void run_plan_attention(benchmark::State& st, const kv_plan& pl, int64_t n, int 
     p.tails_k = pl.tails_k;
     p.zeros_k = pl.zeros_k;
     const size_t nh = (size_t)pl.n_layer * pl.n_kv;
+    // vector-coded values: random books of calibrate's size (the kernel's time does not depend on them)
+    std::vector<float> book((size_t)pl.head_dim * k_vq_size);
+    kv_vq_books books;
+    if (kv_cache_vq(p)) {
+        std::mt19937 gb(3);
+        std::normal_distribution<float> Nb(0, 1);
+        for (auto& x : book) x = Nb(gb);
+        books.c = k_vq_dim, books.K = k_vq_size, books.d = pl.head_dim;
+        books.heads.assign(nh, kv_vq_book{book.data(), book.data()});
+        p.vq = &books;
+    }
     const std::vector<int> full(nh, pl.head_dim);
     kv_cache c(pl.n_layer, pl.n_kv, n, p, pl.ranks_k.empty() ? full : pl.ranks_k,
                pl.ranks_v.empty() ? full : pl.ranks_v);

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "calib/alloc.h"
+#include "calib/codebook.h"
 #include "calib/sensitivity.h"
 #include "engine/kv_cache.h"
 #include "engine/kv_quant.h"
@@ -86,9 +87,13 @@ kv_plan kv_plan::from_json(const nlohmann::json& j, const std::string& where) {
     if (p.bits_k.size() != p.bits_v.size() || (!p.bits_k.empty() && p.bits_k.size() != nh))
         ZK_THROW("%s: plan bits_k and bits_v must have %zu entries each (layers x KV heads) or none", where.c_str(),
                  nh);
-    for (size_t i = 0; i < p.bits_k.size(); i++)
-        if (!valid_bits(p.bits_k[i]) || !valid_bits(p.bits_v[i]))
-            ZK_THROW("%s: plan precision of head %zu is not 16, 8, 4 or 2 bits", where.c_str(), i);
+    for (size_t i = 0; i < p.bits_k.size(); i++) {
+        if (!valid_bits(p.bits_k[i]))
+            ZK_THROW("%s: plan key precision of head %zu is %d, not 16, 8, 4 or 2 bits", where.c_str(), i, p.bits_k[i]);
+        if (!valid_bits(p.bits_v[i]) && p.bits_v[i] != 1)
+            ZK_THROW("%s: plan value precision of head %zu is %d, not 16, 8, 4, 2 or 1 (vector codes)", where.c_str(), i,
+                     p.bits_v[i]);
+    }
     if (!p.tails_k.empty() && p.tails_k.size() != nh)
         ZK_THROW("%s: plan tails_k must have %zu entries (layers x KV heads) or none", where.c_str(), nh);
     for (size_t i = 0; i < p.tails_k.size(); i++) {
@@ -131,10 +136,11 @@ std::string kv_plan::describe() const {
         prec = "per head";
         for (int side = 0; side < 2; side++) {
             prec += side ? "; V" : " K";
-            for (int b : {16, 8, 4, 2}) {
+            for (int b : {16, 8, 4, 2, 1}) {
                 const std::vector<int>& v = side ? bits_v : bits_k;
                 const long n = std::count(v.begin(), v.end(), b);
-                if (n) prec += " " + std::to_string(b) + "-bit x" + std::to_string(n);
+                if (n) prec += " " + (b == 1 ? std::string("vector-coded") : std::to_string(b) + "-bit") + " x" +
+                               std::to_string(n);
             }
         }
     }
@@ -203,6 +209,9 @@ double plan_f16_bytes(int n_layer, int n_kv, int head_dim) { return (double)n_la
 double plan_side_bytes(int bits, bool key, int r, int group, int tail, int zero) {
     zero = std::min(zero, r), tail = std::min(tail, r - zero);  // as the cache clamps them
     switch (bits) {
+        case 1:  // vector-coded values as calibrate trains them (calib/codebook.h): codes and an f16 scale
+            if (key) break;
+            return (double)kv_vq_row_bytes(r / k_vq_dim, (int)std::lround(std::log2((double)k_vq_size))) + 2.0;
         case 16: return 2.0 * r;
         case 8: return r + 2.0 * kv_n_blocks(r, KV_Q8_BLOCK);
         case 4:
@@ -212,7 +221,7 @@ double plan_side_bytes(int bits, bool key, int r, int group, int tail, int zero)
                         : 2.0 * kv_n_blocks(r, KV_Q4_VBLOCK) + 2.0 * KV_GRID_STEPS / group);  // per (token, block)
                                                                                      // + 2 f16 steps a group
     }
-    ZK_THROW("no %d-bit KV layout (16, 8, 4 or 2)", bits);
+    ZK_THROW("no %d-bit KV %s layout (16, 8, 4 or 2%s)", bits, key ? "key" : "value", key ? "" : ", or 1: vector codes");
 }
 
 double plan_head_bytes(int bits_k, int bits_v, int group) {
@@ -439,6 +448,15 @@ void plan_check_model(const kv_plan& p, const model& m, const std::string& where
         if (b > 0 && !m.zack.has_key_bases())
             ZK_THROW("%s: the plan uses score/pairs key bases, which %s does not have", where.c_str(),
                      m.file->path().c_str());
+    if (std::find(p.bits_v.begin(), p.bits_v.end(), 1) != p.bits_v.end()) {
+        if (m.zack.vq.heads.empty())
+            ZK_THROW("%s: the plan has vector-coded values; %s has no value codebooks (calibrate it with this zack)",
+                     where.c_str(), m.file->path().c_str());
+        // plans count those bytes at calibrate's book size
+        if (m.zack.vq.c != k_vq_dim || m.zack.vq.K != k_vq_size)
+            ZK_THROW("%s: the plan counts vector-coded values at %d channels x %d centroids; %s has %d x %d",
+                     where.c_str(), k_vq_dim, k_vq_size, m.file->path().c_str(), m.zack.vq.c, m.zack.vq.K);
+    }
 }
 
 std::vector<kv_plan> plan_list(const model& m) {

@@ -62,7 +62,9 @@ sensitivity_observer::sensitivity_observer(const model& m, const zack_calibratio
             ZK_THROW("sensitivity: bad 4-bit layout (group %d, residual %d, sinks %d)", p_.group, p_.residual, p_.sinks);
         for (int i = 0; i < k_sens_n_prec; i++)
             for (int j = 0; j < k_sens_n_prec; j++)
-                if (sens_pair_measured(i, j)) acc_.rel_q[i][j].assign((size_t)L_ * KV_, 0.0);
+                if (sens_pair_measured(i, j, p_.vq)) acc_.rel_q[i][j].assign((size_t)L_ * KV_, 0.0);
+        if (p_.vq && (p_.vq->d != D_ || p_.vq->heads.size() != (size_t)L_ * KV_))
+            ZK_THROW("sensitivity: the value codebooks do not match the model");
         for (int b = 0; b < k_sens_n_prec - 1; b++) {
             ktq_[b].resize(L_);
             vtq_[b].resize(L_);
@@ -135,7 +137,8 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
     for (int b = 0; b < NQB; b++)
         if (ktq_[b][layer].empty()) {
             ktq_[b][layer].resize((size_t)max_ctx_ * KV * D);
-            if (!sens_keys_only(k_sens_prec[1 + b])) vtq_[b][layer].resize((size_t)max_ctx_ * KV * D);
+            if (!sens_keys_only(k_sens_prec[1 + b]) || (k_sens_prec[1 + b] == k_sens_tail_code && p_.vq))
+                vtq_[b][layer].resize((size_t)max_ctx_ * KV * D);
         }
     std::vector<int8_t> c8(D);
     std::vector<uint8_t> cq((size_t)GR * kv_qb_row_bytes(4, D) + 64);
@@ -147,6 +150,11 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
         for (int64_t t = from; t < to; t++)
             for (int g = 0; g < KV; g++) {
                 const size_t o = ((size_t)t * KV + g) * D;
+                if (bits == k_sens_tail_code && p_.vq) {  // values: vector codes, per token
+                    const kv_vq_book& bk = p_.vq->heads[(size_t)layer * KV + g];
+                    kvq_vq_encode_row(*p_.vq, bk, vt.data() + o, D, cq.data(), s1.data());
+                    kvq_vq_decode_row(*p_.vq, bk, cq.data(), s1[0], D, vtq_[b][layer].data() + o);
+                }
                 if (sens_keys_only(bits)) continue;  // keys only, per group below
                 if (bits == 8) {
                     for (int side = 0; side < 2; side++) {
@@ -362,7 +370,7 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
                                 sc.data() + (size_t)pk * NQ * nk_max, (int)nk_max);
                 for (int var = 1; var < NV; var++) {
                     const int pk = var / NP, pv = var % NP;
-                    if (!sens_pair_measured(pk, pv)) continue;
+                    if (!sens_pair_measured(pk, pv, p_.vq)) continue;
                     // the slots a quantized side returns quantized: [sinks, qlim); a head with
                     // a 4/2-bit side keeps its newest tokens exact on both sides (engine/kv_cache.h)
                     const bool windowed = k_sens_prec[pk] <= 4 || k_sens_prec[pv] <= 4;
@@ -447,7 +455,7 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
             }
         }
         for (int var = 1; p_.quant && var < NV; var++) {
-            if (!sens_pair_measured(var / NP, var % NP)) continue;
+            if (!sens_pair_measured(var / NP, var % NP, p_.vq)) continue;
             const float* X = dq.data() + ((size_t)var * KV + g) * NQ * GD;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)NQ, GD, GD, 1.0f, X, GD, M.data(), GD, 0.0f,
                         Z.data(), GD);
@@ -517,7 +525,7 @@ zack_sens_curves calib_sensitivity(const model& m, const zack_calibration& c,
         std::fill_n(out.q.begin(), nh, 0.0);
         for (int i = 0; i < k_sens_n_prec; i++)
             for (int j = 0; j < k_sens_n_prec; j++)
-                if (sens_pair_measured(i, j)) std::copy(r.rel_q[i][j].begin(), r.rel_q[i][j].end(), out.q.begin() + (i * k_sens_n_prec + j) * nh);
+                if (!r.rel_q[i][j].empty()) std::copy(r.rel_q[i][j].begin(), r.rel_q[i][j].end(), out.q.begin() + (i * k_sens_n_prec + j) * nh);
     }
     out.metric = "rel: mean over measured queries of |dy|^2 / |x|^2 (dy: the residual-stream change of the head at "
                  "that rank, x: the layer's input)";

@@ -7,6 +7,7 @@
 #include "calib/fold.h"
 #include "calib/ranks.h"
 #include "calib/sha256.h"
+#include "engine/kv_vq.h"
 #include "engine/model.h"
 #include "ggml-like/error.h"
 
@@ -95,6 +96,10 @@ void zack_file_write(const model& src, const zack_calibration& c, const zack_wri
     w.set("zack.calib.ctx", gguf_value::make_u32((uint32_t)c.n_ctx));
     w.set("zack.calib.corpus", gguf_value::make_str(c.corpus));
     w.set("zack.rank_align", gguf_value::make_u32((uint32_t)p.rank_align));
+    if (!c.vq_enc.empty()) {
+        w.set("zack.vq.dim", gguf_value::make_u32((uint32_t)c.vq_c));
+        w.set("zack.vq.size", gguf_value::make_u32((uint32_t)c.vq_K));
+    }
 
     // Rank table: one row of ranks per reachable rate of the grid.
     const zack_spectra spec = zack_calibration_spectra(c);
@@ -191,6 +196,14 @@ void zack_file_write(const model& src, const zack_calibration& c, const zack_wri
             const std::vector<float> x = to_f32(c.k_mean.data() + il * per_sig, per_sig);
             w.add_tensor(pre + "kmean", dtype::F32, {D, KV}, x.data(), x.size() * sizeof(float));
         }
+        if (!c.vq_enc.empty()) {  // value codebooks [n_kv x d / c x K x c], gains [n_kv x d]
+            const size_t nb = (size_t)KV * D * c.vq_K;
+            ZK_ASSERT(c.vq_enc.size() == L * nb && c.vq_gain.size() == L * per_sig);
+            w.add_tensor(pre + "vq", dtype::F32, {c.vq_c, c.vq_K, D / c.vq_c, KV}, c.vq_enc.data() + il * nb,
+                         nb * sizeof(float));
+            w.add_tensor(pre + "vq_gain", dtype::F32, {D, KV}, c.vq_gain.data() + il * per_sig,
+                         per_sig * sizeof(float));
+        }
     }
     w.write(out_path);
 }
@@ -231,6 +244,19 @@ zack_calibration zack_file_read_calibration(const gguf_file& f) {
             read(pre + "kpair", {c.d, c.d, c.n_kv}, c.kpair);
         }
         if (has_mean) read(pre + "kmean", {c.d, c.n_kv}, c.k_mean);
+    }
+    if (f.find_tensor("blk.0.zack.vq")) {
+        c.vq_c = (int)f.get_int("zack.vq.dim");
+        c.vq_K = (int)f.get_int("zack.vq.size");
+        kvq_vq_check(c.vq_c, c.vq_K, c.d);
+        std::vector<double> enc, gain;
+        for (int il = 0; il < c.n_layer; il++) {
+            const std::string pre = "blk." + std::to_string(il) + ".zack.";
+            read(pre + "vq", {c.vq_c, c.vq_K, c.d / c.vq_c, c.n_kv}, enc);
+            read(pre + "vq_gain", {c.d, c.n_kv}, gain);
+        }
+        c.vq_enc.assign(enc.begin(), enc.end());
+        c.vq_gain.assign(gain.begin(), gain.end());
     }
     return c;
 }

@@ -22,6 +22,10 @@
 //     its values at qbits[j] (16: exact) (files from before per-head precision:
 //     zack.sens.q8 / zack.sens.q4 f32[n_layer x n_kv], both sides at 8 / 4 bits)
 //   zack.plans str[]: KV plans as JSON (calib/plan.h), optional
+//   zack.vq.dim u32 (c), zack.vq.size u32 (K); blk.N.zack.vq F32 [c, K, d / c, n_kv]
+//     (k-means centroids of the value rows at unit RMS) and blk.N.zack.vq_gain F32
+//     [d, n_kv] (the gain per channel a decoded code takes): value codebooks for
+//     vector-coded values (engine/kv_vq.h), optional
 #pragma once
 #include <cstdint>
 #include <string>
@@ -65,6 +69,11 @@ struct zack_calibration {
     // along the first pca direction, RMS 6 along the next; an 8-bit scale per
     // 32 channels cannot hold both).
     std::vector<double> k_mean;
+    // Value codebooks (calib/codebook.h; engine/kv_vq.h), empty when not trained:
+    // c channels a code, K centroids, per head the k-means centroids
+    // [n_layer x n_kv x d / c x K x c] and per-channel gains [n_layer x n_kv x d].
+    int vq_c = 0, vq_K = 0;
+    std::vector<float> vq_enc, vq_gain;
     int64_t n_tokens = 0;                  // calibration tokens
     int64_t n_ctx = 0;                     // window length of the statistics pass
     std::string corpus;                    // description of the corpus

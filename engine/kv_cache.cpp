@@ -33,17 +33,19 @@ bool is_kivi(int bits) {
     return l && l->windowed;
 }
 
-void validate_table(const std::vector<int>& t, const char* name, const char* what, int n_layer, int n_head_kv) {
+void validate_table(const std::vector<int>& t, const char* name, const char* what, int n_layer, int n_head_kv,
+                    bool values = false) {
     if (t.empty()) return;
     if (n_layer > 0 && n_head_kv > 0 && t.size() != (size_t)n_layer * n_head_kv)
         ZK_THROW("%s (the %s precision per head) has %zu entries; it needs %d (%d layers x %d KV heads) or none", name,
                  what, t.size(), n_layer * n_head_kv, n_layer, n_head_kv);
+    const char* list = values ? "16, 8, 4, 2 or 1 (vector codes)" : kv_layout_bits_list();
     for (size_t i = 0; i < t.size(); i++) {
-        if (kv_layout_for_bits(t[i])) continue;
+        if (kv_layout_for_bits(t[i]) && (values || t[i] != 1)) continue;
         if (n_head_kv > 0)
             ZK_THROW("%s[%zu] (layer %zu, KV head %zu) is %d; a %s precision is %s bits", name, i, i / n_head_kv,
-                     i % n_head_kv, t[i], what, kv_layout_bits_list());
-        ZK_THROW("%s[%zu] is %d; a %s precision is %s bits", name, i, t[i], what, kv_layout_bits_list());
+                     i % n_head_kv, t[i], what, list);
+        ZK_THROW("%s[%zu] is %d; a %s precision is %s bits", name, i, t[i], what, list);
     }
 }
 
@@ -80,6 +82,12 @@ bool kv_cache_quantized(const kv_cache_params& p) {
 
 bool kv_cache_windowed(const kv_cache_params& p) { return any_bits(p, is_kivi); }
 
+bool kv_cache_vq(const kv_cache_params& p) {
+    for (int b : p.bits_v)
+        if (b == 1) return true;
+    return false;
+}
+
 int kv_cache_residual(const kv_cache_params& p, int64_t capacity) {
     if (p.residual > 0) return p.residual;
     // KIVI's window: 128 tokens (the newest tokens draw much of the attention,
@@ -92,10 +100,13 @@ int kv_cache_residual(const kv_cache_params& p, int64_t capacity) {
 void kv_cache_validate_params(const kv_cache_params& p, int n_layer, int n_head_kv) {
     if (p.type != dtype::F32 && p.type != dtype::F16)
         ZK_THROW_PARAM("kv.type", "kv.type %s is not supported (f32, f16)", dtype_name(p.type));
-    if (!kv_layout_for_bits(p.bits))
+    if (!kv_layout_for_bits(p.bits) || p.bits == 1)
         ZK_THROW_PARAM("kv.bits", "kv.bits must be %s, got %d", kv_layout_bits_list(), p.bits);
     validate_table(p.bits_k, "kv_bits_k", "key", n_layer, n_head_kv);
-    validate_table(p.bits_v, "kv_bits_v", "value", n_layer, n_head_kv);
+    validate_table(p.bits_v, "kv_bits_v", "value", n_layer, n_head_kv, true);
+    // the codebooks themselves: the cache's constructor (a session supplies the model's)
+    if (kv_cache_vq(p) && p.gear)
+        ZK_THROW_PARAM("kv.gear", "kv.gear corrects 4- and 2-bit codes, not vector-coded values");
     if (kv_cache_windowed(p)) {
         if (p.group <= 0 || p.group > 256)
             ZK_THROW_PARAM("kv.group", "kv.group must be between 1 and 256 tokens, got %d", p.group);
@@ -148,6 +159,10 @@ kv_side_shape kv_cache::side_shape(kv_role role, size_t i, const kv_layout& layo
         s.zero = std::min(kv_cache_key_zero(p_, i), s.r);
         s.tail = std::min(kv_cache_key_tail(p_, i), s.r - s.zero);
     }
+    if (layout.id == KV_LAYOUT_VQ) {
+        s.vq = p_.vq;
+        s.vq_head = &p_.vq->heads[i];
+    }
     if (p_.gear && layout.gear) {
         s.gear = true;
         s.gear_rank = p_.gear_rank;
@@ -193,6 +208,13 @@ kv_cache::kv_cache(int n_layer, int n_head_kv, int64_t capacity, const kv_cache_
         ZK_THROW("exact sinks need a row width between 1 and 256 channels, got %d", p.sink_dim);
     if (capacity <= 0) ZK_THROW("KV cache capacity must be positive, got %lld", (long long)capacity);
     const size_t n = (size_t)n_layer * n_head_kv;
+    if (kv_cache_vq(p)) {
+        if (!p.vq)
+            ZK_THROW("vector-coded values (a value precision of 1) need the codebooks of a .zack made by this "
+                     "version's zack calibrate; this model has none");
+        if (p.vq->heads.size() != n)
+            ZK_THROW("the value codebooks cover %zu heads; the cache has %zu", p.vq->heads.size(), n);
+    }
     ZK_ASSERT(ranks_k.size() == n && ranks_v.size() == n);
     windowed_ = kv_cache_windowed(p);
     capacity = round_capacity(capacity);
@@ -221,6 +243,11 @@ kv_cache::kv_cache(int n_layer, int n_head_kv, int64_t capacity, const kv_cache_
         ZK_ASSERT(b.r_k >= 1 && b.r_v >= 1);
         b.capacity = block_capacity(i, capacity);
         const kv_layout &lk = layout_of(p, KV_ROLE_KEYS, i), &lv = layout_of(p, KV_ROLE_VALUES, i);
+        if (lv.id == KV_LAYOUT_VQ) {
+            char where[64];
+            std::snprintf(where, sizeof where, "layer %zu, KV head %zu", i / n_head_kv, i % n_head_kv);
+            kvq_vq_check_rank(*p.vq, b.r_v, where);
+        }
         b.windowed = lk.windowed || lv.windowed;
         b.k = lk.create(side_shape(KV_ROLE_KEYS, i, lk, b.capacity));
         b.v = lv.create(side_shape(KV_ROLE_VALUES, i, lv, b.capacity));

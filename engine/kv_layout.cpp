@@ -3,6 +3,7 @@
 #include "engine/kv_layout_kivi.h"
 #include "engine/kv_layout_q8.h"
 #include "engine/kv_layout_rows.h"
+#include "engine/kv_layout_vq.h"
 #include "ggml-like/error.h"
 #include "kernels/convert.h"
 
@@ -11,7 +12,7 @@ namespace zk {
 const kv_layout& kv_layout_get(kv_layout_id id) {
     // indexed by kv_layout_id
     static const kv_layout* const table[KV_LAYOUT_COUNT] = {&kv_layout_rows(), &kv_layout_q8(), &kv_layout_q4(),
-                                                            &kv_layout_q2()};
+                                                            &kv_layout_q2(), &kv_layout_vq()};
     ZK_ASSERT(id >= 0 && id < KV_LAYOUT_COUNT && table[id]->id == id);
     return *table[id];
 }

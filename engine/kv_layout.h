@@ -8,6 +8,7 @@
 //   KV_LAYOUT_Q8    engine/kv_layout_q8.h     8-bit per token
 //   KV_LAYOUT_Q4    engine/kv_layout_kivi.h   4-bit KIVI (keys per channel over groups, values per token)
 //   KV_LAYOUT_Q2    engine/kv_layout_kivi.h   2-bit KIVI
+//   KV_LAYOUT_VQ    engine/kv_layout_vq.h     vector codes (values only; kv_bits 1)
 // Block structure shared by its two sides (engine/kv_cache.h): when either side
 // is KIVI the block is "windowed": the newest tokens wait in a residual window
 // of full-precision rows and leave it `group` at a time as a quantized group;
@@ -21,6 +22,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/kv_vq.h"
 #include "ggml-like/dtype.h"
 #include "kernels/attention.h"
 
@@ -46,6 +48,9 @@ struct kv_side_shape {
     // which have none (kernels/attention.h; 0: none)
     int tail = 0;
     int zero = 0;
+    // vector-coded values: the model's books and this block's
+    const kv_vq_books* vq = nullptr;
+    const kv_vq_book* vq_head = nullptr;
 };
 
 // A group of quantized slots as a side sees it: group g holds the n slots from s0.
@@ -96,8 +101,9 @@ public:
 // A layout: a row of the table.
 struct kv_layout {
     kv_layout_id id;
-    int bits;            // precision as --kv-bits spells it: 16 (rows of the cache's type), 8, 4, 2
-    const char* name;    // "16-bit", "8-bit", "4-bit", "2-bit"
+    int bits;            // precision as --kv-bits spells it: 16 (rows of the cache's type), 8, 4, 2;
+                         // 1: vector codes (values only, about 1.6 bits an element at 4 x 64)
+    const char* name;    // "16-bit", "8-bit", "4-bit", "2-bit", "vector-coded"
     bool windowed;       // the block keeps a residual window and groups (KIVI)
     bool gear;           // takes GEAR's correction
     // Bytes create(s) allocates.

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/kv_vq.h"
+
 #include "engine/arch.h"
 #include "engine/chat.h"
 #include "engine/vocab.h"
@@ -113,6 +115,11 @@ struct zack_info {
     // What a unit of rank loss costs against a unit of quantization loss in a
     // plan (calib/plan.h, plan_inputs::rank_weight); 1 in files without it.
     double sens_rank_weight = 1.0;
+    // Value codebooks (engine/kv_vq.h; blk.N.zack.vq, .vq_gain), for
+    // vector-coded values: vq.heads empty in files without them. vq_dec owns the
+    // decoding centroids (the file's centroids times the per-channel gains).
+    kv_vq_books vq;
+    std::vector<float> vq_dec;
     bool has_key_bases() const { return !layers.empty() && layers[0].kqa && layers[0].kqb && layers[0].kpair; }
 };
 

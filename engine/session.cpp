@@ -132,6 +132,12 @@ session::session(const model& m, const session_params& p) : m_(m), params_(p) {
     // up to n_ctx.
     policy_ = evict_policy_create(p.evict, p.n_ctx);
     kv_cache_params kp = p.kv;
+    if (kv_cache_vq(kp) && !kp.vq) {  // the model's value codebooks
+        if (m.zack.vq.heads.empty())
+            ZK_THROW("%s: vector-coded values (a plan's value precision 1) need the codebooks of a .zack made by "
+                     "this version's zack calibrate; this file has none", m.file->path().c_str());
+        kp.vq = &m.zack.vq;
+    }
     // Exact sinks where the cache loses something (quantized or compressed): the
     // sink tokens draw most of the attention, and keeping them exact costs a
     // fixed few rows (on SmolLM2-135M it lowers 4-bit KL by a quarter).

@@ -64,9 +64,22 @@
 //       they cost a fixed few rows (SmolLM2-135M: 4-bit KL about -25%; no
 //       measurable change at a ZACK rank cut, whose error is spread over all tokens).
 //
+//   KV_LAYOUT_VQ (values only): per token, each group of c consecutive channels
+//       is one of K centroids of the block's codebook (k-means at calibration,
+//       engine/kv_vq.h), times the token's f16 scale: v = scale_s book[g][code_g].
+//       A row is kv_vq_row_bytes(r / c, bits) bytes of log2(K)-bit codes, code i
+//       at bit i * bits of the row (little-endian across bytes), readable
+//       KV_VQ_PAD bytes past the last row; `scale` [n_quant] f16; `vq.book`
+//       [r / c x K x c] the decoding centroids (the k-means centroids times the
+//       per-channel gain that undoes the codes' shrink towards their cell
+//       centres). Value sums need no per-slot channel work: the weights p s
+//       are summed into a histogram per (group, code) and the histogram meets
+//       the codebook once per range. Why: at 4 channels x 64 centroids (1.625
+//       bits an element) the codes lose half the KL of the 2-bit grid at fewer
+//       bytes (Qwen2.5-Coder-1.5B, bench/RESULTS.md "vector codes").
 // Code: kernels/cpu/attention.cpp (the range driver, softmax, sinks, merge),
 // one file per layout (attention_rows, attention_q8, attention_q4,
-// attention_q2; the KIVI group loop and GEAR shared in attention_kivi).
+// attention_q2, attention_vq; the KIVI group loop and GEAR shared in attention_kivi).
 #pragma once
 #include <cstdint>
 
@@ -80,7 +93,8 @@ enum kv_layout_id : int {
     KV_LAYOUT_Q8 = 1,
     KV_LAYOUT_Q4 = 2,
     KV_LAYOUT_Q2 = 3,
-    KV_LAYOUT_COUNT = 4
+    KV_LAYOUT_VQ = 4,  // values only: vector codes against per-head codebooks
+    KV_LAYOUT_COUNT = 5
 };
 
 constexpr int KV_Q8_BLOCK = 32;   // channels per int8 scale
@@ -106,6 +120,20 @@ constexpr int KV_VALUE_MAX_GRIDS = 2048;
 constexpr int KV_Q4_PAD = 32;
 
 constexpr uint16_t KV_GEAR_NONE = 0xFFFF;  // unused sparse-correction slot
+
+// Vector-coded values: K in [2, KV_VQ_MAX_K] a power of two, c channels a code
+// with K <= KV_VQ_CELLS_PER_CH x c (the kernel's histogram has at most that many
+// cells a channel); rows readable KV_VQ_PAD bytes on (a code is read as 16 bits).
+constexpr int KV_VQ_MAX_K = 256;
+constexpr int KV_VQ_CELLS_PER_CH = 64;
+constexpr int KV_VQ_PAD = 2;
+inline int kv_vq_row_bytes(int n_codes, int bits) { return (n_codes * bits + 7) / 8; }
+// Code i of a row of `bits`-bit codes.
+inline int kv_vq_code(const uint8_t* row, int i, int bits) {
+    const int at = i * bits;
+    const unsigned w = (unsigned)row[at >> 3] | ((unsigned)row[(at >> 3) + 1] << 8);
+    return (int)((w >> (at & 7)) & ((1u << bits) - 1));
+}
 
 inline int kv_n_blocks(int r, int block) { return (r + block - 1) / block; }
 inline int kv_q4_row_bytes(int r) { return (r + 1) / 2; }
@@ -149,6 +177,12 @@ struct attn_side_view {
                                       // kv_key_row_bytes(bits, r, tail, zero) bytes; grids of
                                       // kv_key_grid_words(r, zero) words a group)
     attn_gear_view gear;
+    // KV_LAYOUT_VQ: channels a code, centroids, bits a code, the decoding
+    // centroids [r / c x K x c]
+    struct {
+        int c = 0, K = 0, bits = 0;
+        const float* book = nullptr;
+    } vq;
 };
 
 struct attn_kv_view {

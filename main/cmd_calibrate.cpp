@@ -21,12 +21,14 @@
 #include "calib/corpus.h"
 #include "calib/ranks.h"
 #include "calib/plan.h"
+#include "calib/codebook.h"
 #include "calib/rank_fit.h"
 #include "calib/sensitivity.h"
 #include "calib/sha256.h"
 #include "calib/zack_file.h"
 #include "engine/model.h"
 #include "ggml-like/error.h"
+#include "ggml-like/threadpool.h"
 #include "ggml-like/file_out.h"
 #include "main/commands.h"
 
@@ -69,6 +71,10 @@ void options_add_calibrate(CLI::App& app, calibrate_opts& o) {
         ->check(CLI::Range(int64_t(0), int64_t(1) << 24));
     app.add_option("--sens-stride", o.sens_stride, "sensitivity pass: every N-th token of a window is a measured query")
         ->check(CLI::Range(1, 1 << 16));
+    app.add_option("--value-codes", o.vq_rows,
+                   "value rows a KV head on which the codebooks of vector-coded values (plans' value precision 1) "
+                   "are trained, sampled over the statistics pass (0 = none)")
+        ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
     app.add_option("--fit-tokens", o.fit_tokens,
                    "tokens set aside from the end of the corpus (at most a third) on which the weight of rank "
                    "losses against quantization losses in KV plans is chosen end to end (0 = none: weight 1)")
@@ -181,7 +187,10 @@ int cmd_calibrate(const calibrate_opts& o) {
     cp.n_threads = n_threads;
     cp.progress = !o.quiet;
     gram_accumulator acc(m->hp, nullptr, gram_v_stat_from_name(o.v_stat));
-    const int64_t fed = calib_collect(*m, docs, cp, acc);
+    // value rows for the codebooks, spread evenly over the statistics pass
+    value_sampler vs(m->hp, o.vq_rows, o.vq_rows > 0 ? std::max<int64_t>(1, o.n_tokens / o.vq_rows) : 1);
+    calib_observer_tee tee(acc, vs);
+    const int64_t fed = o.vq_rows > 0 ? calib_feed(*m, docs, cp, tee, "statistics") : calib_collect(*m, docs, cp, acc);
     if (fed < o.n_tokens)
         std::fprintf(stderr, "zack calibrate: note: the corpus gave %lld tokens, fewer than --tokens %lld\n",
                      (long long)fed, (long long)o.n_tokens);
@@ -192,6 +201,20 @@ int cmd_calibrate(const calibrate_opts& o) {
     zack_calibration c = calib_decompose(*m, acc);
     c.n_ctx = o.n_ctx;
     c.corpus = corpus_desc + "; V statistic: " + o.v_stat;
+    vq_train_params vp;
+    vp.max_rows = o.vq_rows;
+    if (o.vq_rows > 0 && vs.n_rows(0) < 4 * vp.K) {
+        std::fprintf(stderr, "zack calibrate: note: %lld value rows a head are too few for %d-centroid codebooks (%d "
+                     "needed); this .zack will have no vector-coded values\n", (long long)vs.n_rows(0), vp.K, 4 * vp.K);
+    } else if (o.vq_rows > 0) {
+        const auto t_vq = std::chrono::steady_clock::now();
+        thread_pool pool(n_threads);
+        calib_train_codebooks(c, vs, vp, &pool);
+        if (!o.quiet)
+            std::fprintf(stderr, "zack calibrate: value codebooks (%d channels x %d centroids, %lld rows a head) in %.1f s\n",
+                         vp.c, vp.K, (long long)vs.n_rows(0),
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t_vq).count());
+    }
     if (o.sens_tokens > 0) {
         // Loss curves per head and rank for the allocation (--kv-alloc sensitivity), on the
         // start of the same corpus.
@@ -200,6 +223,9 @@ int cmd_calibrate(const calibrate_opts& o) {
         sens_params sens;
         sens.query_stride = o.sens_stride;
         sens.ranks = sens_default_ranks(m->hp.head_dim, o.rank_align);
+        std::vector<float> vq_dec;
+        const kv_vq_books books = calib_codebooks_view(c, vq_dec);
+        if (!books.heads.empty()) sens.vq = &books;
         c.sens = calib_sensitivity(*m, c, docs, sp, sens);
     }
     zack_write_params wp;

@@ -273,6 +273,60 @@ def main():
     p = subprocess.run([ZACK, "run", "-m", MODEL, "-p", "hi", "--kv-rate", "0.5"], capture_output=True, text=True)
     check(p.returncode != 0 and ".zack" in p.stderr, f"--kv-rate on a plain GGUF is refused: {p.stderr.strip()!r}")
 
+    # value codebooks: 4 channels x 64 centroids per (layer, KV head), gains per channel,
+    # and the sensitivity table measuring vector-coded values (precision 1) with quantized keys
+    check(int(field(z, "zack.vq.dim")) == 4 and int(field(z, "zack.vq.size")) == 64, "zack.vq.dim 4, zack.vq.size 64")
+    for il in range(L):
+        t, tg = tensor(z, f"blk.{il}.zack.vq"), tensor(z, f"blk.{il}.zack.vq_gain")
+        check(t is not None and list(t.shape) == [4, 64, D // 4, KV], f"blk.{il}.zack.vq [4, 64, {D // 4}, {KV}]")
+        check(tg is not None and list(tg.shape) == [D, KV], f"blk.{il}.zack.vq_gain [{D}, {KV}]")
+        if t is None or tg is None:
+            continue
+        cb = np.asarray(t.data, dtype=np.float64).reshape(KV, D // 4, 64, 4)
+        gain = np.asarray(tg.data, dtype=np.float64)
+        # centroids of unit-RMS rows: finite, distinct within a group, and about unit RMS overall
+        check(np.isfinite(cb).all() and 0.2 < np.sqrt((cb ** 2).mean()) < 3, f"layer {il} codebooks at unit RMS")
+        check(all(len(np.unique(cb[g, q], axis=0)) > 32 for g in range(KV) for q in range(D // 4)),
+              f"layer {il} codebooks have distinct centroids")
+        # the codes shrink rows towards their cell centres; the gains undo it (>= 1 on average)
+        check(((gain >= 0.25) & (gain <= 4)).all() and gain.mean() > 1.0, f"layer {il} gains in range ({gain.mean():.3f})")
+    qb = list(field(z, "zack.sens.qbits"))
+    q = np.asarray(field(z, "zack.sens.q"), dtype=np.float64).reshape(len(qb), len(qb), L * KV)
+    iv = qb.index(1)
+    check(all(np.isfinite(q[qb.index(b), iv]).all() for b in (8, 4, 2, 1, 0)) and np.isnan(q[0, iv]).all(),
+          "zack.sens.q measures vector-coded values with 8/4/2-bit and tailed keys")
+    # end to end on text the calibration never saw: every value head vector-coded (1.625 bits
+    # an element plus the residual window) loses less KL than every value head at 2 bits
+    base = os.path.join(tmp, "base.bin")
+    p = subprocess.run([ZACK, "eval", "-m", out, "--task", "ppl", "-f", CORPUS2, "-c", "512", "--limit", "2", "-t", "2",
+                        "-q", "--kl-divergence-base", base], capture_output=True, text=True)
+    check(p.returncode == 0, f"eval baseline for the value codes: {p.stderr.strip()[-200:]}")
+    kld = {}
+    for bv in (1, 2):
+        plan = {"zack_plan": 2, "model": {"source_sha256": "", "n_layer": L, "n_kv": KV, "head_dim": D}, "bits": 16,
+                "bits_k": [16] * (L * KV), "bits_v": [bv] * (L * KV), "ranks_k": [], "ranks_v": [], "evict": "none",
+                "budget": 0}
+        pf = os.path.join(tmp, f"values{bv}.json")
+        with open(pf, "w") as f:
+            json.dump(plan, f)
+        js = os.path.join(tmp, f"values{bv}.eval.json")
+        p = subprocess.run([ZACK, "eval", "-m", out, "--task", "ppl", "--kl-divergence-base", base, "--kl-divergence",
+                            "-t", "2", "-q", "--kv-plan", pf, "--json", js], capture_output=True, text=True)
+        check(p.returncode == 0, f"eval --kv-plan with {bv}-bit values: {p.stderr.strip()[-200:]}")
+        if p.returncode == 0:
+            r = json.load(open(js))["runs"][0]
+            kld[bv] = (r["detail"]["vs_baseline"]["kld_mean"], r["kv"]["bytes_per_token"])
+    if len(kld) == 2:
+        (k1, b1), (k2, b2) = kld[1], kld[2]
+        check(k1 < k2 and b1 < b2, f"vector-coded values: KLD {k1:.4f} at {b1} bytes/token, 2-bit {k2:.4f} at {b2}")
+    # keys are never vector-coded: a plan that asks is refused in one line
+    plan["bits_k"] = [1] * (L * KV)
+    with open(pf, "w") as f:
+        json.dump(plan, f)
+    p = subprocess.run([ZACK, "run", "-m", out, "-p", "hi", "-n", "1", "--kv-plan", pf], capture_output=True, text=True)
+    check(p.returncode != 0 and "key precision" in p.stderr and len(p.stderr.strip().splitlines()) == 1,
+          f"vector-coded keys refused: {p.stderr.strip()!r}")
+
     # default corpus: generated text, reproducible with the same seed
     outs = []
     for i in range(2):

@@ -1,7 +1,8 @@
 // The sensitivity observer (calib/sensitivity.h) against a plain double
 // re-implementation of its definition on a synthetic layer: random q, k, v,
 // rotations, key bases and W_o, fed in two chunks of one window. Tolerance:
-// 1e-3 relative (the observer works in float with BLAS).
+// 1e-3 relative (the observer works in float with BLAS). Value codebooks are
+// random books of 2 channels x 8 centroids: vector-coded values (precision 1).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -72,6 +73,18 @@ TEST(Sensitivity, MatchesDefinition) {
     sp.ranks = {2, 4, 6, 8};
     sp.query_stride = stride;
     sp.group = 2, sp.residual = 4, sp.sinks = 1;  // small enough that the window has every kind of slot
+    // value codebooks (random: 2 channels a code, 8 centroids, gains 1..1.5) for vector-coded values
+    std::vector<float> vq_enc((size_t)KV * D * 8), vq_gain((size_t)KV * D), vq_dec(vq_enc.size());
+    for (float& f : vq_enc) f = (float)g(rng);
+    for (size_t i = 0; i < vq_gain.size(); i++) vq_gain[i] = 1.0f + 0.5f * (float)(i % 7) / 7;
+    zk::kv_vq_books books;
+    books.c = 2, books.K = 8, books.d = D;
+    for (int h = 0; h < KV; h++) {
+        zk::kvq_vq_decoding_book(2, 8, D, vq_enc.data() + (size_t)h * D * 8, vq_gain.data() + (size_t)h * D,
+                                 vq_dec.data() + (size_t)h * D * 8);
+        books.heads.push_back(zk::kv_vq_book{vq_enc.data() + (size_t)h * D * 8, vq_dec.data() + (size_t)h * D * 8});
+    }
+    sp.vq = &books;
     zk::sensitivity_observer obs(m, c, sp, N);
     std::vector<int32_t> pos(N);
     for (int t = 0; t < N; t++) pos[t] = t;
@@ -175,6 +188,11 @@ TEST(Sensitivity, MatchesDefinition) {
             std::vector<uint8_t> cq(64);
             std::vector<uint16_t> s1(D), s2(D);
             for (int t = 0; t < N; t++) {
+                if (bits == zk::k_sens_tail_code) {  // as values: vector codes, per token
+                    uint16_t sc = 0;
+                    zk::kvq_vq_encode_row(books, books.heads[g2], &vr[t * D], D, cq.data(), &sc);
+                    zk::kvq_vq_decode_row(books, books.heads[g2], cq.data(), sc, D, &vq[p][t * D]);
+                }
                 if (bits == zk::k_sens_tail_code || bits == zk::k_sens_zero_code) continue;  // keys only, below
                 if (bits == 8) {
                     zk::kvq_quantize_q8_row(&kr[t * D], D, c8.data(), s1.data());
@@ -206,7 +224,8 @@ TEST(Sensitivity, MatchesDefinition) {
         }
         for (int pk = 0; pk < NP; pk++)
             for (int pv = 0; pv < NP; pv++) {
-                if (!zk::sens_pair_measured(pk, pv)) {  // (16, 16); a tail as values or with 16/8-bit values
+                if (!zk::sens_pair_measured(pk, pv, true)) {  // (16, 16); a tail with 16/8-bit values; 16-bit
+                                                                // keys with vector-coded values
                     EXPECT_TRUE(got.rel_q[pk][pv].empty()) << pk << " " << pv;
                     continue;
                 }

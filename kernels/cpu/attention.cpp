@@ -32,7 +32,9 @@ range_scratch scratch_split(float* p, int G, int64_t n, int r_k, int r_v, int ra
     s.kmin = s.pw + 6 * KV_Q8_WCHUNK;
     s.qpad = s.kmin + r_k;
     s.qtail = s.qpad + G * scratch_qpad(r_k);
-    s.qi = (int8_t*)(s.qtail + G * KV_KEY_TAIL_QSTRIDE);
+    s.hist = s.qtail + G * KV_KEY_TAIL_QSTRIDE;
+    s.vcode = (int32_t*)(s.hist + (int64_t)G * KV_VQ_CELLS_PER_CH * r_v);
+    s.qi = (int8_t*)(s.vcode + r_v);
     return s;
 }
 
@@ -46,8 +48,8 @@ using namespace attn;
 using scores_fn = void (*)(const attn_kv_view&, int64_t, int64_t, int64_t, int64_t, const float*, const attn_q_view&,
                            range_scratch&, bool);
 using values_fn = void (*)(const attn_kv_view&, int64_t, int64_t, int64_t, int64_t, int, float*, range_scratch&, bool);
-constexpr scores_fn k_scores[KV_LAYOUT_COUNT] = {nullptr, q8_scores, kivi_scores, kivi_scores};
-constexpr values_fn k_values[KV_LAYOUT_COUNT] = {nullptr, q8_values, kivi_values, kivi_values};
+constexpr scores_fn k_scores[KV_LAYOUT_COUNT] = {nullptr, q8_scores, kivi_scores, kivi_scores, nullptr};
+constexpr values_fn k_values[KV_LAYOUT_COUNT] = {nullptr, q8_values, kivi_values, kivi_values, vq_values};
 
 // Scaled scores q.scale (q . k) of slots [s0, e) into w.sc.
 void scores_all(const attn_kv_view& kv, int64_t s0, int64_t e, int64_t n, const float* qt, const attn_q_view& q,
@@ -80,6 +82,9 @@ void attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, const attn_
     ZK_ASSERT(kv.type == dtype::F32 || kv.type == dtype::F16);
     check_side(kv.k);
     check_side(kv.v);
+    ZK_ASSERT(kv.k.layout != KV_LAYOUT_VQ);  // values only
+    ZK_ASSERT(kv.v.layout != KV_LAYOUT_VQ || (kv.v.vq.book && kv.v.vq.c > 0 && kv.r_v % kv.v.vq.c == 0 &&
+                                              kv.v.vq.K <= KV_VQ_CELLS_PER_CH * kv.v.vq.c));
     const int G = q.n_group;
     s0 = std::max(s0, kv.n_sink_slots);  // exact sinks: kernel_attention_sinks
     s1 = std::max(s1, s0);
@@ -126,7 +131,8 @@ int64_t kernel_attention_scratch(int n_group, int64_t n, int r_k, int r_v, int g
     const int64_t rq = scratch_qpad(r_k);
     return n_group * n + r_k + r_v + (int64_t)n_group * (r_k + 1 + gear_rank + kv_n_blocks(r_v, KV_Q4_VBLOCK)) +
            n_group + 6 * KV_Q8_WCHUNK + r_k + n_group * rq + n_group * KV_KEY_TAIL_QSTRIDE +
-           n_group * std::max<int64_t>(rq, KV_KEY_TAIL_QSTRIDE) / 4 + 16;
+           n_group * std::max<int64_t>(rq, KV_KEY_TAIL_QSTRIDE) / 4 + (int64_t)n_group * KV_VQ_CELLS_PER_CH * r_v +
+           r_v + 16;
 }
 
 void kernel_attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, const attn_q_view& q,

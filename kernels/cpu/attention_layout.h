@@ -4,6 +4,7 @@
 // the block's keys and of its values. One file per layout implements them:
 //   attention_rows.cpp   f16/f32 rows (also every quantized layout's residual window)
 //   attention_q8.cpp     8-bit per token
+//   attention_vq.cpp     vector-coded values
 //   attention_kivi.cpp   4- and 2-bit KIVI: the group loop, GEAR, the float path;
 //                        its integer kernels in attention_q4.cpp and attention_q2.cpp,
 //                        those of 1-bit key tails in attention_q1.cpp
@@ -47,6 +48,8 @@ struct range_scratch {
     float* qd;    // [G] its scales
     float* pw;    // [6 x KV_Q8_WCHUNK] 8-bit value weights p_j d_s of a chunk of slots (rows j < 4), its scales
     float* kmin;  // [r_k] a key group's mins (float path), then its 0-bit channels' min codes
+    float* hist;  // [G x KV_VQ_CELLS_PER_CH x r_v] value weights per (head, group, code) (vector codes)
+    int32_t* vcode;  // [r_v] a slot's unpacked value codes
 };
 
 // Floats (and int8 bytes of qi) per head for the query of keys with 1-bit tails.
@@ -67,6 +70,8 @@ void q8_values(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t
                bool ref);
 void kivi_values(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t n, int G, float* acc,
                  range_scratch& w, bool ref);
+void vq_values(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t n, int G, float* acc,
+               range_scratch& w, bool ref);
 
 // Full-precision rows of `type`, slot s at row s - off: scaled scores and value
 // sums of slots [a, b), as above (qhs: the query's head stride).

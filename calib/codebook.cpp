@@ -1,0 +1,177 @@
+#include "calib/codebook.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "ggml-like/dtype.h"
+#include "ggml-like/error.h"
+#include "ggml-like/threadpool.h"
+#include "kernels/attention.h"
+
+namespace zk {
+
+value_sampler::value_sampler(const model_hparams& hp, int64_t max_rows, int64_t stride)
+    : KV_(hp.n_head_kv), D_(hp.head_dim), max_rows_(max_rows), stride_(std::max<int64_t>(1, stride)) {
+    seen_.assign(hp.n_layer, 0);
+    rows_.resize(hp.n_layer);
+}
+
+int64_t value_sampler::n_rows(int il) const { return (int64_t)(rows_[il].size() / ((size_t)KV_ * D_)); }
+
+void value_sampler::on_qkv(int layer, int64_t n, const int32_t*, const float*, const float*, const float* v) {
+    const size_t row = (size_t)KV_ * D_;
+    std::vector<float>& r = rows_[layer];
+    for (int64_t t = 0; t < n; t++, seen_[layer]++) {
+        if (seen_[layer] % stride_ || (int64_t)(r.size() / row) >= max_rows_) continue;
+        r.insert(r.end(), v + t * row, v + (t + 1) * row);
+    }
+}
+
+void calib_observer_tee::on_layer_input(int layer, int64_t n, const float* x) {
+    a_.on_layer_input(layer, n, x);
+    b_.on_layer_input(layer, n, x);
+}
+void calib_observer_tee::on_qkv(int layer, int64_t n, const int32_t* pos, const float* q, const float* k,
+                                const float* v) {
+    a_.on_qkv(layer, n, pos, q, k, v);
+    b_.on_qkv(layer, n, pos, q, k, v);
+}
+void calib_observer_tee::on_attn(int layer, int64_t n, const float* attn) {
+    a_.on_attn(layer, n, attn);
+    b_.on_attn(layer, n, attn);
+}
+void calib_observer_tee::set_pool(thread_pool* pool) {
+    a_.set_pool(pool);
+    b_.set_pool(pool);
+}
+
+namespace {
+
+// Index of the centroid of cb [K x c] nearest to x [c].
+int nearest(const float* x, const float* cb, int K, int c) {
+    int best = 0;
+    float bd = std::numeric_limits<float>::infinity();
+    for (int k = 0; k < K; k++) {
+        float d = 0;
+        for (int j = 0; j < c; j++) d += (x[j] - cb[k * c + j]) * (x[j] - cb[k * c + j]);
+        if (d < bd) bd = d, best = k;
+    }
+    return best;
+}
+
+// Lloyd's k-means on X [n x c] into cb [K x c]: K distinct rows to start, an
+// empty cell restarts on a random row.
+void kmeans(const float* X, int64_t n, int c, int K, int iters, std::mt19937_64& rng, float* cb) {
+    std::uniform_int_distribution<int64_t> pick(0, n - 1);
+    for (int k = 0; k < K; k++) std::copy_n(X + pick(rng) * c, c, cb + k * c);
+    std::vector<int> idx((size_t)n);
+    std::vector<double> sum((size_t)K * c);
+    std::vector<int64_t> cnt(K);
+    for (int it = 0; it < iters; it++) {
+        for (int64_t t = 0; t < n; t++) idx[t] = nearest(X + t * c, cb, K, c);
+        std::fill(sum.begin(), sum.end(), 0.0);
+        std::fill(cnt.begin(), cnt.end(), 0);
+        for (int64_t t = 0; t < n; t++) {
+            cnt[idx[t]]++;
+            for (int j = 0; j < c; j++) sum[(size_t)idx[t] * c + j] += X[t * c + j];
+        }
+        for (int k = 0; k < K; k++) {
+            if (cnt[k] == 0) {
+                std::copy_n(X + pick(rng) * c, c, cb + k * c);
+                continue;
+            }
+            for (int j = 0; j < c; j++) cb[k * c + j] = (float)(sum[(size_t)k * c + j] / cnt[k]);
+        }
+    }
+}
+
+}  // namespace
+
+void calib_vq_roundtrip(const kv_vq_books& b, const kv_vq_book& h, const float* x, float* y) {
+    std::vector<uint8_t> codes((size_t)kv_vq_row_bytes(b.d / b.c, b.bits()) + KV_VQ_PAD);
+    uint16_t scale = 0;
+    kvq_vq_encode_row(b, h, x, b.d, codes.data(), &scale);
+    const kv_vq_book enc_only{h.enc, h.enc};
+    kvq_vq_decode_row(b, enc_only, codes.data(), scale, b.d, y);
+}
+
+void calib_train_codebooks(zack_calibration& c, const value_sampler& s, const vq_train_params& p, thread_pool* pool) {
+    const int L = c.n_layer, KV = c.n_kv, D = c.d, C = p.c, K = p.K, NG = D / C;
+    kvq_vq_check(C, K, D);
+    if ((int64_t)c.rv.size() != (int64_t)L * KV * D * D) ZK_THROW("value codebooks: the calibration has no V rotation");
+    for (int il = 0; il < L; il++)
+        if (s.n_rows(il) < 4 * K)
+            ZK_THROW("value codebooks: layer %d has %lld sampled value rows; %d centroids need at least %d", il,
+                     (long long)s.n_rows(il), K, 4 * K);
+    c.vq_c = C, c.vq_K = K;
+    const size_t per_head = (size_t)D * K;
+    c.vq_enc.assign((size_t)L * KV * per_head, 0.0f);
+    c.vq_gain.assign((size_t)L * KV * D, 1.0f);
+    auto head = [&](int64_t h) {
+        const int il = (int)(h / KV), g = (int)(h % KV);
+        const int64_t n = s.n_rows(il);
+        const float* raw = s.rows(il).data();
+        const double* R = c.rv.data() + (size_t)h * D * D;  // column j = direction j
+        // rotated rows y = R^T v [n x D], then each at unit RMS, grouped [NG x n x C]
+        std::vector<float> Y((size_t)n * D), Xg((size_t)n * D);
+        for (int64_t t = 0; t < n; t++) {
+            const float* v = raw + ((size_t)t * KV + g) * D;
+            float* y = Y.data() + (size_t)t * D;
+            for (int j = 0; j < D; j++) {
+                double a = 0;
+                for (int i = 0; i < D; i++) a += R[(size_t)i * D + j] * v[i];
+                y[j] = (float)a;
+            }
+            double ss = 0;
+            for (int j = 0; j < D; j++) ss += (double)y[j] * y[j];
+            const float sc = fp16_to_fp32(fp32_to_fp16((float)std::sqrt(ss / D)));
+            const float inv = sc > 0 ? 1.0f / sc : 0.0f;
+            for (int q = 0; q < NG; q++)
+                for (int j = 0; j < C; j++) Xg[((size_t)q * n + t) * C + j] = y[q * C + j] * inv;
+        }
+        std::mt19937_64 rng(p.seed + (uint64_t)h * 7919);
+        float* enc = c.vq_enc.data() + (size_t)h * per_head;
+        for (int q = 0; q < NG; q++) kmeans(Xg.data() + (size_t)q * n * C, n, C, K, p.iters, rng, enc + (size_t)q * K * C);
+        // the gain per channel: sum x^2 / sum x_hat x over the training rows
+        kv_vq_books b;
+        b.c = C, b.K = K, b.d = D;
+        const kv_vq_book bk{enc, enc};
+        std::vector<double> xx(D, 0.0), yx(D, 0.0);
+        std::vector<float> yh(D);
+        for (int64_t t = 0; t < n; t++) {
+            const float* y = Y.data() + (size_t)t * D;
+            calib_vq_roundtrip(b, bk, y, yh.data());
+            for (int j = 0; j < D; j++) xx[j] += (double)y[j] * y[j], yx[j] += (double)yh[j] * y[j];
+        }
+        float* gain = c.vq_gain.data() + (size_t)h * D;
+        for (int j = 0; j < D; j++) gain[j] = yx[j] > 0 ? (float)std::clamp(xx[j] / yx[j], 0.25, 4.0) : 1.0f;
+    };
+    const int64_t nh = (int64_t)L * KV;
+    if (pool && pool->size() > 1)
+        pool->parallel_for(nh, 1, [&](int64_t b, int64_t e, int) {
+            for (int64_t h = b; h < e; h++) head(h);
+        });
+    else
+        for (int64_t h = 0; h < nh; h++) head(h);
+}
+
+kv_vq_books calib_codebooks_view(const zack_calibration& c, std::vector<float>& dec) {
+    kv_vq_books b;
+    if (c.vq_enc.empty()) return b;
+    const int L = c.n_layer, KV = c.n_kv, D = c.d;
+    b.c = c.vq_c, b.K = c.vq_K, b.d = D;
+    const size_t per_head = (size_t)D * b.K;
+    ZK_ASSERT(c.vq_enc.size() == (size_t)L * KV * per_head && c.vq_gain.size() == (size_t)L * KV * D);
+    dec.resize(c.vq_enc.size());
+    for (size_t h = 0; h < (size_t)L * KV; h++) {
+        const float* e = c.vq_enc.data() + h * per_head;
+        float* d = dec.data() + h * per_head;
+        kvq_vq_decoding_book(b.c, b.K, D, e, c.vq_gain.data() + h * D, d);
+        b.heads.push_back(kv_vq_book{e, d});
+    }
+    return b;
+}
+
+}  // namespace zk

@@ -1,0 +1,83 @@
+// Value codebooks for vector-coded values (engine/kv_vq.h, KV_LAYOUT_VQ):
+// k-means on the value rows of the calibration text, per (layer, KV head) and
+// group of c channels, in the V rotation's basis (the basis the .zack's folded
+// W_v writes the cache in).
+//
+// Rows are coded at unit RMS (the cache stores each token's RMS as its f16
+// scale). A decoded row is pulled towards its cell's centre (at 4 channels x
+// 64 centroids on Qwen2.5-Coder-1.5B it keeps about 0.81 of its length along
+// itself), every token alike, so attention's value sums shrink too; a gain per
+// channel, sum x^2 / sum x_hat x over the training rows, undoes that on average
+// and costs nothing at run time (it scales the decoding centroids). Without it
+// the codes lost to the 2-bit grid in KL despite 2.4x less row error; with it
+// they halve its KL (bench/RESULTS.md "vector codes").
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "calib/gram.h"
+#include "calib/zack_file.h"
+#include "engine/kv_vq.h"
+#include "engine/model.h"
+
+namespace zk {
+
+// What calibrate trains: c = 4 channels a code and K = 64 centroids (1.5 bits an
+// element, 1.625 with the scale at 128 channels). Plans count a value side at
+// precision 1 in these bytes (calib/plan.h).
+constexpr int k_vq_dim = 4;
+constexpr int k_vq_size = 64;
+
+struct vq_train_params {
+    int c = k_vq_dim, K = k_vq_size;
+    int iters = 12;             // Lloyd iterations
+    int64_t max_rows = 12288;   // training rows a head (sampled evenly over the statistics pass)
+    uint64_t seed = 1;
+};
+
+// Keeps value rows of the statistics pass: every `stride`-th token a layer
+// sees, up to max_rows, as the source model computes them ([KV x d] a token).
+class value_sampler : public calib_observer {
+public:
+    value_sampler(const model_hparams& hp, int64_t max_rows, int64_t stride);
+    void on_qkv(int layer, int64_t n, const int32_t* pos, const float* q, const float* k, const float* v) override;
+    void set_pool(thread_pool*) override {}
+    // rows of layer il: [n_rows(il) x KV x d]
+    const std::vector<float>& rows(int il) const { return rows_[il]; }
+    int64_t n_rows(int il) const;
+
+private:
+    int KV_, D_;
+    int64_t max_rows_, stride_;
+    std::vector<int64_t> seen_;
+    std::vector<std::vector<float>> rows_;
+};
+
+// Both observers see every event (the statistics pass feeds the Gram statistics
+// and the value sampler at once).
+class calib_observer_tee : public calib_observer {
+public:
+    calib_observer_tee(calib_observer& a, calib_observer& b) : a_(a), b_(b) {}
+    void on_layer_input(int layer, int64_t n, const float* x) override;
+    void on_qkv(int layer, int64_t n, const int32_t* pos, const float* q, const float* k, const float* v) override;
+    void on_attn(int layer, int64_t n, const float* attn) override;
+    void set_pool(thread_pool* pool) override;
+
+private:
+    calib_observer &a_, &b_;
+};
+
+// Trains every head's book on the sampled rows, rotated by c.rv, and stores
+// them in c (vq_c, vq_K, vq_enc, vq_gain). pool (optional) spreads the heads.
+void calib_train_codebooks(zack_calibration& c, const value_sampler& s, const vq_train_params& p,
+                           thread_pool* pool = nullptr);
+
+// The books of a calibration as a cache reads them: dec receives the decoding
+// centroids (enc x gain) the returned books point into, as do c's vectors.
+kv_vq_books calib_codebooks_view(const zack_calibration& c, std::vector<float>& dec);
+
+// One row's unit-RMS k-means codes (the encoder engine/kv_vq.h uses), decoded
+// without the gain: the training's x_hat. For tests and the gain.
+void calib_vq_roundtrip(const kv_vq_books& b, const kv_vq_book& h, const float* x, float* y);
+
+}  // namespace zk

@@ -1,0 +1,48 @@
+// Vector codes for the cache's values (KV_LAYOUT_VQ; the format in
+// kernels/attention.h): the codebooks of a model's (layer, KV head) blocks and
+// the coding of a value row against them. A .zack made by `zack calibrate`
+// carries the books (calib/codebook.h trains them; calib/zack_file.h stores
+// them); engine/model.cpp builds a kv_vq_books from the file, and a session hands
+// it to the cache when a plan puts a value side at kv_bits 1.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace zk {
+
+// One block's book: d / c groups of K centroids of c channels each.
+struct kv_vq_book {
+    const float* enc = nullptr;  // [d / c x K x c] the k-means centroids (rows coded at unit RMS over d channels)
+    const float* dec = nullptr;  // [d / c x K x c] enc times the per-channel gain (what a code decodes to)
+};
+
+struct kv_vq_books {
+    int c = 0;  // channels a code
+    int K = 0;  // centroids a group (a power of two)
+    int d = 0;  // channels a book covers (the head dim); a side of rank r < d uses its first r / c groups
+    std::vector<kv_vq_book> heads;  // [n_layer x n_kv]
+    int bits() const;               // log2(K): bits a code
+    // The value side's bytes a token at rank r: the packed codes and the f16 scale.
+    double bytes_per_token(int r) const { return (double)(r / c * bits()) / 8 + 2; }
+};
+
+// Throws zk::error naming what is wrong (c, K, a rank it cannot code).
+void kvq_vq_check(int c, int K, int d);
+void kvq_vq_check_rank(const kv_vq_books& b, int r, const char* where);
+
+// One head's decoding centroids: dec[q][k][j] = enc[q][k][j] x gain[q c + j]
+// (enc, dec [d / c x K x c], gain [d]).
+void kvq_vq_decoding_book(int c, int K, int d, const float* enc, const float* gain, float* dec);
+
+// Codes row x [r] (r a multiple of c, at most d): its scale s = sqrt(sum x^2 / d),
+// the RMS the book was trained at over the channels the row keeps, as f16 in
+// *scale, and per group of c channels the nearest centroid of x / s, packed
+// (kernels/attention.h, kv_vq_code) into kv_vq_row_bytes(r / c, bits) bytes.
+void kvq_vq_encode_row(const kv_vq_books& b, const kv_vq_book& h, const float* x, int r, uint8_t* codes,
+                       uint16_t* scale);
+// The row a code row decodes to: scale x dec[g][code_g].
+void kvq_vq_decode_row(const kv_vq_books& b, const kv_vq_book& h, const uint8_t* codes, uint16_t scale, int r,
+                       float* x);
+
+}  // namespace zk
