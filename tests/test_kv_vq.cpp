@@ -180,9 +180,10 @@ TEST(KvVq, CompactionMovesCodes) {
 // error < 1e-5; and the reference against double-precision attention over the
 // decoded rows (float rounding only, < 1e-4).
 TEST(KvVq, KernelMatchesReferenceAndDecodedRows) {
-    for (int r : {64, 40}) {
+    for (int r : {64, 44, 40}) {  // 44: an odd number of 4-channel groups
         for (int K : {16, 64}) {
-            const int D = 64, n = 700, G = 3;
+            // G 3 and 6: the 4 x 64 register path; 9: the histogram, its heads spanning two vectors
+            const int D = 64, n = 700, G = r == 64 ? 3 : r == 44 ? 6 : 9;
             test_books tb(1, D, 4, K, 11 + K);
             kv_cache_params p;
             p.bits = 16;

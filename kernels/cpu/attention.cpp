@@ -33,7 +33,8 @@ range_scratch scratch_split(float* p, int G, int64_t n, int r_k, int r_v, int ra
     s.qpad = s.kmin + r_k;
     s.qtail = s.qpad + G * scratch_qpad(r_k);
     s.hist = s.qtail + G * KV_KEY_TAIL_QSTRIDE;
-    s.vcode = (int32_t*)(s.hist + (int64_t)G * KV_VQ_CELLS_PER_CH * r_v);
+    s.vw = s.hist + (int64_t)vq_hist_heads(G) * KV_VQ_CELLS_PER_CH * r_v;
+    s.vcode = (int32_t*)(s.vw + (int64_t)vq_hist_heads(G) * n);
     s.qi = (int8_t*)(s.vcode + r_v);
     return s;
 }
@@ -84,7 +85,7 @@ void attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, const attn_
     check_side(kv.v);
     ZK_ASSERT(kv.k.layout != KV_LAYOUT_VQ);  // values only
     ZK_ASSERT(kv.v.layout != KV_LAYOUT_VQ || (kv.v.vq.book && kv.v.vq.c > 0 && kv.r_v % kv.v.vq.c == 0 &&
-                                              kv.v.vq.K <= KV_VQ_CELLS_PER_CH * kv.v.vq.c));
+                                              kv.v.vq.K <= KV_VQ_CELLS_PER_CH * kv.v.vq.c && q.n_group <= KV_VQ_MAX_HEADS));
     const int G = q.n_group;
     s0 = std::max(s0, kv.n_sink_slots);  // exact sinks: kernel_attention_sinks
     s1 = std::max(s1, s0);
@@ -131,7 +132,7 @@ int64_t kernel_attention_scratch(int n_group, int64_t n, int r_k, int r_v, int g
     const int64_t rq = scratch_qpad(r_k);
     return n_group * n + r_k + r_v + (int64_t)n_group * (r_k + 1 + gear_rank + kv_n_blocks(r_v, KV_Q4_VBLOCK)) +
            n_group + 6 * KV_Q8_WCHUNK + r_k + n_group * rq + n_group * KV_KEY_TAIL_QSTRIDE +
-           n_group * std::max<int64_t>(rq, KV_KEY_TAIL_QSTRIDE) / 4 + (int64_t)n_group * KV_VQ_CELLS_PER_CH * r_v +
+           n_group * std::max<int64_t>(rq, KV_KEY_TAIL_QSTRIDE) / 4 + (int64_t)vq_hist_heads(n_group) * (KV_VQ_CELLS_PER_CH * r_v + n) +
            r_v + 16;
 }
 

@@ -48,9 +48,23 @@ struct range_scratch {
     float* qd;    // [G] its scales
     float* pw;    // [6 x KV_Q8_WCHUNK] 8-bit value weights p_j d_s of a chunk of slots (rows j < 4), its scales
     float* kmin;  // [r_k] a key group's mins (float path), then its 0-bit channels' min codes
-    float* hist;  // [G x KV_VQ_CELLS_PER_CH x r_v] value weights per (head, group, code) (vector codes)
+    float* hist;  // [KV_VQ_CELLS_PER_CH x r_v x vq_hist_heads(G)] value weights per (group, code, head)
+                  // (vector codes)
+    float* vw;    // [n x vq_hist_heads(G)] a range's value weights p_j(s) scale_s (vector codes)
     int32_t* vcode;  // [r_v] a slot's unpacked value codes
 };
+
+// Vector-coded values: a histogram cell holds the weights of G heads, padded to
+// whole 8-float vectors; at most KV_VQ_MAX_HEADS query heads a KV head.
+constexpr int KV_VQ_MAX_HEADS = 64;
+inline int vq_hist_heads(int G) { return (G + 7) / 8 * 8; }
+// Groups of a histogram block: cells of at most 16 KB (half of an L1), a
+// multiple of 4 groups for 6-bit codes (their unpacking), at least one.
+inline int vq_block_groups(int ng, int K, int Gp, int bits) {
+    int bg = std::max(1, 16384 / (K * Gp * (int)sizeof(float)));
+    if (bits == 6) bg = std::max(4, bg / 4 * 4);
+    return std::min(ng, bg);
+}
 
 // Floats (and int8 bytes of qi) per head for the query of keys with 1-bit tails.
 constexpr int KV_KEY_TAIL_QSTRIDE = 192;

@@ -1,18 +1,95 @@
 // Decode attention's value sums over vector-coded values (KV_LAYOUT_VQ; the
 // format in kernels/attention.h). A slot's value is scale_s book[g][code_g]
-// for each group g of c channels, so
-//   acc_j = sum_s p_j(s) v(s) = sum_g sum_k H_j[g][k] book[g][k],
-//   H_j[g][k] = sum of p_j(s) scale_s over the slots whose group g has code k.
-// The fast path builds H (r / c adds a slot and head, no channel work) and
-// meets the book once per range (r x K multiply-adds a head); a range shorter
-// than K slots, where that product would cost more than the slots, and the
-// reference path decode each slot's row and add it.
+// for each group g of c channels. Fast paths, by the book's shape:
+//   4 channels x 64 centroids (what calibrate trains), G <= 8 heads, AVX2:
+//     per pair of groups the heads' 8-channel sums stay in registers while the
+//     slots go by, each adding its two centroids (one vector, two 16-byte
+//     loads) times each head's weight p_j(s) scale_s. About 1.4x the time of
+//     2-bit KIVI values (bench/RESULTS.md "vector-coded values").
+//   any other: acc_j = sum_g sum_k H_j[g][k] book[g][k] with the histogram
+//     H_j[g][k] = sum of p_j(s) scale_s over the slots whose group g has code k:
+//     r / c vector adds a slot (each of the G heads' weights at once), a block
+//     of groups at a time so that its cells stay in L1, and the book once per
+//     range (r x K multiply-adds a head). Scattered adds into a histogram
+//     measured 2.4x the 2-bit time on the 4 x 64 books, hence the path above.
+// A range shorter than K slots (histogram) and the reference path decode each
+// slot's row and add it.
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/cpu/attention_layout.h"
 
 namespace zk {
 namespace attn {
+
+namespace {
+
+// cell[i] = (g0 + i - g0) K + code of group g0 + i, for the groups [g0, g1) of
+// a row of `bits`-bit codes: the block's cell of each. 6-bit codes (64
+// centroids) come four from every three bytes, read as one 32-bit word (rows
+// are readable KV_VQ_PAD bytes on; g0 a multiple of 4); 8-bit ones are bytes.
+inline void unpack_cells(const uint8_t* row, int g0, int g1, int bits, int K, int32_t* cell) {
+    int g = g0;
+    if (bits == 6 && g0 % 4 == 0) {
+        for (; g + 4 <= g1; g += 4) {
+            uint32_t wd;
+            std::memcpy(&wd, row + g / 4 * 3, 4);
+            const int i = g - g0;
+            cell[i] = i * K + (int)(wd & 63);
+            cell[i + 1] = (i + 1) * K + (int)((wd >> 6) & 63);
+            cell[i + 2] = (i + 2) * K + (int)((wd >> 12) & 63);
+            cell[i + 3] = (i + 3) * K + (int)((wd >> 18) & 63);
+        }
+    } else if (bits == 8) {
+        for (; g < g1; g++) cell[g - g0] = (g - g0) * K + row[g];
+    }
+    for (; g < g1; g++) cell[g - g0] = (g - g0) * K + kv_vq_code(row, g, bits);
+}
+
+#ifdef ZK_SIMD_AVX2
+// 4 channels a code, 64 centroids, G <= 8 heads: per pair of groups the G
+// heads' sums of 8 channels stay in registers over the slots, a slot adding
+// its two centroids (one vector) times each head's weight; no histogram, so
+// nothing waits on memory. pw [slots x Gp] the weights, acc [G x r].
+template <int G>
+void values_c4k64(const uint8_t* codes, int rb, int64_t a, int64_t b, int ng, const float* book, const float* pw,
+                  int Gp, int r, float* acc) {
+    for (int g = 0; g < ng; g += 2) {
+        const bool pair = g + 1 < ng;
+        const float* b0 = book + (size_t)g * 64 * 4;
+        const float* b1 = pair ? b0 + 64 * 4 : b0;  // a lone last group adds its centroid twice, the upper half dropped
+        __m256 s[G];
+        for (int j = 0; j < G; j++) s[j] = _mm256_setzero_ps();
+        const uint8_t* row = codes + a * rb + g * 6 / 8;
+        const int sh = g * 6 % 8;  // 0 or 4: the pair's 12 bits lie in one 16-bit word
+        const float* ps = pw;
+        for (int64_t t = a; t < b; t++, row += rb, ps += Gp) {
+            uint16_t wd;
+            std::memcpy(&wd, row, 2);
+            const unsigned x = (unsigned)wd >> sh;
+            const __m256 cent = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(b0 + (x & 63) * 4)),
+                                                     _mm_loadu_ps(b1 + ((x >> 6) & 63) * 4), 1);
+            for (int j = 0; j < G; j++) s[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(ps + j), cent, s[j]);
+        }
+        for (int j = 0; j < G; j++) {
+            float* o = acc + j * r + g * 4;
+            if (pair) {
+                _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), s[j]));
+            } else {
+                _mm_storeu_ps(o, _mm_add_ps(_mm_loadu_ps(o), _mm256_castps256_ps128(s[j])));
+            }
+        }
+    }
+}
+
+using values_c4k64_fn = void (*)(const uint8_t*, int, int64_t, int64_t, int, const float*, const float*, int, int,
+                                 float*);
+constexpr values_c4k64_fn k_values_c4k64[9] = {nullptr,          values_c4k64<1>, values_c4k64<2>,
+                                               values_c4k64<3>,  values_c4k64<4>, values_c4k64<5>,
+                                               values_c4k64<6>,  values_c4k64<7>, values_c4k64<8>};
+#endif
+
+}  // namespace
 
 void vq_values(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t n, int G, float* acc,
                range_scratch& w, bool ref) {
@@ -21,7 +98,11 @@ void vq_values(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t
     const int rb = kv_vq_row_bytes(ng, bits);
     const uint8_t* codes = (const uint8_t*)v.codes;
     const float* book = v.vq.book;  // [ng x K x c]
-    if (ref || b - a < K) {
+    bool regs = false;              // the register path (4 x 64 books)
+#ifdef ZK_SIMD_AVX2
+    regs = c == 4 && K == 64 && bits == 6 && G <= 8;
+#endif
+    if (ref || (!regs && b - a < K)) {
         for (int64_t s = a; s < b; s++) {
             const uint8_t* row = codes + s * rb;
             const float sc = h2f(v.scale[s]);
@@ -33,34 +114,64 @@ void vq_values(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t
         }
         return;
     }
-    const int cells = ng * K;
-    std::memset(w.hist, 0, sizeof(float) * (size_t)G * cells);
-    int32_t* cell = w.vcode;  // [ng] the slot's cells g K + code_g
+    // The weights of every slot of the range, [slots x Gp]: p_j(s) scale_s for
+    // the G heads side by side (zeros past G).
+    const int Gp = vq_hist_heads(G);
+    float* pw = w.vw;
     for (int64_t s = a; s < b; s++) {
-        const uint8_t* row = codes + s * rb;
-        for (int g = 0; g < ng; g++) cell[g] = g * K + kv_vq_code(row, g, bits);
+        float* ps = pw + (s - a) * Gp;
         const float sc = h2f(v.scale[s]);
-        for (int j = 0; j < G; j++) {
-            const float p = w.sc[j * n + s - s0] * sc;
-            float* h = w.hist + (size_t)j * cells;
-            for (int g = 0; g < ng; g++) h[cell[g]] += p;
-        }
+        for (int j = 0; j < G; j++) ps[j] = w.sc[j * n + s - s0] * sc;
+        for (int j = G; j < Gp; j++) ps[j] = 0.0f;
     }
-    for (int j = 0; j < G; j++) {
-        const float* h = w.hist + (size_t)j * cells;
-        float* o = acc + j * r;
-        for (int g = 0; g < ng; g++) {
-            // o[g c .. g c + c) += sum_k H[g][k] book[g][k]: the book's rows in order
-            const float* bk = book + (size_t)g * K * c;
-            float* og = o + g * c;
+#ifdef ZK_SIMD_AVX2
+    if (regs) {
+        k_values_c4k64[G](codes, rb, a, b, ng, book, pw, Gp, r, acc);
+        return;
+    }
+#endif
+    // H [cells x Gp] in blocks of groups whose cells fit in L1 (a whole head's
+    // 64 KB at 32 groups x 64 codes x 8 would not): per block, every slot adds
+    // its weight vector to its cell of each group of the block.
+    const int bg = vq_block_groups(ng, K, Gp, bits);
+    int32_t* cell = w.vcode;  // [bg] a slot's cells in the block
+    for (int g0 = 0; g0 < ng; g0 += bg) {
+        const int g1 = std::min(ng, g0 + bg), nb = g1 - g0;
+        float* hist = w.hist;  // [nb x K x Gp], cell (g - g0) K + code
+        std::memset(hist, 0, sizeof(float) * (size_t)nb * K * Gp);
+        for (int64_t s = a; s < b; s++) {
+            unpack_cells(codes + s * rb, g0, g1, bits, K, cell);
+            const float* ps = pw + (s - a) * Gp;
+#ifdef ZK_SIMD_AVX2
+            if (Gp == 8) {
+                const __m256 p8 = _mm256_loadu_ps(ps);
+                for (int i = 0; i < nb; i++) {
+                    float* h = hist + (size_t)cell[i] * 8;
+                    _mm256_storeu_ps(h, _mm256_add_ps(_mm256_loadu_ps(h), p8));
+                }
+                continue;
+            }
+#endif
+            for (int i = 0; i < nb; i++) {
+                float* h = hist + (size_t)cell[i] * Gp;
+                for (int j = 0; j < Gp; j++) h[j] += ps[j];
+            }
+        }
+        // acc_j[g c .. g c + c) += H[g][k][j] book[g][k]
+        for (int i = 0; i < nb; i++) {
+            const int g = g0 + i;
             for (int k = 0; k < K; k++) {
-                const float hk = h[g * K + k];
-                if (hk == 0.0f) continue;
-                for (int i = 0; i < c; i++) og[i] += hk * bk[k * c + i];
+                const float* h = hist + ((size_t)i * K + k) * Gp;
+                const float* bk = book + ((size_t)g * K + k) * c;
+                for (int j = 0; j < G; j++) {
+                    if (h[j] == 0.0f) continue;
+                    float* og = acc + j * r + g * c;
+                    for (int e = 0; e < c; e++) og[e] += h[j] * bk[e];
+                }
             }
         }
     }
-}
+    }
 
 }  // namespace attn
 }  // namespace zk
