@@ -11,7 +11,7 @@
 # /tmp/kv_plans); the corpora come from files every Debian machine with python3
 # and nodejs' docs has. Hours on a 2-core machine: run the parts you need.
 #
-#   bash bench/kv_plans.sh calibrate   # the .zack (about 5 min)
+#   bash bench/kv_plans.sh calibrate   # the .zack (about 10 min)
 #   bash bench/kv_plans.sh ppl         # baseline logits, then each target
 #   bash bench/kv_plans.sh target      # eval --target 0.99 over plan and plan+evict
 #   bash bench/kv_plans.sh passkey
