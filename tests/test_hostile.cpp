@@ -322,4 +322,21 @@ TEST_F(Hostile, ZackRankTablePastTheHeadDim) {
     EXPECT_TRUE(load_watched(z).loaded);
 }
 
+// Value codebooks (engine/kv_vq.h): keys without their tensors, and books the
+// engine cannot read, are refused in one line.
+TEST_F(Hostile, ZackValueCodebooks) {
+    const std::string z = path("m.zack");
+    zk_test::tiny_zack_write(tiny("m.gguf"), z, 64);
+    const gguf_value c4 = gguf_value::make_u32(4), c3 = gguf_value::make_u32(3), k16 = gguf_value::make_u32(16),
+                     k48 = gguf_value::make_u32(48);
+    rewrite(z, path("dim.zack"), {{"zack.vq.dim", &c4}});
+    expect_refused(path("dim.zack"), "value codebooks need both zack.vq.dim and zack.vq.size");
+    rewrite(z, path("odd.zack"), {{"zack.vq.dim", &c3}, {"zack.vq.size", &k16}});
+    expect_refused(path("odd.zack"), "is not a multiple of 3 channels a code");
+    rewrite(z, path("k48.zack"), {{"zack.vq.dim", &c4}, {"zack.vq.size", &k48}});
+    expect_refused(path("k48.zack"), "48 centroids; a power of two");
+    rewrite(z, path("none.zack"), {{"zack.vq.dim", &c4}, {"zack.vq.size", &k16}});
+    expect_refused(path("none.zack"), "blk.0.zack.vq");
+}
+
 }  // namespace
