@@ -203,7 +203,10 @@ int cmd_calibrate(const calibrate_opts& o) {
     c.corpus = corpus_desc + "; V statistic: " + o.v_stat;
     vq_train_params vp;
     vp.max_rows = o.vq_rows;
-    if (o.vq_rows > 0 && vs.n_rows(0) < 4 * vp.K) {
+    if (o.vq_rows > 0 && m->hp.head_dim % vp.c) {
+        std::fprintf(stderr, "zack calibrate: note: the head dim %d is not a multiple of %d channels a code; this "
+                     ".zack will have no vector-coded values\n", (int)m->hp.head_dim, vp.c);
+    } else if (o.vq_rows > 0 && vs.n_rows(0) < 4 * vp.K) {
         std::fprintf(stderr, "zack calibrate: note: %lld value rows a head are too few for %d-centroid codebooks (%d "
                      "needed); this .zack will have no vector-coded values\n", (long long)vs.n_rows(0), vp.K, 4 * vp.K);
     } else if (o.vq_rows > 0) {
