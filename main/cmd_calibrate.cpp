@@ -73,8 +73,9 @@ void options_add_calibrate(CLI::App& app, calibrate_opts& o) {
         ->check(CLI::Range(1, 1 << 16));
     app.add_option("--value-codes", o.vq_rows,
                    "value rows a KV head on which the codebooks of vector-coded values (plans' value precision 1) "
-                   "are trained, sampled over the statistics pass (0 = none)")
-        ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
+                   "are trained, sampled over the statistics pass (0 = none; they are held in memory, n_layer x "
+                   "n_kv x head_dim floats a row)")
+        ->check(CLI::Range(int64_t(0), int64_t(65536)));
     app.add_option("--fit-tokens", o.fit_tokens,
                    "tokens set aside from the end of the corpus (at most a third) on which the weight of rank "
                    "losses against quantization losses in KV plans is chosen end to end (0 = none: weight 1)")
