@@ -23,8 +23,6 @@ struct kv_vq_books {
     int d = 0;  // channels a book covers (the head dim); a side of rank r < d uses its first r / c groups
     std::vector<kv_vq_book> heads;  // [n_layer x n_kv]
     int bits() const;               // log2(K): bits a code
-    // The value side's bytes a token at rank r: the packed codes and the f16 scale.
-    double bytes_per_token(int r) const { return (double)(r / c * bits()) / 8 + 2; }
 };
 
 // Throws zk::error naming what is wrong (c, K, a rank it cannot code).
