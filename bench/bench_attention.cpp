@@ -107,15 +107,17 @@ void run_plan_attention(benchmark::State& st, const kv_plan& pl, int64_t n, int 
     p.zeros_k = pl.zeros_k;
     const size_t nh = (size_t)pl.n_layer * pl.n_kv;
     // vector-coded values: random books of calibrate's size (the kernel's time does not depend on them)
-    std::vector<float> book((size_t)pl.head_dim * k_vq_size);
-    kv_vq_books books;
-    if (kv_cache_vq(p)) {
+    std::vector<float> book[KV_VQ_CODES];
+    kv_vq_books books[KV_VQ_CODES];
+    for (int code = 0; code < KV_VQ_CODES; code++) {
+        if (!kv_cache_vq(p, code)) continue;
+        book[code].resize((size_t)pl.head_dim * k_vq_size[code]);
         std::mt19937 gb(3);
         std::normal_distribution<float> Nb(0, 1);
-        for (auto& x : book) x = Nb(gb);
-        books.c = k_vq_dim, books.K = k_vq_size, books.d = pl.head_dim;
-        books.heads.assign(nh, kv_vq_book{book.data(), book.data()});
-        p.vq = &books;
+        for (auto& x : book[code]) x = Nb(gb);
+        books[code].c = k_vq_dim[code], books[code].K = k_vq_size[code], books[code].d = pl.head_dim;
+        books[code].heads.assign(nh, kv_vq_book{book[code].data(), book[code].data()});
+        p.vq[code] = &books[code];
     }
     const std::vector<int> full(nh, pl.head_dim);
     kv_cache c(pl.n_layer, pl.n_kv, n, p, pl.ranks_k.empty() ? full : pl.ranks_k,

@@ -49,28 +49,33 @@ void calib_observer_tee::set_pool(thread_pool* pool) {
 
 namespace {
 
-// Index of the centroid of cb [K x c] nearest to x [c].
-int nearest(const float* x, const float* cb, int K, int c) {
-    int best = 0;
-    float bd = std::numeric_limits<float>::infinity();
-    for (int k = 0; k < K; k++) {
-        float d = 0;
-        for (int j = 0; j < c; j++) d += (x[j] - cb[k * c + j]) * (x[j] - cb[k * c + j]);
-        if (d < bd) bd = d, best = k;
-    }
-    return best;
-}
-
 // Lloyd's k-means on X [n x c] into cb [K x c]: K distinct rows to start, an
-// empty cell restarts on a random row.
+// empty cell restarts on a random row. The assignment step, n x K x c, is the
+// cost (8 x 256 books: 4x that of 4 x 64): distances |cb_k|^2 - 2 x.cb_k
+// against the centroids transposed, [c x K], so the loop over k vectorises.
 void kmeans(const float* X, int64_t n, int c, int K, int iters, std::mt19937_64& rng, float* cb) {
     std::uniform_int_distribution<int64_t> pick(0, n - 1);
     for (int k = 0; k < K; k++) std::copy_n(X + pick(rng) * c, c, cb + k * c);
     std::vector<int> idx((size_t)n);
     std::vector<double> sum((size_t)K * c);
     std::vector<int64_t> cnt(K);
+    std::vector<float> cbt((size_t)c * K), norm(K), dist(K);
     for (int it = 0; it < iters; it++) {
-        for (int64_t t = 0; t < n; t++) idx[t] = nearest(X + t * c, cb, K, c);
+        for (int k = 0; k < K; k++) {
+            float s = 0;
+            for (int j = 0; j < c; j++) cbt[(size_t)j * K + k] = cb[k * c + j], s += cb[k * c + j] * cb[k * c + j];
+            norm[k] = s;
+        }
+        for (int64_t t = 0; t < n; t++) {
+            const float* x = X + t * c;
+            std::copy(norm.begin(), norm.end(), dist.begin());
+            for (int j = 0; j < c; j++) {
+                const float a = -2.0f * x[j];
+                const float* row = cbt.data() + (size_t)j * K;
+                for (int k = 0; k < K; k++) dist[k] += a * row[k];
+            }
+            idx[t] = (int)(std::min_element(dist.begin(), dist.end()) - dist.begin());
+        }
         std::fill(sum.begin(), sum.end(), 0.0);
         std::fill(cnt.begin(), cnt.end(), 0);
         for (int64_t t = 0; t < n; t++) {
@@ -97,7 +102,15 @@ void calib_vq_roundtrip(const kv_vq_books& b, const kv_vq_book& h, const float* 
     kvq_vq_decode_row(b, enc_only, codes.data(), scale, b.d, y);
 }
 
-void calib_train_codebooks(zack_calibration& c, const value_sampler& s, const vq_train_params& p, thread_pool* pool) {
+vq_train_params vq_train_params_for(int code) {
+    ZK_ASSERT(code >= 0 && code < KV_VQ_CODES);
+    vq_train_params p;
+    p.c = k_vq_dim[code], p.K = k_vq_size[code];
+    return p;
+}
+
+void calib_train_codebooks(zack_calibration& c, int code, const value_sampler& s, const vq_train_params& p,
+                           thread_pool* pool) {
     const int L = c.n_layer, KV = c.n_kv, D = c.d, C = p.c, K = p.K, NG = D / C;
     kvq_vq_check(C, K, D);
     if ((int64_t)c.rv.size() != (int64_t)L * KV * D * D) ZK_THROW("value codebooks: the calibration has no V rotation");
@@ -105,10 +118,11 @@ void calib_train_codebooks(zack_calibration& c, const value_sampler& s, const vq
         if (s.n_rows(il) < 4 * K)
             ZK_THROW("value codebooks: layer %d has %lld sampled value rows; %d centroids need at least %d", il,
                      (long long)s.n_rows(il), K, 4 * K);
-    c.vq_c = C, c.vq_K = K;
+    zack_calibration::vq_set& v = c.vq[code];
+    v.c = C, v.K = K;
     const size_t per_head = (size_t)D * K;
-    c.vq_enc.assign((size_t)L * KV * per_head, 0.0f);
-    c.vq_gain.assign((size_t)L * KV * D, 1.0f);
+    v.enc.assign((size_t)L * KV * per_head, 0.0f);
+    v.gain.assign((size_t)L * KV * D, 1.0f);
     auto head = [&](int64_t h) {
         const int il = (int)(h / KV), g = (int)(h % KV);
         const int64_t n = s.n_rows(il);
@@ -132,7 +146,7 @@ void calib_train_codebooks(zack_calibration& c, const value_sampler& s, const vq
                 for (int j = 0; j < C; j++) Xg[((size_t)q * n + t) * C + j] = y[q * C + j] * inv;
         }
         std::mt19937_64 rng(p.seed + (uint64_t)h * 7919);
-        float* enc = c.vq_enc.data() + (size_t)h * per_head;
+        float* enc = v.enc.data() + (size_t)h * per_head;
         for (int q = 0; q < NG; q++) kmeans(Xg.data() + (size_t)q * n * C, n, C, K, p.iters, rng, enc + (size_t)q * K * C);
         // the gain per channel: sum x^2 / sum x_hat x over the training rows
         kv_vq_books b;
@@ -145,7 +159,7 @@ void calib_train_codebooks(zack_calibration& c, const value_sampler& s, const vq
             calib_vq_roundtrip(b, bk, y, yh.data());
             for (int j = 0; j < D; j++) xx[j] += (double)y[j] * y[j], yx[j] += (double)yh[j] * y[j];
         }
-        float* gain = c.vq_gain.data() + (size_t)h * D;
+        float* gain = v.gain.data() + (size_t)h * D;
         for (int j = 0; j < D; j++) gain[j] = yx[j] > 0 ? (float)std::clamp(xx[j] / yx[j], 0.25, 4.0) : 1.0f;
     };
     const int64_t nh = (int64_t)L * KV;
@@ -157,18 +171,19 @@ void calib_train_codebooks(zack_calibration& c, const value_sampler& s, const vq
         for (int64_t h = 0; h < nh; h++) head(h);
 }
 
-kv_vq_books calib_codebooks_view(const zack_calibration& c, std::vector<float>& dec) {
+kv_vq_books calib_codebooks_view(const zack_calibration& c, int code, std::vector<float>& dec) {
     kv_vq_books b;
-    if (c.vq_enc.empty()) return b;
+    const zack_calibration::vq_set& v = c.vq[code];
+    if (v.enc.empty()) return b;
     const int L = c.n_layer, KV = c.n_kv, D = c.d;
-    b.c = c.vq_c, b.K = c.vq_K, b.d = D;
+    b.c = v.c, b.K = v.K, b.d = D;
     const size_t per_head = (size_t)D * b.K;
-    ZK_ASSERT(c.vq_enc.size() == (size_t)L * KV * per_head && c.vq_gain.size() == (size_t)L * KV * D);
-    dec.resize(c.vq_enc.size());
+    ZK_ASSERT(v.enc.size() == (size_t)L * KV * per_head && v.gain.size() == (size_t)L * KV * D);
+    dec.resize(v.enc.size());
     for (size_t h = 0; h < (size_t)L * KV; h++) {
-        const float* e = c.vq_enc.data() + h * per_head;
+        const float* e = v.enc.data() + h * per_head;
         float* d = dec.data() + h * per_head;
-        kvq_vq_decoding_book(b.c, b.K, D, e, c.vq_gain.data() + h * D, d);
+        kvq_vq_decoding_book(b.c, b.K, D, e, v.gain.data() + h * D, d);
         b.heads.push_back(kv_vq_book{e, d});
     }
     return b;

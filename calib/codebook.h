@@ -22,14 +22,15 @@
 
 namespace zk {
 
-// What calibrate trains: c = 4 channels a code and K = 64 centroids (1.5 bits an
-// element, 1.625 with the scale at 128 channels). Plans count a value side at
-// precision 1 in these bytes (calib/plan.h).
-constexpr int k_vq_dim = 4;
-constexpr int k_vq_size = 64;
+// What calibrate trains, per value precision code (engine/kv_vq.h): for code
+// 1, c = 4 channels a code and K = 64 centroids (1.5 bits an element, 1.625 with
+// the scale at 128 channels); for code 0, 8 x 256 (1 bit, 1.125 with the scale).
+// Plans count a value side at these precisions in these bytes (calib/plan.h).
+constexpr int k_vq_dim[KV_VQ_CODES] = {8, 4};
+constexpr int k_vq_size[KV_VQ_CODES] = {256, 64};
 
 struct vq_train_params {
-    int c = k_vq_dim, K = k_vq_size;
+    int c = k_vq_dim[1], K = k_vq_size[1];
     int iters = 12;             // Lloyd iterations
     int64_t max_rows = 12288;   // training rows a head (sampled evenly over the statistics pass)
     uint64_t seed = 1;
@@ -67,14 +68,18 @@ private:
     calib_observer &a_, &b_;
 };
 
+// The training parameters of value code `code`'s books (c and K above).
+vq_train_params vq_train_params_for(int code);
+
 // Trains every head's book on the sampled rows, rotated by c.rv, and stores
-// them in c (vq_c, vq_K, vq_enc, vq_gain). pool (optional) spreads the heads.
-void calib_train_codebooks(zack_calibration& c, const value_sampler& s, const vq_train_params& p,
+// them in c.vq[code]. pool (optional) spreads the heads.
+void calib_train_codebooks(zack_calibration& c, int code, const value_sampler& s, const vq_train_params& p,
                            thread_pool* pool = nullptr);
 
-// The books of a calibration as a cache reads them: dec receives the decoding
-// centroids (enc x gain) the returned books point into, as do c's vectors.
-kv_vq_books calib_codebooks_view(const zack_calibration& c, std::vector<float>& dec);
+// The books of value code `code` of a calibration as a cache reads them (no
+// heads when it has none): dec receives the decoding centroids (enc x gain) the
+// returned books point into, as do c's vectors.
+kv_vq_books calib_codebooks_view(const zack_calibration& c, int code, std::vector<float>& dec);
 
 // One row's unit-RMS k-means codes (the encoder engine/kv_vq.h uses), decoded
 // without the gain: the training's x_hat. For tests and the gain.

@@ -90,9 +90,9 @@ kv_plan kv_plan::from_json(const nlohmann::json& j, const std::string& where) {
     for (size_t i = 0; i < p.bits_k.size(); i++) {
         if (!valid_bits(p.bits_k[i]))
             ZK_THROW("%s: plan key precision of head %zu is %d, not 16, 8, 4 or 2 bits", where.c_str(), i, p.bits_k[i]);
-        if (!valid_bits(p.bits_v[i]) && p.bits_v[i] != 1)
-            ZK_THROW("%s: plan value precision of head %zu is %d, not 16, 8, 4, 2 or 1 (vector codes)", where.c_str(), i,
-                     p.bits_v[i]);
+        if (!valid_bits(p.bits_v[i]) && !kv_bits_vq(p.bits_v[i]))
+            ZK_THROW("%s: plan value precision of head %zu is %d, not 16, 8, 4, 2, or 1 or 0 (vector codes)",
+                     where.c_str(), i, p.bits_v[i]);
     }
     if (!p.tails_k.empty() && p.tails_k.size() != nh)
         ZK_THROW("%s: plan tails_k must have %zu entries (layers x KV heads) or none", where.c_str(), nh);
@@ -136,11 +136,13 @@ std::string kv_plan::describe() const {
         prec = "per head";
         for (int side = 0; side < 2; side++) {
             prec += side ? "; V" : " K";
-            for (int b : {16, 8, 4, 2, 1}) {
+            for (int b : {16, 8, 4, 2, 1, 0}) {
                 const std::vector<int>& v = side ? bits_v : bits_k;
                 const long n = std::count(v.begin(), v.end(), b);
-                if (n) prec += " " + (b == 1 ? std::string("vector-coded") : std::to_string(b) + "-bit") + " x" +
-                               std::to_string(n);
+                const std::string name = kv_bits_vq(b) ? "vector-coded " + std::to_string(k_vq_dim[b]) + "x" +
+                                                             std::to_string(k_vq_size[b])
+                                                       : std::to_string(b) + "-bit";
+                if (n) prec += " " + name + " x" + std::to_string(n);
             }
         }
     }
@@ -210,8 +212,10 @@ double plan_side_bytes(int bits, bool key, int r, int group, int tail, int zero)
     zero = std::min(zero, r), tail = std::min(tail, r - zero);  // as the cache clamps them
     switch (bits) {
         case 1:  // vector-coded values as calibrate trains them (calib/codebook.h): codes and an f16 scale
+        case 0:
             if (key) break;
-            return (double)kv_vq_row_bytes(r / k_vq_dim, (int)std::lround(std::log2((double)k_vq_size))) + 2.0;
+            return (double)kv_vq_row_bytes(r / k_vq_dim[bits], (int)std::lround(std::log2((double)k_vq_size[bits]))) +
+                   2.0;
         case 16: return 2.0 * r;
         case 8: return r + 2.0 * kv_n_blocks(r, KV_Q8_BLOCK);
         case 4:
@@ -221,7 +225,8 @@ double plan_side_bytes(int bits, bool key, int r, int group, int tail, int zero)
                         : 2.0 * kv_n_blocks(r, KV_Q4_VBLOCK) + 2.0 * KV_GRID_STEPS / group);  // per (token, block)
                                                                                      // + 2 f16 steps a group
     }
-    ZK_THROW("no %d-bit KV %s layout (16, 8, 4 or 2%s)", bits, key ? "key" : "value", key ? "" : ", or 1: vector codes");
+    ZK_THROW("no %d-bit KV %s layout (16, 8, 4 or 2%s)", bits, key ? "key" : "value",
+             key ? "" : ", or 1 or 0: vector codes");
 }
 
 double plan_head_bytes(int bits_k, int bits_v, int group) {
@@ -319,7 +324,7 @@ kv_plan plan_per_head(const plan_inputs& in, double target) {
                     if (bk < 16 && b != 0) continue;
                     for (size_t rk = tail ? nr - 1 : 0; rk < nr; rk++)
                         for (size_t rv = 0; rv < nr; rv++) {
-                            if (bv == 1 && c.grid[rv] % k_vq_dim) continue;  // codes cover whole groups of channels
+                            if (kv_bits_vq(bv) && c.grid[rv] % k_vq_dim[bv]) continue;  // codes cover whole groups of channels
                             const double l = in.rank_weight * (c.loss_k[b][h * nr + rk] + c.loss_v[h * nr + rv]) + lq;
                             what[h].push_back({kbits, bv, b, c.grid[rk], c.grid[rv], tl, zr});
                             items[h].push_back({plan_head_cost(kbits, bv, c.grid[rk], c.grid[rv], tl, zr), l});
@@ -449,14 +454,16 @@ void plan_check_model(const kv_plan& p, const model& m, const std::string& where
         if (b > 0 && !m.zack.has_key_bases())
             ZK_THROW("%s: the plan uses score/pairs key bases, which %s does not have", where.c_str(),
                      m.file->path().c_str());
-    if (std::find(p.bits_v.begin(), p.bits_v.end(), 1) != p.bits_v.end()) {
-        if (m.zack.vq.heads.empty())
-            ZK_THROW("%s: the plan has vector-coded values; %s has no value codebooks (calibrate it with this zack)",
-                     where.c_str(), m.file->path().c_str());
+    for (int code = 0; code < KV_VQ_CODES; code++) {
+        if (std::find(p.bits_v.begin(), p.bits_v.end(), code) == p.bits_v.end()) continue;
+        const kv_vq_books& b = m.zack.vq[code];
+        if (b.heads.empty())
+            ZK_THROW("%s: the plan has vector-coded values at precision %d; %s has no such value codebooks "
+                     "(calibrate it with this zack)", where.c_str(), code, m.file->path().c_str());
         // plans count those bytes at calibrate's book size
-        if (m.zack.vq.c != k_vq_dim || m.zack.vq.K != k_vq_size)
-            ZK_THROW("%s: the plan counts vector-coded values at %d channels x %d centroids; %s has %d x %d",
-                     where.c_str(), k_vq_dim, k_vq_size, m.file->path().c_str(), m.zack.vq.c, m.zack.vq.K);
+        if (b.c != k_vq_dim[code] || b.K != k_vq_size[code])
+            ZK_THROW("%s: the plan counts vector-coded values at precision %d as %d channels x %d centroids; %s has "
+                     "%d x %d", where.c_str(), code, k_vq_dim[code], k_vq_size[code], m.file->path().c_str(), b.c, b.K);
     }
 }
 

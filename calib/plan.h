@@ -25,7 +25,8 @@
 // Plan file (JSON, also the form stored in zack.plans):
 //   {"zack_plan": 1 | 2, "model": {"source_sha256", "n_layer", "n_kv", "head_dim"},
 //    "target": F, "kv_fraction": achieved, "bits": 16|8|4|2,
-//    "bits_k": [...], "bits_v": [...]   (version 2: per head, n_layer x n_kv; "bits" is then the widest),
+//    "bits_k": [...], "bits_v": [...]   (version 2: per head, n_layer x n_kv; "bits" is then the widest;
+//                                       values also 1 and 0: vector codes, 4 x 64 and 8 x 256 books),
 //    "tails_k": [...]   (optional, per head: the 1-bit tail of 4- or 2-bit keys, engine/kv_cache.h),
 //    "zeros_k": [...]   (optional, per head: 0-bit key channels after the tail, engine/kv_cache.h),
 //    "ranks_k": [...], "ranks_v": [...], "key_basis": [...]   (n_layer x n_kv, or [] = full rank),
@@ -68,7 +69,8 @@ struct kv_plan {
     double target = 0;       // requested fraction of the f16 full-rank bytes per token
     double kv_fraction = 1;  // achieved, before eviction
     int bits = 16;           // one precision for every head (the widest of bits_k / bits_v when those are set)
-    std::vector<int> bits_k, bits_v;  // [n_layer x n_kv] per-head precision (16, 8, 4, 2); empty = `bits` everywhere
+    std::vector<int> bits_k, bits_v;  // [n_layer x n_kv] per-head precision (16, 8, 4, 2; values also 1, 0:
+                                      // vector codes, engine/kv_vq.h); empty = `bits` everywhere
     std::vector<int> tails_k;  // [n_layer x n_kv] 1-bit key tails (channels; KIVI keys only); empty = none
     std::vector<int> zeros_k;  // [n_layer x n_kv] 0-bit key channels after the tail (KIVI keys only); empty = none
     double rate = 0;         // ZACK rate of the ranks

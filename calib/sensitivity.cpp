@@ -62,9 +62,10 @@ sensitivity_observer::sensitivity_observer(const model& m, const zack_calibratio
             ZK_THROW("sensitivity: bad 4-bit layout (group %d, residual %d, sinks %d)", p_.group, p_.residual, p_.sinks);
         for (int i = 0; i < k_sens_n_prec; i++)
             for (int j = 0; j < k_sens_n_prec; j++)
-                if (sens_pair_measured(i, j, p_.vq)) acc_.rel_q[i][j].assign((size_t)L_ * KV_, 0.0);
-        if (p_.vq && (p_.vq->d != D_ || p_.vq->heads.size() != (size_t)L_ * KV_))
-            ZK_THROW("sensitivity: the value codebooks do not match the model");
+                if (sens_pair_measured(i, j, p_.vq_codes())) acc_.rel_q[i][j].assign((size_t)L_ * KV_, 0.0);
+        for (const kv_vq_books* b : p_.vq)
+            if (b && (b->d != D_ || b->heads.size() != (size_t)L_ * KV_))
+                ZK_THROW("sensitivity: the value codebooks do not match the model");
         for (int b = 0; b < k_sens_n_prec - 1; b++) {
             ktq_[b].resize(L_);
             vtq_[b].resize(L_);
@@ -137,7 +138,7 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
     for (int b = 0; b < NQB; b++)
         if (ktq_[b][layer].empty()) {
             ktq_[b][layer].resize((size_t)max_ctx_ * KV * D);
-            if (!sens_keys_only(k_sens_prec[1 + b]) || (k_sens_prec[1 + b] == k_sens_tail_code && p_.vq))
+            if (!sens_keys_only(k_sens_prec[1 + b]) || p_.vq[k_sens_prec[1 + b]])
                 vtq_[b][layer].resize((size_t)max_ctx_ * KV * D);
         }
     std::vector<int8_t> c8(D);
@@ -150,10 +151,11 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
         for (int64_t t = from; t < to; t++)
             for (int g = 0; g < KV; g++) {
                 const size_t o = ((size_t)t * KV + g) * D;
-                if (bits == k_sens_tail_code && p_.vq) {  // values: vector codes, per token
-                    const kv_vq_book& bk = p_.vq->heads[(size_t)layer * KV + g];
-                    kvq_vq_encode_row(*p_.vq, bk, vt.data() + o, D, cq.data(), s1.data());
-                    kvq_vq_decode_row(*p_.vq, bk, cq.data(), s1[0], D, vtq_[b][layer].data() + o);
+                if (sens_keys_only(bits) && p_.vq[bits]) {  // values: vector codes, per token
+                    const kv_vq_books& books = *p_.vq[bits];
+                    const kv_vq_book& bk = books.heads[(size_t)layer * KV + g];
+                    kvq_vq_encode_row(books, bk, vt.data() + o, D, cq.data(), s1.data());
+                    kvq_vq_decode_row(books, bk, cq.data(), s1[0], D, vtq_[b][layer].data() + o);
                 }
                 if (sens_keys_only(bits)) continue;  // keys only, per group below
                 if (bits == 8) {
@@ -370,7 +372,7 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
                                 sc.data() + (size_t)pk * NQ * nk_max, (int)nk_max);
                 for (int var = 1; var < NV; var++) {
                     const int pk = var / NP, pv = var % NP;
-                    if (!sens_pair_measured(pk, pv, p_.vq)) continue;
+                    if (!sens_pair_measured(pk, pv, p_.vq_codes())) continue;
                     // the slots a quantized side returns quantized: [sinks, qlim); a head with
                     // a 4/2-bit side keeps its newest tokens exact on both sides (engine/kv_cache.h)
                     const bool windowed = k_sens_prec[pk] <= 4 || k_sens_prec[pv] <= 4;
@@ -455,7 +457,7 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
             }
         }
         for (int var = 1; p_.quant && var < NV; var++) {
-            if (!sens_pair_measured(var / NP, var % NP, p_.vq)) continue;
+            if (!sens_pair_measured(var / NP, var % NP, p_.vq_codes())) continue;
             const float* X = dq.data() + ((size_t)var * KV + g) * NQ * GD;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)NQ, GD, GD, 1.0f, X, GD, M.data(), GD, 0.0f,
                         Z.data(), GD);

@@ -44,10 +44,12 @@ struct sens_params {
     // measured (16 = exact), so plans can mix them per head.
     bool quant = true;
     int group = 32, residual = 128, sinks = 4;
-    // Vector-coded values (engine/kv_vq.h), measured as value precision 1 with
-    // 8-, 4- and 2-bit keys and the tails when set (the calibration's books,
-    // calib_codebooks_view; not owned).
-    const kv_vq_books* vq = nullptr;
+    // Vector-coded values (engine/kv_vq.h), measured as value precisions 1 and
+    // 0 (vq[code]) with 8-, 4- and 2-bit keys and the tails when set (the
+    // calibration's books, calib_codebooks_view; not owned).
+    const kv_vq_books* vq[KV_VQ_CODES] = {nullptr, nullptr};
+    // The value codes that have books, bit `code` set for each (sens_pair_measured).
+    unsigned vq_codes() const { return (vq[0] ? 1u : 0u) | (vq[1] ? 2u : 0u); }
 };
 
 // The precisions of the simulated caches: index 0 is exact (16), then the
@@ -80,11 +82,12 @@ inline sens_key_layout sens_key_layout_of(int code, int d) {
 }
 // Whether the pair (keys at k_sens_prec[i], values at [j]) is measured: every
 // pair but (16, 16) of the others; a tail (with or without 0-bit channels) only
-// as keys, with 4- or 2-bit values. Code 1 as values is vector-coded values
-// (engine/kv_vq.h), measured with books (vq) against keys below 16 bits.
-inline bool sens_pair_measured(int i, int j, bool vq = false) {
+// as keys, with 4- or 2-bit values. Codes 1 and 0 as values are vector-coded
+// values (engine/kv_vq.h), measured where that code has books (bit `code` of
+// vq_codes, sens_params::vq_codes) against keys below 16 bits.
+inline bool sens_pair_measured(int i, int j, unsigned vq_codes = 0) {
     if (i == 0 && j == 0) return false;
-    if (k_sens_prec[j] == k_sens_tail_code && vq) return i > 0;
+    if (sens_keys_only(k_sens_prec[j]) && (vq_codes >> k_sens_prec[j] & 1u)) return i > 0;
     if (sens_keys_only(k_sens_prec[j])) return false;
     return !sens_keys_only(k_sens_prec[i]) || k_sens_prec[j] == 4 || k_sens_prec[j] == 2;
 }

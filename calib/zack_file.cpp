@@ -96,9 +96,11 @@ void zack_file_write(const model& src, const zack_calibration& c, const zack_wri
     w.set("zack.calib.ctx", gguf_value::make_u32((uint32_t)c.n_ctx));
     w.set("zack.calib.corpus", gguf_value::make_str(c.corpus));
     w.set("zack.rank_align", gguf_value::make_u32((uint32_t)p.rank_align));
-    if (!c.vq_enc.empty()) {
-        w.set("zack.vq.dim", gguf_value::make_u32((uint32_t)c.vq_c));
-        w.set("zack.vq.size", gguf_value::make_u32((uint32_t)c.vq_K));
+    for (int code = 0; code < KV_VQ_CODES; code++) {
+        if (c.vq[code].enc.empty()) continue;
+        const std::string name = kv_vq_file_name(code);
+        w.set("zack." + name + ".dim", gguf_value::make_u32((uint32_t)c.vq[code].c));
+        w.set("zack." + name + ".size", gguf_value::make_u32((uint32_t)c.vq[code].K));
     }
 
     // Rank table: one row of ranks per reachable rate of the grid.
@@ -196,12 +198,14 @@ void zack_file_write(const model& src, const zack_calibration& c, const zack_wri
             const std::vector<float> x = to_f32(c.k_mean.data() + il * per_sig, per_sig);
             w.add_tensor(pre + "kmean", dtype::F32, {D, KV}, x.data(), x.size() * sizeof(float));
         }
-        if (!c.vq_enc.empty()) {  // value codebooks [n_kv x d / c x K x c], gains [n_kv x d]
-            const size_t nb = (size_t)KV * D * c.vq_K;
-            ZK_ASSERT(c.vq_enc.size() == L * nb && c.vq_gain.size() == L * per_sig);
-            w.add_tensor(pre + "vq", dtype::F32, {c.vq_c, c.vq_K, D / c.vq_c, KV}, c.vq_enc.data() + il * nb,
-                         nb * sizeof(float));
-            w.add_tensor(pre + "vq_gain", dtype::F32, {D, KV}, c.vq_gain.data() + il * per_sig,
+        for (int code = KV_VQ_CODES - 1; code >= 0; code--) {  // value codebooks [n_kv x d / c x K x c], gains [n_kv x d]
+            const zack_calibration::vq_set& v = c.vq[code];
+            if (v.enc.empty()) continue;
+            const std::string name = kv_vq_file_name(code);
+            const size_t nb = (size_t)KV * D * v.K;
+            ZK_ASSERT(v.enc.size() == L * nb && v.gain.size() == L * per_sig);
+            w.add_tensor(pre + name, dtype::F32, {v.c, v.K, D / v.c, KV}, v.enc.data() + il * nb, nb * sizeof(float));
+            w.add_tensor(pre + name + "_gain", dtype::F32, {D, KV}, v.gain.data() + il * per_sig,
                          per_sig * sizeof(float));
         }
     }
@@ -245,18 +249,21 @@ zack_calibration zack_file_read_calibration(const gguf_file& f) {
         }
         if (has_mean) read(pre + "kmean", {c.d, c.n_kv}, c.k_mean);
     }
-    if (f.find_tensor("blk.0.zack.vq")) {
-        c.vq_c = (int)f.get_int("zack.vq.dim");
-        c.vq_K = (int)f.get_int("zack.vq.size");
-        kvq_vq_check(c.vq_c, c.vq_K, c.d);
+    for (int code = 0; code < KV_VQ_CODES; code++) {
+        const std::string name = kv_vq_file_name(code);
+        if (!f.find_tensor("blk.0.zack." + name)) continue;
+        zack_calibration::vq_set& v = c.vq[code];
+        v.c = (int)f.get_int("zack." + name + ".dim");
+        v.K = (int)f.get_int("zack." + name + ".size");
+        kvq_vq_check(v.c, v.K, c.d);
         std::vector<double> enc, gain;
         for (int il = 0; il < c.n_layer; il++) {
             const std::string pre = "blk." + std::to_string(il) + ".zack.";
-            read(pre + "vq", {c.vq_c, c.vq_K, c.d / c.vq_c, c.n_kv}, enc);
-            read(pre + "vq_gain", {c.d, c.n_kv}, gain);
+            read(pre + name, {v.c, v.K, c.d / v.c, c.n_kv}, enc);
+            read(pre + name + "_gain", {c.d, c.n_kv}, gain);
         }
-        c.vq_enc.assign(enc.begin(), enc.end());
-        c.vq_gain.assign(gain.begin(), gain.end());
+        v.enc.assign(enc.begin(), enc.end());
+        v.gain.assign(gain.begin(), gain.end());
     }
     return c;
 }

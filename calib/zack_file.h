@@ -25,13 +25,15 @@
 //   zack.vq.dim u32 (c), zack.vq.size u32 (K); blk.N.zack.vq F32 [c, K, d / c, n_kv]
 //     (k-means centroids of the value rows at unit RMS) and blk.N.zack.vq_gain F32
 //     [d, n_kv] (the gain per channel a decoded code takes): value codebooks for
-//     vector-coded values (engine/kv_vq.h), optional
+//     vector-coded values at value precision 1 (engine/kv_vq.h), optional;
+//     zack.vq0.* and blk.N.zack.vq0 / vq0_gain the same for value precision 0
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "calib/plan.h"
+#include "engine/kv_vq.h"
 #include "ggml-like/gguf.h"
 
 namespace zk {
@@ -69,11 +71,15 @@ struct zack_calibration {
     // along the first pca direction, RMS 6 along the next; an 8-bit scale per
     // 32 channels cannot hold both).
     std::vector<double> k_mean;
-    // Value codebooks (calib/codebook.h; engine/kv_vq.h), empty when not trained:
-    // c channels a code, K centroids, per head the k-means centroids
-    // [n_layer x n_kv x d / c x K x c] and per-channel gains [n_layer x n_kv x d].
-    int vq_c = 0, vq_K = 0;
-    std::vector<float> vq_enc, vq_gain;
+    // Value codebooks (calib/codebook.h; engine/kv_vq.h) per value precision
+    // code (vq[1]: 4 x 64, vq[0]: 8 x 256), empty when not trained: c channels a
+    // code, K centroids, per head the k-means centroids [n_layer x n_kv x d / c x
+    // K x c] and per-channel gains [n_layer x n_kv x d].
+    struct vq_set {
+        int c = 0, K = 0;
+        std::vector<float> enc, gain;
+    };
+    vq_set vq[KV_VQ_CODES];
     int64_t n_tokens = 0;                  // calibration tokens
     int64_t n_ctx = 0;                     // window length of the statistics pass
     std::string corpus;                    // description of the corpus

@@ -39,9 +39,9 @@ void validate_table(const std::vector<int>& t, const char* name, const char* wha
     if (n_layer > 0 && n_head_kv > 0 && t.size() != (size_t)n_layer * n_head_kv)
         ZK_THROW("%s (the %s precision per head) has %zu entries; it needs %d (%d layers x %d KV heads) or none", name,
                  what, t.size(), n_layer * n_head_kv, n_layer, n_head_kv);
-    const char* list = values ? "16, 8, 4, 2 or 1 (vector codes)" : kv_layout_bits_list();
+    const char* list = values ? "16, 8, 4, 2, or 1 or 0 (vector codes)" : kv_layout_bits_list();
     for (size_t i = 0; i < t.size(); i++) {
-        if (kv_layout_for_bits(t[i]) && (values || t[i] != 1)) continue;
+        if (kv_layout_for_bits(t[i]) && (values || !kv_bits_vq(t[i]))) continue;
         if (n_head_kv > 0)
             ZK_THROW("%s[%zu] (layer %zu, KV head %zu) is %d; a %s precision is %s bits", name, i, i / n_head_kv,
                      i % n_head_kv, t[i], what, list);
@@ -84,7 +84,13 @@ bool kv_cache_windowed(const kv_cache_params& p) { return any_bits(p, is_kivi); 
 
 bool kv_cache_vq(const kv_cache_params& p) {
     for (int b : p.bits_v)
-        if (b == 1) return true;
+        if (kv_bits_vq(b)) return true;
+    return false;
+}
+
+bool kv_cache_vq(const kv_cache_params& p, int code) {
+    for (int b : p.bits_v)
+        if (b == code) return true;
     return false;
 }
 
@@ -100,7 +106,7 @@ int kv_cache_residual(const kv_cache_params& p, int64_t capacity) {
 void kv_cache_validate_params(const kv_cache_params& p, int n_layer, int n_head_kv) {
     if (p.type != dtype::F32 && p.type != dtype::F16)
         ZK_THROW_PARAM("kv.type", "kv.type %s is not supported (f32, f16)", dtype_name(p.type));
-    if (!kv_layout_for_bits(p.bits) || p.bits == 1)
+    if (!kv_layout_for_bits(p.bits) || kv_bits_vq(p.bits))
         ZK_THROW_PARAM("kv.bits", "kv.bits must be %s, got %d", kv_layout_bits_list(), p.bits);
     validate_table(p.bits_k, "kv_bits_k", "key", n_layer, n_head_kv);
     validate_table(p.bits_v, "kv_bits_v", "value", n_layer, n_head_kv, true);
@@ -160,8 +166,8 @@ kv_side_shape kv_cache::side_shape(kv_role role, size_t i, const kv_layout& layo
         s.tail = std::min(kv_cache_key_tail(p_, i), s.r - s.zero);
     }
     if (layout.id == KV_LAYOUT_VQ) {
-        s.vq = p_.vq;
-        s.vq_head = &p_.vq->heads[i];
+        s.vq = p_.vq[kv_cache_bits(p_, role, i)];
+        s.vq_head = &s.vq->heads[i];
     }
     if (p_.gear && layout.gear) {
         s.gear = true;
@@ -208,12 +214,15 @@ kv_cache::kv_cache(int n_layer, int n_head_kv, int64_t capacity, const kv_cache_
         ZK_THROW("exact sinks need a row width between 1 and 256 channels, got %d", p.sink_dim);
     if (capacity <= 0) ZK_THROW("KV cache capacity must be positive, got %lld", (long long)capacity);
     const size_t n = (size_t)n_layer * n_head_kv;
-    if (kv_cache_vq(p)) {
-        if (!p.vq)
-            ZK_THROW("vector-coded values (a value precision of 1) need the codebooks of a .zack made by this "
-                     "version's zack calibrate; this model has none");
-        if (p.vq->heads.size() != n)
-            ZK_THROW("the value codebooks cover %zu heads; the cache has %zu", p.vq->heads.size(), n);
+    for (int code = 0; code < KV_VQ_CODES; code++) {
+        if (!kv_cache_vq(p, code)) continue;
+        if (!p.vq[code])
+            ZK_THROW("vector-coded values at value precision %d need the codebooks of a .zack made by this version's "
+                     "zack calibrate; this model has none",
+                     code);
+        if (p.vq[code]->heads.size() != n)
+            ZK_THROW("the value codebooks of precision %d cover %zu heads; the cache has %zu", code,
+                     p.vq[code]->heads.size(), n);
     }
     ZK_ASSERT(ranks_k.size() == n && ranks_v.size() == n);
     windowed_ = kv_cache_windowed(p);
@@ -246,7 +255,7 @@ kv_cache::kv_cache(int n_layer, int n_head_kv, int64_t capacity, const kv_cache_
         if (lv.id == KV_LAYOUT_VQ) {
             char where[64];
             std::snprintf(where, sizeof where, "layer %zu, KV head %zu", i / n_head_kv, i % n_head_kv);
-            kvq_vq_check_rank(*p.vq, b.r_v, where);
+            kvq_vq_check_rank(*p.vq[kv_cache_bits(p, KV_ROLE_VALUES, i)], b.r_v, where);
         }
         b.windowed = lk.windowed || lv.windowed;
         b.k = lk.create(side_shape(KV_ROLE_KEYS, i, lk, b.capacity));

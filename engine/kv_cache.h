@@ -11,8 +11,8 @@
 // (engine/kv_layout.h; the formats in kernels/attention.h):
 //   16  rows of `type` (F16 or F32).                     engine/kv_layout_rows.h
 //   8   per token int8, blocks of 32 channels, f16 scale. engine/kv_layout_q8.h
-//   1   values only: vector codes against the model's      engine/kv_layout_vq.h
-//       codebooks (kv_cache_params::vq), windowed like KIVI
+//   1,0 values only: vector codes against the model's      engine/kv_layout_vq.h
+//       codebooks (kv_cache_params::vq[bits]), windowed like KIVI
 //   4,2 KIVI: keys per channel over groups of `group`     engine/kv_layout_kivi.h
 //       tokens (8-bit scale + min codes per (group, channel), clipped
 //       grids, two f16 steps per group), values per token (blocks
@@ -56,9 +56,10 @@ struct kv_cache_params {
     // n_head_kv] row-major, each 16, 8, 4 or 2; empty = `bits` everywhere.
     std::vector<int> bits_k;
     std::vector<int> bits_v;
-    // Vector-coded values (bits_v 1; never keys, never `bits`): the model's
-    // codebooks (engine/kv_vq.h), owned by the model; null when it has none.
-    const kv_vq_books* vq = nullptr;
+    // Vector-coded values (bits_v 1 or 0; never keys, never `bits`): the model's
+    // codebooks (engine/kv_vq.h) for each code, vq[1] (4 x 64) and vq[0] (8 x 256),
+    // owned by the model; null where it has none.
+    const kv_vq_books* vq[KV_VQ_CODES] = {nullptr, nullptr};
     int group = 32;               // KIVI: tokens per key quantization group
     int residual = 0;             // KIVI: full-precision window in tokens, a multiple of group
                                   // (0 = 128 rounded up to a multiple of group, at most half the capacity: kv_cache_residual)
@@ -97,8 +98,9 @@ int kv_cache_key_zero(const kv_cache_params& p, size_t i);
 bool kv_cache_quantized(const kv_cache_params& p);
 // Whether some side is KIVI (4 or 2 bits) or vector-coded (1): blocks with one keep a residual window.
 bool kv_cache_windowed(const kv_cache_params& p);
-// Whether some value side is vector-coded (bits_v 1).
+// Whether some value side is vector-coded (bits_v 1 or 0), and with value code `code`.
 bool kv_cache_vq(const kv_cache_params& p);
+bool kv_cache_vq(const kv_cache_params& p, int code);
 // The KIVI residual window in tokens that p gives a cache of `capacity`
 // slots (a multiple of the group).
 int kv_cache_residual(const kv_cache_params& p, int64_t capacity);

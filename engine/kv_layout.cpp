@@ -18,6 +18,7 @@ const kv_layout& kv_layout_get(kv_layout_id id) {
 }
 
 const kv_layout* kv_layout_for_bits(int bits) {
+    if (kv_bits_vq(bits)) bits = 1;  // both value-code precisions: one layout, the books differ
     for (int i = 0; i < KV_LAYOUT_COUNT; i++)
         if (kv_layout_get((kv_layout_id)i).bits == bits) return &kv_layout_get((kv_layout_id)i);
     return nullptr;

@@ -8,7 +8,7 @@
 //   KV_LAYOUT_Q8    engine/kv_layout_q8.h     8-bit per token
 //   KV_LAYOUT_Q4    engine/kv_layout_kivi.h   4-bit KIVI (keys per channel over groups, values per token)
 //   KV_LAYOUT_Q2    engine/kv_layout_kivi.h   2-bit KIVI
-//   KV_LAYOUT_VQ    engine/kv_layout_vq.h     vector codes (values only; kv_bits 1)
+//   KV_LAYOUT_VQ    engine/kv_layout_vq.h     vector codes (values only; kv_bits 1 and 0, engine/kv_vq.h)
 // Block structure shared by its two sides (engine/kv_cache.h): when either side
 // is KIVI the block is "windowed": the newest tokens wait in a residual window
 // of full-precision rows and leave it `group` at a time as a quantized group;
@@ -102,7 +102,8 @@ public:
 struct kv_layout {
     kv_layout_id id;
     int bits;            // precision as --kv-bits spells it: 16 (rows of the cache's type), 8, 4, 2;
-                         // 1: vector codes (values only, about 1.6 bits an element at 4 x 64)
+                         // 1: vector codes (values only, about 1.6 bits an element at 4 x 64;
+                         // kv_layout_for_bits(0) too, 8 x 256 books)
     const char* name;    // "16-bit", "8-bit", "4-bit", "2-bit", "vector-coded"
     bool windowed;       // the block keeps a residual window and groups (KIVI)
     bool gear;           // takes GEAR's correction

@@ -7,8 +7,68 @@
 #include "ggml-like/dtype.h"
 #include "ggml-like/error.h"
 #include "kernels/attention.h"
+#include "kernels/cpu/simd.h"
 
 namespace zk {
+
+namespace {
+
+// The index of the centroid of e [K x c] nearest to y [c] (the first of equals).
+int vq_nearest(const float* y, const float* e, int K, int c) {
+#ifdef ZK_SIMD_AVX2
+    if ((c == 8 || c == 4) && K % 8 == 0) {
+        // 8 centroids at a time: their squared distances summed by a tree of
+        // horizontal adds into one vector; each lane keeps its least (strictly
+        // less: its first) and that centroid's index. c = 8: a centroid a vector,
+        // lane i ends with centroid k + i; c = 4: two a vector (y in both halves),
+        // lanes 0-3 with k, k + 2, k + 4, k + 6 and 4-7 with k + 1, k + 3, ...
+        const __m256 yv = c == 8 ? _mm256_loadu_ps(y) : _mm256_broadcast_ps((const __m128*)y);
+        __m256 best = _mm256_set1_ps(INFINITY);
+        __m256i bi = _mm256_setzero_si256();
+        __m256i idx = c == 8 ? _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7) : _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+        const __m256i step = _mm256_set1_epi32(8);
+        for (int k = 0; k < K; k += 8, e += 8 * c, idx = _mm256_add_epi32(idx, step)) {
+            __m256 dist;
+            auto sq = [&](int i) {
+                const __m256 t = _mm256_sub_ps(yv, _mm256_loadu_ps(e + 8 * i));
+                return _mm256_mul_ps(t, t);
+            };
+            if (c == 8) {
+                // hadd(a, b) = [a01 a23 b01 b23 | a45 a67 b45 b67]; q0 = [d0 d1 d2 d3 over
+                // channels 0-3 | the same over 4-7], q1 likewise for d4..d7
+                const __m256 h01 = _mm256_hadd_ps(sq(0), sq(1)), h23 = _mm256_hadd_ps(sq(2), sq(3));
+                const __m256 h45 = _mm256_hadd_ps(sq(4), sq(5)), h67 = _mm256_hadd_ps(sq(6), sq(7));
+                const __m256 q0 = _mm256_hadd_ps(h01, h23), q1 = _mm256_hadd_ps(h45, h67);
+                dist = _mm256_add_ps(_mm256_permute2f128_ps(q0, q1, 0x20), _mm256_permute2f128_ps(q0, q1, 0x31));
+            } else {
+                dist = _mm256_hadd_ps(_mm256_hadd_ps(sq(0), sq(1)), _mm256_hadd_ps(sq(2), sq(3)));
+            }
+            const __m256 lt = _mm256_cmp_ps(dist, best, _CMP_LT_OQ);
+            best = _mm256_blendv_ps(best, dist, lt);
+            bi = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(bi), _mm256_castsi256_ps(idx), lt));
+        }
+        alignas(32) float bv[8];
+        alignas(32) int32_t bk[8];
+        _mm256_store_ps(bv, best);
+        _mm256_store_si256((__m256i*)bk, bi);
+        int out = bk[0];
+        float od = bv[0];
+        for (int i = 1; i < 8; i++)
+            if (bv[i] < od || (bv[i] == od && bk[i] < out)) od = bv[i], out = bk[i];
+        return out;
+    }
+#endif
+    int best = 0;
+    float bd = std::numeric_limits<float>::infinity();
+    for (int k = 0; k < K; k++, e += c) {
+        float dd = 0;
+        for (int j = 0; j < c; j++) dd += (y[j] - e[j]) * (y[j] - e[j]);
+        if (dd < bd) bd = dd, best = k;
+    }
+    return best;
+}
+
+}  // namespace
 
 int kv_vq_books::bits() const {
     int b = 0;
@@ -52,14 +112,7 @@ void kvq_vq_encode_row(const kv_vq_books& b, const kv_vq_book& h, const float* x
     float y[16];
     for (int g = 0; g < ng; g++) {
         for (int j = 0; j < c; j++) y[j] = x[g * c + j] * inv;
-        const float* e = h.enc + (size_t)g * K * c;
-        int best = 0;
-        float bd = std::numeric_limits<float>::infinity();
-        for (int k = 0; k < K; k++, e += c) {
-            float dd = 0;
-            for (int j = 0; j < c; j++) dd += (y[j] - e[j]) * (y[j] - e[j]);
-            if (dd < bd) bd = dd, best = k;
-        }
+        const int best = vq_nearest(y, h.enc + (size_t)g * K * c, K, c);
         const int at = g * bits;  // little-endian bit stream; a code spans at most two bytes
         codes[at >> 3] |= (uint8_t)(best << (at & 7));
         if ((at & 7) + bits > 8) codes[(at >> 3) + 1] |= (uint8_t)(best >> (8 - (at & 7)));

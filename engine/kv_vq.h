@@ -11,6 +11,16 @@
 
 namespace zk {
 
+// The value precisions that are vector codes, each against its own books: 1 (a
+// .zack's first books, 4 channels x 64 centroids: 1.625 bits an element at 128
+// channels with the scale) and 0 (its second, 8 x 256: 1.125 bits). A cache's
+// and a model's books are indexed by this code (kv_cache_params::vq).
+constexpr int KV_VQ_CODES = 2;
+inline bool kv_bits_vq(int bits) { return bits == 0 || bits == 1; }
+// A code's books in a .zack (calib/zack_file.h): "vq" (code 1) or "vq0" (code 0),
+// the keys zack.NAME.dim / .size and the tensors blk.N.zack.NAME / NAME_gain.
+inline const char* kv_vq_file_name(int code) { return code == 1 ? "vq" : "vq0"; }
+
 // One block's book: d / c groups of K centroids of c channels each.
 struct kv_vq_book {
     const float* enc = nullptr;  // [d / c x K x c] the k-means centroids (rows coded at unit RMS over d channels)

@@ -155,45 +155,49 @@ void model_load_sensitivity(model& m) {
         ZK_THROW("%s: zack.sens.rank_weight %g is not a positive weight", f.path().c_str(), z.sens_rank_weight);
 }
 
-// The value codebooks of a .zack (engine/kv_vq.h), when it has them: all
-// layers' or none.
-void model_load_codebooks(model& m) {
+// The value codebooks of a .zack (engine/kv_vq.h), when it has them: for each
+// value code, all layers' or none.
+void model_load_codebooks(model& m, int code) {
     const gguf_file& f = *m.file;
     const model_hparams& hp = m.hp;
     zack_info& z = m.zack;
-    if (!f.find("zack.vq.dim") && !f.find_tensor("blk.0.zack.vq")) return;
+    const std::string name = kv_vq_file_name(code), kd = "zack." + name + ".dim", ks = "zack." + name + ".size";
+    if (!f.find(kd) && !f.find_tensor("blk.0.zack." + name)) return;
     const int64_t D = hp.head_dim, KV = hp.n_head_kv;
-    if (!f.find("zack.vq.dim") || !f.find("zack.vq.size"))
-        ZK_THROW("%s: value codebooks need both zack.vq.dim and zack.vq.size", f.path().c_str());
-    const int c = opt_int(f, "zack.vq.dim", 0, 1, 16), K = opt_int(f, "zack.vq.size", 0, 2, KV_VQ_MAX_K);
+    if (!f.find(kd) || !f.find(ks))
+        ZK_THROW("%s: value codebooks need both %s and %s", f.path().c_str(), kd.c_str(), ks.c_str());
+    const int c = opt_int(f, kd.c_str(), 0, 1, 16), K = opt_int(f, ks.c_str(), 0, 2, KV_VQ_MAX_K);
     try {
         kvq_vq_check(c, K, (int)D);
     } catch (const zk::error& e) {
         ZK_THROW("%s: %s", f.path().c_str(), e.what());
     }
-    z.vq.c = c, z.vq.K = K, z.vq.d = (int)D;
+    kv_vq_books& books = z.vq[code];
+    std::vector<float>& dec_all = z.vq_dec[code];
+    books.c = c, books.K = K, books.d = (int)D;
     const size_t per_head = (size_t)D * K;  // D / c groups x K x c
-    z.vq_dec.resize((size_t)hp.n_layer * KV * per_head);
+    dec_all.resize((size_t)hp.n_layer * KV * per_head);
     for (int il = 0; il < hp.n_layer; il++) {
         const std::string p = "blk." + std::to_string(il) + ".zack.";
-        const gguf_tensor& tb = need_tensor(f, p + "vq", {c, K, D / c, KV});
-        const gguf_tensor& tg = need_tensor(f, p + "vq_gain", {D, KV});
+        const gguf_tensor& tb = need_tensor(f, p + name, {c, K, D / c, KV});
+        const gguf_tensor& tg = need_tensor(f, p + name + "_gain", {D, KV});
         for (const gguf_tensor* t : {&tb, &tg})
             if (t->type != dtype::F32) ZK_THROW("%s: tensor %s must be F32", f.path().c_str(), t->name.c_str());
         const float* enc = (const float*)tb.data;
         const float* gain = (const float*)tg.data;
         for (size_t i = 0; i < per_head * KV; i++)
-            if (!std::isfinite(enc[i])) ZK_THROW("%s: tensor %svq holds a non-finite value at %zu", f.path().c_str(), p.c_str(), i);
+            if (!std::isfinite(enc[i]))
+                ZK_THROW("%s: tensor %s%s holds a non-finite value at %zu", f.path().c_str(), p.c_str(), name.c_str(), i);
         for (int64_t i = 0; i < D * KV; i++)
             if (!(gain[i] > 0 && gain[i] < 1e3f))
-                ZK_THROW("%s: tensor %svq_gain holds %g at %lld; a gain is positive and below 1000", f.path().c_str(),
-                         p.c_str(), gain[i], (long long)i);
+                ZK_THROW("%s: tensor %s%s_gain holds %g at %lld; a gain is positive and below 1000", f.path().c_str(),
+                         p.c_str(), name.c_str(), gain[i], (long long)i);
         for (int64_t g = 0; g < KV; g++) {
             const size_t h = (size_t)il * KV + g;
-            float* dec = z.vq_dec.data() + h * per_head;
+            float* dec = dec_all.data() + h * per_head;
             const float* e = enc + g * per_head;
             kvq_vq_decoding_book(c, K, (int)D, e, gain + g * D, dec);
-            z.vq.heads.push_back(kv_vq_book{e, dec});
+            books.heads.push_back(kv_vq_book{e, dec});
         }
     }
 }
@@ -261,7 +265,7 @@ void model_load_zack(model& m) {
                              f.path().c_str(), t == &z.table_k ? 'k' : 'v', i, (*t)[i], (long long)D);
     }
     model_load_sensitivity(m);
-    model_load_codebooks(m);
+    for (int code = 0; code < KV_VQ_CODES; code++) model_load_codebooks(m, code);
 }
 
 // Packs every weight matrix of a supported type into one anonymous mapping

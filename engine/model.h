@@ -118,8 +118,10 @@ struct zack_info {
     // Value codebooks (engine/kv_vq.h; blk.N.zack.vq, .vq_gain), for
     // vector-coded values: vq.heads empty in files without them. vq_dec owns the
     // decoding centroids (the file's centroids times the per-channel gains).
-    kv_vq_books vq;
-    std::vector<float> vq_dec;
+    // Indexed by the value precision code (engine/kv_vq.h): vq[1] from
+    // blk.N.zack.vq (4 x 64), vq[0] from blk.N.zack.vq0 (8 x 256).
+    kv_vq_books vq[KV_VQ_CODES];
+    std::vector<float> vq_dec[KV_VQ_CODES];
     bool has_key_bases() const { return !layers.empty() && layers[0].kqa && layers[0].kqb && layers[0].kpair; }
 };
 

@@ -132,11 +132,12 @@ session::session(const model& m, const session_params& p) : m_(m), params_(p) {
     // up to n_ctx.
     policy_ = evict_policy_create(p.evict, p.n_ctx);
     kv_cache_params kp = p.kv;
-    if (kv_cache_vq(kp) && !kp.vq) {  // the model's value codebooks
-        if (m.zack.vq.heads.empty())
-            ZK_THROW("%s: vector-coded values (a plan's value precision 1) need the codebooks of a .zack made by "
-                     "this version's zack calibrate; this file has none", m.file->path().c_str());
-        kp.vq = &m.zack.vq;
+    for (int code = 0; code < KV_VQ_CODES; code++) {  // the model's value codebooks
+        if (!kv_cache_vq(kp, code) || kp.vq[code]) continue;
+        if (m.zack.vq[code].heads.empty())
+            ZK_THROW("%s: vector-coded values at a plan's value precision %d need the codebooks of a .zack made by "
+                     "this version's zack calibrate; this file has none", m.file->path().c_str(), code);
+        kp.vq[code] = &m.zack.vq[code];
     }
     // Exact sinks where the cache loses something (quantized or compressed): the
     // sink tokens draw most of the attention, and keeping them exact costs a

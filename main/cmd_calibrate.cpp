@@ -72,7 +72,7 @@ void options_add_calibrate(CLI::App& app, calibrate_opts& o) {
     app.add_option("--sens-stride", o.sens_stride, "sensitivity pass: every N-th token of a window is a measured query")
         ->check(CLI::Range(1, 1 << 16));
     app.add_option("--value-codes", o.vq_rows,
-                   "value rows a KV head on which the codebooks of vector-coded values (plans' value precision 1) "
+                   "value rows a KV head on which the codebooks of vector-coded values (plans' value precisions 1 and 0) "
                    "are trained, sampled over the statistics pass (0 = none; they are held in memory, n_layer x "
                    "n_kv x head_dim floats a row)")
         ->check(CLI::Range(int64_t(0), int64_t(65536)));
@@ -202,22 +202,26 @@ int cmd_calibrate(const calibrate_opts& o) {
     zack_calibration c = calib_decompose(*m, acc);
     c.n_ctx = o.n_ctx;
     c.corpus = corpus_desc + "; V statistic: " + o.v_stat;
-    vq_train_params vp;
-    vp.max_rows = o.vq_rows;
-    if (o.vq_rows > 0 && m->hp.head_dim % vp.c) {
-        std::fprintf(stderr, "zack calibrate: note: the head dim %d is not a multiple of %d channels a code; this "
-                     ".zack will have no vector-coded values\n", (int)m->hp.head_dim, vp.c);
-    } else if (o.vq_rows > 0 && vs.n_rows(0) < 4 * vp.K) {
-        std::fprintf(stderr, "zack calibrate: note: %lld value rows a head are too few for %d-centroid codebooks (%d "
-                     "needed); this .zack will have no vector-coded values\n", (long long)vs.n_rows(0), vp.K, 4 * vp.K);
-    } else if (o.vq_rows > 0) {
-        const auto t_vq = std::chrono::steady_clock::now();
-        thread_pool pool(n_threads);
-        calib_train_codebooks(c, vs, vp, &pool);
-        if (!o.quiet)
-            std::fprintf(stderr, "zack calibrate: value codebooks (%d channels x %d centroids, %lld rows a head) in %.1f s\n",
-                         vp.c, vp.K, (long long)vs.n_rows(0),
-                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t_vq).count());
+    for (int code = KV_VQ_CODES - 1; code >= 0 && o.vq_rows > 0; code--) {  // 4 x 64, then 8 x 256
+        vq_train_params vp = vq_train_params_for(code);
+        vp.max_rows = o.vq_rows;
+        if (m->hp.head_dim % vp.c) {
+            std::fprintf(stderr, "zack calibrate: note: the head dim %d is not a multiple of %d channels a code; this "
+                         ".zack will have no %d x %d value codes (precision %d)\n", (int)m->hp.head_dim, vp.c, vp.c,
+                         vp.K, code);
+        } else if (vs.n_rows(0) < 4 * vp.K) {
+            std::fprintf(stderr, "zack calibrate: note: %lld value rows a head are too few for %d-centroid codebooks "
+                         "(%d needed); this .zack will have no %d x %d value codes (precision %d)\n",
+                         (long long)vs.n_rows(0), vp.K, 4 * vp.K, vp.c, vp.K, code);
+        } else {
+            const auto t_vq = std::chrono::steady_clock::now();
+            thread_pool pool(n_threads);
+            calib_train_codebooks(c, code, vs, vp, &pool);
+            if (!o.quiet)
+                std::fprintf(stderr, "zack calibrate: value codebooks (%d channels x %d centroids, %lld rows a head) "
+                             "in %.1f s\n", vp.c, vp.K, (long long)vs.n_rows(0),
+                             std::chrono::duration<double>(std::chrono::steady_clock::now() - t_vq).count());
+        }
     }
     if (o.sens_tokens > 0) {
         // Loss curves per head and rank for the allocation (--kv-alloc sensitivity), on the
@@ -227,9 +231,12 @@ int cmd_calibrate(const calibrate_opts& o) {
         sens_params sens;
         sens.query_stride = o.sens_stride;
         sens.ranks = sens_default_ranks(m->hp.head_dim, o.rank_align);
-        std::vector<float> vq_dec;
-        const kv_vq_books books = calib_codebooks_view(c, vq_dec);
-        if (!books.heads.empty()) sens.vq = &books;
+        std::vector<float> vq_dec[KV_VQ_CODES];
+        kv_vq_books books[KV_VQ_CODES];
+        for (int code = 0; code < KV_VQ_CODES; code++) {
+            books[code] = calib_codebooks_view(c, code, vq_dec[code]);
+            if (!books[code].heads.empty()) sens.vq[code] = &books[code];
+        }
         c.sens = calib_sensitivity(*m, c, docs, sp, sens);
     }
     zack_write_params wp;

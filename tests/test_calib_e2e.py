@@ -87,7 +87,8 @@ def main():
     out = os.path.join(tmp, "a.zack")
     # a short sensitivity pass (the plans below need its curves) and no rank-weight fit
     # (test_gemma_cli.py runs the fit through the CLI; test_alloc_model checks what it chooses)
-    p = run(["-m", MODEL, "-o", out, "--corpus", CORPUS, "--tokens", "512", "--ctx", "256", "--sens-tokens", "256",
+    # 1024 tokens: 4 rows a centroid for the 8 x 256 value codebooks
+    p = run(["-m", MODEL, "-o", out, "--corpus", CORPUS, "--tokens", "1024", "--ctx", "256", "--sens-tokens", "256",
              "--fit-tokens", "0"])
     check(p.returncode == 0, f"calibrate exits 0 (got {p.returncode}: {p.stderr.strip()[-300:]})")
     if p.returncode != 0:
@@ -115,7 +116,7 @@ def main():
     with open(MODEL, "rb") as f:
         want_sha = hashlib.sha256(f.read()).hexdigest()
     check(field(z, "zack.source.sha256") == want_sha, "zack.source.sha256 matches hashlib")
-    check(int(field(z, "zack.calib.tokens")) == 512, "zack.calib.tokens = 512")
+    check(int(field(z, "zack.calib.tokens")) == 1024, "zack.calib.tokens = 1024")
     check("apache-2.0.txt" in field(z, "zack.calib.corpus"), "zack.calib.corpus names the file")
     align = int(field(z, "zack.rank_align"))
     check(align == 4, "zack.rank_align = 4")
@@ -273,28 +274,33 @@ def main():
     p = subprocess.run([ZACK, "run", "-m", MODEL, "-p", "hi", "--kv-rate", "0.5"], capture_output=True, text=True)
     check(p.returncode != 0 and ".zack" in p.stderr, f"--kv-rate on a plain GGUF is refused: {p.stderr.strip()!r}")
 
-    # value codebooks: 4 channels x 64 centroids per (layer, KV head), gains per channel,
-    # and the sensitivity table measuring vector-coded values (precision 1) with quantized keys
-    check(int(field(z, "zack.vq.dim")) == 4 and int(field(z, "zack.vq.size")) == 64, "zack.vq.dim 4, zack.vq.size 64")
-    for il in range(L):
-        t, tg = tensor(z, f"blk.{il}.zack.vq"), tensor(z, f"blk.{il}.zack.vq_gain")
-        check(t is not None and list(t.shape) == [4, 64, D // 4, KV], f"blk.{il}.zack.vq [4, 64, {D // 4}, {KV}]")
-        check(tg is not None and list(tg.shape) == [D, KV], f"blk.{il}.zack.vq_gain [{D}, {KV}]")
-        if t is None or tg is None:
-            continue
-        cb = np.asarray(t.data, dtype=np.float64).reshape(KV, D // 4, 64, 4)
-        gain = np.asarray(tg.data, dtype=np.float64)
-        # centroids of unit-RMS rows: finite, distinct within a group, and about unit RMS overall
-        check(np.isfinite(cb).all() and 0.2 < np.sqrt((cb ** 2).mean()) < 3, f"layer {il} codebooks at unit RMS")
-        check(all(len(np.unique(cb[g, q], axis=0)) > 32 for g in range(KV) for q in range(D // 4)),
-              f"layer {il} codebooks have distinct centroids")
-        # the codes shrink rows towards their cell centres; the gains undo it (>= 1 on average)
-        check(((gain >= 0.25) & (gain <= 4)).all() and gain.mean() > 1.0, f"layer {il} gains in range ({gain.mean():.3f})")
+    # value codebooks per (layer, KV head), gains per channel: 4 channels x 64 centroids for
+    # value precision 1 (zack.vq), 8 x 256 for precision 0 (zack.vq0); and the sensitivity
+    # table measuring vector-coded values at both precisions with quantized keys
+    for name, C, K in (("vq", 4, 64), ("vq0", 8, 256)):
+        check(int(field(z, f"zack.{name}.dim")) == C and int(field(z, f"zack.{name}.size")) == K,
+              f"zack.{name}.dim {C}, zack.{name}.size {K}")
+        for il in range(L):
+            t, tg = tensor(z, f"blk.{il}.zack.{name}"), tensor(z, f"blk.{il}.zack.{name}_gain")
+            check(t is not None and list(t.shape) == [C, K, D // C, KV], f"blk.{il}.zack.{name} [{C}, {K}, {D // C}, {KV}]")
+            check(tg is not None and list(tg.shape) == [D, KV], f"blk.{il}.zack.{name}_gain [{D}, {KV}]")
+            if t is None or tg is None:
+                continue
+            cb = np.asarray(t.data, dtype=np.float64).reshape(KV, D // C, K, C)
+            gain = np.asarray(tg.data, dtype=np.float64)
+            # centroids of unit-RMS rows: finite, distinct within a group, and about unit RMS overall
+            check(np.isfinite(cb).all() and 0.2 < np.sqrt((cb ** 2).mean()) < 3, f"layer {il} {name} codebooks at unit RMS")
+            check(all(len(np.unique(cb[g, q], axis=0)) > K // 2 for g in range(KV) for q in range(D // C)),
+                  f"layer {il} {name} codebooks have distinct centroids")
+            # the codes shrink rows towards their cell centres; the gains undo it (>= 1 on average)
+            check(((gain >= 0.25) & (gain <= 4)).all() and gain.mean() > 1.0,
+                  f"layer {il} {name} gains in range ({gain.mean():.3f})")
     qb = list(field(z, "zack.sens.qbits"))
     q = np.asarray(field(z, "zack.sens.q"), dtype=np.float64).reshape(len(qb), len(qb), L * KV)
-    iv = qb.index(1)
-    check(all(np.isfinite(q[qb.index(b), iv]).all() for b in (8, 4, 2, 1, 0)) and np.isnan(q[0, iv]).all(),
-          "zack.sens.q measures vector-coded values with 8/4/2-bit and tailed keys")
+    for code in (1, 0):
+        iv = qb.index(code)
+        check(all(np.isfinite(q[qb.index(b), iv]).all() for b in (8, 4, 2, 1, 0)) and np.isnan(q[0, iv]).all(),
+              f"zack.sens.q measures vector-coded values (precision {code}) with 8/4/2-bit and tailed keys")
     # end to end on text the calibration never saw: every value head vector-coded (1.625 bits
     # an element plus the residual window) loses less KL than every value head at 2 bits
     base = os.path.join(tmp, "base.bin")
@@ -302,7 +308,7 @@ def main():
                         "-q", "--kl-divergence-base", base], capture_output=True, text=True)
     check(p.returncode == 0, f"eval baseline for the value codes: {p.stderr.strip()[-200:]}")
     kld = {}
-    for bv in (1, 2):
+    for bv in (1, 0, 2):
         plan = {"zack_plan": 2, "model": {"source_sha256": "", "n_layer": L, "n_kv": KV, "head_dim": D}, "bits": 16,
                 "bits_k": [16] * (L * KV), "bits_v": [bv] * (L * KV), "ranks_k": [], "ranks_v": [], "evict": "none",
                 "budget": 0}
@@ -316,9 +322,12 @@ def main():
         if p.returncode == 0:
             r = json.load(open(js))["runs"][0]
             kld[bv] = (r["detail"]["vs_baseline"]["kld_mean"], r["kv"]["bytes_per_token"])
-    if len(kld) == 2:
-        (k1, b1), (k2, b2) = kld[1], kld[2]
+    if len(kld) == 3:
+        (k1, b1), (k0, b0), (k2, b2) = kld[1], kld[0], kld[2]
+        print(f"values coded 4 x 64: KLD {k1:.4f} at {b1} bytes/token; 8 x 256: {k0:.4f} at {b0}; 2-bit: {k2:.4f} at {b2}")
         check(k1 < k2 and b1 < b2, f"vector-coded values: KLD {k1:.4f} at {b1} bytes/token, 2-bit {k2:.4f} at {b2}")
+        # the 8 x 256 books: fewer bytes than the 4 x 64 ones, and more KL
+        check(b0 < b1 and k1 < k0, f"8 x 256 codes: KLD {k0:.4f} at {b0} bytes/token, 4 x 64 {k1:.4f} at {b1}")
     # keys are never vector-coded: a plan that asks is refused in one line
     plan["bits_k"] = [1] * (L * KV)
     with open(pf, "w") as f:

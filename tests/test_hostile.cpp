@@ -337,6 +337,13 @@ TEST_F(Hostile, ZackValueCodebooks) {
     expect_refused(path("k48.zack"), "48 centroids; a power of two");
     rewrite(z, path("none.zack"), {{"zack.vq.dim", &c4}, {"zack.vq.size", &k16}});
     expect_refused(path("none.zack"), "blk.0.zack.vq");
+    // the second books (value precision 0) are checked the same way, under their own names
+    rewrite(z, path("dim0.zack"), {{"zack.vq0.dim", &c4}});
+    expect_refused(path("dim0.zack"), "value codebooks need both zack.vq0.dim and zack.vq0.size");
+    rewrite(z, path("odd0.zack"), {{"zack.vq0.dim", &c3}, {"zack.vq0.size", &k16}});
+    expect_refused(path("odd0.zack"), "is not a multiple of 3 channels a code");
+    rewrite(z, path("none0.zack"), {{"zack.vq0.dim", &c4}, {"zack.vq0.size", &k16}});
+    expect_refused(path("none0.zack"), "blk.0.zack.vq0");
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 // layout (window, codes, compaction, exact byte accounting), the attention
 // kernel's histogram path against its float reference and against attention
 // over the decoded rows, k-means training (calib/codebook.h) with its gains,
-// plan files with value precision 1, and the parameters refused.
+// plan files with value precisions 1 and 0, and the parameters refused. Both
+// value codes (engine/kv_vq.h): 4 x 64 books (and smaller) and 8 x 256.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -92,6 +93,27 @@ TEST(KvVq, CodesPackAndDecodeToTheirCentroids) {
                 }
                 ASSERT_EQ(kv_vq_code(packed.data(), q, tb.b.bits()), best) << "K " << K << " group " << q;
             }
+            // rows anywhere: the chosen centroid is as near as the nearest (the SIMD search of
+            // 8-channel books sums in another order: equal within float rounding)
+            std::vector<float> z(r);
+            for (float& v : z) v = N(g);
+            std::vector<uint8_t> pz(packed.size());
+            uint16_t sz = 0;
+            kvq_vq_encode_row(tb.b, h, z.data(), r, pz.data(), &sz);
+            const float s2 = fp16_to_fp32(sz);
+            for (int q = 0; q < r / c; q++) {
+                auto dist = [&](int k) {
+                    double dd = 0;
+                    for (int j = 0; j < c; j++) {
+                        const double e = z[q * c + j] / s2 - h.enc[((size_t)q * K + k) * c + j];
+                        dd += e * e;
+                    }
+                    return dd;
+                };
+                double bd = 1e300;
+                for (int k = 0; k < K; k++) bd = std::min(bd, dist(k));
+                ASSERT_LE(dist(kv_vq_code(pz.data(), q, tb.b.bits())), bd * (1 + 1e-5) + 1e-9) << "K " << K;
+            }
             std::vector<float> y(r);
             kvq_vq_decode_row(tb.b, h, packed.data(), scale, r, y.data());
             for (int i = 0; i < r; i++) {
@@ -104,21 +126,25 @@ TEST(KvVq, CodesPackAndDecodeToTheirCentroids) {
 
 TEST(KvVq, CacheKeepsWindowExactAndCodesTheRest) {
     const int L = 1, KV = 2, D = 64, n = 300;
-    test_books tb(L * KV, D, 4, 64, 3);
+    // head 0 at value code 1 (4 x 64 books), head 1 at code 0 (8 x 256) and rank 48
+    test_books tb(L * KV, D, 4, 64, 3), tb0(L * KV, D, 8, 256, 4);
     kv_cache_params p;
     p.bits = 4;
     p.bits_k = {4, 2};
-    p.bits_v = {1, 1};
-    p.vq = &tb.b;
+    p.bits_v = {1, 0};
+    p.vq[1] = &tb.b;
+    p.vq[0] = &tb0.b;
     const std::vector<int> rk(2, D), rv = {D, 48};
     kv_cache c(L, KV, 512, p, rk, rv);
     EXPECT_EQ(c.layout_v(0, 0), KV_LAYOUT_VQ);
+    EXPECT_EQ(c.layout_v(0, 1), KV_LAYOUT_VQ);
     EXPECT_EQ(c.bytes_allocated(), c.bytes_for_capacity(c.capacity()));
     const std::vector<float> k = zk_test::make_rows(n, D, 1), v = zk_test::make_rows(n, D, 2);
     std::vector<int32_t> pos(n);
     for (int t = 0; t < n; t++) pos[t] = t;
     for (int h = 0; h < KV; h++) c.append(0, h, n, k.data(), D, v.data(), D, pos.data());
     for (int h = 0; h < KV; h++) {
+        const kv_vq_books& books = h == 0 ? tb.b : tb0.b;
         const kv_block& b = c.block(0, h);
         ASSERT_GT(b.n_quant, 0);
         ASSERT_LT(b.n_quant, n);
@@ -135,8 +161,8 @@ TEST(KvVq, CacheKeepsWindowExactAndCodesTheRest) {
             std::vector<float> x16(b.r_v);
             for (int i = 0; i < b.r_v; i++) x16[i] = fp16_to_fp32(fp32_to_fp16(x[i]));
             uint16_t sc = 0;
-            kvq_vq_encode_row(tb.b, tb.b.heads[h], x16.data(), b.r_v, packed.data(), &sc);
-            kvq_vq_decode_row(tb.b, tb.b.heads[h], packed.data(), sc, b.r_v, want.data());
+            kvq_vq_encode_row(books, books.heads[h], x16.data(), b.r_v, packed.data(), &sc);
+            kvq_vq_decode_row(books, books.heads[h], packed.data(), sc, b.r_v, want.data());
             for (int i = 0; i < b.r_v; i++) ASSERT_EQ(vr[i], want[i]) << "slot " << s << " channel " << i;
         }
     }
@@ -149,7 +175,7 @@ TEST(KvVq, CompactionMovesCodes) {
     p.bits = 16;
     p.bits_k = {16};
     p.bits_v = {1};
-    p.vq = &tb.b;
+    p.vq[1] = &tb.b;
     p.evicting = true;
     p.group = 16;
     p.residual = 32;
@@ -180,16 +206,21 @@ TEST(KvVq, CompactionMovesCodes) {
 // error < 1e-5; and the reference against double-precision attention over the
 // decoded rows (float rounding only, < 1e-4).
 TEST(KvVq, KernelMatchesReferenceAndDecodedRows) {
-    for (int r : {64, 44, 40}) {  // 44: an odd number of 4-channel groups
-        for (int K : {16, 64}) {
-            // G 3 and 6: the 4 x 64 register path; 9: the histogram, its heads spanning two vectors
-            const int D = 64, n = 700, G = r == 64 ? 3 : r == 44 ? 6 : 9;
-            test_books tb(1, D, 4, K, 11 + K);
+    struct shape {
+        int c, K, code;
+    };
+    for (const shape sh : {shape{4, 16, 1}, shape{4, 64, 1}, shape{8, 256, 0}})
+    for (int r : {64, 44, 48, 40}) {  // 44: an odd number of 4-channel groups; 40: of 8-channel ones
+        if (r % sh.c) continue;
+        {
+            // G 3 and 6: the 4 x 64 and 8 x 256 register paths; 9: the histogram, its heads spanning two vectors
+            const int K = sh.K, D = 64, n = 700, G = r == 64 ? 3 : r == 44 || r == 48 ? 6 : 9;
+            test_books tb(1, D, sh.c, K, 11 + K);
             kv_cache_params p;
             p.bits = 16;
             p.bits_k = {16};  // exact scores: 4-bit keys would add the int8 query's rounding
-            p.bits_v = {1};
-            p.vq = &tb.b;
+            p.bits_v = {sh.code};
+            p.vq[sh.code] = &tb.b;
             kv_cache c(1, 1, 1024, p, {D}, {r});
             const std::vector<float> k = zk_test::make_rows(n, D, 21), v = zk_test::make_rows(n, D, 22);
             std::vector<int32_t> pos(n);
@@ -223,7 +254,7 @@ TEST(KvVq, KernelMatchesReferenceAndDecodedRows) {
                 for (size_t i = 0; i < a.size(); i++) num += (a[i] - ref[i]) * (a[i] - ref[i]), den += ref[i] * ref[i];
                 return std::sqrt(num / den);
             };
-            EXPECT_LT(rel(run(false, 1)), 1e-5) << "r " << r << " K " << K;   // histogram
+            EXPECT_LT(rel(run(false, 1)), 1e-5) << "r " << r << " K " << K;   // registers or histogram
             EXPECT_LT(rel(run(false, 64)), 1e-5) << "r " << r << " K " << K;  // ranges shorter than K
             // the reference against attention over the rows the cache reads back
             std::vector<float> Kd((size_t)n * D), Vd((size_t)n * r), want((size_t)G * r);
@@ -251,15 +282,24 @@ TEST(KvVq, RefusesWhatItCannotCode) {
     p.bits_k = {4};
     p.bits_v = {1};
     EXPECT_NE(err(p, D).find("codebooks"), std::string::npos) << err(p, D);  // no books
-    p.vq = &tb.b;
+    p.vq[1] = &tb.b;
     EXPECT_EQ(err(p, D), "");
+    kv_cache_params p0 = p;  // value code 0 needs its own books
+    p0.bits_v = {0};
+    EXPECT_NE(err(p0, D).find("value precision 0"), std::string::npos) << err(p0, D);
+    p0.vq[0] = &tb.b;
+    EXPECT_EQ(err(p0, D), "");
     EXPECT_NE(err(p, 30).find("multiple of 4"), std::string::npos) << err(p, 30);  // a rank the codes cannot cover
     kv_cache_params pk = p;
     pk.bits_k = {1};  // keys are never vector-coded
     EXPECT_NE(err(pk, D).find("key precision"), std::string::npos) << err(pk, D);
+    pk.bits_k = {0};
+    EXPECT_NE(err(pk, D).find("key precision"), std::string::npos) << err(pk, D);
     kv_cache_params pb = p;
     pb.bits = 1;
     pb.bits_k.clear(), pb.bits_v.clear();
+    EXPECT_NE(err(pb, D).find("kv.bits must be 16, 8, 4 or 2"), std::string::npos) << err(pb, D);
+    pb.bits = 0;
     EXPECT_NE(err(pb, D).find("kv.bits must be 16, 8, 4 or 2"), std::string::npos) << err(pb, D);
     kv_cache_params pg = p;
     pg.gear = true;
@@ -303,10 +343,11 @@ TEST(KvVq, TrainsBooksAndGains) {
     for (int j = 0; j < D; j++) c.rv[(size_t)j * D + j] = 1.0;  // identity rotation
     vq_train_params vp;
     vp.c = C, vp.K = K, vp.max_rows = n;
-    calib_train_codebooks(c, vs, vp);
-    ASSERT_EQ(c.vq_enc.size(), (size_t)D * K);
+    calib_train_codebooks(c, 1, vs, vp);
+    ASSERT_EQ(c.vq[1].enc.size(), (size_t)D * K);
+    EXPECT_TRUE(c.vq[0].enc.empty());
     std::vector<float> dec;
-    const kv_vq_books b = calib_codebooks_view(c, dec);
+    const kv_vq_books b = calib_codebooks_view(c, 1, dec);
     const std::vector<float> test = draw(500);
     double err = 0, energy = 0;
     std::vector<float> y(D);
@@ -326,22 +367,24 @@ TEST(KvVq, TrainsBooksAndGains) {
         for (int j = 0; j < D; j++) xx[j] += (double)train[t * D + j] * train[t * D + j], yx[j] += (double)y[j] * train[t * D + j];
     }
     for (int j = 0; j < D; j++) {
-        EXPECT_NEAR(c.vq_gain[j], xx[j] / yx[j], 1e-3 * xx[j] / yx[j]) << j;
-        EXPECT_GT(c.vq_gain[j], 0.99f) << j;
+        EXPECT_NEAR(c.vq[1].gain[j], xx[j] / yx[j], 1e-3 * xx[j] / yx[j]) << j;
+        EXPECT_GT(c.vq[1].gain[j], 0.99f) << j;
     }
 }
 
 TEST(KvVq, PlanFilesCarryValueCodes) {
     kv_plan p;
     p.n_layer = 1, p.n_kv = 2, p.head_dim = 128, p.bits = 4;
-    p.bits_k = {4, 2}, p.bits_v = {1, 4};
+    p.bits_k = {4, 2}, p.bits_v = {1, 0};
     p.ranks_k = {128, 128}, p.ranks_v = {128, 128}, p.kbasis = {0, 0};
     const kv_plan q = kv_plan::from_json(p.to_json(), "test");
     EXPECT_EQ(q.bits_v, p.bits_v);
-    EXPECT_NE(q.describe().find("vector-coded x1"), std::string::npos) << q.describe();
-    // 128 channels, 32 codes of 6 bits and an f16 scale: 26 bytes a token
+    EXPECT_NE(q.describe().find("vector-coded 4x64 x1 vector-coded 8x256 x1"), std::string::npos) << q.describe();
+    // 128 channels, 32 codes of 6 bits and an f16 scale: 26 bytes a token; 16 codes of 8 bits: 18
     EXPECT_DOUBLE_EQ(plan_side_bytes(1, false, 128), 26.0);
+    EXPECT_DOUBLE_EQ(plan_side_bytes(0, false, 128), 18.0);
     EXPECT_THROW(plan_side_bytes(1, true, 128), zk::error);
+    EXPECT_THROW(plan_side_bytes(0, true, 128), zk::error);
     nlohmann::json j = p.to_json();
     j["bits_k"] = {1, 4};
     try {

@@ -73,18 +73,26 @@ TEST(Sensitivity, MatchesDefinition) {
     sp.ranks = {2, 4, 6, 8};
     sp.query_stride = stride;
     sp.group = 2, sp.residual = 4, sp.sinks = 1;  // small enough that the window has every kind of slot
-    // value codebooks (random: 2 channels a code, 8 centroids, gains 1..1.5) for vector-coded values
-    std::vector<float> vq_enc((size_t)KV * D * 8), vq_gain((size_t)KV * D), vq_dec(vq_enc.size());
-    for (float& f : vq_enc) f = (float)g(rng);
-    for (size_t i = 0; i < vq_gain.size(); i++) vq_gain[i] = 1.0f + 0.5f * (float)(i % 7) / 7;
-    zk::kv_vq_books books;
-    books.c = 2, books.K = 8, books.d = D;
-    for (int h = 0; h < KV; h++) {
-        zk::kvq_vq_decoding_book(2, 8, D, vq_enc.data() + (size_t)h * D * 8, vq_gain.data() + (size_t)h * D,
-                                 vq_dec.data() + (size_t)h * D * 8);
-        books.heads.push_back(zk::kv_vq_book{vq_enc.data() + (size_t)h * D * 8, vq_dec.data() + (size_t)h * D * 8});
+    // value codebooks (random, gains 1..1.5) for vector-coded values: value code 1
+    // with 2 channels a code and 8 centroids, code 0 with 4 and 16
+    struct rand_books {
+        std::vector<float> enc, gain, dec;
+        zk::kv_vq_books b;
+    } rb[zk::KV_VQ_CODES];
+    for (int code = 0; code < zk::KV_VQ_CODES; code++) {
+        const int cc = code ? 2 : 4, K = code ? 8 : 16;
+        rand_books& r = rb[code];
+        r.enc.resize((size_t)KV * D * K), r.gain.resize((size_t)KV * D), r.dec.resize(r.enc.size());
+        for (float& f : r.enc) f = (float)g(rng);
+        for (size_t i = 0; i < r.gain.size(); i++) r.gain[i] = 1.0f + 0.5f * (float)((i + code) % 7) / 7;
+        r.b.c = cc, r.b.K = K, r.b.d = D;
+        for (int h = 0; h < KV; h++) {
+            zk::kvq_vq_decoding_book(cc, K, D, r.enc.data() + (size_t)h * D * K, r.gain.data() + (size_t)h * D,
+                                     r.dec.data() + (size_t)h * D * K);
+            r.b.heads.push_back(zk::kv_vq_book{r.enc.data() + (size_t)h * D * K, r.dec.data() + (size_t)h * D * K});
+        }
+        sp.vq[code] = &r.b;
     }
-    sp.vq = &books;
     zk::sensitivity_observer obs(m, c, sp, N);
     std::vector<int32_t> pos(N);
     for (int t = 0; t < N; t++) pos[t] = t;
@@ -188,7 +196,8 @@ TEST(Sensitivity, MatchesDefinition) {
             std::vector<uint8_t> cq(64);
             std::vector<uint16_t> s1(D), s2(D);
             for (int t = 0; t < N; t++) {
-                if (bits == zk::k_sens_tail_code) {  // as values: vector codes, per token
+                if (zk::kv_bits_vq(bits)) {  // as values: vector codes against that code's books, per token
+                    const zk::kv_vq_books& books = rb[bits].b;
                     uint16_t sc = 0;
                     zk::kvq_vq_encode_row(books, books.heads[g2], &vr[t * D], D, cq.data(), &sc);
                     zk::kvq_vq_decode_row(books, books.heads[g2], cq.data(), sc, D, &vq[p][t * D]);
@@ -224,8 +233,8 @@ TEST(Sensitivity, MatchesDefinition) {
         }
         for (int pk = 0; pk < NP; pk++)
             for (int pv = 0; pv < NP; pv++) {
-                if (!zk::sens_pair_measured(pk, pv, true)) {  // (16, 16); a tail with 16/8-bit values; 16-bit
-                                                                // keys with vector-coded values
+                if (!zk::sens_pair_measured(pk, pv, 3u)) {  // (16, 16); a tail with 16/8-bit values; 16-bit
+                                                              // keys with vector-coded values
                     EXPECT_TRUE(got.rel_q[pk][pv].empty()) << pk << " " << pv;
                     continue;
                 }

@@ -6,6 +6,9 @@
 //     slots go by, each adding its two centroids (one vector, two 16-byte
 //     loads) times each head's weight p_j(s) scale_s. About 1.4x the time of
 //     2-bit KIVI values (bench/RESULTS.md "vector-coded values").
+//   8 channels x 256 centroids (8-bit codes, calibrate's second books), G <= 8:
+//     the same per group, a slot adding its centroid (one vector) times each
+//     head's weight.
 //   any other: acc_j = sum_g sum_k H_j[g][k] book[g][k] with the histogram
 //     H_j[g][k] = sum of p_j(s) scale_s over the slots whose group g has code k:
 //     r / c vector adds a slot (each of the G heads' weights at once), a block
@@ -82,11 +85,36 @@ void values_c4k64(const uint8_t* codes, int rb, int64_t a, int64_t b, int ng, co
     }
 }
 
-using values_c4k64_fn = void (*)(const uint8_t*, int, int64_t, int64_t, int, const float*, const float*, int, int,
-                                 float*);
-constexpr values_c4k64_fn k_values_c4k64[9] = {nullptr,          values_c4k64<1>, values_c4k64<2>,
-                                               values_c4k64<3>,  values_c4k64<4>, values_c4k64<5>,
-                                               values_c4k64<6>,  values_c4k64<7>, values_c4k64<8>};
+// 8 channels a code, 256 centroids (8-bit codes): per group the G heads' sums
+// of its 8 channels stay in registers over the slots.
+template <int G>
+void values_c8k256(const uint8_t* codes, int rb, int64_t a, int64_t b, int ng, const float* book, const float* pw,
+                   int Gp, int r, float* acc) {
+    for (int g = 0; g < ng; g++) {
+        const float* b0 = book + (size_t)g * 256 * 8;
+        __m256 s[G];
+        for (int j = 0; j < G; j++) s[j] = _mm256_setzero_ps();
+        const uint8_t* row = codes + a * rb + g;
+        const float* ps = pw;
+        for (int64_t t = a; t < b; t++, row += rb, ps += Gp) {
+            const __m256 cent = _mm256_loadu_ps(b0 + (size_t)*row * 8);
+            for (int j = 0; j < G; j++) s[j] = _mm256_fmadd_ps(_mm256_broadcast_ss(ps + j), cent, s[j]);
+        }
+        for (int j = 0; j < G; j++) {
+            float* o = acc + j * r + g * 8;
+            _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), s[j]));
+        }
+    }
+}
+
+using values_regs_fn = void (*)(const uint8_t*, int, int64_t, int64_t, int, const float*, const float*, int, int,
+                                float*);
+constexpr values_regs_fn k_values_c4k64[9] = {nullptr,         values_c4k64<1>, values_c4k64<2>,
+                                              values_c4k64<3>, values_c4k64<4>, values_c4k64<5>,
+                                              values_c4k64<6>, values_c4k64<7>, values_c4k64<8>};
+constexpr values_regs_fn k_values_c8k256[9] = {nullptr,          values_c8k256<1>, values_c8k256<2>,
+                                               values_c8k256<3>, values_c8k256<4>, values_c8k256<5>,
+                                               values_c8k256<6>, values_c8k256<7>, values_c8k256<8>};
 #endif
 
 }  // namespace
@@ -98,9 +126,10 @@ void vq_values(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t
     const int rb = kv_vq_row_bytes(ng, bits);
     const uint8_t* codes = (const uint8_t*)v.codes;
     const float* book = v.vq.book;  // [ng x K x c]
-    bool regs = false;              // the register path (4 x 64 books)
+    bool regs = false;              // a register path (4 x 64 or 8 x 256 books)
 #ifdef ZK_SIMD_AVX2
-    regs = c == 4 && K == 64 && bits == 6 && G <= 8;
+    const bool c4 = c == 4 && K == 64 && bits == 6, c8 = c == 8 && K == 256 && bits == 8;
+    regs = (c4 || c8) && G <= 8;
 #endif
     if (ref || (!regs && b - a < K)) {
         for (int64_t s = a; s < b; s++) {
@@ -126,7 +155,7 @@ void vq_values(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t
     }
 #ifdef ZK_SIMD_AVX2
     if (regs) {
-        k_values_c4k64[G](codes, rb, a, b, ng, book, pw, Gp, r, acc);
+        (c4 ? k_values_c4k64 : k_values_c8k256)[G](codes, rb, a, b, ng, book, pw, Gp, r, acc);
         return;
     }
 #endif
