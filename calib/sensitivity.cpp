@@ -490,13 +490,14 @@ zack_sensitivity sensitivity_observer::result() const {
 namespace zk {
 
 std::vector<std::vector<int32_t>> calib_spread_windows(const std::vector<std::vector<int32_t>>& docs, int64_t body,
-                                                       int64_t n_tokens) {
-    ZK_ASSERT(body >= 1);
+                                                       int64_t n_tokens, int64_t per_window) {
+    ZK_ASSERT(body >= 1 && per_window >= 0);
     std::vector<std::vector<int32_t>> all;  // every window of every document
     for (const auto& d : docs)
         for (size_t at = 0; at < d.size(); at += (size_t)body)
             all.emplace_back(d.begin() + at, d.begin() + std::min(d.size(), at + (size_t)body));
-    const int64_t want = std::max<int64_t>(1, (n_tokens + body - 1) / body);
+    const int64_t cost = body + per_window;
+    const int64_t want = std::max<int64_t>(1, (n_tokens + cost - 1) / cost);
     if ((int64_t)all.size() <= want) return all;
     std::vector<std::vector<int32_t>> out;
     for (int64_t i = 0; i < want; i++) out.push_back(all[(size_t)(i * (int64_t)all.size() / want)]);
@@ -512,7 +513,7 @@ zack_sens_curves calib_sensitivity(const model& m, const zack_calibration& c,
     // 30% less KL than sigma at rate 0.3 on held-out docs; curves from that text
     // itself, 70%), so the pass sees as many parts of the corpus as it can.
     const bool bos = m.voc->add_bos() && m.voc->bos() >= 0;
-    const int64_t fed = calib_feed(m, calib_spread_windows(docs, p.n_ctx - (bos ? 1 : 0), p.n_tokens), p, obs,
+    const int64_t fed = calib_feed(m, calib_spread_windows(docs, p.n_ctx - (bos ? 1 : 0), p.n_tokens, bos ? 1 : 0), p, obs,
                                    "sensitivity");
     const zack_sensitivity r = obs.result();
     zack_sens_curves out;

@@ -157,9 +157,11 @@ private:
 // queries of ||dy||^2 / ||x||^2, which predicts end-to-end KL better than
 // ||dy||^2 itself; see bench/RESULTS.md). Keys are measured in every basis c has.
 // Cuts the documents into windows of `body` tokens and keeps about n_tokens of
-// them evenly spaced over the whole corpus (all of them when there are fewer).
+// them evenly spaced over the whole corpus (all of them when there are fewer),
+// each window costing body + per_window tokens when fed (1: the BOS calib_feed
+// puts before it; counted, or the feed's budget would cut the last, furthest window).
 std::vector<std::vector<int32_t>> calib_spread_windows(const std::vector<std::vector<int32_t>>& docs, int64_t body,
-                                                       int64_t n_tokens);
+                                                       int64_t n_tokens, int64_t per_window = 0);
 zack_sens_curves calib_sensitivity(const model& m, const zack_calibration& c,
                                    const std::vector<std::vector<int32_t>>& docs, const calib_params& p,
                                    const sens_params& sp);

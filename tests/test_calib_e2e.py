@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import re
 import tempfile
 
 import numpy as np
@@ -221,6 +222,17 @@ def main():
     check(p.returncode == 0 and "Rotation stability" in p.stdout, "calibrate + --compare in one run")
     if p.returncode == 0:
         print("compare apache vs cc0 (512 / 256 tokens):", p.stdout.strip().splitlines()[-1])
+    # the statistics pass spreads --tokens over every --corpus file: cc0 alone holds 512 tokens,
+    # yet cc0 then apache gives other rotations than cc0 alone
+    out3, out4 = os.path.join(tmp, "c.zack"), os.path.join(tmp, "d.zack")
+    p = run(["-m", MODEL, "-o", out4, "--corpus", CORPUS2, "--tokens", "512", "--ctx", "256", "--sens-tokens", "0",
+             "--fit-tokens", "0", "--value-codes", "0"])
+    check(p.returncode == 0, f"calibrate on cc0 alone: {p.stderr.strip()[-200:]}")
+    p = run(["-m", MODEL, "-o", out3, "--corpus", CORPUS2, "--corpus", CORPUS, "--tokens", "512", "--ctx", "256",
+             "--sens-tokens", "0", "--fit-tokens", "0", "--value-codes", "0", "--compare", out4])
+    dist = re.search(r"K distance mean ([0-9.]+)", p.stdout) if p.returncode == 0 else None
+    check(dist is not None and float(dist.group(1)) > 0.01,
+          f"two corpora share the statistics pass: {p.stdout.strip().splitlines()[-1:] if p.stdout else p.stderr}")
 
     # zack run on the .zack: compressed attention through the CLI, with accounting
     for rate in ("0.3", "0.5"):

@@ -309,6 +309,10 @@ TEST(Sensitivity, SpreadWindows) {
     EXPECT_EQ(w[0][0], 1);
     EXPECT_EQ(w.back()[0], 2);
     EXPECT_EQ(zk::calib_spread_windows(docs, 10, 1000).size(), 15u);
+    // windows that cost a BOS each: 40 tokens are 4 windows of 11, the last one still in doc 2
+    w = zk::calib_spread_windows(docs, 10, 40, 1);
+    ASSERT_EQ(w.size(), 4u);  // ceil(40 / 11)
+    EXPECT_EQ(w.back()[0], 2);
 }
 
 }  // namespace
