@@ -324,7 +324,8 @@ kv_plan plan_per_head(const plan_inputs& in, double target) {
                     if (bk < 16 && b != 0) continue;
                     for (size_t rk = tail ? nr - 1 : 0; rk < nr; rk++)
                         for (size_t rv = 0; rv < nr; rv++) {
-                            if (kv_bits_vq(bv) && c.grid[rv] % k_vq_dim[bv]) continue;  // codes cover whole groups of channels
+                            // value codes cover whole groups of channels
+                            if (kv_bits_vq(bv) && c.grid[rv] % k_vq_dim[bv]) continue;
                             const double l = in.rank_weight * (c.loss_k[b][h * nr + rk] + c.loss_v[h * nr + rv]) + lq;
                             what[h].push_back({kbits, bv, b, c.grid[rk], c.grid[rv], tl, zr});
                             items[h].push_back({plan_head_cost(kbits, bv, c.grid[rk], c.grid[rv], tl, zr), l});

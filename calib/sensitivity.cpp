@@ -513,8 +513,8 @@ zack_sens_curves calib_sensitivity(const model& m, const zack_calibration& c,
     // 30% less KL than sigma at rate 0.3 on held-out docs; curves from that text
     // itself, 70%), so the pass sees as many parts of the corpus as it can.
     const bool bos = m.voc->add_bos() && m.voc->bos() >= 0;
-    const int64_t fed = calib_feed(m, calib_spread_windows(docs, p.n_ctx - (bos ? 1 : 0), p.n_tokens, bos ? 1 : 0), p, obs,
-                                   "sensitivity");
+    const int64_t fed =
+        calib_feed(m, calib_spread_windows(docs, p.n_ctx - (bos ? 1 : 0), p.n_tokens, bos ? 1 : 0), p, obs, "sensitivity");
     const zack_sensitivity r = obs.result();
     zack_sens_curves out;
     out.grid = r.ranks;

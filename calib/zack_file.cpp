@@ -198,7 +198,8 @@ void zack_file_write(const model& src, const zack_calibration& c, const zack_wri
             const std::vector<float> x = to_f32(c.k_mean.data() + il * per_sig, per_sig);
             w.add_tensor(pre + "kmean", dtype::F32, {D, KV}, x.data(), x.size() * sizeof(float));
         }
-        for (int code = KV_VQ_CODES - 1; code >= 0; code--) {  // value codebooks [n_kv x d / c x K x c], gains [n_kv x d]
+        // value codebooks [n_kv x d / c x K x c], gains [n_kv x d]
+        for (int code = KV_VQ_CODES - 1; code >= 0; code--) {
             const zack_calibration::vq_set& v = c.vq[code];
             if (v.enc.empty()) continue;
             const std::string name = kv_vq_file_name(code);

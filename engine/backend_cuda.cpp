@@ -100,7 +100,8 @@ void backend_cuda::cache_check(const kv_cache_params& p) const {
         ZK_THROW("device cuda: 0-bit key channels (--kv-key-zero, a plan's zeros_k) are not on the GPU yet; use "
                  "device cpu");
     if (kv_cache_vq(p))
-        ZK_THROW("device cuda: vector-coded values (a plan's value precision 1 or 0) are not on the GPU yet; use device cpu");
+        ZK_THROW("device cuda: vector-coded values (a plan's value precision 1 or 0) are not on the GPU yet; use "
+                 "device cpu");
 }
 
 std::unique_ptr<forward_buffers> backend_cuda::buffers_create(const model_hparams& hp, int64_t n_rows, int max_seqs,

@@ -187,7 +187,8 @@ void model_load_codebooks(model& m, int code) {
         const float* gain = (const float*)tg.data;
         for (size_t i = 0; i < per_head * KV; i++)
             if (!std::isfinite(enc[i]))
-                ZK_THROW("%s: tensor %s%s holds a non-finite value at %zu", f.path().c_str(), p.c_str(), name.c_str(), i);
+                ZK_THROW("%s: tensor %s%s holds a non-finite value at %zu", f.path().c_str(), p.c_str(), name.c_str(),
+                         i);
         for (int64_t i = 0; i < D * KV; i++)
             if (!(gain[i] > 0 && gain[i] < 1e3f))
                 ZK_THROW("%s: tensor %s%s_gain holds %g at %lld; a gain is positive and below 1000", f.path().c_str(),

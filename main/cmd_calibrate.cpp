@@ -197,7 +197,8 @@ int cmd_calibrate(const calibrate_opts& o) {
     // (Qwen2.5-Coder-1.5B, books from licence text: row error 0.16 on more licence,
     // 0.23 on Python and Node.js docs at 4 x 64, 0.24 / 0.39 at 8 x 256).
     const bool bos = m->voc->add_bos() && m->voc->bos() >= 0;
-    const std::vector<std::vector<int32_t>> windows = calib_spread_windows(docs, o.n_ctx - (bos ? 1 : 0), o.n_tokens, bos ? 1 : 0);
+    const std::vector<std::vector<int32_t>> windows =
+        calib_spread_windows(docs, o.n_ctx - (bos ? 1 : 0), o.n_tokens, bos ? 1 : 0);
     const int64_t fed =
         o.vq_rows > 0 ? calib_feed(*m, windows, cp, tee, "statistics") : calib_collect(*m, windows, cp, acc);
     if (fed < o.n_tokens)
