@@ -329,21 +329,18 @@ TEST_F(Hostile, ZackValueCodebooks) {
     zk_test::tiny_zack_write(tiny("m.gguf"), z, 64);
     const gguf_value c4 = gguf_value::make_u32(4), c3 = gguf_value::make_u32(3), k16 = gguf_value::make_u32(16),
                      k48 = gguf_value::make_u32(48);
-    rewrite(z, path("dim.zack"), {{"zack.vq.dim", &c4}});
-    expect_refused(path("dim.zack"), "value codebooks need both zack.vq.dim and zack.vq.size");
-    rewrite(z, path("odd.zack"), {{"zack.vq.dim", &c3}, {"zack.vq.size", &k16}});
-    expect_refused(path("odd.zack"), "is not a multiple of 3 channels a code");
-    rewrite(z, path("k48.zack"), {{"zack.vq.dim", &c4}, {"zack.vq.size", &k48}});
-    expect_refused(path("k48.zack"), "48 centroids; a power of two");
-    rewrite(z, path("none.zack"), {{"zack.vq.dim", &c4}, {"zack.vq.size", &k16}});
-    expect_refused(path("none.zack"), "blk.0.zack.vq");
-    // the second books (value precision 0) are checked the same way, under their own names
-    rewrite(z, path("dim0.zack"), {{"zack.vq0.dim", &c4}});
-    expect_refused(path("dim0.zack"), "value codebooks need both zack.vq0.dim and zack.vq0.size");
-    rewrite(z, path("odd0.zack"), {{"zack.vq0.dim", &c3}, {"zack.vq0.size", &k16}});
-    expect_refused(path("odd0.zack"), "is not a multiple of 3 channels a code");
-    rewrite(z, path("none0.zack"), {{"zack.vq0.dim", &c4}, {"zack.vq0.size", &k16}});
-    expect_refused(path("none0.zack"), "blk.0.zack.vq0");
+    // both value codes' books (precision 1: zack.vq, 0: zack.vq0), each under its own names
+    for (const std::string name : {"vq", "vq0"}) {
+        const std::string kd = "zack." + name + ".dim", ks = "zack." + name + ".size";
+        rewrite(z, path(name + "dim.zack"), {{kd, &c4}});
+        expect_refused(path(name + "dim.zack"), "value codebooks need both " + kd + " and " + ks);
+        rewrite(z, path(name + "odd.zack"), {{kd, &c3}, {ks, &k16}});
+        expect_refused(path(name + "odd.zack"), "is not a multiple of 3 channels a code");
+        rewrite(z, path(name + "k48.zack"), {{kd, &c4}, {ks, &k48}});
+        expect_refused(path(name + "k48.zack"), "48 centroids; a power of two");
+        rewrite(z, path(name + "none.zack"), {{kd, &c4}, {ks, &k16}});
+        expect_refused(path(name + "none.zack"), "blk.0.zack." + name);
+    }
 }
 
 }  // namespace
