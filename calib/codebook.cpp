@@ -109,66 +109,100 @@ vq_train_params vq_train_params_for(int code) {
     return p;
 }
 
-void calib_train_codebooks(zack_calibration& c, int code, const value_sampler& s, const vq_train_params& p,
-                           thread_pool* pool) {
+vq_train_report calib_train_codebooks(zack_calibration& c, int code, const value_sampler& s,
+                                      const vq_train_params& p, thread_pool* pool) {
     const int L = c.n_layer, KV = c.n_kv, D = c.d, C = p.c, K = p.K, NG = D / C;
     kvq_vq_check(C, K, D);
     if ((int64_t)c.rv.size() != (int64_t)L * KV * D * D) ZK_THROW("value codebooks: the calibration has no V rotation");
+    // row t is held out when t % H == H - 1, unless that leaves fewer than the 4K training rows k-means needs
+    auto held = [&](int64_t n, int64_t t) {
+        return p.holdout > 1 && n - n / p.holdout >= 4 * K && t % p.holdout == p.holdout - 1;
+    };
+    auto n_train = [&](int64_t n) {
+        int64_t m = 0;
+        for (int64_t t = 0; t < n; t++) m += !held(n, t);
+        return m;
+    };
     for (int il = 0; il < L; il++)
-        if (s.n_rows(il) < 4 * K)
-            ZK_THROW("value codebooks: layer %d has %lld sampled value rows; %d centroids need at least %d", il,
-                     (long long)s.n_rows(il), K, 4 * K);
+        if (n_train(s.n_rows(il)) < 4 * K)
+            ZK_THROW("value codebooks: layer %d has %lld sampled value rows for training; %d centroids need at least %d",
+                     il, (long long)n_train(s.n_rows(il)), K, 4 * K);
     zack_calibration::vq_set& v = c.vq[code];
     v.c = C, v.K = K;
     const size_t per_head = (size_t)D * K;
     v.enc.assign((size_t)L * KV * per_head, 0.0f);
     v.gain.assign((size_t)L * KV * D, 1.0f);
+    const int64_t nh = (int64_t)L * KV;
+    std::vector<double> err_train((size_t)nh, 0.0), err_held((size_t)nh, -1.0);
     auto head = [&](int64_t h) {
         const int il = (int)(h / KV), g = (int)(h % KV);
-        const int64_t n = s.n_rows(il);
+        const int64_t n = s.n_rows(il), nt = n_train(n);
         const float* raw = s.rows(il).data();
         const double* R = c.rv.data() + (size_t)h * D * D;  // column j = direction j
-        // rotated rows y = R^T v [n x D], then each at unit RMS, grouped [NG x n x C]
-        std::vector<float> Y((size_t)n * D), Xg((size_t)n * D);
-        for (int64_t t = 0; t < n; t++) {
+        // rotated rows y = R^T v [n x D]; the training ones at unit RMS, grouped [NG x nt x C]
+        std::vector<float> Y((size_t)n * D), Xg((size_t)nt * D);
+        for (int64_t t = 0, i = 0; t < n; t++) {
             const float* v = raw + ((size_t)t * KV + g) * D;
             float* y = Y.data() + (size_t)t * D;
             for (int j = 0; j < D; j++) {
                 double a = 0;
-                for (int i = 0; i < D; i++) a += R[(size_t)i * D + j] * v[i];
+                for (int r = 0; r < D; r++) a += R[(size_t)r * D + j] * v[r];
                 y[j] = (float)a;
             }
+            if (held(n, t)) continue;
             double ss = 0;
             for (int j = 0; j < D; j++) ss += (double)y[j] * y[j];
             const float sc = fp16_to_fp32(fp32_to_fp16((float)std::sqrt(ss / D)));
             const float inv = sc > 0 ? 1.0f / sc : 0.0f;
             for (int q = 0; q < NG; q++)
-                for (int j = 0; j < C; j++) Xg[((size_t)q * n + t) * C + j] = y[q * C + j] * inv;
+                for (int j = 0; j < C; j++) Xg[((size_t)q * nt + i) * C + j] = y[q * C + j] * inv;
+            i++;
         }
         std::mt19937_64 rng(p.seed + (uint64_t)h * 7919);
         float* enc = v.enc.data() + (size_t)h * per_head;
-        for (int q = 0; q < NG; q++) kmeans(Xg.data() + (size_t)q * n * C, n, C, K, p.iters, rng, enc + (size_t)q * K * C);
+        for (int q = 0; q < NG; q++)
+            kmeans(Xg.data() + (size_t)q * nt * C, nt, C, K, p.iters, rng, enc + (size_t)q * K * C);
         // the gain per channel: sum x^2 / sum x_hat x over the training rows
         kv_vq_books b;
         b.c = C, b.K = K, b.d = D;
         const kv_vq_book bk{enc, enc};
         std::vector<double> xx(D, 0.0), yx(D, 0.0);
-        std::vector<float> yh(D);
+        std::vector<float> yh((size_t)n * D);
         for (int64_t t = 0; t < n; t++) {
             const float* y = Y.data() + (size_t)t * D;
-            calib_vq_roundtrip(b, bk, y, yh.data());
-            for (int j = 0; j < D; j++) xx[j] += (double)y[j] * y[j], yx[j] += (double)yh[j] * y[j];
+            calib_vq_roundtrip(b, bk, y, yh.data() + (size_t)t * D);
+            if (held(n, t)) continue;
+            for (int j = 0; j < D; j++) xx[j] += (double)y[j] * y[j], yx[j] += (double)yh[(size_t)t * D + j] * y[j];
         }
         float* gain = v.gain.data() + (size_t)h * D;
         for (int j = 0; j < D; j++) gain[j] = yx[j] > 0 ? (float)std::clamp(xx[j] / yx[j], 0.25, 4.0) : 1.0f;
+        // the row error of the decoded rows (with the gain), apart for the rows k-means saw
+        double e[2] = {0, 0}, x2[2] = {0, 0};
+        for (int64_t t = 0; t < n; t++) {
+            const int k = held(n, t);
+            for (int j = 0; j < D; j++) {
+                const double y = Y[(size_t)t * D + j], d = y - (double)yh[(size_t)t * D + j] * gain[j];
+                e[k] += d * d, x2[k] += y * y;
+            }
+        }
+        err_train[(size_t)h] = x2[0] > 0 ? e[0] / x2[0] : 0.0;
+        if (nt < n) err_held[(size_t)h] = x2[1] > 0 ? e[1] / x2[1] : 0.0;
     };
-    const int64_t nh = (int64_t)L * KV;
     if (pool && pool->size() > 1)
         pool->parallel_for(nh, 1, [&](int64_t b, int64_t e, int) {
             for (int64_t h = b; h < e; h++) head(h);
         });
     else
         for (int64_t h = 0; h < nh; h++) head(h);
+    vq_train_report rep;
+    rep.train_rows = n_train(s.n_rows(0));
+    rep.heldout_rows = s.n_rows(0) - rep.train_rows;
+    for (int64_t h = 0; h < nh; h++) rep.train_err += err_train[(size_t)h] / (double)nh;
+    if (rep.heldout_rows > 0) {
+        rep.heldout_err = 0;
+        for (int64_t h = 0; h < nh; h++) rep.heldout_err += err_held[(size_t)h] / (double)nh;
+    }
+    return rep;
 }
 
 kv_vq_books calib_codebooks_view(const zack_calibration& c, int code, std::vector<float>& dec) {

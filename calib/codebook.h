@@ -33,7 +33,19 @@ struct vq_train_params {
     int c = k_vq_dim[1], K = k_vq_size[1];
     int iters = 12;             // Lloyd iterations
     int64_t max_rows = 12288;   // training rows a head (sampled evenly over the statistics pass)
+    int holdout = 8;            // every holdout-th sampled row is kept out of training and measures the books
+                                // (0 = none; none either where that would leave fewer than 4K training rows)
     uint64_t seed = 1;
+};
+
+// How well a set of books codes rows: the mean over heads of the relative row
+// error sum |y - y_hat|^2 / sum |y|^2 (decoded with the gain, at the row's f16
+// scale), on the rows k-means saw and on the held-out ones. A held-out error
+// well above the training one means the books have learnt their rows, not the
+// source: more rows a centroid (--tokens, --value-codes) is the remedy.
+struct vq_train_report {
+    int64_t train_rows = 0, heldout_rows = 0;  // a head (layer 0's)
+    double train_err = 0, heldout_err = -1;    // -1: nothing held out
 };
 
 // Keeps value rows of the statistics pass: every `stride`-th token a layer
@@ -73,7 +85,7 @@ vq_train_params vq_train_params_for(int code);
 
 // Trains every head's book on the sampled rows, rotated by c.rv, and stores
 // them in c.vq[code]. pool (optional) spreads the heads.
-void calib_train_codebooks(zack_calibration& c, int code, const value_sampler& s, const vq_train_params& p,
+vq_train_report calib_train_codebooks(zack_calibration& c, int code, const value_sampler& s, const vq_train_params& p,
                            thread_pool* pool = nullptr);
 
 // The books of value code `code` of a calibration as a cache reads them (no

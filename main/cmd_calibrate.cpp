@@ -225,11 +225,23 @@ int cmd_calibrate(const calibrate_opts& o) {
         } else {
             const auto t_vq = std::chrono::steady_clock::now();
             thread_pool pool(n_threads);
-            calib_train_codebooks(c, code, vs, vp, &pool);
-            if (!o.quiet)
-                std::fprintf(stderr, "zack calibrate: value codebooks (%d channels x %d centroids, %lld rows a head) "
-                             "in %.1f s\n", vp.c, vp.K, (long long)vs.n_rows(0),
+            const vq_train_report r = calib_train_codebooks(c, code, vs, vp, &pool);
+            if (!o.quiet) {
+                char held[96] = "";
+                if (r.heldout_rows > 0)
+                    std::snprintf(held, sizeof held, ", %.3f on %lld held-out rows", r.heldout_err,
+                                  (long long)r.heldout_rows);
+                std::fprintf(stderr, "zack calibrate: value codebooks (%d channels x %d centroids, %lld rows a head): "
+                             "row error %.3f on them%s, in %.1f s\n", vp.c, vp.K, (long long)r.train_rows,
+                             r.train_err, held,
                              std::chrono::duration<double>(std::chrono::steady_clock::now() - t_vq).count());
+            }
+            // k-means learns its rows rather than the source when a centroid has few of them
+            if (r.heldout_err > 1.2 * r.train_err)
+                std::fprintf(stderr, "zack calibrate: note: the %d x %d value codes code held-out rows %.0f%% worse "
+                             "than their training rows (%.1f rows a centroid); more --tokens and --value-codes "
+                             "would make them generalise better\n", vp.c, vp.K,
+                             100.0 * (r.heldout_err / r.train_err - 1.0), (double)r.train_rows / vp.K);
         }
     }
     if (o.sens_tokens > 0) {

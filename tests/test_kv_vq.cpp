@@ -342,8 +342,10 @@ TEST(KvVq, TrainsBooksAndGains) {
     c.rv.assign((size_t)D * D, 0.0);
     for (int j = 0; j < D; j++) c.rv[(size_t)j * D + j] = 1.0;  // identity rotation
     vq_train_params vp;
-    vp.c = C, vp.K = K, vp.max_rows = n;
-    calib_train_codebooks(c, 1, vs, vp);
+    vp.c = C, vp.K = K, vp.max_rows = n;  // holdout 8: rows 7, 15, ... measure the books
+    const vq_train_report rep = calib_train_codebooks(c, 1, vs, vp);
+    EXPECT_EQ(rep.train_rows, n - n / 8);
+    EXPECT_EQ(rep.heldout_rows, n / 8);
     ASSERT_EQ(c.vq[1].enc.size(), (size_t)D * K);
     EXPECT_TRUE(c.vq[0].enc.empty());
     std::vector<float> dec;
@@ -360,15 +362,64 @@ TEST(KvVq, TrainsBooksAndGains) {
         for (int j = 0; j < D; j++) err += (y[j] - x[j]) * (y[j] - x[j]), energy += (double)x[j] * x[j];
     }
     EXPECT_LT(err / energy, 0.1);
-    // the gains, recomputed from their definition
+    // the gains, recomputed from their definition over the training rows; the
+    // report's row errors, from theirs over each part
     std::vector<double> xx(D), yx(D);
     for (int t = 0; t < n; t++) {
+        if (t % 8 == 7) continue;
         calib_vq_roundtrip(b, b.heads[0], train.data() + (size_t)t * D, y.data());
         for (int j = 0; j < D; j++) xx[j] += (double)train[t * D + j] * train[t * D + j], yx[j] += (double)y[j] * train[t * D + j];
     }
     for (int j = 0; j < D; j++) {
         EXPECT_NEAR(c.vq[1].gain[j], xx[j] / yx[j], 1e-3 * xx[j] / yx[j]) << j;
         EXPECT_GT(c.vq[1].gain[j], 0.99f) << j;
+    }
+    double e[2] = {0, 0}, x2[2] = {0, 0};
+    for (int t = 0; t < n; t++) {
+        calib_vq_roundtrip(b, b.heads[0], train.data() + (size_t)t * D, y.data());
+        for (int j = 0; j < D; j++) {
+            const double x = train[t * D + j], d = x - (double)y[j] * c.vq[1].gain[j];
+            e[t % 8 == 7] += d * d, x2[t % 8 == 7] += x * x;
+        }
+    }
+    EXPECT_NEAR(rep.train_err, e[0] / x2[0], 1e-6);
+    EXPECT_NEAR(rep.heldout_err, e[1] / x2[1], 1e-6);
+    // held-out rows of this source code about as well as the training ones and the fresh test rows
+    EXPECT_LT(rep.heldout_err, 1.5 * rep.train_err);
+    EXPECT_NEAR(rep.heldout_err, err / energy, 0.5 * err / energy);
+}
+
+// Too few rows to hold any out: all of them train (k-means needs 4K), and the
+// report says nothing was held out; one row fewer is refused.
+TEST(KvVq, HoldsOutNoRowsWhereTrainingWouldStarve) {
+    const int D = 8, C = 4, K = 16;
+    for (int n : {64, 72, 63}) {
+        model_hparams hp;
+        hp.n_layer = 1, hp.n_head_kv = 1, hp.n_head = 1, hp.head_dim = D, hp.n_embd = D;
+        value_sampler vs(hp, n, 1);
+        std::mt19937 g(9);
+        std::normal_distribution<float> N(0, 1);
+        std::vector<float> rows((size_t)n * D);
+        for (float& x : rows) x = N(g);
+        std::vector<int32_t> pos(n);
+        for (int t = 0; t < n; t++) pos[t] = t;
+        vs.on_qkv(0, n, pos.data(), nullptr, nullptr, rows.data());
+        zack_calibration c;
+        c.n_layer = 1, c.n_kv = 1, c.d = D;
+        c.rv.assign((size_t)D * D, 0.0);
+        for (int j = 0; j < D; j++) c.rv[(size_t)j * D + j] = 1.0;
+        vq_train_params vp;
+        vp.c = C, vp.K = K, vp.max_rows = n;
+        if (n < 4 * K) {
+            EXPECT_THROW(calib_train_codebooks(c, 1, vs, vp), zk::error) << n;
+            continue;
+        }
+        const vq_train_report r = calib_train_codebooks(c, 1, vs, vp);
+        // 72 rows: 9 held out leave 63 < 64, so none are
+        EXPECT_EQ(r.train_rows, n) << n;
+        EXPECT_EQ(r.heldout_rows, 0) << n;
+        EXPECT_EQ(r.heldout_err, -1.0) << n;
+        EXPECT_GT(r.train_err, 0.0) << n;
     }
 }
 
