@@ -17,6 +17,7 @@
 #   bash bench/kv_plans.sh passkey
 #   bash bench/kv_plans.sh code
 #   bash bench/kv_plans.sh tails       # codes below 2 bits, simulated (a patched copy; needs ppl's files)
+#   bash bench/kv_plans.sh decompose   # one plan's KL with its keys, values, early or late layers exact
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 zack="${ZACK:-$here/build/zack}"
@@ -86,5 +87,37 @@ case "${1:-}" in
         done
         python3 "$here/bench/tails_table.py" "$z" "$out"/tails_*.json
         ;;
-    *) sed -n '2,20p' "$0"; exit 2 ;;
+    decompose)
+        # Where a plan's loss comes from (needs ppl's base4k.bin): the plan at target ${PLAN:-0.1} with one part
+        # exact at a time (keys, values, the first half of the layers, the second), then the KL of each
+        python3 - "$z" "${PLAN:-0.1}" "$out" <<'PY'
+import json, sys
+import gguf
+f = gguf.GGUFReader(sys.argv[1]).fields["zack.plans"]
+plans = [json.loads(bytes(f.parts[i]).decode()) for i in f.data]
+p = min(plans, key=lambda q: abs(q["target"] - float(sys.argv[2])))
+nh = p["n_layer"] * p["n_kv"] if "n_layer" in p else len(p["bits_k"])
+def exact(q, h, keys=True, values=True):
+    if keys:
+        q["bits_k"][h] = 16
+        for t in ("tails_k", "zeros_k"):
+            if q.get(t): q[t][h] = 0
+    if values:
+        q["bits_v"][h] = 16
+for name, keys, values, heads in (("keys", True, False, range(nh)), ("values", False, True, range(nh)),
+                                  ("early", True, True, range(nh // 2)), ("late", True, True, range(nh // 2, nh))):
+    q = json.loads(json.dumps(p))
+    q["bits"] = 16
+    for h in heads:
+        exact(q, h, keys, values)
+    json.dump(q, open(f"{sys.argv[3]}/decompose_{name}_exact.json", "w"))
+PY
+        for part in none keys values early late; do
+            plan="$out/decompose_${part}_exact.json"
+            [ "$part" = none ] && plan="${PLAN:-0.1}"
+            "$zack" eval -m "$z" --task ppl --kl-divergence-base "$out/base4k.bin" --kl-divergence -t "$threads" \
+                --kv-plan "$plan" --json "$out/decompose_${part}.json"
+        done
+        ;;
+    *) sed -n '2,21p' "$0"; exit 2 ;;
 esac
