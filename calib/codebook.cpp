@@ -125,8 +125,8 @@ vq_train_report calib_train_codebooks(zack_calibration& c, int code, const value
     };
     for (int il = 0; il < L; il++)
         if (n_train(s.n_rows(il)) < 4 * K)
-            ZK_THROW("value codebooks: layer %d has %lld sampled value rows for training; %d centroids need at least %d",
-                     il, (long long)n_train(s.n_rows(il)), K, 4 * K);
+            ZK_THROW("value codebooks: layer %d has %lld sampled value rows for training; %d centroids need at "
+                     "least %d", il, (long long)n_train(s.n_rows(il)), K, 4 * K);
     zack_calibration::vq_set& v = c.vq[code];
     v.c = C, v.K = K;
     const size_t per_head = (size_t)D * K;

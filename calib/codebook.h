@@ -85,8 +85,8 @@ vq_train_params vq_train_params_for(int code);
 
 // Trains every head's book on the sampled rows, rotated by c.rv, and stores
 // them in c.vq[code]. pool (optional) spreads the heads.
-vq_train_report calib_train_codebooks(zack_calibration& c, int code, const value_sampler& s, const vq_train_params& p,
-                           thread_pool* pool = nullptr);
+vq_train_report calib_train_codebooks(zack_calibration& c, int code, const value_sampler& s,
+                                      const vq_train_params& p, thread_pool* pool = nullptr);
 
 // The books of value code `code` of a calibration as a cache reads them (no
 // heads when it has none): dec receives the decoding centroids (enc x gain) the
