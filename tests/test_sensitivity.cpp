@@ -313,6 +313,16 @@ TEST(Sensitivity, SpreadWindows) {
     w = zk::calib_spread_windows(docs, 10, 40, 1);
     ASSERT_EQ(w.size(), 4u);  // ceil(40 / 11)
     EXPECT_EQ(w.back()[0], 2);
+    // each file's last window is short (100 = 30 + 30 + 30 + 10, 50 = 30 + 20): the picks hold
+    // the tokens asked for all the same, and still reach the last file
+    for (int64_t n : {60, 90, 120, 150}) {
+        w = zk::calib_spread_windows(docs, 30, n);
+        int64_t got = 0;
+        for (const auto& x : w) got += (int64_t)x.size();
+        EXPECT_GE(got, n) << n;
+        EXPECT_EQ(w.back()[0], 2) << n;
+        EXPECT_LT(w.size(), 6u + (n >= 150)) << n;  // all 6 windows only when they are all needed
+    }
 }
 
 }  // namespace
