@@ -13,6 +13,9 @@ exact), the values exact. The layouts, at 128 channels a row:
   tail96     2-bit for the first 32 channels, 1-bit for the other 96
   tail64z32  2-bit 32, 1-bit 64, the last 32 at their group mean (0 bits)
   vq CxK     per-token vector codes (k-means on the training keys at unit RMS, one f16 scale a row)
+  kivi2 nuq  kivi2 against 4 non-uniform levels per channel (Lloyd-Max on the training keys' places in
+             their group ranges; KVQuant's nuq), no more bytes
+  tail96 2-means  tail96 with each (group, channel)'s best two 1-bit levels, as clipped grids approach
 in the .zack's post-RoPE basis (R_qk, mean key subtracted) as the cache keeps
 them, and per channel before RoPE (pre-*: RoPE applied after decoding; channel
 pairs ordered by their energy on the training keys for the tails).
@@ -126,6 +129,52 @@ def kivi(x, lead, zero, group=32):
     return y
 
 
+def group_units(x, group=32):
+    """Every value at its place in its (group, channel) range, 0 at the min and 1 at the max."""
+    out = []
+    for s in range(0, len(x) - len(x) % group, group):
+        blk = x[s:s + group]
+        lo = blk.min(0)
+        out.append((blk - lo) / np.maximum(blk.max(0) - lo, 1e-9))
+    return np.concatenate(out)
+
+
+def lloyd_levels(u, n, iters=30):
+    """n levels in [0, 1] minimising the squared error of u (1-D Lloyd-Max)."""
+    c = np.linspace(0, 1, n)
+    for _ in range(iters):
+        a = np.abs(u[:, None] - c[None]).argmin(1)
+        c = np.array([u[a == k].mean() if (a == k).any() else c[k] for k in range(n)])
+    return c
+
+
+def kivi_nuq(x, levels, group=32):
+    """2-bit per channel over groups, against each channel's own levels in its group's range (KVQuant's nuq)."""
+    y = x.copy()
+    for s in range(0, len(x) - len(x) % group, group):
+        blk = x[s:s + group]
+        lo = blk.min(0)
+        r = np.maximum(blk.max(0) - lo, 1e-9)
+        u = (blk - lo) / r
+        for c in range(x.shape[1]):
+            y[s:s + group, c] = levels[c][np.abs(u[:, c:c + 1] - levels[c][None]).argmin(1)] * r[c] + lo[c]
+    return y
+
+
+def two_means(x, group=32):
+    """1-bit per channel over groups with the group's best two levels (what the engine's clipped grids approach)."""
+    y = x.copy()
+    for s in range(0, len(x) - len(x) % group, group):
+        for c in range(x.shape[1]):
+            v = x[s:s + group, c]
+            lo, hi = v.min(), v.max()
+            for _ in range(10):
+                a = v > (lo + hi) / 2
+                lo, hi = (v[~a].mean() if (~a).any() else lo), (v[a].mean() if a.any() else hi)
+            y[s:s + group, c] = np.where(v > (lo + hi) / 2, hi, lo)
+    return y
+
+
 def kmeans(X, K, rng, iters=15):
     C = X[rng.choice(len(X), K, replace=False)].copy()
     for _ in range(iters):
@@ -178,7 +227,7 @@ def compare(zack, out, layers):
     st = {t.name: t for t in src.tensors}
     rng = np.random.default_rng(1)
     cols = [("kivi2", 40), ("tail96", 28), ("tail64z32", 23), ("vq 8x256", 18), ("vq 4x64", 26), ("vq 4x256", 34),
-            ("pre-kivi2", 40), ("pre-tail64z32", 23)]
+            ("pre-kivi2", 40), ("pre-tail64z32", 23), ("kivi2 nuq", 40), ("tail96 2-means", 28)]
     print("layer head | " + " | ".join(f"{n} ({b} B)" for n, b in cols))
     tot = np.zeros(len(cols))
     for il in layers:
@@ -208,6 +257,10 @@ def compare(zack, out, layers):
             khs = [back(kivi(kb, D, 0)), back(kivi(kb, 32, 0)), back(kivi(kb, 32, 32)),
                    back(vq(kb, kbt, 8, 256, rng)), back(vq(kb, kbt, 4, 64, rng)), back(vq(kb, kbt, 4, 256, rng)),
                    pre(D, 0), pre(32, 32)]
+            nuq = [lloyd_levels(u, 4) for u in group_units(kbt).T]  # from the training keys
+            tailed = kivi(kb, D, 0)
+            tailed[:, 32:] = two_means(kb[:, 32:])
+            khs += [back(kivi_nuq(kb, nuq)), back(tailed)]
             res = np.array([att_err(q, k0, kh, v) for kh in khs])
             tot += res
             print(f"{il:5d} {g:4d} | " + " | ".join(f"{e:.4f}" for e in res), flush=True)
