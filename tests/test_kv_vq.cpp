@@ -310,15 +310,39 @@ TEST(KvVq, RefusesWhatItCannotCode) {
     EXPECT_THROW(kvq_vq_check(3, 64, 64), zk::error);
 }
 
+namespace {
+
+// One (layer, KV head) of D channels whose value sampler holds rows [n x D]
+// (every row kept), with an identity V rotation: what calib_train_codebooks reads.
+struct one_head_rows {
+    model_hparams hp;
+    value_sampler vs;
+    zack_calibration c;
+    static model_hparams shape(int D) {
+        model_hparams h;
+        h.n_layer = 1, h.n_head_kv = 1, h.n_head = 1, h.head_dim = D, h.n_embd = D;
+        return h;
+    }
+    one_head_rows(int D, const std::vector<float>& rows)
+        : hp(shape(D)), vs(hp, (int64_t)(rows.size() / D), 1) {
+        const int n = (int)(rows.size() / D);
+        std::vector<int32_t> pos(n);
+        for (int t = 0; t < n; t++) pos[t] = t;
+        vs.on_qkv(0, n, pos.data(), nullptr, nullptr, rows.data());
+        c.n_layer = 1, c.n_kv = 1, c.d = D;
+        c.rv.assign((size_t)D * D, 0.0);
+        for (int j = 0; j < D; j++) c.rv[(size_t)j * D + j] = 1.0;  // identity rotation
+    }
+};
+
+}  // namespace
+
 // k-means on rows drawn around a known set of centres: the trained book codes
 // held-out rows of the same source with less error than the 2-bit per-token
 // grid would (< 0.1 of their energy), and the gains are those of the training
 // rows (sum x^2 / sum x_hat x per channel, at least 1: the codes shrink).
 TEST(KvVq, TrainsBooksAndGains) {
     const int D = 32, C = 4, K = 16, n = 4000;
-    model_hparams hp;
-    hp.n_layer = 1, hp.n_head_kv = 1, hp.n_head = 1, hp.head_dim = D, hp.n_embd = D;
-    value_sampler vs(hp, n, 1);
     std::mt19937 g(5);
     std::normal_distribution<float> N(0, 1);
     std::vector<float> centres((size_t)K * D);
@@ -333,14 +357,10 @@ TEST(KvVq, TrainsBooksAndGains) {
         return rows;
     };
     const std::vector<float> train = draw(n);
-    std::vector<int32_t> pos(n);
-    for (int t = 0; t < n; t++) pos[t] = t;
-    vs.on_qkv(0, n, pos.data(), nullptr, nullptr, train.data());
-    ASSERT_EQ(vs.n_rows(0), n);
-    zack_calibration c;
-    c.n_layer = 1, c.n_kv = 1, c.d = D;
-    c.rv.assign((size_t)D * D, 0.0);
-    for (int j = 0; j < D; j++) c.rv[(size_t)j * D + j] = 1.0;  // identity rotation
+    one_head_rows h(D, train);
+    ASSERT_EQ(h.vs.n_rows(0), n);
+    zack_calibration& c = h.c;
+    const value_sampler& vs = h.vs;
     vq_train_params vp;
     vp.c = C, vp.K = K, vp.max_rows = n;  // holdout 8: rows 7, 15, ... measure the books
     const vq_train_report rep = calib_train_codebooks(c, 1, vs, vp);
@@ -394,20 +414,13 @@ TEST(KvVq, TrainsBooksAndGains) {
 TEST(KvVq, HoldsOutNoRowsWhereTrainingWouldStarve) {
     const int D = 8, C = 4, K = 16;
     for (int n : {64, 72, 63}) {
-        model_hparams hp;
-        hp.n_layer = 1, hp.n_head_kv = 1, hp.n_head = 1, hp.head_dim = D, hp.n_embd = D;
-        value_sampler vs(hp, n, 1);
         std::mt19937 g(9);
         std::normal_distribution<float> N(0, 1);
         std::vector<float> rows((size_t)n * D);
         for (float& x : rows) x = N(g);
-        std::vector<int32_t> pos(n);
-        for (int t = 0; t < n; t++) pos[t] = t;
-        vs.on_qkv(0, n, pos.data(), nullptr, nullptr, rows.data());
-        zack_calibration c;
-        c.n_layer = 1, c.n_kv = 1, c.d = D;
-        c.rv.assign((size_t)D * D, 0.0);
-        for (int j = 0; j < D; j++) c.rv[(size_t)j * D + j] = 1.0;
+        one_head_rows h(D, rows);
+        zack_calibration& c = h.c;
+        const value_sampler& vs = h.vs;
         vq_train_params vp;
         vp.c = C, vp.K = K, vp.max_rows = n;
         if (n < 4 * K) {
