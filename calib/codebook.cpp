@@ -114,15 +114,11 @@ vq_train_report calib_train_codebooks(zack_calibration& c, int code, const value
     const int L = c.n_layer, KV = c.n_kv, D = c.d, C = p.c, K = p.K, NG = D / C;
     kvq_vq_check(C, K, D);
     if ((int64_t)c.rv.size() != (int64_t)L * KV * D * D) ZK_THROW("value codebooks: the calibration has no V rotation");
-    // row t is held out when t % H == H - 1, unless that leaves fewer than the 4K training rows k-means needs
-    auto held = [&](int64_t n, int64_t t) {
-        return p.holdout > 1 && n - n / p.holdout >= 4 * K && t % p.holdout == p.holdout - 1;
-    };
-    auto n_train = [&](int64_t n) {
-        int64_t m = 0;
-        for (int64_t t = 0; t < n; t++) m += !held(n, t);
-        return m;
-    };
+    // row t of n is held out when t % H == H - 1 (n / H rows), unless that leaves fewer than the 4K
+    // training rows k-means needs
+    auto holds_out = [&](int64_t n) { return p.holdout > 1 && n - n / p.holdout >= 4 * K; };
+    auto held = [&](int64_t n, int64_t t) { return holds_out(n) && t % p.holdout == p.holdout - 1; };
+    auto n_train = [&](int64_t n) { return holds_out(n) ? n - n / p.holdout : n; };
     for (int il = 0; il < L; il++)
         if (n_train(s.n_rows(il)) < 4 * K)
             ZK_THROW("value codebooks: layer %d has %lld sampled value rows for training; %d centroids need at "
