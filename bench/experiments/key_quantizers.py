@@ -223,8 +223,7 @@ def compare(zack, out, layers):
     z = GGUFReader(zack)
     zt = {t.name: t for t in z.tensors}
     te, tr = np.load(f"{out}/test.npz"), np.load(f"{out}/train.npz")
-    src = GGUFReader(zack)  # the .zack keeps the source's attn_norm and attn_k (keys are not folded)
-    st = {t.name: t for t in src.tensors}
+    st = zt  # the .zack keeps the source's attn_norm and attn_k (keys are not folded)
     rng = np.random.default_rng(1)
     cols = [("kivi2", 40), ("tail96", 28), ("tail64z32", 23), ("vq 8x256", 18), ("vq 4x64", 26), ("vq 4x256", 34),
             ("pre-kivi2", 40), ("pre-tail64z32", 23), ("kivi2 nuq", 40), ("tail96 2-means", 28)]
