@@ -11,6 +11,8 @@
 // heads per KV head from ZACK_BENCH_GROUP (default 6, Qwen2.5-Coder-1.5B); the
 // counter us_per_layer is the time of one layer. Vector-coded values (value
 // precision 1) read random books of calibrate's size.
+// BM_select_groups/<bits>/<context>/<budget>: choosing a step's key groups for
+// --kv-select over one such layer (the bounds and the top budget's worth).
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -23,6 +25,7 @@
 #include "calib/codebook.h"
 #include "calib/plan.h"
 #include "engine/kv_cache.h"
+#include "engine/kv_select.h"
 #include "kernels/attention.h"
 
 using namespace zk;
@@ -95,6 +98,31 @@ void BM_decode_attention_30_layers(benchmark::State& st) { run_decode_attention(
 
 // One layer of 2 KV heads with G = range(3) query heads each.
 void BM_decode_attention_gqa(benchmark::State& st) { run_decode_attention(st, 1, 2, (int)st.range(3)); }
+
+// Choosing a decode step's key groups (engine/kv_select.h: the grid bounds of
+// every group, then the best budget's worth) over one layer of 2 KV heads of
+// 128 channels, G 6 (Qwen2.5-Coder-1.5B). Args: bits (4, 2), context, budget.
+void BM_select_groups(benchmark::State& st) {
+    const int r = 128, G = 6, bits = (int)st.range(0);
+    const int64_t n = st.range(1), select = st.range(2);
+    const kv_cache c = make_cache(1, 2, r, bits, n);
+    std::mt19937 g(2);
+    std::normal_distribution<float> N(0, 1);
+    std::vector<float> q((size_t)G * r);
+    for (auto& x : q) x = N(g);
+    const attn_kv_view kv0 = c.view(0, 0);
+    std::vector<float> fs(kv_select_float_scratch(kv0.n_groups, G, r));
+    std::vector<int64_t> is(kv_select_index_scratch(kv0.n_groups)), runs(2 * kv_select_max_runs(select, kv0.group));
+    const int32_t qpos = (int32_t)n;
+    int64_t slots = 0;
+    for (auto _ : st)
+        for (int h = 0; h < 2; h++) {
+            const attn_q_view qv{q.data(), 0, r, G, 1, &qpos, 0.125f};
+            kv_select_runs(c.view(0, h), qv, select, fs.data(), is.data(), runs.data(), &slots);
+            benchmark::DoNotOptimize(runs.data());
+        }
+    st.SetItemsProcessed(st.iterations() * n * 2);
+}
 
 // A whole model's decode attention under a plan: every head with its own
 // precisions and ranks, one thread.
@@ -188,3 +216,4 @@ BENCHMARK(BM_decode_attention_gqa)
     ->ArgsProduct({{128}, {16, 8, 4, 5, 2}, {8192}, {1, 2, 3, 4, 6, 7}})
     ->ArgsProduct({{64}, {16, 4, 2}, {8192}, {7}})
     ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_select_groups)->ArgsProduct({{4, 2}, {8192, 32768}, {2048}})->Unit(benchmark::kMicrosecond);

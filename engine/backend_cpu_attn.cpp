@@ -10,6 +10,7 @@
 #include "engine/backend_cpu.h"
 #include "engine/evict/evict.h"
 #include "engine/kv_cache.h"
+#include "engine/kv_select.h"
 #include "ggml-like/error.h"
 #include "kernels/attention.h"
 #include "kernels/attention_prefill.h"
@@ -40,6 +41,13 @@ attn_kv_view window_sinks(attn_kv_view kv, int64_t lo) {
     kv.pos += cut;
     kv.n_sink_slots -= cut;
     return kv;
+}
+
+// v.size() >= n, doubling when it grows (a step's groups grow by one at a
+// time; doubling keeps that from reallocating every group).
+template <class T>
+void grow_to(std::vector<T>& v, int64_t n) {
+    if ((int64_t)v.size() < n) v.resize((size_t)std::max<int64_t>(n, 2 * (int64_t)v.size()));
 }
 
 // Logits of slots a windowed query cannot see, for eviction policies: -inf.
@@ -182,6 +190,47 @@ void backend_cpu::attention(const backend_seq* seqs, int n_seqs, const model_hpa
     // The per-thread observation sums of a prefill segment serve one sequence.
     ZK_ASSERT(n_decode == n_seqs || n_seqs == 1);
 
+    // Decode-time key-group selection (engine/kv_select.h): one-token decode
+    // segments on global layers whose policy needs no logits; each head whose
+    // keys are KIVI and longer than the budget gets its runs of slots here.
+    int64_t most_groups = 0, most_runs = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        const backend_seq& sq = seqs[i];
+        const int64_t sel = sq.cache->params().select;
+        const bool on = sel > 0 && is_decode(sq) && sq.n == 1 && n_swa == 0 && !sq.policy->needs_attention();
+        for (int g = 0; g < KV; g++) {
+            int64_t& sn = fb.sel_n[(size_t)(i * KV + g)];
+            sn = 0;
+            if (!on) continue;
+            const attn_kv_view kv = sq.cache->view(il, g);
+            if (!kv_select_applies(kv, sel)) continue;
+            sn = -1;  // to choose
+            most_groups = std::max(most_groups, kv.n_groups);
+            most_runs = std::max(most_runs, kv_select_max_runs(sel, kv.group));
+        }
+    }
+    if (most_groups > 0) {
+        fb.sel_f_stride = kv_select_float_scratch(most_groups, (int)G, (int)D);
+        fb.sel_i_stride = kv_select_index_scratch(most_groups);
+        fb.sel_runs_stride = 2 * most_runs;
+        grow_to(fb.sel_f, fb.n_threads * fb.sel_f_stride);
+        grow_to(fb.sel_i, fb.n_threads * fb.sel_i_stride);
+        grow_to(fb.sel_runs, n_seqs * KV * fb.sel_runs_stride);
+        pool_.parallel_for(n_seqs * KV, 1, [&](int64_t b, int64_t e, int ith) {
+            for (int64_t task = b; task < e; task++) {
+                if (fb.sel_n[(size_t)task] != -1) continue;
+                const backend_seq& sq = seqs[task / KV];
+                const int g = (int)(task % KV);
+                const attn_q_view q{fb.q.data() + sq.row0 * H * D + g * G * D, H * D, D, (int)G, 1,
+                                    fb.pos.data() + sq.row0, scale};
+                fb.sel_n[(size_t)task] =
+                    kv_select_runs(sq.cache->view(il, g), q, sq.cache->params().select,
+                                   fb.sel_f.data() + ith * fb.sel_f_stride, fb.sel_i.data() + ith * fb.sel_i_stride,
+                                   fb.sel_runs.data() + task * fb.sel_runs_stride, &fb.sel_slots[(size_t)task]);
+            }
+        });
+    }
+
     // tasks, and where their partials go
     fb.tasks.clear();
     int64_t part = 0;
@@ -212,7 +261,9 @@ void backend_cpu::attention(const backend_seq* seqs, int n_seqs, const model_hpa
             fb.seg_nc[i] = nc;
             for (int g = 0; g < KV; g++)
                 for (int64_t c = 0; c < nc; c++) {
-                    fb.tasks.push_back({cost(g, cache.block(il, g).n_used / nc), i, g, c, part});
+                    const size_t ig = (size_t)(i * KV + g);
+                    const int64_t slots = fb.sel_n[ig] > 0 ? fb.sel_slots[ig] : cache.block(il, g).n_used;
+                    fb.tasks.push_back({cost(g, slots / nc), i, g, c, part});
                     part += sq.n * G * (2 + D);
                 }
         } else {
@@ -248,10 +299,33 @@ void backend_cpu::attention(const backend_seq* seqs, int n_seqs, const model_hpa
                 p.logits = s.logits_buf + tk.g * n * G * cap;
                 p.logits_stride = cap;
             }
+            const attn_q_view q{q_seg, H * D, D, (int)G, n, pos_seg, scale};
+            const size_t ig = (size_t)(tk.seq * KV + tk.g);
+            if (fb.sel_n[ig] > 0) {
+                // selected groups: this task's share [v0, v1) of the runs' slots
+                // laid end to end, the first piece into p, the others folded in
+                const int64_t* runs = fb.sel_runs.data() + ig * fb.sel_runs_stride;
+                const int64_t T = fb.sel_slots[ig], v0 = T * tk.c / nc, v1 = T * (tk.c + 1) / nc;
+                float* tb = fb.sel_part.data() + ith * fb.sel_part_stride;
+                const attn_partial piece{tb, tb + n * G, tb + 2 * n * G};
+                bool first = true;
+                for (int64_t r = 0, at = 0; r < fb.sel_n[ig] && at < v1; r++) {
+                    const int64_t len = runs[2 * r + 1] - runs[2 * r];
+                    const int64_t a = std::max(v0, at), b = std::min(v1, at + len);
+                    if (a < b) {
+                        kernel_attention_range(kv, runs[2 * r] + a - at, runs[2 * r] + b - at, q, first ? p : piece,
+                                               scratch);
+                        if (!first) kernel_attention_combine(p, piece, n, (int)G, kv.r_v);
+                        first = false;
+                    }
+                    at += len;
+                }
+                if (first) kernel_attention_range(kv, 0, 0, q, p, scratch);  // an empty partial
+                return;
+            }
             // (one token, or tokens whose windows all start at slot 0)
             const int64_t lo = window_first_slot(kv, n_swa, pos_seg[0]);
             const int64_t s0 = lo + (kv.n_slots - lo) * tk.c / nc, s1 = lo + (kv.n_slots - lo) * (tk.c + 1) / nc;
-            const attn_q_view q{q_seg, H * D, D, (int)G, n, pos_seg, scale};
             kernel_attention_range(kv, s0, s1, q, p, scratch);
             return;
         }

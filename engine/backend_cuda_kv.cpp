@@ -401,6 +401,9 @@ void backend_cuda::attention(const backend_seq* seqs, int n_seqs, const model_hp
     int64_t n = 0, max_tok = 0;
     bool compressed = false;
     for (int i = 0; i < n_seqs; i++) {
+        // the device's decode kernel attends to every group (engine/kv_select.h is the CPU's)
+        if (seqs[i].cache->params().select > 0)
+            ZK_THROW("--kv-select (key-group selection) runs on the CPU backend only; drop it or use --device cpu");
         n = std::max(n, seqs[i].row0 + seqs[i].n);
         max_tok = std::max(max_tok, seqs[i].n);
         compressed |= seqs[i].compressed();

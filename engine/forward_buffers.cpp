@@ -52,6 +52,10 @@ forward_buffers::forward_buffers(const model_hparams& hp, int64_t n_rows_, int m
     score.resize((size_t)n_threads * kernel_attention_scratch((int)G, cap, (int)D, (int)D, gear_rank));
     sink_part_stride = k_session_decode_max_tok * G * (2 + D);
     sink_part.resize((size_t)n_threads * sink_part_stride);
+    sel_n.resize((size_t)max_seqs * KV);
+    sel_slots.resize((size_t)max_seqs * KV);
+    sel_part_stride = G * (2 + D);
+    sel_part.resize((size_t)n_threads * sel_part_stride);
     if (observe) {
         thread_logits.resize((size_t)n_threads * G * cap);
         thread_scores.assign((size_t)n_threads * KV * cap, 0.0f);

@@ -154,6 +154,13 @@ struct forward_buffers {
     int64_t prefill_scratch_stride = 0;
     int prefill_tokens = 1;
     std::vector<float> prefill_kt;
+    // Decode-time key-group selection (engine/kv_select.h): per-thread scratch
+    // and partials [n_threads x stride], and per (sequence, KV head) of the pass
+    // the runs of slots the step attends to (sel_n: how many, 0 = every slot;
+    // sel_slots: the slots they hold). Grown to the most groups seen, doubling.
+    std::vector<float> sel_f, sel_part;
+    std::vector<int64_t> sel_i, sel_runs, sel_n, sel_slots;
+    int64_t sel_f_stride = 0, sel_i_stride = 0, sel_runs_stride = 0, sel_part_stride = 0;
 };
 
 }  // namespace zk

@@ -256,4 +256,22 @@ void kernel_attention_sinks(const attn_kv_view& kv, const attn_q_view& q, const 
 void kernel_attention_merge(const attn_partial* parts, int n_parts, int64_t n_tok, int n_group,
                             int r_v, float* out, int64_t out_stride, int64_t out_head_stride);
 
+// Folds partial `from` into `into` (both over the same queries, acc r_v wide):
+// into becomes the partial over both ranges.
+void kernel_attention_combine(const attn_partial& into, const attn_partial& from, int64_t n_tok, int n_group, int r_v);
+
+// Decode-time key-group selection (Quest's page bounds, read from KIVI grids):
+// for key groups [g0, g1) of a block whose keys are KIVI (4- or 2-bit, tails
+// and 0-bit channels included), bound[(g - g0) x n_group + j] = q.scale x an
+// upper bound of q_j . k over every key the group's grids can code (channel c
+// in [m_c, m_c + L_c s_c]; GEAR's corrections not counted), for the first
+// query token of q. Costs about 1/group of a score pass. scratch: floats of
+// kernel_attention_select_scratch. Why: at depth, decode reads every key and
+// value; the groups whose bound is far below the best hold keys whose
+// softmax weight is small, so a step may attend to the best groups only
+// (engine/kv_select.h chooses them; bench/RESULTS.md "group selection").
+int64_t kernel_attention_select_scratch(int n_group, int r_k);
+void kernel_attention_group_bounds(const attn_kv_view& kv, const attn_q_view& q, int64_t g0, int64_t g1,
+                                   float* bound, float* scratch);
+
 }  // namespace zk

@@ -136,6 +136,10 @@ void options_add_kv(CLI::App& app, model_opts& o, bool lists_elsewhere) {
     app.add_option("--kv-sinks", o.kv_sinks,
                    "attention sinks: the first tokens, never evicted and kept exact (f32, full head dim) in a "
                    "quantized or compressed cache (0 = none)")->group(g);
+    app.add_option("--kv-select", o.kv_select,
+                   "4/2-bit keys: a one-token decode step attends to this many tokens' worth of key groups, those "
+                   "whose grid bounds on q.k are highest, plus the residual window and sinks (0 = all; Quest)")
+        ->group(g);
     app.add_option("--kv-recent", o.kv_recent, "eviction: newest tokens always kept (-1 = min(32, budget/4))")
         ->group(g);
     app.add_option("--kv-crush", o.kv_crush,
@@ -289,6 +293,7 @@ session_params options_session_params(const model_opts& o) {
     p.kv.gear = o.kv_gear;
     p.kv.key_tail = o.kv_key_tail;
     p.kv.key_zero = o.kv_key_zero;
+    p.kv.select = o.kv_select;
     p.kv.gear_rank = o.kv_gear_rank;
     p.kv.gear_outliers = o.kv_gear_outliers;
     p.evict.policy = o.kv_evict;
@@ -319,7 +324,7 @@ const struct {
     {"kv.residual", "--kv-residual"},   {"kv.sinks", "--kv-sinks"},
     {"kv.gear_rank", "--kv-gear-rank"}, {"kv.gear_outliers", "--kv-gear-outliers"},
     {"kv.gear", "--kv-gear"},           {"kv.alloc", "--kv-alloc"},
-    {"kv.key_tail", "--kv-key-tail"},   {"kv.key_zero", "--kv-key-zero"},
+    {"kv.key_tail", "--kv-key-tail"},   {"kv.key_zero", "--kv-key-zero"},   {"kv.select", "--kv-select"},
     {"evict.policy", "--kv-evict"},     {"evict.budget", "--kv-budget"},
     {"evict.n_sink", "--kv-sinks"},     {"evict.n_recent", "--kv-recent"},
     {"evict.crush_anchor", "--kv-crush-anchor"}, {"evict.crush", "--kv-crush"},

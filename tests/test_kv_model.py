@@ -12,7 +12,10 @@
    window) has a lower KL than 4-bit without sinks and with a one-group window;
    and 4-bit keys whose last 16 channels are 1-bit lose more than 4-bit alone
    but stay far below a nat, and 4-bit keys whose last 8 channels are 0-bit
-   group means after such a tail below one (`zack run` with either answers too).
+   group means after such a tail below one (`zack run` with either answers too);
+   and decode-time key-group selection (--kv-select 64 over a 4-bit cache with a
+   32-token window: the steps attend to 2 of 5-6 groups) loses more than the same
+   cache attending to every group, and stays below half a nat.
 """
 import os
 import re
@@ -75,14 +78,17 @@ def main():
                           (["--kv-bits", "2", "--kv-key-tail", "129"], "--kv-key-tail"),
                           (["--kv-bits", "2", "--kv-key-tail", "8", "--kv-gear"], "--kv-gear"),
                           (["--kv-bits", "2", "--kv-key-zero", "513"], "--kv-key-zero"),
-                          (["--kv-bits", "2", "--kv-key-zero", "8", "--kv-gear"], "--kv-gear")):
+                          (["--kv-bits", "2", "--kv-key-zero", "8", "--kv-gear"], "--kv-gear"),
+                          (["--kv-select", "64"], "--kv-select"),
+                          (["--kv-bits", "4", "--kv-select", "-1"], "--kv-select")):
         r = subprocess.run([ZACK, "run", "-m", MODEL, "-p", "hi", "-n", "1"] + flags,
                            capture_output=True, text=True, timeout=120)
         check(r.returncode != 0 and needle in r.stderr, f"{' '.join(flags)} rejected: {r.stderr.strip()[:120]!r}")
 
     text = os.path.join(SOURCE, "tests", "data", "calib", "apache-2.0.txt")
     configs = ["bits=8", "bits=4", "bits=4,sinks=0,residual=32", "bits=4,gear=1", "evict=streaming,budget=96",
-               "evict=h2o,budget=96", "evict=snapkv,budget=96", "bits=4,key_tail=16", "bits=4,key_tail=16,key_zero=8"]
+               "evict=h2o,budget=96", "evict=snapkv,budget=96", "bits=4,key_tail=16", "bits=4,key_tail=16,key_zero=8",
+               "bits=4,residual=32", "bits=4,residual=32,select=64"]
     r = subprocess.run([tool, MODEL, text, "--prompt", "192", "--decode", "32", "--threads", "2"] + configs,
                        capture_output=True, text=True, timeout=900)
     print(r.stdout)
@@ -106,6 +112,9 @@ def main():
     zkl = kl.get("bits=4,key_tail=16,key_zero=8", 0)
     check(kl.get("bits=4", 1) < zkl < 1.0,
           f"4-bit keys with a 1-bit tail and 8 0-bit channels: KL {zkl} above 4-bit's, below 1")
+    # selection reads 2 of the 5-6 quantized groups a step: it loses something, not everything
+    skl, fkl = kl.get("bits=4,residual=32,select=64", 0), kl.get("bits=4,residual=32", 1)
+    check(fkl < skl < 0.5, f"4-bit with --kv-select 64: KL {skl} above the same cache's without ({fkl}), below 0.5")
 
     if failures:
         print(f"{len(failures)} check(s) failed")

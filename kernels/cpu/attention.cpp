@@ -210,4 +210,23 @@ void kernel_attention_merge(const attn_partial* parts, int n_parts, int64_t n_to
     }
 }
 
+void kernel_attention_combine(const attn_partial& into, const attn_partial& from, int64_t n_tok, int n_group,
+                              int r_v) {
+    for (int64_t ij = 0; ij < n_tok * n_group; ij++) {
+        if (from.l[ij] == 0) continue;  // nothing visible there
+        float* acc = into.acc + ij * r_v;
+        if (into.l[ij] == 0) {
+            into.m[ij] = from.m[ij], into.l[ij] = from.l[ij];
+            std::memcpy(acc, from.acc + ij * r_v, sizeof(float) * r_v);
+            continue;
+        }
+        const float mx = std::max(into.m[ij], from.m[ij]);
+        const float a = std::exp(into.m[ij] - mx), b = std::exp(from.m[ij] - mx);
+        simd::scale_f32(acc, r_v, a);
+        simd::axpy_f32(b, from.acc + ij * r_v, acc, r_v);
+        into.m[ij] = mx;
+        into.l[ij] = a * into.l[ij] + b * from.l[ij];
+    }
+}
+
 }  // namespace zk

@@ -1,0 +1,36 @@
+// Decode-time key-group selection (kv_cache_params::select): a decode step of
+// one token attends, in each KV head whose keys are KIVI, to the `select`
+// tokens' worth of key groups whose grid bounds (kernel_attention_group_bounds)
+// are highest, plus the residual window and the exact sinks; the other groups
+// are skipped for that step, not evicted (the next step may choose them).
+// This is Quest (Tang et al. 2024) with its pages' min/max taken from the
+// KIVI grids the cache already keeps. Prefill and steps of several tokens
+// attend to everything.
+#pragma once
+#include <cstdint>
+
+#include "kernels/attention.h"
+
+namespace zk {
+
+// Floats and int64s of scratch kv_select_runs needs for a block of n_groups
+// groups and n_group query heads.
+int64_t kv_select_float_scratch(int64_t n_groups, int n_group, int r_k);
+int64_t kv_select_index_scratch(int64_t n_groups);
+// Most runs kv_select_runs writes for a budget of `select` tokens in groups of `group`.
+int64_t kv_select_max_runs(int64_t select, int group);
+
+// Whether block view kv is one selection applies to at budget `select`: KIVI
+// keys whose quantized slots exceed the budget.
+bool kv_select_applies(const attn_kv_view& kv, int64_t select);
+
+// The slot ranges the query (its first token) attends to: runs[2 i], runs[2 i
+// + 1] = [s0, s1) of run i, ascending, the residual window last. A group's
+// score is max over the query heads j of (bound_j(g) - max_g' bound_j(g')),
+// each head's bound against its own best (the heads' score scales differ);
+// the top ceil(select / group) groups are kept. Returns the number of runs;
+// *n_slots gets the slots they hold.
+int64_t kv_select_runs(const attn_kv_view& kv, const attn_q_view& q, int64_t select, float* fscratch,
+                       int64_t* iscratch, int64_t* runs, int64_t* n_slots);
+
+}  // namespace zk

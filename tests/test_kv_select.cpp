@@ -1,0 +1,245 @@
+// Decode-time key-group selection (engine/kv_select.h, kernel_attention_group_bounds):
+//   - a group's bound is at least the score of every key the group holds (the
+//     keys as the cache reads them back), for 4-bit keys and 2-bit keys with a
+//     1-bit tail and 0-bit channels, G = 1 and 6 query heads; and it equals its
+//     CPU twin, sum_c max(q_c lo_c, q_c hi_c) over the grids decoded one
+//     channel at a time in double (relative 1e-5);
+//   - partials combined (kernel_attention_combine) equal the partial of the
+//     joined range (reference path; float sums in another order: relative 1e-4);
+//   - the group holding a key planted along the query is chosen at a budget of
+//     two groups; runs ascend, hold the residual window, and count their slots;
+//     a budget at or past the quantized slots does not apply;
+//   - a session on the tiny random model: a budget that keeps every group gives
+//     the logits of no selection bit for bit; a small budget changes them, stays
+//     finite, and is refused on a cache without 4- or 2-bit keys.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/kv_cache.h"
+#include "engine/kv_select.h"
+#include "engine/model.h"
+#include "engine/session.h"
+#include "ggml-like/error.h"
+#include "kernels/attention.h"
+#include "tests/kv_test_data.h"
+#include "tests/tiny_model.h"
+
+using namespace zk;
+using zk_test::make_rows;
+
+namespace {
+
+struct block_case {
+    int bits, tail, zero;
+};
+
+// A one-head cache of n tokens at rank r (16-bit residual window of one group).
+kv_cache make_cache(const block_case& bc, int n, int r, uint32_t seed, const std::vector<float>* plant = nullptr) {
+    kv_cache_params p;
+    p.bits_k = {bc.bits};
+    p.bits_v = {bc.bits};
+    p.residual = 32;
+    p.tails_k = {bc.tail};
+    p.zeros_k = {bc.zero};
+    kv_cache c(1, 1, n, p, {r}, {r});
+    std::vector<float> K = make_rows(n, r, seed), V = make_rows(n, r, seed + 1);
+    if (plant) {  // plant[0]: the slot, then its key
+        // a key along the first query head's direction, 4x the rows' scale
+        for (int ch = 0; ch < r; ch++) K[(size_t)(*plant)[0] * r + ch] = 4.0f * (*plant)[1 + ch];
+    }
+    std::vector<int32_t> pos(n);
+    for (int t = 0; t < n; t++) pos[t] = t;
+    for (int t = 0; t < n;) {
+        const int k = std::min(n - t, t < 200 ? 41 : 1);
+        c.append(0, 0, k, &K[(size_t)t * r], r, &V[(size_t)t * r], r, &pos[t]);
+        t += k;
+    }
+    return c;
+}
+
+std::vector<float> random_q(int G, int r, uint32_t seed) {
+    std::mt19937 g(seed);
+    std::normal_distribution<float> N(0, 1);
+    std::vector<float> q((size_t)G * r);
+    for (auto& x : q) x = N(g);
+    return q;
+}
+
+TEST(KvSelect, BoundsHoldEveryKeyAndMatchTheGrids) {
+    const int n = 400, r = 128;
+    for (const block_case bc : {block_case{4, 0, 0}, block_case{2, 0, 0}, block_case{2, 72, 24}})
+        for (int G : {1, 6}) {
+            kv_cache c = make_cache(bc, n, r, 11 + bc.bits + bc.tail);
+            const attn_kv_view kv = c.view(0, 0);
+            ASSERT_GT(kv.n_groups, 8);
+            ASSERT_EQ(kv.k.tail, bc.tail);
+            ASSERT_EQ(kv.k.zero, bc.zero);
+            const std::vector<float> q = random_q(G, r, 5 + G);
+            const int32_t qpos = n - 1;
+            const float scale = 0.0884f;
+            const attn_q_view qv{q.data(), 0, r, G, 1, &qpos, scale};
+            std::vector<float> bound((size_t)kv.n_groups * G), scratch(kernel_attention_select_scratch(G, r));
+            kernel_attention_group_bounds(kv, qv, 0, kv.n_groups, bound.data(), scratch.data());
+            const int zero = kv.k.zero, rc = r - zero, h = rc - kv.k.tail, gw = kv_key_grid_words(r, zero);
+            std::vector<float> kd(r), vd(r);
+            double worst_twin = 0, mean_slack = 0;
+            for (int64_t g = 0; g < kv.n_groups; g++) {
+                const uint16_t* grid = kv.k.scale + g * gw;
+                const float ds = fp16_to_fp32(kv.k.min[g * KV_GRID_STEPS]);
+                const float dm = fp16_to_fp32(kv.k.min[g * KV_GRID_STEPS + 1]);
+                for (int j = 0; j < G; j++) {
+                    const float* qj = q.data() + j * r;
+                    // the twin: each channel's range from its grid, the larger end
+                    double twin = 0;
+                    for (int ch = 0; ch < r; ch++) {
+                        double lo, hi;
+                        if (ch < rc) {
+                            lo = kivi_grid_min(grid[ch], dm);
+                            hi = lo + kivi_grid_scale(grid[ch], ds) * (ch < h ? (1 << bc.bits) - 1 : 1);
+                        } else {
+                            lo = hi = dm * (double)((const int8_t*)(grid + rc))[ch - rc];
+                        }
+                        twin += std::max(qj[ch] * lo, qj[ch] * hi);
+                    }
+                    twin *= scale;
+                    const double b = bound[g * G + j];
+                    worst_twin = std::max(worst_twin, std::fabs(b - twin) / std::max(1.0, std::fabs(twin)));
+                    // every key the group holds scores at most its bound
+                    double best = -1e30;
+                    for (int64_t s = kv.group_start[g]; s < kv.group_start[g + 1]; s++) {
+                        c.read_slot(0, 0, s, kd.data(), vd.data());
+                        double d = 0;
+                        for (int ch = 0; ch < r; ch++) d += (double)qj[ch] * kd[ch];
+                        best = std::max(best, d * scale);
+                        EXPECT_LE(d * scale, b + 1e-4 * std::max(1.0, std::fabs(b)))
+                            << bc.bits << "-bit tail " << bc.tail << " zero " << bc.zero << " G " << G << " group "
+                            << g << " slot " << s;
+                    }
+                    mean_slack += b - best;
+                }
+            }
+            EXPECT_LT(worst_twin, 1e-5) << bc.bits << "-bit tail " << bc.tail << " zero " << bc.zero;
+            std::printf("[ measured ] %d-bit keys, tail %d, zero %d, G %d: bound over the best key of its group "
+                        "by %.3f on average (scaled scores), vs the twin %.1e\n",
+                        bc.bits, bc.tail, bc.zero, G, mean_slack / (kv.n_groups * G), worst_twin);
+        }
+}
+
+TEST(KvSelect, CombinedPartialsEqualTheJoinedRange) {
+    const int n = 300, r = 64, G = 6;
+    kv_cache c = make_cache({2, 32, 0}, n, r, 3);
+    const attn_kv_view kv = c.view(0, 0);
+    const std::vector<float> q = random_q(G, r, 9);
+    const int32_t qpos = n - 1;
+    const attn_q_view qv{q.data(), 0, r, G, 1, &qpos, 0.125f};
+    std::vector<float> scratch(kernel_attention_scratch(G, n, r, r, 0));
+    auto partial = [&](int64_t s0, int64_t s1) {
+        std::vector<float> buf((size_t)G * (2 + r));
+        kernel_attention_range_ref(kv, s0, s1, qv, attn_partial{buf.data(), buf.data() + G, buf.data() + 2 * G},
+                                   scratch.data());
+        return buf;
+    };
+    for (int64_t cut : {int64_t(0), int64_t(45), int64_t(128), int64_t(n - 10), int64_t(n)}) {
+        std::vector<float> a = partial(0, cut), b = partial(cut, n);
+        const std::vector<float> whole = partial(0, n);
+        kernel_attention_combine(attn_partial{a.data(), a.data() + G, a.data() + 2 * G},
+                                 attn_partial{b.data(), b.data() + G, b.data() + 2 * G}, 1, G, r);
+        for (int j = 0; j < G; j++) {
+            EXPECT_FLOAT_EQ(a[j], whole[j]) << "m, cut " << cut;  // the max is exact
+            EXPECT_NEAR(a[G + j], whole[G + j], 1e-4 * whole[G + j]) << "l, cut " << cut;
+            for (int ch = 0; ch < r; ch++)
+                EXPECT_NEAR(a[2 * G + j * r + ch], whole[2 * G + j * r + ch],
+                            1e-4 * (1 + std::fabs(whole[2 * G + j * r + ch])))
+                    << "acc, cut " << cut;
+        }
+    }
+}
+
+TEST(KvSelect, ChoosesThePlantedGroupAndKeepsTheWindow) {
+    const int n = 500, r = 128, G = 6, planted = 233;
+    const std::vector<float> q = random_q(G, r, 21);
+    std::vector<float> plant(1 + r);
+    plant[0] = planted;
+    for (int ch = 0; ch < r; ch++) plant[1 + ch] = q[ch] / 4.0f;  // head 0's query direction
+    kv_cache c = make_cache({2, 72, 24}, n, r, 17, &plant);
+    const attn_kv_view kv = c.view(0, 0);
+    const int32_t qpos = n - 1;
+    const attn_q_view qv{q.data(), 0, r, G, 1, &qpos, 0.0884f};
+    const int64_t nq = kv.group_start[kv.n_groups];
+    EXPECT_FALSE(kv_select_applies(kv, nq));
+    EXPECT_TRUE(kv_select_applies(kv, nq - 1));
+    for (int64_t select : {int64_t(64), nq - 1}) {
+        std::vector<float> fs(kv_select_float_scratch(kv.n_groups, G, r));
+        std::vector<int64_t> is(kv_select_index_scratch(kv.n_groups)), runs(2 * kv_select_max_runs(select, kv.group));
+        int64_t slots = 0;
+        const int64_t nr = kv_select_runs(kv, qv, select, fs.data(), is.data(), runs.data(), &slots);
+        ASSERT_GT(nr, 0);
+        int64_t count = 0;
+        bool has_planted = false;
+        for (int64_t i = 0; i < nr; i++) {
+            EXPECT_LT(runs[2 * i], runs[2 * i + 1]);
+            if (i > 0) {
+                EXPECT_GT(runs[2 * i], runs[2 * i - 1]) << "runs ascend and do not touch";
+            }
+            count += runs[2 * i + 1] - runs[2 * i];
+            has_planted |= runs[2 * i] <= planted && planted < runs[2 * i + 1];
+        }
+        EXPECT_EQ(count, slots);
+        EXPECT_EQ(runs[2 * nr - 1], kv.n_slots) << "the residual window is attended to";
+        EXPECT_TRUE(has_planted) << "budget " << select;
+        if (select >= nq - 1) {  // every group: one run over the block
+            EXPECT_EQ(nr, 1);
+            EXPECT_EQ(slots, kv.n_slots);
+        } else {
+            EXPECT_EQ(slots, 2 * kv.group + (kv.n_slots - nq));
+        }
+    }
+}
+
+TEST(KvSelect, SessionLogits) {
+    char dir[] = "/tmp/zk_select_XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    const std::string path = std::string(dir) + "/m.gguf";
+    zk_test::tiny_model_write(path, zk_test::tiny_model_params{});
+    const std::unique_ptr<model> m = model_load(path);
+    std::vector<int32_t> toks(400);
+    for (size_t i = 0; i < toks.size(); i++) toks[i] = 3 + (int32_t)(i * 37 % 270);
+    auto logits = [&](int64_t select, int bits) {
+        session_params sp;
+        sp.n_ctx = 512;
+        sp.n_threads = 2;
+        sp.kv.bits = bits;
+        sp.kv.residual = 32;
+        sp.kv.select = select;
+        session s(*m, sp);
+        s.decode(toks.data(), 200, false);
+        std::vector<float> out;
+        for (size_t t = 200; t < toks.size(); t++) {
+            const float* lg = s.decode(&toks[t], 1);
+            out.insert(out.end(), lg, lg + m->hp.n_vocab);
+        }
+        return out;
+    };
+    for (int bits : {4, 2}) {
+        const std::vector<float> all = logits(0, bits);
+        EXPECT_EQ(logits(512, bits), all) << bits << "-bit: a budget past the context selects everything";
+        const std::vector<float> few = logits(64, bits);
+        for (float x : few) ASSERT_TRUE(std::isfinite(x));
+        EXPECT_NE(few, all) << bits << "-bit: a budget of 64 tokens attends to less";
+    }
+    try {
+        logits(64, 16);
+        ADD_FAILURE() << "selection on a 16-bit cache was accepted";
+    } catch (const zk::error& e) {
+        EXPECT_NE(std::string(e.what()).find("kv.select"), std::string::npos) << e.what();
+    }
+    std::filesystem::remove_all(dir);
+}
+
+}  // namespace
