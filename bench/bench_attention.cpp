@@ -124,6 +124,39 @@ void BM_select_groups(benchmark::State& st) {
     st.SetItemsProcessed(st.iterations() * n * 2);
 }
 
+// The same layer's whole decode attention with selection: the groups chosen
+// as above, then one partial over their runs and the window
+// (kernel_attention_runs, as engine/backend_cpu_attn.cpp calls it on one
+// thread). Compare with BM_decode_attention_gqa/128/<bits>/<context>/6, which
+// attends to every slot.
+void BM_select_attention(benchmark::State& st) {
+    const int r = 128, G = 6, bits = (int)st.range(0);
+    const int64_t n = st.range(1), select = st.range(2);
+    const kv_cache c = make_cache(1, 2, r, bits, n);
+    std::mt19937 g(2);
+    std::normal_distribution<float> N(0, 1);
+    std::vector<float> q((size_t)G * r), m(G), l(G), acc((size_t)G * r), out(acc.size());
+    for (auto& x : q) x = N(g);
+    const attn_kv_view kv0 = c.view(0, 0);
+    std::vector<float> fs(kv_select_float_scratch(kv0.n_groups, G, r));
+    std::vector<float> scratch(kernel_attention_scratch(G, n, r, r, 0));
+    std::vector<int64_t> is(kv_select_index_scratch(kv0.n_groups)), runs(2 * kv_select_max_runs(select, kv0.group));
+    const int32_t qpos = (int32_t)n;
+    int64_t slots = 0, n_runs = 0;
+    for (auto _ : st)
+        for (int h = 0; h < 2; h++) {
+            const attn_kv_view kv = c.view(0, h);
+            const attn_q_view qv{q.data(), 0, r, G, 1, &qpos, 0.125f};
+            n_runs = kv_select_runs(kv, qv, select, fs.data(), is.data(), runs.data(), &slots);
+            const attn_partial p{m.data(), l.data(), acc.data()};
+            kernel_attention_runs(kv, runs.data(), n_runs, qv, p, scratch.data());
+            kernel_attention_merge(&p, 1, 1, G, r, out.data(), 0, r);
+            benchmark::DoNotOptimize(out.data());
+        }
+    st.SetItemsProcessed(st.iterations() * n * 2);
+    st.counters["runs"] = (double)n_runs;
+}
+
 // A whole model's decode attention under a plan: every head with its own
 // precisions and ranks, one thread.
 void run_plan_attention(benchmark::State& st, const kv_plan& pl, int64_t n, int k_group) {
@@ -217,3 +250,4 @@ BENCHMARK(BM_decode_attention_gqa)
     ->ArgsProduct({{64}, {16, 4, 2}, {8192}, {7}})
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_select_groups)->ArgsProduct({{4, 2}, {8192, 32768}, {2048}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_select_attention)->ArgsProduct({{4, 2}, {8192, 32768}, {2048}})->Unit(benchmark::kMicrosecond);

@@ -216,6 +216,7 @@ void backend_cpu::attention(const backend_seq* seqs, int n_seqs, const model_hpa
         grow_to(fb.sel_f, fb.n_threads * fb.sel_f_stride);
         grow_to(fb.sel_i, fb.n_threads * fb.sel_i_stride);
         grow_to(fb.sel_runs, n_seqs * KV * fb.sel_runs_stride);
+        grow_to(fb.sel_task_runs, fb.n_threads * fb.sel_runs_stride);
         pool_.parallel_for(n_seqs * KV, 1, [&](int64_t b, int64_t e, int ith) {
             for (int64_t task = b; task < e; task++) {
                 if (fb.sel_n[(size_t)task] != -1) continue;
@@ -303,24 +304,22 @@ void backend_cpu::attention(const backend_seq* seqs, int n_seqs, const model_hpa
             const size_t ig = (size_t)(tk.seq * KV + tk.g);
             if (fb.sel_n[ig] > 0) {
                 // selected groups: this task's share [v0, v1) of the runs' slots
-                // laid end to end, the first piece into p, the others folded in
+                // laid end to end, as runs of its own, in one partial
                 const int64_t* runs = fb.sel_runs.data() + ig * fb.sel_runs_stride;
                 const int64_t T = fb.sel_slots[ig], v0 = T * tk.c / nc, v1 = T * (tk.c + 1) / nc;
-                float* tb = fb.sel_part.data() + ith * fb.sel_part_stride;
-                const attn_partial piece{tb, tb + n * G, tb + 2 * n * G};
-                bool first = true;
+                int64_t* mine = fb.sel_task_runs.data() + ith * fb.sel_runs_stride;
+                int64_t n_mine = 0;
                 for (int64_t r = 0, at = 0; r < fb.sel_n[ig] && at < v1; r++) {
                     const int64_t len = runs[2 * r + 1] - runs[2 * r];
                     const int64_t a = std::max(v0, at), b = std::min(v1, at + len);
                     if (a < b) {
-                        kernel_attention_range(kv, runs[2 * r] + a - at, runs[2 * r] + b - at, q, first ? p : piece,
-                                               scratch);
-                        if (!first) kernel_attention_combine(p, piece, n, (int)G, kv.r_v);
-                        first = false;
+                        mine[2 * n_mine] = runs[2 * r] + a - at;
+                        mine[2 * n_mine + 1] = runs[2 * r] + b - at;
+                        n_mine++;
                     }
                     at += len;
                 }
-                if (first) kernel_attention_range(kv, 0, 0, q, p, scratch);  // an empty partial
+                kernel_attention_runs(kv, mine, n_mine, q, p, scratch);
                 return;
             }
             // (one token, or tokens whose windows all start at slot 0)

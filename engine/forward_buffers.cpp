@@ -54,8 +54,6 @@ forward_buffers::forward_buffers(const model_hparams& hp, int64_t n_rows_, int m
     sink_part.resize((size_t)n_threads * sink_part_stride);
     sel_n.resize((size_t)max_seqs * KV);
     sel_slots.resize((size_t)max_seqs * KV);
-    sel_part_stride = G * (2 + D);
-    sel_part.resize((size_t)n_threads * sel_part_stride);
     if (observe) {
         thread_logits.resize((size_t)n_threads * G * cap);
         thread_scores.assign((size_t)n_threads * KV * cap, 0.0f);

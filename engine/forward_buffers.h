@@ -158,9 +158,10 @@ struct forward_buffers {
     // and partials [n_threads x stride], and per (sequence, KV head) of the pass
     // the runs of slots the step attends to (sel_n: how many, 0 = every slot;
     // sel_slots: the slots they hold). Grown to the most groups seen, doubling.
-    std::vector<float> sel_f, sel_part;
-    std::vector<int64_t> sel_i, sel_runs, sel_n, sel_slots;
-    int64_t sel_f_stride = 0, sel_i_stride = 0, sel_runs_stride = 0, sel_part_stride = 0;
+    // (sel_task_runs: per thread, the runs of a task's share of the slots.)
+    std::vector<float> sel_f;
+    std::vector<int64_t> sel_i, sel_runs, sel_task_runs, sel_n, sel_slots;
+    int64_t sel_f_stride = 0, sel_i_stride = 0, sel_runs_stride = 0;
 };
 
 }  // namespace zk

@@ -314,7 +314,7 @@ void kvq_dequantize_keys(int bits, const uint8_t* codes, const uint16_t* grid, c
     const int rc = r - zero, h = rc - tail, rb = kv_key_row_bytes(bits, r, tail, zero);
     const int rbh = kv_qb_row_bytes(bits, h), tb = kv_tail_bytes(tail);
     const float ds = fp16_to_fp32(step[0]), dm = fp16_to_fp32(step[1]);
-    const int8_t* zb = (const int8_t*)(grid + rc);
+    const int8_t* zb = kv_key_zero_mins(grid, r, zero);
     for (int c = rc; c < r; c++)
         for (int t = 0; t < n; t++) X[(size_t)t * r + c] = dm * (float)zb[c - rc];
     for (int c = 0; c < rc; c++) {

@@ -24,9 +24,9 @@ int64_t kv_select_runs(const attn_kv_view& kv, const attn_q_view& q, int64_t sel
     ZK_ASSERT(kv_select_applies(kv, select));
     const int G = q.n_group;
     const int64_t ng = kv.n_groups;
-    float* bound = fscratch;            // [ng x G]
+    float* bound = fscratch;            // [ng x G] the estimates
     float* score = fscratch + ng * G;   // [ng]
-    kernel_attention_group_bounds(kv, q, 0, ng, bound, fscratch + ng * (G + 1));
+    kernel_attention_group_bounds(kv, q, 0, ng, k_select_spread, bound, fscratch + ng * (G + 1));
     // each head's bounds against its best group
     float best[64];
     ZK_ASSERT(G <= 64);

@@ -1,7 +1,7 @@
 // Decode-time key-group selection (kv_cache_params::select): a decode step of
 // one token attends, in each KV head whose keys are KIVI, to the `select`
-// tokens' worth of key groups whose grid bounds (kernel_attention_group_bounds)
-// are highest, plus the residual window and the exact sinks; the other groups
+// tokens' worth of key groups whose grid estimates (kernel_attention_group_bounds
+// at spread k_select_spread) are highest, plus the residual window and the exact sinks; the other groups
 // are skipped for that step, not evicted (the next step may choose them).
 // This is Quest (Tang et al. 2024) with its pages' min/max taken from the
 // KIVI grids the cache already keeps. Prefill and steps of several tokens
@@ -12,6 +12,14 @@
 #include "kernels/attention.h"
 
 namespace zk {
+
+// The spread a group's estimate gives its channels' ranges: the centre plus
+// half the half-width towards the query. The bound (spread 1) sits 8-13
+// above the best key on random keys, and at 4K context in one-token steps on
+// Qwen2.5-Coder-1.5B (budget 1,024) spread 0.5 lost KLD 0.0249 where the
+// bound lost 0.0270, 0.25 lost 0.0271 and the centre (0) more still
+// (bench/RESULTS.md, 2026-12-01).
+constexpr float k_select_spread = 0.5f;
 
 // Floats and int64s of scratch kv_select_runs needs for a block of n_groups
 // groups and n_group query heads.
@@ -26,7 +34,7 @@ bool kv_select_applies(const attn_kv_view& kv, int64_t select);
 
 // The slot ranges the query (its first token) attends to: runs[2 i], runs[2 i
 // + 1] = [s0, s1) of run i, ascending, the residual window last. A group's
-// score is max over the query heads j of (bound_j(g) - max_g' bound_j(g')),
+// score is max over the query heads j of (est_j(g) - max_g' est_j(g')),
 // each head's bound against its own best (the heads' score scales differ);
 // the top ceil(select / group) groups are kept. Returns the number of runs;
 // *n_slots gets the slots they hold.

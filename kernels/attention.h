@@ -151,6 +151,11 @@ inline int kv_key_row_bytes(int bits, int r, int tail, int zero = 0) {
 // each is its group mean m_c; a group's grid is then r - zero packed grid codes
 // followed by the zero channels' int8 min codes, two a word.
 inline int kv_key_grid_words(int r, int zero) { return r - zero + (zero + 1) / 2; }
+// The int8 min codes of a group's 0-bit channels (grid: the group's
+// kv_key_grid_words(r, zero) words); channel r - zero + i has m = dm x codes[i].
+inline const int8_t* kv_key_zero_mins(const uint16_t* grid, int r, int zero) {
+    return (const int8_t*)(grid + (r - zero));
+}
 
 struct attn_gear_view {
     int rank = 0;                      // low-rank part (0: none)
@@ -245,6 +250,17 @@ void kernel_attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, cons
 void kernel_attention_range_ref(const attn_kv_view& kv, int64_t s0, int64_t s1, const attn_q_view& q,
                                 const attn_partial& out, float* scratch);
 
+// The partial over the slot runs [runs[2 i], runs[2 i + 1]), i < n_runs
+// (ascending, not overlapping; slots below kv.n_sink_slots left out as
+// above), as one range: the scores of every run side by side, one softmax,
+// the value sums run by run. Equals kernel_attention_range over each run with
+// the partials combined, up to float rounding, at one call's fixed cost
+// instead of one a run (decode-time selection picks scattered 32-slot groups:
+// 2-3 us a run on Zen 4, more than the run's own work; bench_attention
+// BM_select_attention). scratch: kernel_attention_scratch for the runs' slots.
+void kernel_attention_runs(const attn_kv_view& kv, const int64_t* runs, int64_t n_runs, const attn_q_view& q,
+                           const attn_partial& out, float* scratch);
+
 // The partial over the exact sink rows of the block's first n_sink_slots slots
 // (acc [n_tok x n_group x sink_dim], out.acc_dim must be kv.sink_dim); the
 // scores go to out.logits at those slots. No sink slots: an empty partial.
@@ -256,22 +272,20 @@ void kernel_attention_sinks(const attn_kv_view& kv, const attn_q_view& q, const 
 void kernel_attention_merge(const attn_partial* parts, int n_parts, int64_t n_tok, int n_group,
                             int r_v, float* out, int64_t out_stride, int64_t out_head_stride);
 
-// Folds partial `from` into `into` (both over the same queries, acc r_v wide):
-// into becomes the partial over both ranges.
-void kernel_attention_combine(const attn_partial& into, const attn_partial& from, int64_t n_tok, int n_group, int r_v);
-
 // Decode-time key-group selection (Quest's page bounds, read from KIVI grids):
 // for key groups [g0, g1) of a block whose keys are KIVI (4- or 2-bit, tails
-// and 0-bit channels included), bound[(g - g0) x n_group + j] = q.scale x an
-// upper bound of q_j . k over every key the group's grids can code (channel c
-// in [m_c, m_c + L_c s_c]; GEAR's corrections not counted), for the first
-// query token of q. Costs about 1/group of a score pass. scratch: floats of
-// kernel_attention_select_scratch. Why: at depth, decode reads every key and
-// value; the groups whose bound is far below the best hold keys whose
+// and 0-bit channels included), bound[(g - g0) x n_group + j] = q.scale x
+// sum_c (q_jc centre_c + spread |q_jc| halfwidth_c) over each channel's range
+// [m_c, m_c + L_c s_c] from the group's grids (GEAR's corrections not
+// counted), for the first query token of q. spread = 1 gives an upper bound of
+// q_j . k over every key the group can code; smaller spreads rank groups better
+// (engine/kv_select.cpp). Costs about 1/group of a score pass. scratch: floats
+// of kernel_attention_select_scratch. Why: at depth, decode reads every key
+// and value; the groups whose bound is far below the best hold keys whose
 // softmax weight is small, so a step may attend to the best groups only
 // (engine/kv_select.h chooses them; bench/RESULTS.md "group selection").
 int64_t kernel_attention_select_scratch(int n_group, int r_k);
 void kernel_attention_group_bounds(const attn_kv_view& kv, const attn_q_view& q, int64_t g0, int64_t g1,
-                                   float* bound, float* scratch);
+                                   float spread, float* bound, float* scratch);
 
 }  // namespace zk

@@ -138,7 +138,7 @@ void options_add_kv(CLI::App& app, model_opts& o, bool lists_elsewhere) {
                    "quantized or compressed cache (0 = none)")->group(g);
     app.add_option("--kv-select", o.kv_select,
                    "4/2-bit keys: a one-token decode step attends to this many tokens' worth of key groups, those "
-                   "whose grid bounds on q.k are highest, plus the residual window and sinks (0 = all; Quest)")
+                   "whose grids promise the highest q.k, plus the residual window and sinks (0 = all; Quest)")
         ->group(g);
     app.add_option("--kv-recent", o.kv_recent, "eviction: newest tokens always kept (-1 = min(32, budget/4))")
         ->group(g);

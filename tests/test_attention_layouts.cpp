@@ -26,7 +26,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -357,23 +356,10 @@ TEST(KvMixed, BadTablesRejectedByName) {
 // with eviction too; mixed tables run and reach the cache; a table of the
 // wrong size is refused naming it.
 TEST(KvMixed, SessionTablesEqualBits) {
-    char dir[] = "/tmp/zk_layouts_XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    const std::string path = std::string(dir) + "/m.gguf";
-    zk_test::tiny_model_write(path, zk_test::tiny_model_params{});
-    const std::unique_ptr<model> m = model_load(path);
-    std::vector<int32_t> toks(300);
-    for (size_t i = 0; i < toks.size(); i++) toks[i] = 3 + (int32_t)(i * 37 % 270);
-    auto logits = [&](const session_params& sp) {
-        session s(*m, sp);
-        const float* lg = s.decode(toks.data(), 200, true);
-        std::vector<float> out(lg, lg + 200 * (size_t)m->hp.n_vocab);
-        for (size_t t = 200; t < toks.size(); t++) {
-            lg = s.decode(&toks[t], 1);
-            out.insert(out.end(), lg, lg + m->hp.n_vocab);
-        }
-        return out;
-    };
+    const zk_test::tiny_model_loaded tiny;
+    const model& m = tiny.get();
+    const std::vector<int32_t> toks = zk_test::tiny_model_tokens(300);
+    auto logits = [&](const session_params& sp) { return zk_test::tiny_model_session_logits(m, sp, toks, 200, true); };
     for (int bits : {8, 4, 2})
         for (bool evict : {false, true}) {
             session_params a;
@@ -394,18 +380,17 @@ TEST(KvMixed, SessionTablesEqualBits) {
     mixed.kv.gear = true;
     mixed.evict.policy = "h2o", mixed.evict.budget = 96, mixed.evict.chunk = 16;
     for (float x : logits(mixed)) ASSERT_TRUE(std::isfinite(x));
-    session s(*m, mixed);
+    session s(m, mixed);
     EXPECT_EQ(s.cache().layout_k(1, 1), KV_LAYOUT_Q2);
     EXPECT_EQ(s.cache().layout_v(1, 1), KV_LAYOUT_ROWS);
     EXPECT_EQ(s.cache().layout_v(0, 1), KV_LAYOUT_Q4);
     mixed.kv.bits_v = {2, 4, 8};
     try {
-        session bad(*m, mixed);
+        session bad(m, mixed);
         ADD_FAILURE() << "a 3-entry table for 4 heads was accepted";
     } catch (const zk::error& e) {
         EXPECT_NE(std::string(e.what()).find("kv_bits_v"), std::string::npos) << e.what();
     }
-    std::filesystem::remove_all(dir);
 }
 
 }  // namespace

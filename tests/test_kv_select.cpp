@@ -1,22 +1,25 @@
 // Decode-time key-group selection (engine/kv_select.h, kernel_attention_group_bounds):
-//   - a group's bound is at least the score of every key the group holds (the
-//     keys as the cache reads them back), for 4-bit keys and 2-bit keys with a
-//     1-bit tail and 0-bit channels, G = 1 and 6 query heads; and it equals its
-//     CPU twin, sum_c max(q_c lo_c, q_c hi_c) over the grids decoded one
-//     channel at a time in double (relative 1e-5);
-//   - partials combined (kernel_attention_combine) equal the partial of the
-//     joined range (reference path; float sums in another order: relative 1e-4);
+//   - at spread 1 a group's bound is at least the score of every key the group
+//     holds (the keys as the cache reads them back), for 4-bit keys and 2-bit
+//     keys with a 1-bit tail and 0-bit channels, G = 1 and 6 query heads; at
+//     spreads 1, 0.5 (the one selection uses) and 0 the estimate equals its CPU
+//     twin, sum_c q_c (lo_c + hi_c) / 2 + spread |q_c| (hi_c - lo_c) / 2 over
+//     the grids decoded one channel at a time in double (relative 1e-5), which
+//     at spread 1 is sum_c max(q_c lo_c, q_c hi_c);
+//   - the partial over a list of runs (kernel_attention_runs) equals the
+//     ranges' partials merged (4- and 2-bit keys with tails and 0-bit
+//     channels, runs cut inside groups, into the 16-bit window, empty; float
+//     sums in another order: relative 1e-4, the max exact);
 //   - the group holding a key planted along the query is chosen at a budget of
 //     two groups; runs ascend, hold the residual window, and count their slots;
 //     a budget at or past the quantized slots does not apply;
-//   - a session on the tiny random model: a budget that keeps every group gives
-//     the logits of no selection bit for bit; a small budget changes them, stays
-//     finite, and is refused on a cache without 4- or 2-bit keys.
+//   - a session on the tiny random model: a budget that keeps every group gives the logits
+//     of no selection bit for bit; a small budget changes them, stays finite,
+//     and is refused on a cache without 4- or 2-bit keys.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -74,89 +77,104 @@ std::vector<float> random_q(int G, int r, uint32_t seed) {
 TEST(KvSelect, BoundsHoldEveryKeyAndMatchTheGrids) {
     const int n = 400, r = 128;
     for (const block_case bc : {block_case{4, 0, 0}, block_case{2, 0, 0}, block_case{2, 72, 24}})
-        for (int G : {1, 6}) {
-            kv_cache c = make_cache(bc, n, r, 11 + bc.bits + bc.tail);
-            const attn_kv_view kv = c.view(0, 0);
-            ASSERT_GT(kv.n_groups, 8);
-            ASSERT_EQ(kv.k.tail, bc.tail);
-            ASSERT_EQ(kv.k.zero, bc.zero);
-            const std::vector<float> q = random_q(G, r, 5 + G);
-            const int32_t qpos = n - 1;
-            const float scale = 0.0884f;
-            const attn_q_view qv{q.data(), 0, r, G, 1, &qpos, scale};
-            std::vector<float> bound((size_t)kv.n_groups * G), scratch(kernel_attention_select_scratch(G, r));
-            kernel_attention_group_bounds(kv, qv, 0, kv.n_groups, bound.data(), scratch.data());
-            const int zero = kv.k.zero, rc = r - zero, h = rc - kv.k.tail, gw = kv_key_grid_words(r, zero);
-            std::vector<float> kd(r), vd(r);
-            double worst_twin = 0, mean_slack = 0;
-            for (int64_t g = 0; g < kv.n_groups; g++) {
-                const uint16_t* grid = kv.k.scale + g * gw;
-                const float ds = fp16_to_fp32(kv.k.min[g * KV_GRID_STEPS]);
-                const float dm = fp16_to_fp32(kv.k.min[g * KV_GRID_STEPS + 1]);
-                for (int j = 0; j < G; j++) {
-                    const float* qj = q.data() + j * r;
-                    // the twin: each channel's range from its grid, the larger end
-                    double twin = 0;
-                    for (int ch = 0; ch < r; ch++) {
-                        double lo, hi;
-                        if (ch < rc) {
-                            lo = kivi_grid_min(grid[ch], dm);
-                            hi = lo + kivi_grid_scale(grid[ch], ds) * (ch < h ? (1 << bc.bits) - 1 : 1);
-                        } else {
-                            lo = hi = dm * (double)((const int8_t*)(grid + rc))[ch - rc];
+        for (int G : {1, 6})
+            for (const float spread : {1.0f, k_select_spread, 0.0f}) {
+                kv_cache c = make_cache(bc, n, r, 11 + bc.bits + bc.tail);
+                const attn_kv_view kv = c.view(0, 0);
+                ASSERT_GT(kv.n_groups, 8);
+                ASSERT_EQ(kv.k.tail, bc.tail);
+                ASSERT_EQ(kv.k.zero, bc.zero);
+                const std::vector<float> q = random_q(G, r, 5 + G);
+                const int32_t qpos = n - 1;
+                const float scale = 0.0884f;
+                const attn_q_view qv{q.data(), 0, r, G, 1, &qpos, scale};
+                std::vector<float> bound((size_t)kv.n_groups * G), scratch(kernel_attention_select_scratch(G, r));
+                kernel_attention_group_bounds(kv, qv, 0, kv.n_groups, spread, bound.data(), scratch.data());
+                const int zero = kv.k.zero, rc = r - zero, h = rc - kv.k.tail, gw = kv_key_grid_words(r, zero);
+                std::vector<float> kd(r), vd(r);
+                double worst_twin = 0, mean_slack = 0;
+                for (int64_t g = 0; g < kv.n_groups; g++) {
+                    const uint16_t* grid = kv.k.scale + g * gw;
+                    const float ds = fp16_to_fp32(kv.k.min[g * KV_GRID_STEPS]);
+                    const float dm = fp16_to_fp32(kv.k.min[g * KV_GRID_STEPS + 1]);
+                    for (int j = 0; j < G; j++) {
+                        const float* qj = q.data() + j * r;
+                        // the twin: each channel's range from its grid, its centre and half-width
+                        double twin = 0;
+                        for (int ch = 0; ch < r; ch++) {
+                            double lo, hi;
+                            if (ch < rc) {
+                                lo = kivi_grid_min(grid[ch], dm);
+                                hi = lo + kivi_grid_scale(grid[ch], ds) * (ch < h ? (1 << bc.bits) - 1 : 1);
+                            } else {
+                                lo = hi = dm * (double)((const int8_t*)(grid + rc))[ch - rc];
+                            }
+                            twin += qj[ch] * (lo + hi) / 2 + spread * std::fabs(qj[ch]) * (hi - lo) / 2;
                         }
-                        twin += std::max(qj[ch] * lo, qj[ch] * hi);
+                        twin *= scale;
+                        const double b = bound[g * G + j];
+                        worst_twin = std::max(worst_twin, std::fabs(b - twin) / std::max(1.0, std::fabs(twin)));
+                        // every key the group holds scores at most its bound
+                        double best = -1e30;
+                        for (int64_t s = kv.group_start[g]; s < kv.group_start[g + 1]; s++) {
+                            c.read_slot(0, 0, s, kd.data(), vd.data());
+                            double d = 0;
+                            for (int ch = 0; ch < r; ch++) d += (double)qj[ch] * kd[ch];
+                            best = std::max(best, d * scale);
+                            if (spread == 1.0f) {
+                                EXPECT_LE(d * scale, b + 1e-4 * std::max(1.0, std::fabs(b)))
+                                    << bc.bits << "-bit tail " << bc.tail << " zero " << bc.zero << " G " << G
+                                    << " group " << g << " slot " << s;
+                            }
+                        }
+                        mean_slack += b - best;
                     }
-                    twin *= scale;
-                    const double b = bound[g * G + j];
-                    worst_twin = std::max(worst_twin, std::fabs(b - twin) / std::max(1.0, std::fabs(twin)));
-                    // every key the group holds scores at most its bound
-                    double best = -1e30;
-                    for (int64_t s = kv.group_start[g]; s < kv.group_start[g + 1]; s++) {
-                        c.read_slot(0, 0, s, kd.data(), vd.data());
-                        double d = 0;
-                        for (int ch = 0; ch < r; ch++) d += (double)qj[ch] * kd[ch];
-                        best = std::max(best, d * scale);
-                        EXPECT_LE(d * scale, b + 1e-4 * std::max(1.0, std::fabs(b)))
-                            << bc.bits << "-bit tail " << bc.tail << " zero " << bc.zero << " G " << G << " group "
-                            << g << " slot " << s;
-                    }
-                    mean_slack += b - best;
                 }
+                EXPECT_LT(worst_twin, 1e-5) << bc.bits << "-bit tail " << bc.tail << " zero " << bc.zero << " spread "
+                                            << spread;
+                std::printf("[ measured ] %d-bit keys, tail %d, zero %d, G %d, spread %.1f: estimate over the best "
+                            "key of its group by %.3f on average (scaled scores), vs the twin %.1e\n",
+                            bc.bits, bc.tail, bc.zero, G, spread, mean_slack / (kv.n_groups * G), worst_twin);
             }
-            EXPECT_LT(worst_twin, 1e-5) << bc.bits << "-bit tail " << bc.tail << " zero " << bc.zero;
-            std::printf("[ measured ] %d-bit keys, tail %d, zero %d, G %d: bound over the best key of its group "
-                        "by %.3f on average (scaled scores), vs the twin %.1e\n",
-                        bc.bits, bc.tail, bc.zero, G, mean_slack / (kv.n_groups * G), worst_twin);
-        }
 }
 
-TEST(KvSelect, CombinedPartialsEqualTheJoinedRange) {
+TEST(KvSelect, RunsEqualTheirRangesMerged) {
     const int n = 300, r = 64, G = 6;
-    kv_cache c = make_cache({2, 32, 0}, n, r, 3);
-    const attn_kv_view kv = c.view(0, 0);
     const std::vector<float> q = random_q(G, r, 9);
     const int32_t qpos = n - 1;
     const attn_q_view qv{q.data(), 0, r, G, 1, &qpos, 0.125f};
     std::vector<float> scratch(kernel_attention_scratch(G, n, r, r, 0));
-    auto partial = [&](int64_t s0, int64_t s1) {
-        std::vector<float> buf((size_t)G * (2 + r));
-        kernel_attention_range_ref(kv, s0, s1, qv, attn_partial{buf.data(), buf.data() + G, buf.data() + 2 * G},
-                                   scratch.data());
-        return buf;
-    };
-    for (int64_t cut : {int64_t(0), int64_t(45), int64_t(128), int64_t(n - 10), int64_t(n)}) {
-        std::vector<float> a = partial(0, cut), b = partial(cut, n);
-        const std::vector<float> whole = partial(0, n);
-        kernel_attention_combine(attn_partial{a.data(), a.data() + G, a.data() + 2 * G},
-                                 attn_partial{b.data(), b.data() + G, b.data() + 2 * G}, 1, G, r);
-        for (int j = 0; j < G; j++) {
-            EXPECT_FLOAT_EQ(a[j], whole[j]) << "m, cut " << cut;  // the max is exact
-            EXPECT_NEAR(a[G + j], whole[G + j], 1e-4 * whole[G + j]) << "l, cut " << cut;
-            for (int ch = 0; ch < r; ch++)
-                EXPECT_NEAR(a[2 * G + j * r + ch], whole[2 * G + j * r + ch],
-                            1e-4 * (1 + std::fabs(whole[2 * G + j * r + ch])))
-                    << "acc, cut " << cut;
+    // runs: whole groups, groups cut inside, one slot, an empty run, runs into
+    // and inside the 16-bit window (the last 32 slots), the whole block
+    const std::vector<std::vector<int64_t>> cases = {
+        {0, 32, 64, 96, 160, 192}, {5, 40, 41, 42, 100, 100, 250, 300}, {0, 300}, {290, 300}, {31, 33, 200, 275}};
+    for (const block_case bc : {block_case{4, 0, 0}, block_case{2, 32, 0}, block_case{2, 24, 8}}) {
+        kv_cache c = make_cache(bc, n, r, 3);
+        const attn_kv_view kv = c.view(0, 0);
+        for (const std::vector<int64_t>& runs : cases) {
+            const int64_t nr = (int64_t)runs.size() / 2;
+            std::vector<float> joined((size_t)G * (2 + r)), out_joined((size_t)G * r);
+            const attn_partial pj{joined.data(), joined.data() + G, joined.data() + 2 * G};
+            kernel_attention_runs(kv, runs.data(), nr, qv, pj, scratch.data());
+            kernel_attention_merge(&pj, 1, 1, G, r, out_joined.data(), 0, r);
+            std::vector<std::vector<float>> bufs((size_t)nr, std::vector<float>((size_t)G * (2 + r)));
+            std::vector<attn_partial> parts;
+            for (int64_t i = 0; i < nr; i++) {
+                const attn_partial p{bufs[i].data(), bufs[i].data() + G, bufs[i].data() + 2 * G};
+                kernel_attention_range(kv, runs[2 * i], runs[2 * i + 1], qv, p, scratch.data());
+                parts.push_back(p);
+            }
+            std::vector<float> out_parts((size_t)G * r);
+            kernel_attention_merge(parts.data(), (int)nr, 1, G, r, out_parts.data(), 0, r);
+            for (int j = 0; j < G; j++) {
+                float mx = -INFINITY;
+                for (const attn_partial& p : parts) mx = std::max(mx, p.m[j]);
+                EXPECT_FLOAT_EQ(joined[j], mx) << "m of head " << j << ": the largest score is exact";
+            }
+            for (size_t i = 0; i < out_parts.size(); i++)
+                EXPECT_NEAR(out_joined[i], out_parts[i], 1e-4 * (1 + std::fabs(out_parts[i])))
+                    << bc.bits << "-bit tail " << bc.tail << " zero " << bc.zero << ", runs from " << runs[0]
+                    << ", element " << i;
         }
     }
 }
@@ -203,43 +221,32 @@ TEST(KvSelect, ChoosesThePlantedGroupAndKeepsTheWindow) {
 }
 
 TEST(KvSelect, SessionLogits) {
-    char dir[] = "/tmp/zk_select_XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    const std::string path = std::string(dir) + "/m.gguf";
-    zk_test::tiny_model_write(path, zk_test::tiny_model_params{});
-    const std::unique_ptr<model> m = model_load(path);
-    std::vector<int32_t> toks(400);
-    for (size_t i = 0; i < toks.size(); i++) toks[i] = 3 + (int32_t)(i * 37 % 270);
-    auto logits = [&](int64_t select, int bits) {
+    zk_test::tiny_model_params tp;
+    const zk_test::tiny_model_loaded tiny(tp);
+    const std::vector<int32_t> toks = zk_test::tiny_model_tokens(400);
+    auto logits = [&](const model& m, int64_t select, int bits) {
         session_params sp;
         sp.n_ctx = 512;
         sp.n_threads = 2;
         sp.kv.bits = bits;
         sp.kv.residual = 32;
         sp.kv.select = select;
-        session s(*m, sp);
-        s.decode(toks.data(), 200, false);
-        std::vector<float> out;
-        for (size_t t = 200; t < toks.size(); t++) {
-            const float* lg = s.decode(&toks[t], 1);
-            out.insert(out.end(), lg, lg + m->hp.n_vocab);
-        }
-        return out;
+        return zk_test::tiny_model_session_logits(m, sp, toks, 200, false);
     };
+    const model& m = tiny.get();
     for (int bits : {4, 2}) {
-        const std::vector<float> all = logits(0, bits);
-        EXPECT_EQ(logits(512, bits), all) << bits << "-bit: a budget past the context selects everything";
-        const std::vector<float> few = logits(64, bits);
+        const std::vector<float> all = logits(m, 0, bits);
+        EXPECT_EQ(logits(m, 512, bits), all) << bits << "-bit: a budget past the context selects everything";
+        const std::vector<float> few = logits(m, 64, bits);
         for (float x : few) ASSERT_TRUE(std::isfinite(x));
         EXPECT_NE(few, all) << bits << "-bit: a budget of 64 tokens attends to less";
     }
     try {
-        logits(64, 16);
+        logits(m, 64, 16);
         ADD_FAILURE() << "selection on a 16-bit cache was accepted";
     } catch (const zk::error& e) {
         EXPECT_NE(std::string(e.what()).find("kv.select"), std::string::npos) << e.what();
     }
-    std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -6,9 +6,12 @@
 // chat template, special-token parsing and UTF-8 streaming all take their usual
 // paths; generated text is random bytes.
 #pragma once
+#include <stdlib.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <string>
@@ -18,8 +21,10 @@
 #include "calib/gram.h"
 #include "calib/zack_file.h"
 #include "engine/model.h"
+#include "engine/session.h"
 #include "engine/unicode.h"
 #include "ggml-like/dtype.h"
+#include "ggml-like/error.h"
 #include "ggml-like/gguf.h"
 
 namespace zk_test {
@@ -160,6 +165,56 @@ inline void tiny_zack_write(const std::string& model_path, const std::string& ou
     zk::zack_write_params wp;
     wp.folded_f32 = m->layers[0].wv.type == zk::dtype::F32;
     zk::zack_file_write(*m, c, wp, out_path);
+}
+
+// A tiny model written to a new directory under /tmp and loaded; the
+// directory goes with the object.
+class tiny_model_loaded {
+public:
+    explicit tiny_model_loaded(const tiny_model_params& p = tiny_model_params{}) {
+        char dir[] = "/tmp/zk_tiny_XXXXXX";
+        if (!mkdtemp(dir)) ZK_THROW("tiny_model_loaded: mkdtemp failed");
+        dir_ = dir;
+        tiny_model_write(dir_ + "/m.gguf", p);
+        model_ = zk::model_load(dir_ + "/m.gguf");
+    }
+    ~tiny_model_loaded() {
+        model_.reset();
+        std::error_code ec;
+        std::filesystem::remove_all(dir_, ec);
+    }
+    tiny_model_loaded(const tiny_model_loaded&) = delete;
+    tiny_model_loaded& operator=(const tiny_model_loaded&) = delete;
+    const zk::model& get() const { return *model_; }
+
+private:
+    std::string dir_;
+    std::unique_ptr<zk::model> model_;
+};
+
+// n ordinary byte tokens of a fixed pattern (ids 3.., past the control tokens).
+inline std::vector<int32_t> tiny_model_tokens(size_t n) {
+    std::vector<int32_t> t(n);
+    for (size_t i = 0; i < n; i++) t[i] = 3 + (int32_t)(i * 37 % 270);
+    return t;
+}
+
+// The logits a session computes on toks: a prefill of the first n_prefill
+// (every token's logits when prefill_logits, else none), then one-token steps
+// for the rest; rows of n_vocab, concatenated.
+inline std::vector<float> tiny_model_session_logits(const zk::model& m, const zk::session_params& sp,
+                                                    const std::vector<int32_t>& toks, int64_t n_prefill,
+                                                    bool prefill_logits) {
+    zk::session s(m, sp);
+    const size_t nv = (size_t)m.hp.n_vocab;
+    const float* lg = s.decode(toks.data(), n_prefill, prefill_logits);
+    std::vector<float> out;
+    if (prefill_logits) out.assign(lg, lg + (size_t)n_prefill * nv);
+    for (size_t t = (size_t)n_prefill; t < toks.size(); t++) {
+        lg = s.decode(&toks[t], 1);
+        out.insert(out.end(), lg, lg + nv);
+    }
+    return out;
 }
 
 }  // namespace zk_test

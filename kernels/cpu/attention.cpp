@@ -52,40 +52,45 @@ using values_fn = void (*)(const attn_kv_view&, int64_t, int64_t, int64_t, int64
 constexpr scores_fn k_scores[KV_LAYOUT_COUNT] = {nullptr, q8_scores, kivi_scores, kivi_scores, nullptr};
 constexpr values_fn k_values[KV_LAYOUT_COUNT] = {nullptr, q8_values, kivi_values, kivi_values, vq_values};
 
-// Scaled scores q.scale (q . k) of slots [s0, e) into w.sc.
-void scores_all(const attn_kv_view& kv, int64_t s0, int64_t e, int64_t n, const float* qt, const attn_q_view& q,
-                range_scratch& w, bool ref) {
+// Scaled scores q.scale (q . k) of slots [a, e) into w.sc: slot s at
+// w.sc[j n + s - base].
+void scores_all(const attn_kv_view& kv, int64_t a, int64_t e, int64_t base, int64_t n, const float* qt,
+                const attn_q_view& q, range_scratch& w, bool ref) {
     const attn_side_view& k = kv.k;
     const int64_t qe = std::min(e, k.n_quant);
-    if (s0 < qe) k_scores[k.layout](kv, s0, qe, s0, n, qt, q, w, ref);
-    const int64_t f0 = std::max(s0, k.n_quant);
+    if (a < qe) k_scores[k.layout](kv, a, qe, base, n, qt, q, w, ref);
+    const int64_t f0 = std::max(a, k.n_quant);
     if (f0 < e)
-        rows_scores(kv.type, k.rows, k.n_quant, kv.r_k, f0, e, s0, n, qt, q.q_head_stride, q.n_group, q.scale, w, ref);
+        rows_scores(kv.type, k.rows, k.n_quant, kv.r_k, f0, e, base, n, qt, q.q_head_stride, q.n_group, q.scale, w,
+                    ref);
 }
 
-// acc_j += sum over slots [s0, e) of p_j(s) v(s), p in w.sc.
-void values_all(const attn_kv_view& kv, int64_t s0, int64_t e, int64_t n, int G, float* acc, range_scratch& w,
-                bool ref) {
+// acc_j += sum over slots [a, e) of p_j(s) v(s), p_j(s) at w.sc[j n + s - base].
+void values_all(const attn_kv_view& kv, int64_t a, int64_t e, int64_t base, int64_t n, int G, float* acc,
+                range_scratch& w, bool ref) {
     const attn_side_view& v = kv.v;
     const int64_t qe = std::min(e, v.n_quant);
-    if (s0 < qe) k_values[v.layout](kv, s0, qe, s0, n, G, acc, w, ref);
-    const int64_t f0 = std::max(s0, v.n_quant);
-    if (f0 < e) rows_values(kv.type, v.rows, v.n_quant, kv.r_v, f0, e, s0, n, G, acc, w, ref);
+    if (a < qe) k_values[v.layout](kv, a, qe, base, n, G, acc, w, ref);
+    const int64_t f0 = std::max(a, v.n_quant);
+    if (f0 < e) rows_values(kv.type, v.rows, v.n_quant, kv.r_v, f0, e, base, n, G, acc, w, ref);
 }
 
 void check_side(const attn_side_view& s) {
     ZK_ASSERT(s.layout >= KV_LAYOUT_ROWS && s.layout < KV_LAYOUT_COUNT);
     ZK_ASSERT(s.layout != KV_LAYOUT_ROWS || s.n_quant == 0);
 }
-
-void attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, const attn_q_view& q, const attn_partial& out,
-                     float* scratch, bool ref) {
+void check_view(const attn_kv_view& kv, int G) {
     ZK_ASSERT(kv.type == dtype::F32 || kv.type == dtype::F16);
     check_side(kv.k);
     check_side(kv.v);
     ZK_ASSERT(kv.k.layout != KV_LAYOUT_VQ);  // values only
     ZK_ASSERT(kv.v.layout != KV_LAYOUT_VQ || (kv.v.vq.book && kv.v.vq.c > 0 && kv.r_v % kv.v.vq.c == 0 &&
-                                              kv.v.vq.K <= KV_VQ_CELLS_PER_CH * kv.v.vq.c && q.n_group <= KV_VQ_MAX_HEADS));
+                                              kv.v.vq.K <= KV_VQ_CELLS_PER_CH * kv.v.vq.c && G <= KV_VQ_MAX_HEADS));
+}
+
+void attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, const attn_q_view& q, const attn_partial& out,
+                     float* scratch, bool ref) {
+    check_view(kv, q.n_group);
     const int G = q.n_group;
     s0 = std::max(s0, kv.n_sink_slots);  // exact sinks: kernel_attention_sinks
     s1 = std::max(s1, s0);
@@ -105,7 +110,7 @@ void attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, const attn_
         float* l = out.l + t * G;
         float* acc = out.acc + t * G * kv.r_v;
         std::memset(acc, 0, sizeof(float) * G * kv.r_v);
-        if (nv > 0) scores_all(kv, s0, e, n, qt, q, w, ref);
+        if (nv > 0) scores_all(kv, s0, e, s0, n, qt, q, w, ref);
         if (out.logits) {
             for (int j = 0; j < G; j++) {
                 float* lg = out.logits + (t * G + j) * out.logits_stride;
@@ -122,9 +127,10 @@ void attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, const attn_
             m[j] = mx;
             l[j] = simd::exp_shift_sum(w.sc + j * n, (int)nv, mx);
         }
-        values_all(kv, s0, e, n, G, acc, w, ref);
+        values_all(kv, s0, e, s0, n, G, acc, w, ref);
     }
 }
+
 
 }  // namespace
 
@@ -144,6 +150,48 @@ void kernel_attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, cons
 void kernel_attention_range_ref(const attn_kv_view& kv, int64_t s0, int64_t s1, const attn_q_view& q,
                                 const attn_partial& out, float* scratch) {
     attention_range(kv, s0, s1, q, out, scratch, true);
+}
+
+void kernel_attention_runs(const attn_kv_view& kv, const int64_t* runs, int64_t n_runs, const attn_q_view& q,
+                           const attn_partial& out, float* scratch) {
+    check_view(kv, q.n_group);
+    ZK_ASSERT(q.n_tok == 1 && !out.logits);
+    const int G = q.n_group;
+    const int32_t qp = q.q_pos[0];
+    // run i's visible slots [a, b): past the sinks, up to the query's position
+    auto visible = [&](int64_t i, int64_t& a, int64_t& b) {
+        a = std::max(runs[2 * i], kv.n_sink_slots);
+        b = std::max(runs[2 * i + 1], a);
+        if (a < b && kv.pos[b - 1] > qp) b = std::upper_bound(kv.pos + a, kv.pos + b, qp) - kv.pos;
+    };
+    int64_t n = 0, a = 0, b = 0;
+    for (int64_t i = 0; i < n_runs; i++) {
+        ZK_ASSERT(runs[2 * i] <= runs[2 * i + 1] && runs[2 * i + 1] <= kv.n_slots &&
+                  (i == 0 || runs[2 * i - 1] <= runs[2 * i]));
+        visible(i, a, b);
+        n += b - a;
+    }
+    range_scratch w = scratch_split(scratch, G, n, kv.r_k, kv.r_v, std::max(kv.k.gear.rank, kv.v.gear.rank));
+    std::memset(out.acc, 0, sizeof(float) * G * kv.r_v);
+    if (n == 0) {
+        for (int j = 0; j < G; j++) out.m[j] = -std::numeric_limits<float>::infinity(), out.l[j] = 0;
+        return;
+    }
+    // run i's slot s scores at w.sc[j n + at + s - a]: base a - at
+    for (int64_t i = 0, at = 0; i < n_runs; i++) {
+        visible(i, a, b);
+        if (a < b) scores_all(kv, a, b, a - at, n, q.q, q, w, false);
+        at += b - a;
+    }
+    for (int j = 0; j < G; j++) {
+        out.m[j] = simd::max_f32(w.sc + j * n, (int)n);
+        out.l[j] = simd::exp_shift_sum(w.sc + j * n, (int)n, out.m[j]);
+    }
+    for (int64_t i = 0, at = 0; i < n_runs; i++) {
+        visible(i, a, b);
+        if (a < b) values_all(kv, a, b, a - at, n, G, out.acc, w, false);
+        at += b - a;
+    }
 }
 
 void kernel_attention_sinks(const attn_kv_view& kv, const attn_q_view& q, const attn_partial& out) {
@@ -207,25 +255,6 @@ void kernel_attention_merge(const attn_partial* parts, int n_parts, int64_t n_to
             const float inv = 1.0f / l;
             for (int c = 0; c < width; c++) o[c] *= inv;
         }
-    }
-}
-
-void kernel_attention_combine(const attn_partial& into, const attn_partial& from, int64_t n_tok, int n_group,
-                              int r_v) {
-    for (int64_t ij = 0; ij < n_tok * n_group; ij++) {
-        if (from.l[ij] == 0) continue;  // nothing visible there
-        float* acc = into.acc + ij * r_v;
-        if (into.l[ij] == 0) {
-            into.m[ij] = from.m[ij], into.l[ij] = from.l[ij];
-            std::memcpy(acc, from.acc + ij * r_v, sizeof(float) * r_v);
-            continue;
-        }
-        const float mx = std::max(into.m[ij], from.m[ij]);
-        const float a = std::exp(into.m[ij] - mx), b = std::exp(from.m[ij] - mx);
-        simd::scale_f32(acc, r_v, a);
-        simd::axpy_f32(b, from.acc + ij * r_v, acc, r_v);
-        into.m[ij] = mx;
-        into.l[ij] = a * into.l[ij] + b * from.l[ij];
     }
 }
 

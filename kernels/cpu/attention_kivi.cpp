@@ -110,7 +110,7 @@ void kivi_scores(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64
     // here was a serial chain of 32 fmas a head and group: +15% a layer)
     auto zero_bias = [&](const uint16_t* grid, const uint16_t* step, float mul) {
         if (zero == 0) return;
-        const int8_t* zb = (const int8_t*)(grid + r);
+        const int8_t* zb = kv_key_zero_mins(grid, kv.r_k, zero);
         float* zf = w.kmin + r;
         for (int c = 0; c < zero; c++) zf[c] = (float)zb[c];
         const float dm = h2f(step[1]) * mul;
@@ -253,7 +253,12 @@ void kivi_values(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64
         }
     }
     for (int j = 0; j < G; j++)
-        for (int c = 0; c < r; c++) acc[j * r + c] += w.msum[j * nb + c / KV_Q4_VBLOCK];
+        for (int bl = 0; bl < nb; bl++) {  // block by block: a constant a block, vectorised
+            const float mb = w.msum[j * nb + bl];
+            float* ab = acc + j * r + bl * KV_Q4_VBLOCK;
+            const int len = std::min(KV_Q4_VBLOCK, r - bl * KV_Q4_VBLOCK);
+            for (int c = 0; c < len; c++) ab[c] += mb;
+        }
     if (kv.v.gear.rank > 0 || kv.v.gear.n_out > 0) {
         for (int64_t g = group_of(kv, a); g < kv.n_groups && kv.group_start[g] < b; g++)
             values_gear(kv, g, std::max<int64_t>(a, kv.group_start[g]), std::min<int64_t>(b, kv.group_start[g + 1]),

@@ -7,6 +7,9 @@
 // two dot products of the query against the group's grid bytes, as floats.
 // This is Quest's page bound (min and max per channel and page), read from
 // grids the cache keeps anyway: no extra bytes, 1/group of a score pass.
+// With spread b in [0, 1] the second sum weighs (q_c + b |q_c|) / 2 instead of
+// max(q_c, 0): the range's centre plus b times its half-width towards the
+// query; b = 1 is the bound, b = 0 the centre.
 #include <algorithm>
 #include <cmath>
 
@@ -19,19 +22,21 @@ namespace zk {
 int64_t kernel_attention_select_scratch(int n_group, int r_k) { return (int64_t)(n_group + 2) * (r_k + 8); }
 
 void kernel_attention_group_bounds(const attn_kv_view& kv, const attn_q_view& q, int64_t g0, int64_t g1,
-                                   float* bound, float* scratch) {
+                                   float spread, float* bound, float* scratch) {
+    ZK_ASSERT(spread >= 0.0f && spread <= 1.0f);
     ZK_ASSERT(kv.k.layout == KV_LAYOUT_Q4 || kv.k.layout == KV_LAYOUT_Q2);
     const int bits = kv.k.layout == KV_LAYOUT_Q4 ? 4 : 2;
     const int zero = kv.k.zero, gw = kv_key_grid_words(kv.r_k, zero);
     const int G = q.n_group, r = kv.r_k - zero, h = r - kv.k.tail;
     const int64_t rs = kv.r_k + 8;  // scratch row stride
-    // w_j = max(q_j, 0) L: per head, once for every group
+    // w_j = (q_j + spread |q_j|) / 2 L (spread 1: max(q_j, 0) L): per head, once for every group
     float* w = scratch;              // [G x rs]
     float* mf = scratch + G * rs;    // [rs] the group's min codes (the 0-bit channels' after the coded ones)
     float* sf = mf + rs;             // [rs] its scale codes (coded channels only)
     for (int j = 0; j < G; j++) {
         const float* qj = q.q + j * q.q_head_stride;
-        for (int c = 0; c < r; c++) w[j * rs + c] = std::max(qj[c], 0.0f) * (c < h ? (float)((1 << bits) - 1) : 1.0f);
+        for (int c = 0; c < r; c++)
+            w[j * rs + c] = 0.5f * (qj[c] + spread * std::fabs(qj[c])) * (c < h ? (float)((1 << bits) - 1) : 1.0f);
     }
     for (int64_t g = g0; g < g1; g++) {
         const uint16_t* grid = kv.k.scale + g * gw;
@@ -46,7 +51,7 @@ void kernel_attention_group_bounds(const attn_kv_view& kv, const attn_q_view& q,
         }
 #endif
         for (; c < r; c++) sf[c] = (float)(grid[c] & 0xff), mf[c] = (float)(int8_t)(grid[c] >> 8);
-        const int8_t* zb = (const int8_t*)(grid + r);
+        const int8_t* zb = kv_key_zero_mins(grid, kv.r_k, zero);
         for (int i = 0; i < zero; i++) mf[r + i] = (float)zb[i];
         const float ds = attn::h2f(step[0]) * q.scale, dm = attn::h2f(step[1]) * q.scale;
         for (int j = 0; j < G; j++)
