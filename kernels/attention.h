@@ -253,10 +253,12 @@ void kernel_attention_range_ref(const attn_kv_view& kv, int64_t s0, int64_t s1, 
 // The partial over the slot runs [runs[2 i], runs[2 i + 1]), i < n_runs
 // (ascending, not overlapping; slots below kv.n_sink_slots left out as
 // above), as one range: the scores of every run side by side, one softmax,
-// the value sums run by run. Equals kernel_attention_range over each run with
-// the partials combined, up to float rounding, at one call's fixed cost
-// instead of one a run (decode-time selection picks scattered 32-slot groups:
-// 2-3 us a run on Zen 4, more than the run's own work; bench_attention
+// the value sums of KIVI codes over all the runs in one call of the value
+// kernel (its accumulators set up and scattered once, not once a run), other
+// slots run by run. Equals kernel_attention_range over each run with the
+// partials combined, up to float rounding, at one call's fixed cost instead
+// of one a run (decode-time selection picks scattered 32-slot groups: 2-3 us
+// a run on Zen 4, more than the run's own work; bench_attention
 // BM_select_attention). scratch: kernel_attention_scratch for the runs' slots.
 void kernel_attention_runs(const attn_kv_view& kv, const int64_t* runs, int64_t n_runs, const attn_q_view& q,
                            const attn_partial& out, float* scratch);
@@ -279,8 +281,10 @@ void kernel_attention_merge(const attn_partial* parts, int n_parts, int64_t n_to
 // [m_c, m_c + L_c s_c] from the group's grids (GEAR's corrections not
 // counted), for the first query token of q. spread = 1 gives an upper bound of
 // q_j . k over every key the group can code; smaller spreads rank groups better
-// (engine/kv_select.cpp). Costs about 1/group of a score pass. scratch: floats
-// of kernel_attention_select_scratch. Why: at depth, decode reads every key
+// (engine/kv_select.cpp). Reads 1/group of the keys' bytes, but works each
+// query head against every group: 8% of a full attention pass at 6 heads and
+// 4-bit keys (bench_attention BM_select_groups). scratch: floats of
+// kernel_attention_select_scratch. Why: at depth, decode reads every key
 // and value; the groups whose bound is far below the best hold keys whose
 // softmax weight is small, so a step may attend to the best groups only
 // (engine/kv_select.h chooses them; bench/RESULTS.md "group selection").

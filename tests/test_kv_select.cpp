@@ -1,11 +1,11 @@
 // Decode-time key-group selection (engine/kv_select.h, kernel_attention_group_bounds):
 //   - at spread 1 a group's bound is at least the score of every key the group
 //     holds (the keys as the cache reads them back), for 4-bit keys and 2-bit
-//     keys with a 1-bit tail and 0-bit channels, G = 1 and 6 query heads; at
-//     spreads 1, 0.5 (the one selection uses) and 0 the estimate equals its CPU
-//     twin, sum_c q_c (lo_c + hi_c) / 2 + spread |q_c| (hi_c - lo_c) / 2 over
-//     the grids decoded one channel at a time in double (relative 1e-5), which
-//     at spread 1 is sum_c max(q_c lo_c, q_c hi_c);
+//     keys with a 1-bit tail and 0-bit channels, G = 1, 6 and 9 query heads,
+//     128 and 124 channels; at spreads 1, 0.5 (the one selection uses) and 0
+//     the estimate equals its CPU twin, sum_c q_c (lo_c + hi_c) / 2 + spread
+//     |q_c| (hi_c - lo_c) / 2 over the grids decoded one channel at a time in
+//     double (relative 1e-5), which at spread 1 is sum_c max(q_c lo_c, q_c hi_c);
 //   - the partial over a list of runs (kernel_attention_runs) equals the
 //     ranges' partials merged (4- and 2-bit keys with tails and 0-bit
 //     channels, runs cut inside groups, into the 16-bit window, empty; float
@@ -75,9 +75,12 @@ std::vector<float> random_q(int G, int r, uint32_t seed) {
 }
 
 TEST(KvSelect, BoundsHoldEveryKeyAndMatchTheGrids) {
-    const int n = 400, r = 128;
+    const int n = 400;
+    // r = 124: coded channels past a multiple of 8; G = 9: past the fused
+    // kernel's heads (the generic path)
+    for (const int r : {128, 124})
     for (const block_case bc : {block_case{4, 0, 0}, block_case{2, 0, 0}, block_case{2, 72, 24}})
-        for (int G : {1, 6})
+        for (int G : {1, 6, 9})
             for (const float spread : {1.0f, k_select_spread, 0.0f}) {
                 kv_cache c = make_cache(bc, n, r, 11 + bc.bits + bc.tail);
                 const attn_kv_view kv = c.view(0, 0);
@@ -139,16 +142,22 @@ TEST(KvSelect, BoundsHoldEveryKeyAndMatchTheGrids) {
 }
 
 TEST(KvSelect, RunsEqualTheirRangesMerged) {
-    const int n = 300, r = 64, G = 6;
-    const std::vector<float> q = random_q(G, r, 9);
-    const int32_t qpos = n - 1;
-    const attn_q_view qv{q.data(), 0, r, G, 1, &qpos, 0.125f};
-    std::vector<float> scratch(kernel_attention_scratch(G, n, r, r, 0));
+    const int n = 300, G = 6;
     // runs: whole groups, groups cut inside, one slot, an empty run, runs into
-    // and inside the 16-bit window (the last 32 slots), the whole block
-    const std::vector<std::vector<int64_t>> cases = {
+    // and inside the 16-bit window (the last 32 slots), the whole block, and
+    // 134 one-slot runs (more than the value kernel takes in one call)
+    std::vector<std::vector<int64_t>> cases = {
         {0, 32, 64, 96, 160, 192}, {5, 40, 41, 42, 100, 100, 250, 300}, {0, 300}, {290, 300}, {31, 33, 200, 275}};
+    cases.emplace_back();
+    for (int64_t s = 1; s < n; s += 3) cases.back().insert(cases.back().end(), {s, s + 1});
+    // value rows of one half-chunk, one chunk and two (kivi_values_unit's HALF, plain and SPLIT paths)
+    for (const int r : {32, 64, 128})
     for (const block_case bc : {block_case{4, 0, 0}, block_case{2, 32, 0}, block_case{2, 24, 8}}) {
+        if (bc.tail + bc.zero >= r) continue;
+        const std::vector<float> q = random_q(G, r, 9);
+        const int32_t qpos = n - 1;
+        const attn_q_view qv{q.data(), 0, r, G, 1, &qpos, 0.125f};
+        std::vector<float> scratch(kernel_attention_scratch(G, n, r, r, 0));
         kv_cache c = make_cache(bc, n, r, 3);
         const attn_kv_view kv = c.view(0, 0);
         for (const std::vector<int64_t>& runs : cases) {
@@ -173,7 +182,8 @@ TEST(KvSelect, RunsEqualTheirRangesMerged) {
             }
             for (size_t i = 0; i < out_parts.size(); i++)
                 EXPECT_NEAR(out_joined[i], out_parts[i], 1e-4 * (1 + std::fabs(out_parts[i])))
-                    << bc.bits << "-bit tail " << bc.tail << " zero " << bc.zero << ", runs from " << runs[0]
+                    << "r " << r << ", " << bc.bits << "-bit tail " << bc.tail << " zero " << bc.zero
+                    << ", runs from " << runs[0] << " (" << nr << " runs)"
                     << ", element " << i;
         }
     }

@@ -187,9 +187,27 @@ void kernel_attention_runs(const attn_kv_view& kv, const int64_t* runs, int64_t 
         out.m[j] = simd::max_f32(w.sc + j * n, (int)n);
         out.l[j] = simd::exp_shift_sum(w.sc + j * n, (int)n, out.m[j]);
     }
+    // KIVI values: the runs' quantized slots as spans, k_span_batch to a call of
+    // the value kernel (its accumulators set up once a call, not once a run);
+    // then each run's other slots (another layout's codes, the f16 window)
+    const bool kivi = kv.v.layout == KV_LAYOUT_Q4 || kv.v.layout == KV_LAYOUT_Q2;
+    constexpr int k_span_batch = 64;
+    int64_t sp[3 * k_span_batch];
+    int n_sp = 0;
+    for (int64_t i = 0, at = 0; i < n_runs && kivi; i++) {
+        visible(i, a, b);
+        const int64_t qe = std::min(b, kv.v.n_quant);
+        if (a < qe) {
+            sp[3 * n_sp] = a, sp[3 * n_sp + 1] = qe, sp[3 * n_sp + 2] = a - at;
+            if (++n_sp == k_span_batch) kivi_values_spans(kv, sp, n_sp, n, G, out.acc, w, false), n_sp = 0;
+        }
+        at += b - a;
+    }
+    kivi_values_spans(kv, sp, n_sp, n, G, out.acc, w, false);
     for (int64_t i = 0, at = 0; i < n_runs; i++) {
         visible(i, a, b);
-        if (a < b) values_all(kv, a, b, a - at, n, G, out.acc, w, false);
+        const int64_t a2 = kivi ? std::max(a, kv.v.n_quant) : a;
+        if (a2 < b) values_all(kv, a2, b, a - at, n, G, out.acc, w, false);
         at += b - a;
     }
 }

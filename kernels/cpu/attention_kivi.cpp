@@ -222,32 +222,39 @@ void kivi_scores(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64
     }
 }
 
-// Values of slots [a, b): p (s_b code + m_b) = (p s_b) code + p m_b, so the
-// codes are read once per slot and the min terms summed per block, added once
-// at the end (s_b, m_b: block b's grid, decoded with the steps of the slot's group).
-void kivi_values(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t n, int G, float* acc,
-                 range_scratch& w, bool ref) {
+// Values of the slots of spans sp[3 i] .. sp[3 i + 1] (p_j(s) at w.sc[j n + s -
+// sp[3 i + 2]]): p (s_b code + m_b) = (p s_b) code + p m_b, so the codes are
+// read once per slot and the min terms summed per block, added once at the end
+// (s_b, m_b: block b's grid, decoded with the steps of the slot's group). The
+// spans share one accumulator set-up: decode-time selection reads tens of
+// scattered groups a head (kernel_attention_runs).
+void kivi_values_spans(const attn_kv_view& kv, const int64_t* sp, int n_sp, int64_t n, int G, float* acc,
+                       range_scratch& w, bool ref) {
+    if (n_sp == 0) return;
     const int bits = kivi_bits(kv.v.layout);
     const int r = kv.r_v, nb = kv_n_blocks(r, KV_Q4_VBLOCK), rb = kv_kivi_row_bytes(bits, r);
     const uint8_t* codes = (const uint8_t*)kv.v.codes;
     for (int i = 0; i < G * nb; i++) w.msum[i] = 0;
     const kivi_int_kernels* ik = ref ? nullptr : kivi_int(kv.v.layout);
     if (ik) {
-        ik->values(G, codes, rb, kv.v.scale, kv.v.min, kv.group_start, group_of(kv, a), nb, a, b, s0, n, r, w.sc, acc,
-                   w.msum);
+        ik->values(G, codes, rb, kv.v.scale, kv.v.min, kv.group_start, group_of(kv, sp[0]), nb, sp, n_sp, n, r, w.sc,
+                   acc, w.msum);
     } else {
-        for (int64_t s = a, g = group_of(kv, a); s < b; s++) {
-            while (kv.group_start[g + 1] <= s) g++;
-            kivi_codes_to_f32(bits, codes + s * rb, r, w.vrow);
-            const uint16_t* vg = kv.v.scale + s * nb;
-            const float ds = h2f(kv.v.min[g * KV_GRID_STEPS]), dm = h2f(kv.v.min[g * KV_GRID_STEPS + 1]);
-            for (int bl = 0; bl < nb; bl++) {
-                const int c0 = bl * KV_Q4_VBLOCK, len = std::min(KV_Q4_VBLOCK, r - c0);
-                const float sc = kivi_grid_scale(vg[bl], ds), mn = kivi_grid_min(vg[bl], dm);
-                for (int j = 0; j < G; j++) {
-                    const float p = w.sc[j * n + s - s0];
-                    simd::axpy_f32(p * sc, w.vrow + c0, acc + j * r + c0, len);
-                    w.msum[j * nb + bl] += p * mn;
+        for (int i = 0; i < n_sp; i++) {
+            const int64_t a = sp[3 * i], b = sp[3 * i + 1], s0 = sp[3 * i + 2];
+            for (int64_t s = a, g = group_of(kv, a); s < b; s++) {
+                while (kv.group_start[g + 1] <= s) g++;
+                kivi_codes_to_f32(bits, codes + s * rb, r, w.vrow);
+                const uint16_t* vg = kv.v.scale + s * nb;
+                const float ds = h2f(kv.v.min[g * KV_GRID_STEPS]), dm = h2f(kv.v.min[g * KV_GRID_STEPS + 1]);
+                for (int bl = 0; bl < nb; bl++) {
+                    const int c0 = bl * KV_Q4_VBLOCK, len = std::min(KV_Q4_VBLOCK, r - c0);
+                    const float sc = kivi_grid_scale(vg[bl], ds), mn = kivi_grid_min(vg[bl], dm);
+                    for (int j = 0; j < G; j++) {
+                        const float p = w.sc[j * n + s - s0];
+                        simd::axpy_f32(p * sc, w.vrow + c0, acc + j * r + c0, len);
+                        w.msum[j * nb + bl] += p * mn;
+                    }
                 }
             }
         }
@@ -260,10 +267,19 @@ void kivi_values(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64
             for (int c = 0; c < len; c++) ab[c] += mb;
         }
     if (kv.v.gear.rank > 0 || kv.v.gear.n_out > 0) {
-        for (int64_t g = group_of(kv, a); g < kv.n_groups && kv.group_start[g] < b; g++)
-            values_gear(kv, g, std::max<int64_t>(a, kv.group_start[g]), std::min<int64_t>(b, kv.group_start[g + 1]),
-                        s0, n, G, acc, w);
+        for (int i = 0; i < n_sp; i++) {
+            const int64_t a = sp[3 * i], b = sp[3 * i + 1], s0 = sp[3 * i + 2];
+            for (int64_t g = group_of(kv, a); g < kv.n_groups && kv.group_start[g] < b; g++)
+                values_gear(kv, g, std::max<int64_t>(a, kv.group_start[g]),
+                            std::min<int64_t>(b, kv.group_start[g + 1]), s0, n, G, acc, w);
+        }
     }
+}
+
+void kivi_values(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t n, int G, float* acc,
+                 range_scratch& w, bool ref) {
+    const int64_t sp[3] = {a, b, s0};
+    kivi_values_spans(kv, sp, a < b ? 1 : 0, n, G, acc, w, ref);
 }
 
 }  // namespace attn

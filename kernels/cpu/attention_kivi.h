@@ -214,7 +214,8 @@ constexpr float KIVI_WMAX = 127.0f;  // largest rounded weight
 // Chunks of slots whose codes and scales are asked for ahead (simd::prefetch_l2).
 constexpr int KIVI_PREFETCH_CHUNKS = 2;
 
-// The chunk loop of the value sums for row chunk k (SPLIT: chunks k and k + 1),
+// The chunk loop of the value sums for row chunk k (SPLIT: chunks k and k + 1)
+// over the slots of spans sp[3 i] .. sp[3 i + 1] (weights at sc[j n + s - sp[3 i + 2]]),
 // over Codes (the width):
 //   Codes::center        the centring (8 for 4-bit codes 0..15, 2 for 2-bit 0..3)
 //   Codes::chunk_bytes   bytes of a row chunk of 64 channels (32 a lane)
@@ -235,7 +236,7 @@ constexpr int KIVI_PREFETCH_CHUNKS = 2;
 // chunks, so the results are bit-identical.
 template <int G, bool HALF, bool SPLIT, class Codes>
 void kivi_values_unit(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, const int32_t* gs,
-                      int64_t g0, int nb, int64_t a, int64_t b, int64_t s0, int64_t n, int r, const float* sc,
+                      int64_t g0, int nb, const int64_t* sp, int n_sp, int64_t n, int r, const float* sc,
                       float* acc, float* msum, int k) {
     static_assert(G >= 1 && G <= KIVI_VALUE_HEADS, "4 int16 accumulators a head, all in registers");
     static_assert(!SPLIT || (!HALF && KV_Q4_VBLOCK == 64), "split lanes: row chunks k and k + 1 are blocks k and k + 1");
@@ -256,166 +257,169 @@ void kivi_values_unit(const uint8_t* codes, int rb, const uint16_t* vs, const ui
     std::memset(fa, 0, sizeof(fa));
     __m256 msv[G];  // min terms, lanes alternate the low and high lane's (the same block but for HALF)
     for (int j = 0; j < G; j++) msv[j] = _mm256_setzero_ps();
-    for (int64_t s = a; s < b; s += C) {
-        const int m = (int)std::min<int64_t>(C, b - s);
-        // KIVI_PREFETCH_CHUNKS chunks ahead, on the first row chunk (later ones
-        // find the rows in L2): the scales here, the code rows a pair at a
-        // time in the pair loop (ahead: their distance in bytes, 0 = none)
-        int64_t ahead = 0;
-        if (k == 0 && s + KIVI_PREFETCH_CHUNKS * C < b) {
-            const int64_t p = s + KIVI_PREFETCH_CHUNKS * C, np = std::min<int64_t>(C, b - p);
-            simd::prefetch_l2(vs + p * nb, sizeof(uint16_t) * (size_t)(np * nb));
-            if (np == C) ahead = KIVI_PREFETCH_CHUNKS * C * (int64_t)rb;
-        }
-        // per slot, the grid code pair of the two lanes: {g_b, g_b} for the
-        // block b of row chunk k (HALF: {g_t, g_t+2} of two slots' block 0);
-        // zeros past the chunk's end
-        alignas(32) uint32_t st[KIVI_VCHUNK];
-        if (SPLIT && nb == 2 && m == C) {  // k = 0: {g_0, g_1}, a slot's grids as stored
-            std::memcpy(st, vs + s * 2, sizeof(st));
-        } else if (SPLIT) {  // {g_k, g_k+1}
-            for (int t = 0; t < C; t++)
-                st[t] = t >= m ? 0u : vs[(s + t) * nb + k] | (uint32_t)vs[(s + t) * nb + k + 1] << 16;
-        } else if (HALF && m == C) {  // {g_t, g_t+2}, {g_t+1, g_t+3} per 4 slots
-            for (int h = 0; h < C / 16; h++)  // 16 slots (8 dwords) per vector
-                _mm256_store_si256((__m256i*)(st + 8 * h), _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i*)(vs + s + 16 * h)), quad16));
-        } else if (HALF) {
-            for (int e = 0; e < KIVI_VCHUNK; e++) {
-                const int t = 4 * (e >> 1) + (e & 1);
-                st[e] = (t < m ? vs[s + t] : 0u) | (t + 2 < m ? (uint32_t)vs[s + t + 2] << 16 : 0u);
+    for (int isp = 0; isp < n_sp; isp++) {  // the spans: slots [a, b), slot s's weight at sc[j n + s - s0]
+        const int64_t a = sp[3 * isp], b = sp[3 * isp + 1], s0 = sp[3 * isp + 2];
+        for (int64_t s = a; s < b; s += C) {
+            const int m = (int)std::min<int64_t>(C, b - s);
+            // KIVI_PREFETCH_CHUNKS chunks ahead, on the first row chunk (later ones
+            // find the rows in L2): the scales here, the code rows a pair at a
+            // time in the pair loop (ahead: their distance in bytes, 0 = none)
+            int64_t ahead = 0;
+            if (k == 0 && s + KIVI_PREFETCH_CHUNKS * C < b) {
+                const int64_t p = s + KIVI_PREFETCH_CHUNKS * C, np = std::min<int64_t>(C, b - p);
+                simd::prefetch_l2(vs + p * nb, sizeof(uint16_t) * (size_t)(np * nb));
+                if (np == C) ahead = KIVI_PREFETCH_CHUNKS * C * (int64_t)rb;
             }
-        } else if (nb == 1 && m == C) {  // r <= 64: a slot's one grid, twice
-            for (int h = 0; h < C / 8; h++) {
-                const __m256i g = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(vs + s + 8 * h)));
-                _mm256_store_si256((__m256i*)(st + 8 * h), _mm256_or_si256(g, _mm256_slli_epi32(g, 16)));
+            // per slot, the grid code pair of the two lanes: {g_b, g_b} for the
+            // block b of row chunk k (HALF: {g_t, g_t+2} of two slots' block 0);
+            // zeros past the chunk's end
+            alignas(32) uint32_t st[KIVI_VCHUNK];
+            if (SPLIT && nb == 2 && m == C) {  // k = 0: {g_0, g_1}, a slot's grids as stored
+                std::memcpy(st, vs + s * 2, sizeof(st));
+            } else if (SPLIT) {  // {g_k, g_k+1}
+                for (int t = 0; t < C; t++)
+                    st[t] = t >= m ? 0u : vs[(s + t) * nb + k] | (uint32_t)vs[(s + t) * nb + k + 1] << 16;
+            } else if (HALF && m == C) {  // {g_t, g_t+2}, {g_t+1, g_t+3} per 4 slots
+                for (int h = 0; h < C / 16; h++)  // 16 slots (8 dwords) per vector
+                    _mm256_store_si256((__m256i*)(st + 8 * h), _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i*)(vs + s + 16 * h)), quad16));
+            } else if (HALF) {
+                for (int e = 0; e < KIVI_VCHUNK; e++) {
+                    const int t = 4 * (e >> 1) + (e & 1);
+                    st[e] = (t < m ? vs[s + t] : 0u) | (t + 2 < m ? (uint32_t)vs[s + t + 2] << 16 : 0u);
+                }
+            } else if (nb == 1 && m == C) {  // r <= 64: a slot's one grid, twice
+                for (int h = 0; h < C / 8; h++) {
+                    const __m256i g = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(vs + s + 8 * h)));
+                    _mm256_store_si256((__m256i*)(st + 8 * h), _mm256_or_si256(g, _mm256_slli_epi32(g, 16)));
+                }
+            } else if (nb == 2 && m == C) {  // r in (64, 128]: 4 slots' two grids a lane, grid bl of each twice
+                const int bl = 64 * k / KV_Q4_VBLOCK;
+                const char b0 = (char)(2 * bl), b1 = (char)(2 * bl + 1);
+                const __m256i pick = _mm256_setr_epi8(b0, b1, b0, b1, b0 + 4, b1 + 4, b0 + 4, b1 + 4, b0 + 8, b1 + 8,
+                                                      b0 + 8, b1 + 8, b0 + 12, b1 + 12, b0 + 12, b1 + 12, b0, b1, b0,
+                                                      b1, b0 + 4, b1 + 4, b0 + 4, b1 + 4, b0 + 8, b1 + 8, b0 + 8,
+                                                      b1 + 8, b0 + 12, b1 + 12, b0 + 12, b1 + 12);
+                for (int h = 0; h < C / 8; h++)
+                    _mm256_store_si256((__m256i*)(st + 8 * h),
+                                       _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i*)(vs + (s + 8 * h) * 2)), pick));
+            } else {
+                const int bl = 64 * k / KV_Q4_VBLOCK;
+                for (int t = 0; t < C; t++) st[t] = t >= m ? 0u : 0x10001u * vs[(s + t) * nb + bl];
             }
-        } else if (nb == 2 && m == C) {  // r in (64, 128]: 4 slots' two grids a lane, grid bl of each twice
-            const int bl = 64 * k / KV_Q4_VBLOCK;
-            const char b0 = (char)(2 * bl), b1 = (char)(2 * bl + 1);
-            const __m256i pick = _mm256_setr_epi8(b0, b1, b0, b1, b0 + 4, b1 + 4, b0 + 4, b1 + 4, b0 + 8, b1 + 8,
-                                                  b0 + 8, b1 + 8, b0 + 12, b1 + 12, b0 + 12, b1 + 12, b0, b1, b0,
-                                                  b1, b0 + 4, b1 + 4, b0 + 4, b1 + 4, b0 + 8, b1 + 8, b0 + 8,
-                                                  b1 + 8, b0 + 12, b1 + 12, b0 + 12, b1 + 12);
-            for (int h = 0; h < C / 8; h++)
-                _mm256_store_si256((__m256i*)(st + 8 * h),
-                                   _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i*)(vs + (s + 8 * h) * 2)), pick));
-        } else {
-            const int bl = 64 * k / KV_Q4_VBLOCK;
-            for (int t = 0; t < C; t++) st[t] = t >= m ? 0u : 0x10001u * vs[(s + t) * nb + bl];
-        }
-        // the steps (ds, dm) of each 16-bit entry's slot in f32: entry i of st
-        // holds slot i / 2 (HALF: slot 4 (i / 4) + (i / 2) % 2 + 2 (i % 2)), and
-        // a slot takes its group's steps (a chunk may cross groups: later
-        // groups' steps are blended in from their first slot on)
-        alignas(32) float dl[2 * KIVI_VCHUNK], ml[2 * KIVI_VCHUNK];
-        while (gs[g + 1] <= s) g++;
-        {
-            const __m256 d0 = _mm256_set1_ps(h2f(vm[g * KV_GRID_STEPS]));
-            const __m256 m0 = _mm256_set1_ps(h2f(vm[g * KV_GRID_STEPS + 1]));
-            for (int v = 0; v < 2 * KIVI_VCHUNK / 8; v++) _mm256_store_ps(dl + 8 * v, d0), _mm256_store_ps(ml + 8 * v, m0);
-            for (int64_t g2 = g + 1; gs[g2] < s + m; g2++) {
-                const __m256i first = _mm256_set1_epi32((int)(gs[g2] - s) - 1);
-                const __m256 d2 = _mm256_set1_ps(h2f(vm[g2 * KV_GRID_STEPS]));
-                const __m256 m2 = _mm256_set1_ps(h2f(vm[g2 * KV_GRID_STEPS + 1]));
-                for (int v = 0; v < 2 * KIVI_VCHUNK / 8; v++) {
-                    const __m256i slot = _mm256_add_epi32(entry_slot, _mm256_set1_epi32(v * (HALF ? 8 : 4)));
-                    const __m256 in = _mm256_castsi256_ps(_mm256_cmpgt_epi32(slot, first));
-                    _mm256_store_ps(dl + 8 * v, _mm256_blendv_ps(_mm256_load_ps(dl + 8 * v), d2, in));
-                    _mm256_store_ps(ml + 8 * v, _mm256_blendv_ps(_mm256_load_ps(ml + 8 * v), m2, in));
+            // the steps (ds, dm) of each 16-bit entry's slot in f32: entry i of st
+            // holds slot i / 2 (HALF: slot 4 (i / 4) + (i / 2) % 2 + 2 (i % 2)), and
+            // a slot takes its group's steps (a chunk may cross groups: later
+            // groups' steps are blended in from their first slot on)
+            alignas(32) float dl[2 * KIVI_VCHUNK], ml[2 * KIVI_VCHUNK];
+            while (gs[g + 1] <= s) g++;
+            {
+                const __m256 d0 = _mm256_set1_ps(h2f(vm[g * KV_GRID_STEPS]));
+                const __m256 m0 = _mm256_set1_ps(h2f(vm[g * KV_GRID_STEPS + 1]));
+                for (int v = 0; v < 2 * KIVI_VCHUNK / 8; v++) _mm256_store_ps(dl + 8 * v, d0), _mm256_store_ps(ml + 8 * v, m0);
+                for (int64_t g2 = g + 1; gs[g2] < s + m; g2++) {
+                    const __m256i first = _mm256_set1_epi32((int)(gs[g2] - s) - 1);
+                    const __m256 d2 = _mm256_set1_ps(h2f(vm[g2 * KV_GRID_STEPS]));
+                    const __m256 m2 = _mm256_set1_ps(h2f(vm[g2 * KV_GRID_STEPS + 1]));
+                    for (int v = 0; v < 2 * KIVI_VCHUNK / 8; v++) {
+                        const __m256i slot = _mm256_add_epi32(entry_slot, _mm256_set1_epi32(v * (HALF ? 8 : 4)));
+                        const __m256 in = _mm256_castsi256_ps(_mm256_cmpgt_epi32(slot, first));
+                        _mm256_store_ps(dl + 8 * v, _mm256_blendv_ps(_mm256_load_ps(dl + 8 * v), d2, in));
+                        _mm256_store_ps(ml + 8 * v, _mm256_blendv_ps(_mm256_load_ps(ml + 8 * v), m2, in));
+                    }
                 }
             }
-        }
-        // the probabilities, zero past a short chunk's end
-        const float* pj[G];
-        alignas(32) float pf[G][C];
-        for (int j = 0; j < G; j++) {
-            pj[j] = sc + j * n + s - s0;
-            if (m < C) {
-                for (int t = 0; t < C; t++) pf[j][t] = t < m ? pj[j][t] : 0.0f;
-                pj[j] = pf[j];
-            }
-        }
-        // weights and their maxima for every head first (two parts of 16 scale
-        // dwords), then the roundings: the heads' reciprocals overlap instead of
-        // each stalling its own chain
-        alignas(32) float wf[G][8][8];  // [head][part * 4 + vector]: 4 slots x 2 blocks (HALF: 8 slots)
-        __m256 mx[G];
-#pragma GCC unroll 4
-        for (int j = 0; j < G; j++) mx[j] = _mm256_setzero_ps();
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            __m256 S[4], M[4];
-#pragma GCC unroll 4
-            for (int q = 0; q < 4; q++) {  // entries 32 h + 8 q ..: s_b = ds code_s, m_b = dm code_m
-                const __m256i gc = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(st + 16 * h + 4 * q)));
-                const __m256 sc = _mm256_cvtepi32_ps(_mm256_and_si256(gc, _mm256_set1_epi32(0xff)));
-                const __m256 mc = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(gc, 16), 24));
-                S[q] = _mm256_mul_ps(_mm256_load_ps(dl + 32 * h + 8 * q), sc);
-                M[q] = _mm256_fmadd_ps(_mm256_set1_ps(Codes::center), S[q],
-                                       _mm256_mul_ps(_mm256_load_ps(ml + 32 * h + 8 * q), mc));
-            }
-#pragma GCC unroll 4
+            // the probabilities, zero past a short chunk's end
+            const float* pj[G];
+            alignas(32) float pf[G][C];
             for (int j = 0; j < G; j++) {
-                const float* p = pj[j] + (HALF ? 32 : 16) * h;
-                __m256 P[4];
-                if (HALF) {
-#pragma GCC unroll 4
-                    for (int q = 0; q < 4; q++) P[q] = _mm256_permutevar8x32_ps(_mm256_loadu_ps(p + 8 * q), quad);
-                } else {
-                    const __m256 p0 = _mm256_loadu_ps(p), p1 = _mm256_loadu_ps(p + 8);
-                    P[0] = _mm256_permutevar8x32_ps(p0, dup_lo), P[1] = _mm256_permutevar8x32_ps(p0, dup_hi);
-                    P[2] = _mm256_permutevar8x32_ps(p1, dup_lo), P[3] = _mm256_permutevar8x32_ps(p1, dup_hi);
-                }
-#pragma GCC unroll 4
-                for (int q = 0; q < 4; q++) {
-                    const __m256 w = _mm256_mul_ps(P[q], S[q]);
-                    _mm256_store_ps(wf[j][4 * h + q], w);
-                    msv[j] = _mm256_fmadd_ps(P[q], M[q], msv[j]);
-                    mx[j] = _mm256_max_ps(mx[j], w);
+                pj[j] = sc + j * n + s - s0;
+                if (m < C) {
+                    for (int t = 0; t < C; t++) pf[j][t] = t < m ? pj[j][t] : 0.0f;
+                    pj[j] = pf[j];
                 }
             }
-        }
-        alignas(32) uint32_t pd[G][16];  // [head][pair] weight dwords
-        float dsc[G][2];
-        __m256 id[G];
-#pragma GCC unroll 4
-        for (int j = 0; j < G; j++) {
-            // per block: even lanes b0, odd lanes b1
-            __m256 x = _mm256_max_ps(mx[j], _mm256_permute2f128_ps(mx[j], mx[j], 1));
-            x = _mm256_max_ps(x, _mm256_shuffle_ps(x, x, 0x4E));
-            dsc[j][0] = _mm256_cvtss_f32(x) * (1.0f / KIVI_WMAX);
-            dsc[j][1] = _mm_cvtss_f32(_mm_shuffle_ps(_mm256_castps256_ps128(x), _mm256_castps256_ps128(x), 1)) *
-                        (1.0f / KIVI_WMAX);
-            id[j] = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(KIVI_WMAX), x),
-                                  _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ));
-        }
-#pragma GCC unroll 4
-        for (int j = 0; j < G; j++)
-#pragma GCC unroll 2
+            // weights and their maxima for every head first (two parts of 16 scale
+            // dwords), then the roundings: the heads' reciprocals overlap instead of
+            // each stalling its own chain
+            alignas(32) float wf[G][8][8];  // [head][part * 4 + vector]: 4 slots x 2 blocks (HALF: 8 slots)
+            __m256 mx[G];
+    #pragma GCC unroll 4
+            for (int j = 0; j < G; j++) mx[j] = _mm256_setzero_ps();
+    #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
-                const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(wf[j][4 * h]), id[j]));
-                const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(wf[j][4 * h + 1]), id[j]));
-                const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(wf[j][4 * h + 2]), id[j]));
-                const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(wf[j][4 * h + 3]), id[j]));
-                // the packs leave the pair dwords as 0, 2, 4, 6 | 1, 3, 5, 7
-                const __m256i v = _mm256_packus_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
-                _mm256_store_si256((__m256i*)(pd[j] + 8 * h), _mm256_permutevar8x32_epi32(v, pair_order));
+                __m256 S[4], M[4];
+    #pragma GCC unroll 4
+                for (int q = 0; q < 4; q++) {  // entries 32 h + 8 q ..: s_b = ds code_s, m_b = dm code_m
+                    const __m256i gc = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(st + 16 * h + 4 * q)));
+                    const __m256 sc = _mm256_cvtepi32_ps(_mm256_and_si256(gc, _mm256_set1_epi32(0xff)));
+                    const __m256 mc = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(gc, 16), 24));
+                    S[q] = _mm256_mul_ps(_mm256_load_ps(dl + 32 * h + 8 * q), sc);
+                    M[q] = _mm256_fmadd_ps(_mm256_set1_ps(Codes::center), S[q],
+                                           _mm256_mul_ps(_mm256_load_ps(ml + 32 * h + 8 * q), mc));
+                }
+    #pragma GCC unroll 4
+                for (int j = 0; j < G; j++) {
+                    const float* p = pj[j] + (HALF ? 32 : 16) * h;
+                    __m256 P[4];
+                    if (HALF) {
+    #pragma GCC unroll 4
+                        for (int q = 0; q < 4; q++) P[q] = _mm256_permutevar8x32_ps(_mm256_loadu_ps(p + 8 * q), quad);
+                    } else {
+                        const __m256 p0 = _mm256_loadu_ps(p), p1 = _mm256_loadu_ps(p + 8);
+                        P[0] = _mm256_permutevar8x32_ps(p0, dup_lo), P[1] = _mm256_permutevar8x32_ps(p0, dup_hi);
+                        P[2] = _mm256_permutevar8x32_ps(p1, dup_lo), P[3] = _mm256_permutevar8x32_ps(p1, dup_hi);
+                    }
+    #pragma GCC unroll 4
+                    for (int q = 0; q < 4; q++) {
+                        const __m256 w = _mm256_mul_ps(P[q], S[q]);
+                        _mm256_store_ps(wf[j][4 * h + q], w);
+                        msv[j] = _mm256_fmadd_ps(P[q], M[q], msv[j]);
+                        mx[j] = _mm256_max_ps(mx[j], w);
+                    }
+                }
             }
-        for (int i = 0; i < NH; i++) {  // SPLIT: one set of weights for both halves
-            __m256i ac[G][4];
-            Codes::template pairs<G, HALF, SPLIT>(codes + s * rb + Codes::chunk_bytes * k + Codes::chunk_bytes / 2 * i,
-                                                  rb, HALF ? (m + 3) / 4 : (m + 1) / 2, m - 1, i == 0 ? ahead : 0,
-                                                  &pd[0][0], ac);
-#pragma GCC unroll 4
+            alignas(32) uint32_t pd[G][16];  // [head][pair] weight dwords
+            float dsc[G][2];
+            __m256 id[G];
+    #pragma GCC unroll 4
             for (int j = 0; j < G; j++) {
-                const __m256 d0 = _mm256_set1_ps(dsc[j][0]), d1 = _mm256_set1_ps(dsc[j][1]);
-#pragma GCC unroll 4
-                for (int v = 0; v < 4; v++) {
-                    const __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(ac[j][v])));
-                    const __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(ac[j][v], 1)));
-                    float* f = fa[j][i][v][0];
-                    _mm256_store_ps(f, _mm256_fmadd_ps(lo, d0, _mm256_load_ps(f)));
-                    _mm256_store_ps(f + 8, _mm256_fmadd_ps(hi, d1, _mm256_load_ps(f + 8)));
+                // per block: even lanes b0, odd lanes b1
+                __m256 x = _mm256_max_ps(mx[j], _mm256_permute2f128_ps(mx[j], mx[j], 1));
+                x = _mm256_max_ps(x, _mm256_shuffle_ps(x, x, 0x4E));
+                dsc[j][0] = _mm256_cvtss_f32(x) * (1.0f / KIVI_WMAX);
+                dsc[j][1] = _mm_cvtss_f32(_mm_shuffle_ps(_mm256_castps256_ps128(x), _mm256_castps256_ps128(x), 1)) *
+                            (1.0f / KIVI_WMAX);
+                id[j] = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(KIVI_WMAX), x),
+                                      _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ));
+            }
+    #pragma GCC unroll 4
+            for (int j = 0; j < G; j++)
+    #pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(wf[j][4 * h]), id[j]));
+                    const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(wf[j][4 * h + 1]), id[j]));
+                    const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(wf[j][4 * h + 2]), id[j]));
+                    const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(wf[j][4 * h + 3]), id[j]));
+                    // the packs leave the pair dwords as 0, 2, 4, 6 | 1, 3, 5, 7
+                    const __m256i v = _mm256_packus_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+                    _mm256_store_si256((__m256i*)(pd[j] + 8 * h), _mm256_permutevar8x32_epi32(v, pair_order));
+                }
+            for (int i = 0; i < NH; i++) {  // SPLIT: one set of weights for both halves
+                __m256i ac[G][4];
+                Codes::template pairs<G, HALF, SPLIT>(codes + s * rb + Codes::chunk_bytes * k + Codes::chunk_bytes / 2 * i,
+                                                      rb, HALF ? (m + 3) / 4 : (m + 1) / 2, m - 1, i == 0 ? ahead : 0,
+                                                      &pd[0][0], ac);
+    #pragma GCC unroll 4
+                for (int j = 0; j < G; j++) {
+                    const __m256 d0 = _mm256_set1_ps(dsc[j][0]), d1 = _mm256_set1_ps(dsc[j][1]);
+    #pragma GCC unroll 4
+                    for (int v = 0; v < 4; v++) {
+                        const __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(ac[j][v])));
+                        const __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(ac[j][v], 1)));
+                        float* f = fa[j][i][v][0];
+                        _mm256_store_ps(f, _mm256_fmadd_ps(lo, d0, _mm256_load_ps(f)));
+                        _mm256_store_ps(f + 8, _mm256_fmadd_ps(hi, d1, _mm256_load_ps(f + 8)));
+                    }
                 }
             }
         }
@@ -451,16 +455,16 @@ void kivi_values_unit(const uint8_t* codes, int rb, const uint16_t* vs, const ui
 // so each weight was made twice.
 template <int G, bool HALF, class Codes>
 void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, const int32_t* gs,
-                       int64_t g0, int nb, int64_t a, int64_t b, int64_t s0, int64_t n, int r, const float* sc,
+                       int64_t g0, int nb, const int64_t* sp, int n_sp, int64_t n, int r, const float* sc,
                        float* acc, float* msum) {
     constexpr bool can_split = !HALF && KV_Q4_VBLOCK == 64;
     const int nrc = HALF ? 1 : (r + 63) / 64;
     for (int k = 0; k < nrc;) {
         if (can_split && k + 1 < nrc) {
-            kivi_values_unit<G, HALF, can_split, Codes>(codes, rb, vs, vm, gs, g0, nb, a, b, s0, n, r, sc, acc, msum, k);
+            kivi_values_unit<G, HALF, can_split, Codes>(codes, rb, vs, vm, gs, g0, nb, sp, n_sp, n, r, sc, acc, msum, k);
             k += 2;
         } else {
-            kivi_values_unit<G, HALF, false, Codes>(codes, rb, vs, vm, gs, g0, nb, a, b, s0, n, r, sc, acc, msum, k);
+            kivi_values_unit<G, HALF, false, Codes>(codes, rb, vs, vm, gs, g0, nb, sp, n_sp, n, r, sc, acc, msum, k);
             k += 1;
         }
     }
@@ -468,21 +472,21 @@ void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const u
 
 template <int G, class Codes>
 void kivi_values_int_h(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, const int32_t* gs,
-                       int64_t g0, int nb, int64_t a, int64_t b, int64_t s0, int64_t n, int r, const float* sc,
+                       int64_t g0, int nb, const int64_t* sp, int n_sp, int64_t n, int r, const float* sc,
                        float* acc, float* msum) {
     if (r <= 32)
-        kivi_values_int_g<G, true, Codes>(codes, rb, vs, vm, gs, g0, nb, a, b, s0, n, r, sc, acc, msum);
+        kivi_values_int_g<G, true, Codes>(codes, rb, vs, vm, gs, g0, nb, sp, n_sp, n, r, sc, acc, msum);
     else
-        kivi_values_int_g<G, false, Codes>(codes, rb, vs, vm, gs, g0, nb, a, b, s0, n, r, sc, acc, msum);
+        kivi_values_int_g<G, false, Codes>(codes, rb, vs, vm, gs, g0, nb, sp, n_sp, n, r, sc, acc, msum);
 }
 
 template <class Codes>
 void kivi_values_int(int G, const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, const int32_t* gs,
-                     int64_t g0, int nb, int64_t a, int64_t b, int64_t s0, int64_t n, int r, const float* sc,
+                     int64_t g0, int nb, const int64_t* sp, int n_sp, int64_t n, int r, const float* sc,
                      float* acc, float* msum) {
     kivi_head_passes(G, KIVI_VALUE_HEADS, [&](int j0, int g) {
         kivi_with_heads<KIVI_VALUE_HEADS>(g, [&](auto gb) {
-            kivi_values_int_h<decltype(gb)::value, Codes>(codes, rb, vs, vm, gs, g0, nb, a, b, s0, n, r, sc + j0 * n,
+            kivi_values_int_h<decltype(gb)::value, Codes>(codes, rb, vs, vm, gs, g0, nb, sp, n_sp, n, r, sc + j0 * n,
                                                           acc + j0 * r, msum + j0 * nb);
         });
     });

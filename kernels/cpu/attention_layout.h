@@ -84,6 +84,10 @@ void q8_values(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t
                bool ref);
 void kivi_values(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t n, int G, float* acc,
                  range_scratch& w, bool ref);
+// kivi_values over spans sp[3 i], sp[3 i + 1] (ascending, inside the codes), p_j(s) at
+// w.sc[j n + s - sp[3 i + 2]]: one accumulator set-up for all of them.
+void kivi_values_spans(const attn_kv_view& kv, const int64_t* sp, int n_sp, int64_t n, int G, float* acc,
+                       range_scratch& w, bool ref);
 void vq_values(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t n, int G, float* acc,
                range_scratch& w, bool ref);
 
@@ -108,11 +112,13 @@ struct kivi_int_kernels {
     // Code rows of slots below pf_end are asked for ahead (kivi_prefetch_rows).
     void (*scores)(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end,
                    int64_t s0, int64_t n, const int8_t* qi, const float* qd, const float* bias, float* sc);
-    // acc_j += sum_s p_j(s) s_b(s) code(s) over slots [a, b); msum [G x nb] += sum_s p_j(s) m_b(s).
-    // vs [slots x nb] the blocks' packed grid codes, vm [groups x 2] the groups' f16 steps,
-    // gs [groups + 1] the groups' first slots, g0 the group of slot a.
+    // acc_j += sum_s p_j(s) s_b(s) code(s) over the slots of spans sp[3 i], sp[3 i + 1]
+    // ([a, b), i < n_sp, ascending; p_j(s) at sc[j n + s - sp[3 i + 2]]);
+    // msum [G x nb] += sum_s p_j(s) m_b(s). vs [slots x nb] the blocks' packed grid codes,
+    // vm [groups x 2] the groups' f16 steps, gs [groups + 1] the groups' first slots,
+    // g0 the group of the first span's first slot.
     void (*values)(int G, const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, const int32_t* gs,
-                   int64_t g0, int nb, int64_t a, int64_t b, int64_t s0, int64_t n, int r, const float* sc,
+                   int64_t g0, int nb, const int64_t* sp, int n_sp, int64_t n, int r, const float* sc,
                    float* acc, float* msum);
 };
 // nullptr in a build without AVX2.

@@ -264,9 +264,9 @@ void q2_fold(int G, const float* q, const uint16_t* grid, const uint16_t* step, 
 }
 
 void q2_values(int G, const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, const int32_t* gs,
-               int64_t g0, int nb, int64_t a, int64_t b, int64_t s0, int64_t n, int r, const float* sc, float* acc,
+               int64_t g0, int nb, const int64_t* sp, int n_sp, int64_t n, int r, const float* sc, float* acc,
                float* msum) {
-    kivi_values_int<q2_codes>(G, codes, rb, vs, vm, gs, g0, nb, a, b, s0, n, r, sc, acc, msum);
+    kivi_values_int<q2_codes>(G, codes, rb, vs, vm, gs, g0, nb, sp, n_sp, n, r, sc, acc, msum);
 }
 
 // int16 sums stay exact up to 2 chunks (r = 256): see scores_q2_int_g.
