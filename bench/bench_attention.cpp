@@ -99,37 +99,13 @@ void BM_decode_attention_30_layers(benchmark::State& st) { run_decode_attention(
 // One layer of 2 KV heads with G = range(3) query heads each.
 void BM_decode_attention_gqa(benchmark::State& st) { run_decode_attention(st, 1, 2, (int)st.range(3)); }
 
-// Choosing a decode step's key groups (engine/kv_select.h: the grid bounds of
-// every group, then the best budget's worth) over one layer of 2 KV heads of
-// 128 channels, G 6 (Qwen2.5-Coder-1.5B). Args: bits (4, 2), context, budget.
-void BM_select_groups(benchmark::State& st) {
-    const int r = 128, G = 6, bits = (int)st.range(0);
-    const int64_t n = st.range(1), select = st.range(2);
-    const kv_cache c = make_cache(1, 2, r, bits, n);
-    std::mt19937 g(2);
-    std::normal_distribution<float> N(0, 1);
-    std::vector<float> q((size_t)G * r);
-    for (auto& x : q) x = N(g);
-    const attn_kv_view kv0 = c.view(0, 0);
-    std::vector<float> fs(kv_select_float_scratch(kv0.n_groups, G, r));
-    std::vector<int64_t> is(kv_select_index_scratch(kv0.n_groups)), runs(2 * kv_select_max_runs(select, kv0.group));
-    const int32_t qpos = (int32_t)n;
-    int64_t slots = 0;
-    for (auto _ : st)
-        for (int h = 0; h < 2; h++) {
-            const attn_q_view qv{q.data(), 0, r, G, 1, &qpos, 0.125f};
-            kv_select_runs(c.view(0, h), qv, select, fs.data(), is.data(), runs.data(), &slots);
-            benchmark::DoNotOptimize(runs.data());
-        }
-    st.SetItemsProcessed(st.iterations() * n * 2);
-}
-
-// The same layer's whole decode attention with selection: the groups chosen
-// as above, then one partial over their runs and the window
-// (kernel_attention_runs, as engine/backend_cpu_attn.cpp calls it on one
-// thread). Compare with BM_decode_attention_gqa/128/<bits>/<context>/6, which
-// attends to every slot.
-void BM_select_attention(benchmark::State& st) {
+// Decode-time selection over one layer of 2 KV heads of 128 channels, G 6
+// (Qwen2.5-Coder-1.5B). Args: bits (4, 2), context, budget. Choosing the
+// groups (engine/kv_select.h: every group's estimate, then the best budget's
+// worth), and with `attend` the attention too: one partial over the chosen
+// runs and the window (kernel_attention_runs, as engine/backend_cpu_attn.cpp
+// calls it on one thread), merged.
+void run_select(benchmark::State& st, bool attend) {
     const int r = 128, G = 6, bits = (int)st.range(0);
     const int64_t n = st.range(1), select = st.range(2);
     const kv_cache c = make_cache(1, 2, r, bits, n);
@@ -139,7 +115,7 @@ void BM_select_attention(benchmark::State& st) {
     for (auto& x : q) x = N(g);
     const attn_kv_view kv0 = c.view(0, 0);
     std::vector<float> fs(kv_select_float_scratch(kv0.n_groups, G, r));
-    std::vector<float> scratch(kernel_attention_scratch(G, n, r, r, 0));
+    std::vector<float> scratch(attend ? kernel_attention_scratch(G, n, r, r, 0) : 0);
     std::vector<int64_t> is(kv_select_index_scratch(kv0.n_groups)), runs(2 * kv_select_max_runs(select, kv0.group));
     const int32_t qpos = (int32_t)n;
     int64_t slots = 0, n_runs = 0;
@@ -148,6 +124,8 @@ void BM_select_attention(benchmark::State& st) {
             const attn_kv_view kv = c.view(0, h);
             const attn_q_view qv{q.data(), 0, r, G, 1, &qpos, 0.125f};
             n_runs = kv_select_runs(kv, qv, select, fs.data(), is.data(), runs.data(), &slots);
+            benchmark::DoNotOptimize(runs.data());
+            if (!attend) continue;
             const attn_partial p{m.data(), l.data(), acc.data()};
             kernel_attention_runs(kv, runs.data(), n_runs, qv, p, scratch.data());
             kernel_attention_merge(&p, 1, 1, G, r, out.data(), 0, r);
@@ -156,6 +134,11 @@ void BM_select_attention(benchmark::State& st) {
     st.SetItemsProcessed(st.iterations() * n * 2);
     st.counters["runs"] = (double)n_runs;
 }
+
+void BM_select_groups(benchmark::State& st) { run_select(st, false); }
+// Compare with BM_decode_attention_gqa/128/<bits>/<context>/6, which attends
+// to every slot.
+void BM_select_attention(benchmark::State& st) { run_select(st, true); }
 
 // A whole model's decode attention under a plan: every head with its own
 // precisions and ranks, one thread.
