@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "ggml-like/error.h"
+#include "kernels/cpu/simd.h"
 
 namespace zk {
 
@@ -24,19 +25,17 @@ int64_t kv_select_runs(const attn_kv_view& kv, const attn_q_view& q, int64_t sel
     ZK_ASSERT(kv_select_applies(kv, select));
     const int G = q.n_group;
     const int64_t ng = kv.n_groups;
-    float* bound = fscratch;            // [ng x G] the estimates
-    float* score = fscratch + ng * G;   // [ng]
-    kernel_attention_group_bounds(kv, q, 0, ng, k_select_spread, bound, fscratch + ng * (G + 1));
-    // each head's bounds against its best group
-    float best[64];
-    ZK_ASSERT(G <= 64);
-    for (int j = 0; j < G; j++) best[j] = -INFINITY;
-    for (int64_t g = 0; g < ng; g++)
-        for (int j = 0; j < G; j++) best[j] = std::max(best[j], bound[g * G + j]);
-    for (int64_t g = 0; g < ng; g++) {
-        float s = -INFINITY;
-        for (int j = 0; j < G; j++) s = std::max(s, bound[g * G + j] - best[j]);
-        score[g] = s;
+    float* est = fscratch;             // [G x ng] the estimates
+    float* score = fscratch + ng * G;  // [ng]
+    kernel_attention_group_estimates(kv, q, 0, ng, k_select_spread, est, fscratch + ng * (G + 1));
+    // a group's weight: sum_j e^(tau (est_j(g) - best_j)) over the query heads
+    std::fill(score, score + ng, 0.0f);
+    for (int j = 0; j < G; j++) {
+        float* ej = est + j * ng;
+        const float best = simd::max_f32(ej, (int)ng);
+        simd::scale_f32(ej, (int)ng, k_select_tau);
+        simd::exp_shift_sum(ej, (int)ng, k_select_tau * best);
+        simd::axpy_f32(1.0f, ej, score, (int)ng);
     }
     const int64_t keep = std::min(ng, (select + kv.group - 1) / kv.group);
     int64_t* idx = iscratch;

@@ -276,14 +276,13 @@ void kernel_attention_merge(const attn_partial* parts, int n_parts, int64_t n_to
 
 // Decode-time key-group selection (Quest's page bounds, read from KIVI grids):
 // for key groups [g0, g1) of a block whose keys are KIVI (4- or 2-bit, tails
-// and 0-bit channels included), bound[(g - g0) x n_group + j] = q.scale x
+// and 0-bit channels included), bound[j x (g1 - g0) + g - g0] = q.scale x
 // sum_c (q_jc centre_c + spread |q_jc| halfwidth_c) over each channel's range
 // [m_c, m_c + L_c s_c] from the group's grids (GEAR's corrections not
 // counted), for the first query token of q. spread = 1 gives an upper bound of
 // q_j . k over every key the group can code; smaller spreads rank groups better
 // (engine/kv_select.cpp). Reads 1/group of the keys' bytes, but works each
-// query head against every group: 8% of a full attention pass at 6 heads and
-// 4-bit keys (bench_attention BM_select_groups). scratch: floats of
+// query head against every group (bench_attention BM_select_groups). scratch: floats of
 // kernel_attention_select_scratch. Why: at depth, decode reads every key
 // and value; the groups whose bound is far below the best hold keys whose
 // softmax weight is small, so a step may attend to the best groups only
@@ -291,5 +290,13 @@ void kernel_attention_merge(const attn_partial* parts, int n_parts, int64_t n_to
 int64_t kernel_attention_select_scratch(int n_group, int r_k);
 void kernel_attention_group_bounds(const attn_kv_view& kv, const attn_q_view& q, int64_t g0, int64_t g1,
                                    float spread, float* bound, float* scratch);
+// The same sums with each head's weights rounded to int8 (one step per head
+// and sum, as the score kernels round the query), in integer dot products
+// against the grid bytes as they lie: what selection ranks groups by. Within
+// q.scale x (ds x step_w / 2 x sum_c scode_c + dm x step_q / 2 x sum_c |mcode_c|)
+// of the float sums, step = max|x| / 63 (127 with VNNI). Why: at 32K the float
+// sums over 1,024 groups were half of a selected layer's attention.
+void kernel_attention_group_estimates(const attn_kv_view& kv, const attn_q_view& q, int64_t g0, int64_t g1,
+                                      float spread, float* est, float* scratch);
 
 }  // namespace zk

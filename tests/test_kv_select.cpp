@@ -10,8 +10,8 @@
 //     ranges' partials merged (4- and 2-bit keys with tails and 0-bit
 //     channels, runs cut inside groups, into the 16-bit window, empty; float
 //     sums in another order: relative 1e-4, the max exact);
-//   - the group holding a key planted along the query is chosen at a budget of
-//     two groups; runs ascend, hold the residual window, and count their slots;
+//   - the group holding a key planted along the heads' summed queries is chosen at
+//     a budget of two groups; runs ascend, hold the residual window, and count their slots;
 //     a budget at or past the quantized slots does not apply;
 //   - a session on the tiny random model: a budget that keeps every group gives the logits
 //     of no selection bit for bit; a small budget changes them, stays finite,
@@ -53,7 +53,7 @@ kv_cache make_cache(const block_case& bc, int n, int r, uint32_t seed, const std
     kv_cache c(1, 1, n, p, {r}, {r});
     std::vector<float> K = make_rows(n, r, seed), V = make_rows(n, r, seed + 1);
     if (plant) {  // plant[0]: the slot, then its key
-        // a key along the first query head's direction, 4x the rows' scale
+        // the key given, times 4
         for (int ch = 0; ch < r; ch++) K[(size_t)(*plant)[0] * r + ch] = 4.0f * (*plant)[1 + ch];
     }
     std::vector<int32_t> pos(n);
@@ -79,7 +79,7 @@ TEST(KvSelect, BoundsHoldEveryKeyAndMatchTheGrids) {
     // r = 124: coded channels past a multiple of 8; G = 9: past the fused
     // kernel's heads (the generic path)
     for (const int r : {128, 124})
-    for (const block_case bc : {block_case{4, 0, 0}, block_case{2, 0, 0}, block_case{2, 72, 24}})
+    for (const block_case bc : {block_case{4, 0, 0}, block_case{2, 0, 0}, block_case{2, 72, 24}, block_case{2, 60, 23}})
         for (int G : {1, 6, 9})
             for (const float spread : {1.0f, k_select_spread, 0.0f}) {
                 kv_cache c = make_cache(bc, n, r, 11 + bc.bits + bc.tail);
@@ -93,9 +93,11 @@ TEST(KvSelect, BoundsHoldEveryKeyAndMatchTheGrids) {
                 const attn_q_view qv{q.data(), 0, r, G, 1, &qpos, scale};
                 std::vector<float> bound((size_t)kv.n_groups * G), scratch(kernel_attention_select_scratch(G, r));
                 kernel_attention_group_bounds(kv, qv, 0, kv.n_groups, spread, bound.data(), scratch.data());
+                std::vector<float> est((size_t)kv.n_groups * G);
+                kernel_attention_group_estimates(kv, qv, 0, kv.n_groups, spread, est.data(), scratch.data());
                 const int zero = kv.k.zero, rc = r - zero, h = rc - kv.k.tail, gw = kv_key_grid_words(r, zero);
                 std::vector<float> kd(r), vd(r);
-                double worst_twin = 0, mean_slack = 0;
+                double worst_twin = 0, mean_slack = 0, worst_est = 0, mean_tol = 0;
                 for (int64_t g = 0; g < kv.n_groups; g++) {
                     const uint16_t* grid = kv.k.scale + g * gw;
                     const float ds = fp16_to_fp32(kv.k.min[g * KV_GRID_STEPS]);
@@ -115,8 +117,28 @@ TEST(KvSelect, BoundsHoldEveryKeyAndMatchTheGrids) {
                             twin += qj[ch] * (lo + hi) / 2 + spread * std::fabs(qj[ch]) * (hi - lo) / 2;
                         }
                         twin *= scale;
-                        const double b = bound[g * G + j];
+                        const double b = bound[j * kv.n_groups + g];
                         worst_twin = std::max(worst_twin, std::fabs(b - twin) / std::max(1.0, std::fabs(twin)));
+                        // the integer estimate: within half a rounding step of
+                        // each weight (63 levels a side, the coarser build)
+                        // times the codes it multiplies
+                        double w_max = 0, q_max = 0, s_codes = 0, m_codes = 0;
+                        for (int ch = 0; ch < r; ch++) {
+                            q_max = std::max(q_max, (double)std::fabs(qj[ch]));
+                            if (ch < rc) {
+                                const double L = ch < h ? (1 << bc.bits) - 1 : 1;
+                                w_max = std::max(w_max, std::fabs(0.5 * (qj[ch] + spread * std::fabs(qj[ch])) * L));
+                                s_codes += grid[ch] & 0xff;
+                                m_codes += std::abs((int)(int8_t)(grid[ch] >> 8));
+                            } else {
+                                m_codes += std::abs((int)((const int8_t*)(grid + rc))[ch - rc]);
+                            }
+                        }
+                        const double tol = scale * (ds * w_max / 63 / 2 * s_codes + dm * q_max / 63 / 2 * m_codes);
+                        const double err =
+                            std::fabs(est[j * kv.n_groups + g] - twin) - 1e-5 * std::max(1.0, std::fabs(twin));
+                        worst_est = std::max(worst_est, err / tol);
+                        mean_tol += tol;
                         // every key the group holds scores at most its bound
                         double best = -1e30;
                         for (int64_t s = kv.group_start[g]; s < kv.group_start[g + 1]; s++) {
@@ -135,9 +157,13 @@ TEST(KvSelect, BoundsHoldEveryKeyAndMatchTheGrids) {
                 }
                 EXPECT_LT(worst_twin, 1e-5) << bc.bits << "-bit tail " << bc.tail << " zero " << bc.zero << " spread "
                                             << spread;
-                std::printf("[ measured ] %d-bit keys, tail %d, zero %d, G %d, spread %.1f: estimate over the best "
-                            "key of its group by %.3f on average (scaled scores), vs the twin %.1e\n",
-                            bc.bits, bc.tail, bc.zero, G, spread, mean_slack / (kv.n_groups * G), worst_twin);
+                EXPECT_LE(worst_est, 1.0) << "integer estimate: " << bc.bits << "-bit tail " << bc.tail << " zero "
+                                          << bc.zero << " G " << G << " spread " << spread;
+                std::printf("[ measured ] %d-bit keys, tail %d, zero %d, r %d, G %d, spread %.1f: estimate over the "
+                            "best key of its group by %.3f on average (scaled scores), vs the twin %.1e; integer "
+                            "estimate's worst error %.2f of its bound (%.4f on average)\n",
+                            bc.bits, bc.tail, bc.zero, r, G, spread, mean_slack / (kv.n_groups * G), worst_twin,
+                            worst_est, mean_tol / (kv.n_groups * G));
             }
 }
 
@@ -194,7 +220,12 @@ TEST(KvSelect, ChoosesThePlantedGroupAndKeepsTheWindow) {
     const std::vector<float> q = random_q(G, r, 21);
     std::vector<float> plant(1 + r);
     plant[0] = planted;
-    for (int ch = 0; ch < r; ch++) plant[1 + ch] = q[ch] / 4.0f;  // head 0's query direction
+    // along the sum of the heads' queries: a key they all weigh (each head's
+    // own best group competes for a budget of two groups; the heads' sum decides)
+    for (int ch = 0; ch < r; ch++) {
+        for (int j = 0; j < G; j++) plant[1 + ch] += q[j * r + ch];
+        plant[1 + ch] *= 0.25f;
+    }
     kv_cache c = make_cache({2, 72, 24}, n, r, 17, &plant);
     const attn_kv_view kv = c.view(0, 0);
     const int32_t qpos = n - 1;
