@@ -129,8 +129,13 @@ inline int8_t round_i8(float x) {
 }
 
 // The per-channel weights of the bounds' second sum, w_jc = (q_jc + spread
-// |q_jc|) / 2 x L_c (spread 1: max(q_jc, 0) L_c), for c < r: w [G x rs].
-void spread_weights(const attn_q_view& q, int r, int h, int bits, float spread, float* w, int64_t rs) {
+// |q_jc|) / 2 x L_c (spread 1: max(q_jc, 0) L_c), for the coded channels c <
+// r: w [G x rs]. Checks what both the bounds and the estimates take.
+void spread_weights(const attn_kv_view& kv, const attn_q_view& q, float spread, float* w, int64_t rs) {
+    ZK_ASSERT(spread >= 0.0f && spread <= 1.0f);
+    ZK_ASSERT(kv.k.layout == KV_LAYOUT_Q4 || kv.k.layout == KV_LAYOUT_Q2);
+    const int bits = kv.k.layout == KV_LAYOUT_Q4 ? 4 : 2;
+    const int r = kv.r_k - kv.k.zero, h = r - kv.k.tail;
     for (int j = 0; j < q.n_group; j++) {
         const float* qj = q.q + j * q.q_head_stride;
         for (int c = 0; c < r; c++)
@@ -147,16 +152,12 @@ int64_t kernel_attention_select_scratch(int n_group, int r_k) {
 
 void kernel_attention_group_bounds(const attn_kv_view& kv, const attn_q_view& q, int64_t g0, int64_t g1,
                                    float spread, float* bound, float* scratch) {
-    ZK_ASSERT(spread >= 0.0f && spread <= 1.0f);
-    ZK_ASSERT(kv.k.layout == KV_LAYOUT_Q4 || kv.k.layout == KV_LAYOUT_Q2);
-    const int bits = kv.k.layout == KV_LAYOUT_Q4 ? 4 : 2;
-    const int zero = kv.k.zero, gw = kv_key_grid_words(kv.r_k, zero);
-    const int G = q.n_group, r = kv.r_k - zero, h = r - kv.k.tail;
+    const int zero = kv.k.zero, gw = kv_key_grid_words(kv.r_k, zero), G = q.n_group, r = kv.r_k - zero;
     const int64_t rs = kv.r_k + 8;  // scratch row stride
     float* w = scratch;             // [G x rs]
     float* mf = scratch + G * rs;   // [rs] the group's min codes (the 0-bit channels' after the coded ones)
     float* sf = mf + rs;            // [rs] its scale codes (coded channels only)
-    spread_weights(q, r, h, bits, spread, w, rs);
+    spread_weights(kv, q, spread, w, rs);
     for (int64_t g = g0; g < g1; g++) {
         const uint16_t* grid = kv.k.scale + g * gw;
         const uint16_t* step = kv.k.min + g * KV_GRID_STEPS;
@@ -165,23 +166,19 @@ void kernel_attention_group_bounds(const attn_kv_view& kv, const attn_q_view& q,
         for (int i = 0; i < zero; i++) mf[r + i] = (float)zb[i];
         const float ds = attn::h2f(step[0]) * q.scale, dm = attn::h2f(step[1]) * q.scale;
         for (int j = 0; j < G; j++)
-            bound[j * (g1 - g0) + (g - g0)] = dm * simd::dot_f32(q.q + j * q.q_head_stride, mf, kv.r_k) +
-                                      ds * simd::dot_f32(w + j * rs, sf, r);
+            bound[j * (g1 - g0) + (g - g0)] =
+                dm * simd::dot_f32(q.q + j * q.q_head_stride, mf, kv.r_k) + ds * simd::dot_f32(w + j * rs, sf, r);
     }
 }
 
 void kernel_attention_group_estimates(const attn_kv_view& kv, const attn_q_view& q, int64_t g0, int64_t g1,
                                       float spread, float* est, float* scratch) {
-    ZK_ASSERT(spread >= 0.0f && spread <= 1.0f);
-    ZK_ASSERT(kv.k.layout == KV_LAYOUT_Q4 || kv.k.layout == KV_LAYOUT_Q2);
-    const int bits = kv.k.layout == KV_LAYOUT_Q4 ? 4 : 2;
-    const int zero = kv.k.zero, gw = kv_key_grid_words(kv.r_k, zero);
-    const int G = q.n_group, r = kv.r_k - zero, h = r - kv.k.tail;
+    const int zero = kv.k.zero, gw = kv_key_grid_words(kv.r_k, zero), G = q.n_group, r = kv.r_k - zero;
     ZK_ASSERT(G <= 64);
     const int li = 2 * r, lpi = (li + 31) / 32 * 32, lpz = (zero + 31) / 32 * 32;
     const int64_t rs = kv.r_k + 8;
     float* w = scratch;  // [G x rs]
-    spread_weights(q, r, h, bits, spread, w, rs);
+    spread_weights(kv, q, spread, w, rs);
     // The query bytes: C_j over the coded channels in the order the kernel
     // reads them (per 16 grid bytes, i.e. 8 channels: their 8 weights w, then
     // their 8 query values), Z_j the query over the 0-bit channels; each head
