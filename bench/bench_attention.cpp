@@ -10,7 +10,11 @@
 // benchmark per plan file listed in ZACK_BENCH_PLANS (comma-separated), G query
 // heads per KV head from ZACK_BENCH_GROUP (default 6, Qwen2.5-Coder-1.5B); the
 // counter us_per_layer is the time of one layer. Vector-coded values (value
-// precision 1) read random books of calibrate's size.
+// precision 1) read random books of calibrate's size. With ZACK_BENCH_SELECT=N
+// each plan also runs as BM_plan_attention/<plan>/<context>/select<N>: every
+// head selection applies to (KIVI keys) chooses its groups and attends to their
+// runs as a one-token decode step does with --kv-select N (counter
+// heads_selected); the others attend to every slot.
 // BM_select_groups/<bits>/<context>/<budget>: choosing a step's key groups for
 // --kv-select over one such layer (the bounds and the top budget's worth).
 #include <benchmark/benchmark.h>
@@ -142,7 +146,7 @@ void BM_select_attention(benchmark::State& st) { run_select(st, true); }
 
 // A whole model's decode attention under a plan: every head with its own
 // precisions and ranks, one thread.
-void run_plan_attention(benchmark::State& st, const kv_plan& pl, int64_t n, int k_group) {
+void run_plan_attention(benchmark::State& st, const kv_plan& pl, int64_t n, int k_group, int64_t select) {
     kv_cache_params p;
     p.bits = pl.bits;
     p.bits_k = pl.bits_k;
@@ -174,18 +178,34 @@ void run_plan_attention(benchmark::State& st, const kv_plan& pl, int64_t n, int 
     for (auto& x : q) x = N(g);
     std::vector<float> scratch(kernel_attention_scratch(k_group, n, d, d, 0));
     const int32_t qpos = (int32_t)n;
+    // with a budget, the heads selection applies to choose their runs first, as
+    // engine/backend_cpu_attn.cpp does for a one-token step
+    const int64_t max_groups = n / p.group + 1;
+    std::vector<float> fs(select > 0 ? kv_select_float_scratch(max_groups, k_group, d) : 0);
+    std::vector<int64_t> is(select > 0 ? kv_select_index_scratch(max_groups) : 0);
+    std::vector<int64_t> runs(select > 0 ? 2 * kv_select_max_runs(select, p.group) : 0);
+    int64_t n_selected = 0;
     for (auto _ : st) {
+        n_selected = 0;
         for (int li = 0; li < pl.n_layer; li++)
             for (int h = 0; h < pl.n_kv; h++) {
                 const attn_kv_view kv = c.view(li, h);
                 attn_q_view qv{q.data(), 0, kv.r_k, k_group, 1, &qpos, 0.125f};
                 attn_partial part{m.data(), l.data(), acc.data()};
-                kernel_attention_range(kv, 0, kv.n_slots, qv, part, scratch.data());
+                if (kv_select_applies(kv, select)) {
+                    int64_t slots = 0;
+                    const int64_t nr = kv_select_runs(kv, qv, select, fs.data(), is.data(), runs.data(), &slots);
+                    kernel_attention_runs(kv, runs.data(), nr, qv, part, scratch.data());
+                    n_selected++;
+                } else {
+                    kernel_attention_range(kv, 0, kv.n_slots, qv, part, scratch.data());
+                }
                 kernel_attention_merge(&part, 1, 1, k_group, kv.r_v, out.data(), 0, d);
             }
         benchmark::DoNotOptimize(out.data());
     }
     st.SetItemsProcessed(st.iterations() * n * (int64_t)nh);
+    st.counters["heads_selected"] = (double)n_selected;
     st.counters["kv_fraction"] = c.bytes_per_token_exact() / c.bytes_per_token_f16(d);
     st.counters["us_per_layer"] = benchmark::Counter((double)pl.n_layer * 1e-6,
                                                      benchmark::Counter::kIsIterationInvariantRate |
@@ -198,6 +218,8 @@ const bool k_plans_registered = [] {
     if (!env) return false;
     const char* ge = std::getenv("ZACK_BENCH_GROUP");
     const int k_group = ge ? std::atoi(ge) : 6;
+    const char* se = std::getenv("ZACK_BENCH_SELECT");
+    const int64_t select = se ? std::atoll(se) : 0;
     std::stringstream ss(env);
     std::string path;
     while (std::getline(ss, path, ',')) {
@@ -207,9 +229,14 @@ const bool k_plans_registered = [] {
         const kv_plan pl = kv_plan::from_json(nlohmann::json::parse(body.str()), path);
         const std::string name = path.substr(path.find_last_of('/') + 1);
         for (int64_t n : {8192, 32768})
-            benchmark::RegisterBenchmark(("BM_plan_attention/" + name + "/" + std::to_string(n)).c_str(),
-                                         [pl, n, k_group](benchmark::State& st) { run_plan_attention(st, pl, n, k_group); })
-                ->Unit(benchmark::kMillisecond);
+            for (int64_t sel : {(int64_t)0, select}) {
+                std::string bm = "BM_plan_attention/" + name + "/" + std::to_string(n);
+                if (sel > 0) bm += "/select" + std::to_string(sel);
+                benchmark::RegisterBenchmark(bm.c_str(), [pl, n, k_group, sel](benchmark::State& st) {
+                    run_plan_attention(st, pl, n, k_group, sel);
+                })->Unit(benchmark::kMillisecond);
+                if (select == 0) break;
+            }
     }
     return true;
 }();
