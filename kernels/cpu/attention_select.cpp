@@ -31,21 +31,19 @@ namespace {
 // maddubs sums two into int16, which two 255 x 63 products cannot overflow
 // (the 0-bit channels' min bytes sit side by side).
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__) || defined(__AVXVNNI__)
-constexpr int k_est_levels = 127;
+constexpr bool k_est_vnni = true;
 #else
-constexpr int k_est_levels = 63;
+constexpr bool k_est_vnni = false;
 #endif
+constexpr int k_est_levels = k_est_vnni ? 127 : 63;
 
 #ifdef ZK_SIMD_AVX2
-// acc + the 32 products u x s summed in fours into int32 lanes.
+// acc + the 32 products u x s summed in fours into int32 lanes: the score
+// loops' kivi_score_add, which with VNNI accumulates in int32 lanes already;
+// without it its int16 pairs are widened at once, as a group's sums can pass int16.
 inline __m256i est_dot_add(__m256i acc, __m256i u, __m256i s) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    return _mm256_dpbusd_epi32(acc, u, s);
-#elif defined(__AVXVNNI__)
-    return _mm256_dpbusd_avx_epi32(acc, u, s);
-#else
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
-#endif
+    if constexpr (k_est_vnni) return attn::kivi_score_add(acc, u, s);
+    return _mm256_add_epi32(acc, attn::kivi_score_widen(attn::kivi_score_add(_mm256_setzero_si256(), u, s)));
 }
 
 // One group's estimates for G query heads from its grid row: li bytes of
