@@ -12,11 +12,13 @@
 // counter us_per_layer is the time of one layer. Vector-coded values (value
 // precision 1) read random books of calibrate's size. With ZACK_BENCH_SELECT=N
 // each plan also runs as BM_plan_attention/<plan>/<context>/select<N>: every
-// head selection applies to (KIVI keys) chooses its groups and attends to their
-// runs as a one-token decode step does with --kv-select N (counter
-// heads_selected); the others attend to every slot.
+// head selection applies to chooses its runs (KIVI keys: groups by their grid
+// estimates; other keys: pages by their exact mass) and attends to them as a
+// one-token decode step does with --kv-select N (counter heads_selected); the
+// others attend to every slot.
 // BM_select_groups/<bits>/<context>/<budget>: choosing a step's key groups for
-// --kv-select over one such layer (the bounds and the top budget's worth).
+// --kv-select over one such layer (the bounds and the top budget's worth);
+// BM_select_attention: choosing and attending (also 16- and 8-bit caches).
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -118,9 +120,9 @@ void run_select(benchmark::State& st, bool attend) {
     std::vector<float> q((size_t)G * r), m(G), l(G), acc((size_t)G * r), out(acc.size());
     for (auto& x : q) x = N(g);
     const attn_kv_view kv0 = c.view(0, 0);
-    std::vector<float> fs(kv_select_float_scratch(kv0.n_groups, G, r));
+    std::vector<float> fs(kv_select_float_scratch(kv0, G));
     std::vector<float> scratch(attend ? kernel_attention_scratch(G, n, r, r, 0) : 0);
-    std::vector<int64_t> is(kv_select_index_scratch(kv0.n_groups)), runs(2 * kv_select_max_runs(select, kv0.group));
+    std::vector<int64_t> is(kv_select_index_scratch(kv0)), runs(2 * kv_select_max_runs(kv0, select));
     const int32_t qpos = (int32_t)n;
     int64_t slots = 0, n_runs = 0;
     for (auto _ : st)
@@ -180,10 +182,17 @@ void run_plan_attention(benchmark::State& st, const kv_plan& pl, int64_t n, int 
     const int32_t qpos = (int32_t)n;
     // with a budget, the heads selection applies to choose their runs first, as
     // engine/backend_cpu_attn.cpp does for a one-token step
-    const int64_t max_groups = n / p.group + 1;
-    std::vector<float> fs(select > 0 ? kv_select_float_scratch(max_groups, k_group, d) : 0);
-    std::vector<int64_t> is(select > 0 ? kv_select_index_scratch(max_groups) : 0);
-    std::vector<int64_t> runs(select > 0 ? 2 * kv_select_max_runs(select, p.group) : 0);
+    int64_t nf = 0, ni = 0, nruns = 0;
+    for (int li = 0; li < pl.n_layer; li++)
+        for (int h = 0; h < pl.n_kv; h++)
+            if (kv_select_applies(c.view(li, h), select)) {
+                const attn_kv_view kv = c.view(li, h);
+                nf = std::max(nf, kv_select_float_scratch(kv, k_group));
+                ni = std::max(ni, kv_select_index_scratch(kv));
+                nruns = std::max(nruns, kv_select_max_runs(kv, select));
+            }
+    std::vector<float> fs(nf);
+    std::vector<int64_t> is(ni), runs(2 * nruns);
     int64_t n_selected = 0;
     for (auto _ : st) {
         n_selected = 0;
@@ -260,4 +269,5 @@ BENCHMARK(BM_decode_attention_gqa)
     ->ArgsProduct({{64}, {16, 4, 2}, {8192}, {7}})
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_select_groups)->ArgsProduct({{4, 2}, {8192, 32768}, {2048}})->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_select_attention)->ArgsProduct({{4, 2}, {8192, 32768}, {2048}})->Unit(benchmark::kMicrosecond);
+// 16 and 8: pages chosen by their exact mass (every key scored)
+BENCHMARK(BM_select_attention)->ArgsProduct({{16, 8, 4, 2}, {8192, 32768}, {2048}})->Unit(benchmark::kMicrosecond);

@@ -309,6 +309,7 @@ kv_plan plan_per_head(const plan_inputs& in, double target) {
         for (int bk : in.qbits)
             for (int bv : in.qbits) {
                 if (!in.measured(bk, bv, h)) continue;  // a tail as values, or with 16/8-bit values
+                if (in.kivi_keys && bk > 4) continue;
                 const double lq = in.head_qloss(bk, bv, h);
                 // a 1-bit tail: 2-bit keys, their last sens_tail(d) channels 1-bit, at full
                 // key rank (its loss was measured there; cutting ranks competes with it instead);
@@ -383,7 +384,8 @@ kv_plan plan_for_target(const plan_inputs& in, double target) {
     if (in.per_head()) {
         kv_plan p = plan_per_head(in, target);
         p.target = target;
-        p.source = "predicted from the .zack's sensitivity curves (per head)";
+        p.source = in.kivi_keys ? "predicted from the .zack's sensitivity curves (per head, KIVI keys for --kv-select)"
+                                : "predicted from the .zack's sensitivity curves (per head)";
         p.source_sha256 = in.source_sha256;
         return p;
     }
@@ -397,6 +399,7 @@ kv_plan plan_for_target(const plan_inputs& in, double target) {
     double least_fraction = 1e30;
     for (int bits : {16, 8, 4}) {
         if (bits != 16 && std::find(in.qbits.begin(), in.qbits.end(), bits) == in.qbits.end()) continue;
+        if (in.kivi_keys && bits > 4) continue;
         auto fraction_at = [&](double rate, zack_ranks* out) {
             const zack_ranks r = ranks_by_loss(c, rate, 7u);
             if (out) *out = r;
@@ -434,10 +437,11 @@ kv_plan plan_for_target(const plan_inputs& in, double target) {
     return best;
 }
 
-kv_plan plan_for_target(const model& m, double target, double rank_weight) {
+kv_plan plan_for_target(const model& m, double target, double rank_weight, bool kivi_keys) {
     plan_validate_target(target);
     plan_inputs in = plan_inputs::from_model(m);
     if (rank_weight > 0) in.rank_weight = rank_weight;
+    in.kivi_keys = kivi_keys;
     return plan_for_target(in, target);
 }
 

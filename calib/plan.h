@@ -110,6 +110,15 @@ struct plan_inputs {
     // Rank losses are multiplied by this (zack calibrate measures it end to end,
     // zack.sens.rank_weight; --kv-rank-weight overrides; 1 when absent).
     double rank_weight = 1.0;
+    // Every head's keys in KIVI codes (4 or 2 bits, with tails and 0-bit
+    // channels): what a run with decode-time selection (--kv-select) wants.
+    // Selection estimates from the KIVI grids; a head with 8- or 16-bit keys
+    // scores every slot to choose (engine/kv_select.h). At 32K on Qwen2.5-
+    // Coder-1.5B one such head (plan 0.14's layer 0 head 0) took 23% of a
+    // selected step's attention when it attended to every slot, and its
+    // scores alone still cost more than a KIVI head's whole step
+    // (bench/RESULTS.md, 2026-12-01 "KIVI keys for selection").
+    bool kivi_keys = false;
     static plan_inputs from_model(const model& m);  // throws when the .zack has no curves
     // Every pair measured: plans choose a precision per head.
     bool per_head() const;
@@ -152,8 +161,8 @@ int64_t plan_head_cost(int bits_k, int bits_v, int rank_k, int rank_v, int tail 
 // of range or nothing fits F (naming the least fraction a 4-bit cache at the
 // highest rate reaches).
 kv_plan plan_for_target(const plan_inputs& in, double target);
-// rank_weight > 0 overrides the .zack's (plan_inputs::rank_weight).
-kv_plan plan_for_target(const model& m, double target, double rank_weight = -1);
+// rank_weight > 0 overrides the .zack's (plan_inputs::rank_weight); kivi_keys: plan_inputs::kivi_keys.
+kv_plan plan_for_target(const model& m, double target, double rank_weight = -1, bool kivi_keys = false);
 // The predicted loss of a precision + ranks (rank curves + the precision's loss).
 double plan_predicted_loss(const plan_inputs& in, int bits, const std::vector<int>& ranks_k,
                            const std::vector<int>& ranks_v, const std::vector<int>& kbasis);

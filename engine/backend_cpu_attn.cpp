@@ -191,9 +191,9 @@ void backend_cpu::attention(const backend_seq* seqs, int n_seqs, const model_hpa
     ZK_ASSERT(n_decode == n_seqs || n_seqs == 1);
 
     // Decode-time key-group selection (engine/kv_select.h): one-token decode
-    // segments on global layers whose policy needs no logits; each head whose
-    // keys are KIVI and longer than the budget gets its runs of slots here.
-    int64_t most_groups = 0, most_runs = 0;
+    // segments on global layers whose policy needs no logits; each head longer
+    // than the budget gets its runs of slots here.
+    int64_t most_f = 0, most_i = 0, most_runs = 0;
     for (int i = 0; i < n_seqs; i++) {
         const backend_seq& sq = seqs[i];
         const int64_t sel = sq.cache->params().select;
@@ -205,13 +205,14 @@ void backend_cpu::attention(const backend_seq* seqs, int n_seqs, const model_hpa
             const attn_kv_view kv = sq.cache->view(il, g);
             if (!kv_select_applies(kv, sel)) continue;
             sn = -1;  // to choose
-            most_groups = std::max(most_groups, kv.n_groups);
-            most_runs = std::max(most_runs, kv_select_max_runs(sel, kv.group));
+            most_f = std::max(most_f, kv_select_float_scratch(kv, (int)G));
+            most_i = std::max(most_i, kv_select_index_scratch(kv));
+            most_runs = std::max(most_runs, kv_select_max_runs(kv, sel));
         }
     }
-    if (most_groups > 0) {
-        fb.sel_f_stride = kv_select_float_scratch(most_groups, (int)G, (int)D);
-        fb.sel_i_stride = kv_select_index_scratch(most_groups);
+    if (most_runs > 0) {
+        fb.sel_f_stride = most_f;
+        fb.sel_i_stride = most_i;
         fb.sel_runs_stride = 2 * most_runs;
         grow_to(fb.sel_f, fb.n_threads * fb.sel_f_stride);
         grow_to(fb.sel_i, fb.n_threads * fb.sel_i_stride);

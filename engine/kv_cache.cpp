@@ -125,10 +125,6 @@ void kv_cache_validate_params(const kv_cache_params& p, int n_layer, int n_head_
     check_key_channels("kv.key_zero", "kv_zeros_k", "0-bit key channels", "0-bit key channels", p.key_zero, p.zeros_k,
                        KV_KEY_MAX_R, p.gear, n_layer, n_head_kv);
     if (p.select < 0) ZK_THROW_PARAM("kv.select", "kv.select must be a number of tokens, got %lld", (long long)p.select);
-    // (a plan's per-head bits come after the flags' check: the cache's own, with the tables, decides)
-    if (p.select > 0 && n_layer >= 0 && !kv_cache_windowed(p))
-        ZK_THROW_PARAM("kv.select", "kv.select chooses among 4- and 2-bit key groups; it needs kv.bits 4 or 2 or a plan "
-                                    "(got kv.bits %d)", p.bits);
     if (p.sinks < 0 || p.sinks > 64)
         ZK_THROW_PARAM("kv.sinks", "kv.sinks must be between 0 and 64 tokens, got %d", p.sinks);
     if (p.gear) {

@@ -81,9 +81,10 @@ struct kv_cache_params {
     int key_zero = 0;
     std::vector<int> zeros_k;
     int sinks = 0;                // first positions also kept exact (f32, full head dim)
-    // Decode-time key-group selection (engine/kv_select.h): a one-token decode
-    // step attends to this many tokens' worth of the KIVI key groups with the
-    // highest bounds, plus the residual window and sinks (0 = every group).
+    // Decode-time selection (engine/kv_select.h): a one-token decode step
+    // attends to this many tokens' worth of each head's slots, plus the sinks
+    // (KIVI keys: the groups with the highest estimates, and the residual
+    // window; other keys: the pages with the most softmax mass); 0 = every slot.
     int64_t select = 0;
     int sink_dim = 0;             // channels of an exact sink row; rows passed to append() have them
 };

@@ -9,20 +9,44 @@
 
 namespace zk {
 
-int64_t kv_select_float_scratch(int64_t n_groups, int n_group, int r_k) {
-    return n_groups * (n_group + 1) + kernel_attention_select_scratch(n_group, r_k);
-}
-int64_t kv_select_index_scratch(int64_t n_groups) { return n_groups; }
-int64_t kv_select_max_runs(int64_t select, int group) { return (select + group - 1) / group + 1; }
+namespace {
 
-bool kv_select_applies(const attn_kv_view& kv, int64_t select) {
-    const bool kivi = kv.k.layout == KV_LAYOUT_Q4 || kv.k.layout == KV_LAYOUT_Q2;
-    return select > 0 && kivi && kv.group > 0 && kv.n_groups > 0 && kv.group_start[kv.n_groups] > select;
+bool kivi_keys(const attn_kv_view& kv) { return kv.k.layout == KV_LAYOUT_Q4 || kv.k.layout == KV_LAYOUT_Q2; }
+
+// Other keys: the slots past the sinks, and their pages.
+int64_t page_slots(const attn_kv_view& kv) { return kv.n_slots - kv.n_sink_slots; }
+int64_t n_pages(const attn_kv_view& kv) { return (page_slots(kv) + k_select_page - 1) / k_select_page; }
+int64_t scores_scratch(const attn_kv_view& kv, int G) {
+    return kernel_attention_scratch(G, page_slots(kv), kv.r_k, kv.r_v, std::max(kv.k.gear.rank, kv.v.gear.rank));
 }
 
-int64_t kv_select_runs(const attn_kv_view& kv, const attn_q_view& q, int64_t select, float* fscratch,
-                       int64_t* iscratch, int64_t* runs, int64_t* n_slots) {
-    ZK_ASSERT(kv_select_applies(kv, select));
+// Appends [s0, s1) to the runs, joined to the last run where they touch.
+struct run_list {
+    int64_t* runs;
+    int64_t n = 0, slots = 0;
+    void add(int64_t s0, int64_t s1) {
+        if (s1 <= s0) return;
+        slots += s1 - s0;
+        if (n > 0 && runs[2 * n - 1] == s0) {
+            runs[2 * n - 1] = s1;
+            return;
+        }
+        runs[2 * n] = s0, runs[2 * n + 1] = s1;
+        n++;
+    }
+};
+
+// idx[0, keep) := the `keep` units of highest score (ties to the newer), in slot order.
+void top_units(const float* score, int64_t n, int64_t keep, int64_t* idx) {
+    for (int64_t g = 0; g < n; g++) idx[g] = g;
+    std::nth_element(idx, idx + keep - 1, idx + n, [score](int64_t a, int64_t b) {
+        return score[a] != score[b] ? score[a] > score[b] : a > b;
+    });
+    std::sort(idx, idx + keep);
+}
+
+int64_t select_groups(const attn_kv_view& kv, const attn_q_view& q, int64_t select, float* fscratch,
+                      int64_t* iscratch, int64_t* runs, int64_t* n_slots) {
     const int G = q.n_group;
     const int64_t ng = kv.n_groups;
     float* est = fscratch;             // [G x ng] the estimates
@@ -38,28 +62,67 @@ int64_t kv_select_runs(const attn_kv_view& kv, const attn_q_view& q, int64_t sel
         simd::axpy_f32(1.0f, ej, score, (int)ng);
     }
     const int64_t keep = std::min(ng, (select + kv.group - 1) / kv.group);
-    int64_t* idx = iscratch;
-    for (int64_t g = 0; g < ng; g++) idx[g] = g;
-    // the best `keep` (ties to the newer group), then in slot order
-    std::nth_element(idx, idx + keep - 1, idx + ng, [score](int64_t a, int64_t b) {
-        return score[a] != score[b] ? score[a] > score[b] : a > b;
-    });
-    std::sort(idx, idx + keep);
-    int64_t n = 0, slots = 0;
-    auto add = [&](int64_t s0, int64_t s1) {
-        if (s1 <= s0) return;
-        slots += s1 - s0;
-        if (n > 0 && runs[2 * n - 1] == s0) {
-            runs[2 * n - 1] = s1;
-            return;
-        }
-        runs[2 * n] = s0, runs[2 * n + 1] = s1;
-        n++;
-    };
-    for (int64_t i = 0; i < keep; i++) add(kv.group_start[idx[i]], kv.group_start[idx[i] + 1]);
-    add(kv.group_start[ng], kv.n_slots);  // the residual window
-    *n_slots = slots;
-    return n;
+    top_units(score, ng, keep, iscratch);
+    run_list rl{runs};
+    for (int64_t i = 0; i < keep; i++) rl.add(kv.group_start[iscratch[i]], kv.group_start[iscratch[i] + 1]);
+    rl.add(kv.group_start[ng], kv.n_slots);  // the residual window
+    *n_slots = rl.slots;
+    return rl.n;
+}
+
+int64_t select_pages(const attn_kv_view& kv, const attn_q_view& q, int64_t select, float* fscratch,
+                     int64_t* iscratch, int64_t* runs, int64_t* n_slots) {
+    const int G = q.n_group;
+    const int64_t s0 = kv.n_sink_slots, n = page_slots(kv), np = n_pages(kv);
+    kernel_attention_scores(kv, s0, kv.n_slots, q, fscratch);  // [G x n] at the start of the scratch
+    float* mass = fscratch + scores_scratch(kv, G);  // [n] summed over the heads
+    float* score = mass + n;                         // [np]
+    std::fill(mass, mass + n, 0.0f);
+    for (int j = 0; j < G; j++) {
+        float* sj = fscratch + j * n;
+        const float l = simd::exp_shift_sum(sj, (int)n, simd::max_f32(sj, (int)n));
+        simd::axpy_f32(1.0f / l, sj, mass, (int)n);
+    }
+    for (int64_t p = 0; p < np; p++) {
+        const int64_t a = p * k_select_page, b = std::min(n, a + k_select_page);
+        float w = 0;
+        for (int64_t s = a; s < b; s++) w += mass[s];
+        score[p] = w;
+    }
+    const int64_t keep = std::min(np, (select + k_select_page - 1) / k_select_page);
+    top_units(score, np, keep, iscratch);
+    run_list rl{runs};
+    for (int64_t i = 0; i < keep; i++) {
+        const int64_t a = s0 + iscratch[i] * k_select_page;
+        rl.add(a, std::min(kv.n_slots, a + k_select_page));
+    }
+    *n_slots = rl.slots;
+    return rl.n;
+}
+
+}  // namespace
+
+int64_t kv_select_float_scratch(const attn_kv_view& kv, int n_group) {
+    if (kivi_keys(kv)) return kv.n_groups * (n_group + 1) + kernel_attention_select_scratch(n_group, kv.r_k);
+    return scores_scratch(kv, n_group) + page_slots(kv) + n_pages(kv);
+}
+int64_t kv_select_index_scratch(const attn_kv_view& kv) { return kivi_keys(kv) ? kv.n_groups : n_pages(kv); }
+int64_t kv_select_max_runs(const attn_kv_view& kv, int64_t select) {
+    const int64_t unit = kivi_keys(kv) ? kv.group : k_select_page;
+    return (select + unit - 1) / unit + 1;
+}
+
+bool kv_select_applies(const attn_kv_view& kv, int64_t select) {
+    if (select <= 0) return false;
+    if (kivi_keys(kv)) return kv.group > 0 && kv.n_groups > 0 && kv.group_start[kv.n_groups] > select;
+    return page_slots(kv) > 2 * select;
+}
+
+int64_t kv_select_runs(const attn_kv_view& kv, const attn_q_view& q, int64_t select, float* fscratch,
+                       int64_t* iscratch, int64_t* runs, int64_t* n_slots) {
+    ZK_ASSERT(kv_select_applies(kv, select));
+    return kivi_keys(kv) ? select_groups(kv, q, select, fscratch, iscratch, runs, n_slots)
+                         : select_pages(kv, q, select, fscratch, iscratch, runs, n_slots);
 }
 
 }  // namespace zk

@@ -1,11 +1,18 @@
 // Decode-time key-group selection (kv_cache_params::select): a decode step of
-// one token attends, in each KV head whose keys are KIVI, to the `select`
-// tokens' worth of key groups whose grid estimates (kernel_attention_group_estimates
-// at spread k_select_spread) are highest, plus the residual window and the exact sinks; the other groups
-// are skipped for that step, not evicted (the next step may choose them).
-// This is Quest (Tang et al. 2024) with its pages' min/max taken from the
-// KIVI grids the cache already keeps. Prefill and steps of several tokens
-// attend to everything.
+// one token attends, in each KV head, to `select` tokens' worth of its slots,
+// plus the exact sinks; the other slots are skipped for that step, not evicted
+// (the next step may choose them). Prefill and steps of several tokens attend
+// to everything.
+//   - KIVI keys (4 or 2 bits): the key groups whose grid estimates
+//     (kernel_attention_group_estimates at spread k_select_spread) are highest,
+//     plus the residual window. This is Quest (Tang et al. 2024) with its
+//     pages' min/max taken from the KIVI grids the cache already keeps; it
+//     reads 1/group of the keys' bytes to choose.
+//   - Other keys (8-bit codes, f16 rows) have no grids: their slots past the
+//     sinks form pages of k_select_page, weighed by their exact softmax mass
+//     from every slot's score (kernel_attention_scores). Choosing reads every
+//     key, so what it saves is the skipped slots' value sums: it applies past
+//     twice the budget, where those outweigh the chosen slots' keys read again.
 #pragma once
 #include <cstdint>
 
@@ -31,23 +38,31 @@ constexpr float k_select_spread = 0.5f;
 // beats one a single head wants a little more.
 constexpr float k_select_tau = 0.5f;
 
-// Floats and int64s of scratch kv_select_runs needs for a block of n_groups
-// groups and n_group query heads.
-int64_t kv_select_float_scratch(int64_t n_groups, int n_group, int r_k);
-int64_t kv_select_index_scratch(int64_t n_groups);
-// Most runs kv_select_runs writes for a budget of `select` tokens in groups of `group`.
-int64_t kv_select_max_runs(int64_t select, int group);
+// Slots a page holds where the keys are not KIVI: the size of a KIVI group by
+// default, so that runs are as long as there (a run has a fixed cost in the
+// value kernels).
+constexpr int k_select_page = 32;
+
+// Floats and int64s of scratch kv_select_runs needs for block view kv and
+// n_group query heads (KIVI keys: by its groups; other keys: by its slots).
+int64_t kv_select_float_scratch(const attn_kv_view& kv, int n_group);
+int64_t kv_select_index_scratch(const attn_kv_view& kv);
+// Most runs kv_select_runs writes for kv at a budget of `select` tokens.
+int64_t kv_select_max_runs(const attn_kv_view& kv, int64_t select);
 
 // Whether block view kv is one selection applies to at budget `select`: KIVI
-// keys whose quantized slots exceed the budget.
+// keys whose quantized slots exceed the budget; other keys whose slots past
+// the sinks exceed twice the budget.
 bool kv_select_applies(const attn_kv_view& kv, int64_t select);
 
 // The slot ranges the query (its first token) attends to: runs[2 i], runs[2 i
-// + 1] = [s0, s1) of run i, ascending, the residual window last. A group's
-// score is sum_j e^(k_select_tau (est_j(g) - max_g' est_j(g'))) over the
-// query heads j, each head's estimate against its own best (the heads' score
-// scales differ); the top ceil(select / group) groups are kept. Returns the number of runs;
-// *n_slots gets the slots they hold.
+// + 1] = [s0, s1) of run i, ascending. KIVI keys: a group's score is
+// sum_j e^(k_select_tau (est_j(g) - max_g' est_j(g'))) over the query heads j,
+// each head's estimate against its own best (the heads' score scales differ);
+// the top ceil(select / group) groups are kept, and the residual window comes
+// last. Other keys: a page's score is sum_j of head j's softmax mass in it
+// (each head's mass summing to 1); the top ceil(select / k_select_page) pages
+// are kept. Returns the number of runs; *n_slots gets the slots they hold.
 int64_t kv_select_runs(const attn_kv_view& kv, const attn_q_view& q, int64_t select, float* fscratch,
                        int64_t* iscratch, int64_t* runs, int64_t* n_slots);
 

@@ -263,6 +263,14 @@ void kernel_attention_range_ref(const attn_kv_view& kv, int64_t s0, int64_t s1, 
 void kernel_attention_runs(const attn_kv_view& kv, const int64_t* runs, int64_t n_runs, const attn_q_view& q,
                            const attn_partial& out, float* scratch);
 
+// The scaled scores q.scale (q_j . k) of slots [s0, s1) for the first query
+// token of q, every one visible (kv.n_sink_slots <= s0 <= s1 <= the slots the
+// token sees), left at the start of scratch: slot s of head j at
+// scratch[j (s1 - s0) + s - s0]. scratch: kernel_attention_scratch for
+// s1 - s0 slots. What decode-time selection ranks the slots of a block by when
+// its keys have no grids to estimate from (engine/kv_select.h).
+void kernel_attention_scores(const attn_kv_view& kv, int64_t s0, int64_t s1, const attn_q_view& q, float* scratch);
+
 // The partial over the exact sink rows of the block's first n_sink_slots slots
 // (acc [n_tok x n_group x sink_dim], out.acc_dim must be kv.sink_dim); the
 // scores go to out.logits at those slots. No sink slots: an empty partial.

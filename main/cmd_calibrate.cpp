@@ -84,6 +84,9 @@ void options_add_calibrate(CLI::App& app, calibrate_opts& o) {
                    "record KV plans (precision + ranks) predicted for these fractions of the f16 cache, each in "
                    "(0, 1]; run/bench/eval --kv-plan F uses one")
         ->expected(1, -1)->delimiter(',');
+    app.add_flag("--kv-kivi-keys", o.kv_kivi_keys,
+                 "with --kv-target: plans keep every head's keys in 4- or 2-bit KIVI codes, whose grids --kv-select "
+                 "chooses from (a head with 8- or 16-bit keys scores every slot to choose)");
     app.add_flag("-q,--quiet", o.quiet, "no progress lines");
 }
 
@@ -130,6 +133,7 @@ int cmd_calibrate(const calibrate_opts& o) {
     if (same || o.out_path == o.model_path)
         ZK_THROW("%s: the output would overwrite the source model", o.out_path.c_str());
     for (double t : o.kv_targets) plan_validate_target(t);
+    if (o.kv_kivi_keys && o.kv_targets.empty()) ZK_THROW("--kv-kivi-keys goes with --kv-target");
     if (!o.kv_targets.empty() && o.sens_tokens == 0)
         ZK_THROW("--kv-target needs the sensitivity pass (--sens-tokens > 0)");
     // Read the corpus (or check the generation sampler) before the model: bad input fails fast.
@@ -276,7 +280,9 @@ int cmd_calibrate(const calibrate_opts& o) {
         fp.n_score = fp.n_ctx / 4;
         fp.n_threads = n_threads;
         fp.progress = !o.quiet;
-        const rank_fit f = calib_fit_rank_weight(*zm, zack_calibration_plan_inputs(c), fit_docs, fp);
+        plan_inputs fit_in = zack_calibration_plan_inputs(c);
+        fit_in.kivi_keys = o.kv_kivi_keys;  // fitted on the kind of plan the file records
+        const rank_fit f = calib_fit_rank_weight(*zm, fit_in, fit_docs, fp);
         c.sens.rank_weight = f.weight;
         std::fprintf(stderr,
                      "zack calibrate: rank losses weigh %.3g x quantization losses in KV plans (%d passes over %lld "
@@ -285,8 +291,10 @@ int cmd_calibrate(const calibrate_opts& o) {
                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fit).count());
     }
     for (double t : o.kv_targets) {
-        kv_plan pl = plan_for_target(zack_calibration_plan_inputs(c), t);
-        pl.source = "zack calibrate --kv-target";
+        plan_inputs in = zack_calibration_plan_inputs(c);
+        in.kivi_keys = o.kv_kivi_keys;
+        kv_plan pl = plan_for_target(in, t);
+        pl.source = o.kv_kivi_keys ? "zack calibrate --kv-target --kv-kivi-keys" : "zack calibrate --kv-target";
         std::fprintf(stderr, "zack calibrate: plan for %.3f: %s\n", t, pl.describe().c_str());
         wp.plans.push_back(pl);
     }

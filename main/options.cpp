@@ -137,8 +137,9 @@ void options_add_kv(CLI::App& app, model_opts& o, bool lists_elsewhere) {
                    "attention sinks: the first tokens, never evicted and kept exact (f32, full head dim) in a "
                    "quantized or compressed cache (0 = none)")->group(g);
     app.add_option("--kv-select", o.kv_select,
-                   "4/2-bit keys: a one-token decode step attends to this many tokens' worth of key groups, those "
-                   "whose grids promise the highest q.k, plus the residual window and sinks (0 = all; Quest)")
+                   "a one-token decode step attends to this many tokens' worth of key groups, plus the sinks: with "
+                   "4/2-bit keys those whose grids promise the highest q.k, and the residual window (Quest); with "
+                   "8/16-bit keys the pages of 32 slots with the most softmax mass (0 = all)")
         ->group(g);
     app.add_option("--kv-recent", o.kv_recent, "eviction: newest tokens always kept (-1 = min(32, budget/4))")
         ->group(g);
@@ -438,11 +439,24 @@ void options_resolve_ranks(const model_opts& o, const model& m, session_params& 
             ZK_THROW("%s: KV plans need a .zack model; make one with: zack calibrate -m %s -o MODEL.zack",
                      m.file->path().c_str(), m.file->path().c_str());
         const kv_plan plan =
-            o.kv_plan.empty() ? plan_for_target(m, o.kv_target, o.kv_rank_weight) : plan_load(m, o.kv_plan);
+            o.kv_plan.empty() ? plan_for_target(m, o.kv_target, o.kv_rank_weight, o.kv_select > 0)
+                               : plan_load(m, o.kv_plan);
         if (plan.evict != "none" && o.kv_evict != "none")
             ZK_THROW("the KV plan sets eviction (%s): drop --kv-evict", plan.evict.c_str());
         plan_apply(plan, m, p);
         if (o.verbose) std::fprintf(stderr, "zack: KV plan: %s\n", plan.describe().c_str());
+        if (o.kv_select > 0) {
+            // selection estimates from KIVI grids: these heads score every slot to choose
+            int wide = 0;
+            const size_t nh = (size_t)plan.n_layer * plan.n_kv;
+            for (size_t h = 0; h < nh; h++) wide += plan.head_bits_k(h) > 4;
+            if (wide > 0)
+                std::fprintf(stderr,
+                             "zack: note: --kv-select: %d of %zu heads of this plan keep 8- or 16-bit keys and score "
+                             "every slot to choose (plans for selection: zack calibrate --kv-kivi-keys, or --kv-target "
+                             "with --kv-select)\n",
+                             wide, nh);
+        }
         return;
     }
     if (!want) {

@@ -89,8 +89,9 @@ def main():
     # a short sensitivity pass (the plans below need its curves) and no rank-weight fit
     # (test_gemma_cli.py runs the fit through the CLI; test_alloc_model checks what it chooses)
     # 1024 tokens: 4 rows a centroid for the 8 x 256 value codebooks
+    # the plan it records keeps KIVI keys for --kv-select (--kv-kivi-keys)
     p = run(["-m", MODEL, "-o", out, "--corpus", CORPUS, "--tokens", "1024", "--ctx", "256", "--sens-tokens", "256",
-             "--fit-tokens", "0"])
+             "--fit-tokens", "0", "--kv-target", "0.2", "--kv-kivi-keys"])
     check(p.returncode == 0, f"calibrate exits 0 (got {p.returncode}: {p.stderr.strip()[-300:]})")
     if p.returncode != 0:
         return 1
@@ -283,6 +284,23 @@ def main():
         p = subprocess.run([ZACK, "run", "-m", out, "-p", "hi", *args], capture_output=True, text=True)
         check(p.returncode != 0 and needle in p.stderr and len(p.stderr.strip().splitlines()) == 1,
               f"run {args}: {p.stderr.strip()!r}")
+    # plans for decode-time selection: every head's keys in 4- or 2-bit KIVI codes, recorded by
+    # calibrate --kv-kivi-keys (above) or predicted for --kv-target with --kv-select
+    recorded = [json.loads(bytes(f.parts[i]).decode()) for f in [z.fields["zack.plans"]] for i in f.data]
+    check(len(recorded) == 1 and max(recorded[0]["bits_k"]) <= 4 and "--kv-kivi-keys" in recorded[0]["source"],
+          f"calibrate --kv-kivi-keys records a plan with KIVI keys: {[(r.get('bits_k'), r['source']) for r in recorded]}")
+    def plan_keys(args):
+        p = subprocess.run([ZACK, "run", "-m", out, "-p", "hi", "-n", "1", "--temp", "0", "-v", *args],
+                           capture_output=True, text=True)
+        line = [l for l in p.stderr.splitlines() if "KV plan: per head K" in l]
+        check(p.returncode == 0 and len(line) == 1, f"run {args}: {p.stderr.strip()[-200:]!r}")
+        return line[0].split(" K ")[1].split(";")[0] if line else ""
+    free, sel = plan_keys(["--kv-target", "0.3"]), plan_keys(["--kv-target", "0.3", "--kv-select", "64"])
+    print(f"plan 0.3 keys: {free}; with --kv-select 64: {sel}")
+    check(sel and "16-bit" not in sel and "8-bit" not in sel, f"--kv-target with --kv-select plans KIVI keys: {sel}")
+    p = run(["-m", MODEL, "-o", os.path.join(tmp, "e.zack"), "--corpus", CORPUS, "--kv-kivi-keys"])
+    check(p.returncode != 0 and "goes with --kv-target" in p.stderr and len(p.stderr.strip().splitlines()) == 1,
+          f"calibrate --kv-kivi-keys alone: {p.stderr.strip()!r}")
     p = subprocess.run([ZACK, "run", "-m", MODEL, "-p", "hi", "--kv-rate", "0.5"], capture_output=True, text=True)
     check(p.returncode != 0 and ".zack" in p.stderr, f"--kv-rate on a plain GGUF is refused: {p.stderr.strip()!r}")
 

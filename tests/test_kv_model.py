@@ -15,7 +15,8 @@
    group means after such a tail below one (`zack run` with either answers too);
    and decode-time key-group selection (--kv-select 64 over a 4-bit cache with a
    32-token window: the steps attend to 2 of 5-6 groups) loses more than the same
-   cache attending to every group, and stays below half a nat.
+   cache attending to every group, and stays below half a nat; over f16 and 8-bit
+   caches (pages chosen by their exact softmax mass) likewise.
 """
 import os
 import re
@@ -79,7 +80,6 @@ def main():
                           (["--kv-bits", "2", "--kv-key-tail", "8", "--kv-gear"], "--kv-gear"),
                           (["--kv-bits", "2", "--kv-key-zero", "513"], "--kv-key-zero"),
                           (["--kv-bits", "2", "--kv-key-zero", "8", "--kv-gear"], "--kv-gear"),
-                          (["--kv-select", "64"], "--kv-select"),
                           (["--kv-bits", "4", "--kv-select", "-1"], "--kv-select")):
         r = subprocess.run([ZACK, "run", "-m", MODEL, "-p", "hi", "-n", "1"] + flags,
                            capture_output=True, text=True, timeout=120)
@@ -88,7 +88,7 @@ def main():
     text = os.path.join(SOURCE, "tests", "data", "calib", "apache-2.0.txt")
     configs = ["bits=8", "bits=4", "bits=4,sinks=0,residual=32", "bits=4,gear=1", "evict=streaming,budget=96",
                "evict=h2o,budget=96", "evict=snapkv,budget=96", "bits=4,key_tail=16", "bits=4,key_tail=16,key_zero=8",
-               "bits=4,residual=32", "bits=4,residual=32,select=64"]
+               "bits=4,residual=32", "bits=4,residual=32,select=64", "select=64", "bits=8,select=64"]
     r = subprocess.run([tool, MODEL, text, "--prompt", "192", "--decode", "32", "--threads", "2"] + configs,
                        capture_output=True, text=True, timeout=900)
     print(r.stdout)
@@ -115,6 +115,9 @@ def main():
     # selection reads 2 of the 5-6 quantized groups a step: it loses something, not everything
     skl, fkl = kl.get("bits=4,residual=32,select=64", 0), kl.get("bits=4,residual=32", 1)
     check(fkl < skl < 0.5, f"4-bit with --kv-select 64: KL {skl} above the same cache's without ({fkl}), below 0.5")
+    # 16- and 8-bit keys: pages of 32 slots by their exact softmax mass, 2 of 6-7 a step
+    for cfg, base in (("select=64", 0.0), ("bits=8,select=64", kl.get("bits=8", 1))):
+        check(base < kl.get(cfg, 0) < 0.5, f"--kv-select 64 ({cfg}): KL {kl.get(cfg)} above {base}, below 0.5")
 
     if failures:
         print(f"{len(failures)} check(s) failed")

@@ -13,9 +13,13 @@
 //   - the group holding a key planted along the heads' summed queries is chosen at
 //     a budget of two groups; runs ascend, hold the residual window, and count their slots;
 //     a budget at or past the quantized slots does not apply;
-//   - a session on the tiny random model: a budget that keeps every group gives the logits
-//     of no selection bit for bit; a small budget changes them, stays finite,
-//     and is refused on a cache without 4- or 2-bit keys.
+//   - 8-bit and 16-bit keys: kernel_attention_scores equals the range kernel's
+//     logits bit for bit (also 4- and 2-bit); the pages chosen hold the most
+//     softmax mass by the float reference's scores (within 0.01 a head), the
+//     planted key's among them;
+//   - a session on the tiny random model (16-, 8-, 4- and 2-bit caches): a
+//     budget that keeps every slot gives the logits of no selection bit for
+//     bit; a small budget changes them and stays finite.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -234,8 +238,8 @@ TEST(KvSelect, ChoosesThePlantedGroupAndKeepsTheWindow) {
     EXPECT_FALSE(kv_select_applies(kv, nq));
     EXPECT_TRUE(kv_select_applies(kv, nq - 1));
     for (int64_t select : {int64_t(64), nq - 1}) {
-        std::vector<float> fs(kv_select_float_scratch(kv.n_groups, G, r));
-        std::vector<int64_t> is(kv_select_index_scratch(kv.n_groups)), runs(2 * kv_select_max_runs(select, kv.group));
+        std::vector<float> fs(kv_select_float_scratch(kv, G));
+        std::vector<int64_t> is(kv_select_index_scratch(kv)), runs(2 * kv_select_max_runs(kv, select));
         int64_t slots = 0;
         const int64_t nr = kv_select_runs(kv, qv, select, fs.data(), is.data(), runs.data(), &slots);
         ASSERT_GT(nr, 0);
@@ -275,18 +279,120 @@ TEST(KvSelect, SessionLogits) {
         return zk_test::tiny_model_session_logits(m, sp, toks, 200, false);
     };
     const model& m = tiny.get();
-    for (int bits : {4, 2}) {
+    for (int bits : {16, 8, 4, 2}) {
         const std::vector<float> all = logits(m, 0, bits);
         EXPECT_EQ(logits(m, 512, bits), all) << bits << "-bit: a budget past the context selects everything";
         const std::vector<float> few = logits(m, 64, bits);
         for (float x : few) ASSERT_TRUE(std::isfinite(x));
         EXPECT_NE(few, all) << bits << "-bit: a budget of 64 tokens attends to less";
     }
-    try {
-        logits(m, 64, 16);
-        ADD_FAILURE() << "selection on a 16-bit cache was accepted";
-    } catch (const zk::error& e) {
-        EXPECT_NE(std::string(e.what()).find("kv.select"), std::string::npos) << e.what();
+}
+
+// A one-head cache of n tokens of 8-bit codes or f16 rows, rank r, with key
+// `plant` (times 4) at slot plant_at.
+kv_cache make_plain_cache(int bits, int n, int r, uint32_t seed, const std::vector<float>& plant, int plant_at) {
+    kv_cache_params p;
+    p.bits = bits;
+    kv_cache c(1, 1, n, p, {r}, {r});
+    std::vector<float> K = make_rows(n, r, seed), V = make_rows(n, r, seed + 1);
+    for (int ch = 0; ch < r; ch++) K[(size_t)plant_at * r + ch] = 4.0f * plant[ch];
+    std::vector<int32_t> pos(n);
+    for (int t = 0; t < n; t++) pos[t] = t;
+    for (int t = 0; t < n;) {
+        const int k = std::min(n - t, t < 200 ? 41 : 1);
+        c.append(0, 0, k, &K[(size_t)t * r], r, &V[(size_t)t * r], r, &pos[t]);
+        t += k;
+    }
+    return c;
+}
+
+// kernel_attention_scores leaves the same scores the range kernel writes as logits.
+TEST(KvSelect, ScoresEqualTheRangeLogits) {
+    const int n = 300, r = 128, G = 6;
+    const std::vector<float> q = random_q(G, r, 5);
+    const int32_t qpos = n - 1;
+    const attn_q_view qv{q.data(), 0, r, G, 1, &qpos, 0.0884f};
+    for (const int bits : {16, 8, 4, 2}) {
+        const kv_cache c = bits >= 8 ? make_plain_cache(bits, n, r, 7, std::vector<float>(r, 0.0f), 0)
+                                     : make_cache({bits, 0, 0}, n, r, 7);
+        const attn_kv_view kv = c.view(0, 0);
+        for (const auto& [s0, s1] : {std::pair<int64_t, int64_t>{0, n}, {37, 250}, {260, n}, {10, 10}}) {
+            const int64_t m = s1 - s0;
+            std::vector<float> scratch(kernel_attention_scratch(G, m, r, r, 0)), logits((size_t)G * n);
+            std::vector<float> buf((size_t)G * (2 + r));
+            attn_partial p{buf.data(), buf.data() + G, buf.data() + 2 * G};
+            p.logits = logits.data(), p.logits_stride = n;
+            kernel_attention_range(kv, s0, s1, qv, p, scratch.data());
+            kernel_attention_scores(kv, s0, s1, qv, scratch.data());
+            for (int j = 0; j < G; j++)
+                for (int64_t s = s0; s < s1; s++)
+                    ASSERT_EQ(scratch[j * m + s - s0], logits[j * n + s]) << bits << "-bit, head " << j << ", slot " << s;
+        }
+    }
+}
+
+// 8-bit and 16-bit keys: the pages chosen are those of most softmax mass (from
+// the float reference's scores: no page left out holds more than one chosen,
+// beyond the int8 query's rounding), the planted key's page among them; runs
+// ascend from the first slot past the sinks; a budget of half the slots or
+// more does not apply.
+TEST(KvSelect, PagesOfMostMass) {
+    const int n = 700, r = 128, G = 6, planted = 333;
+    const std::vector<float> q = random_q(G, r, 31);
+    std::vector<float> plant(r, 0.0f);
+    for (int ch = 0; ch < r; ch++)
+        for (int j = 0; j < G; j++) plant[ch] += 0.25f * q[j * r + ch];
+    const int32_t qpos = n - 1;
+    const attn_q_view qv{q.data(), 0, r, G, 1, &qpos, 0.0884f};
+    for (const int bits : {16, 8}) {
+        const kv_cache c = make_plain_cache(bits, n, r, 41, plant, planted);
+        const attn_kv_view kv = c.view(0, 0);
+        EXPECT_FALSE(kv_select_applies(kv, n / 2));
+        EXPECT_TRUE(kv_select_applies(kv, n / 2 - 1));
+        // the reference's masses per page
+        std::vector<float> scratch(kernel_attention_scratch(G, n, r, r, 0)), logits((size_t)G * n);
+        std::vector<float> buf((size_t)G * (2 + r));
+        attn_partial p{buf.data(), buf.data() + G, buf.data() + 2 * G};
+        p.logits = logits.data(), p.logits_stride = n;
+        kernel_attention_range_ref(kv, 0, n, qv, p, scratch.data());
+        const int np = (n + k_select_page - 1) / k_select_page;
+        std::vector<double> mass(np, 0.0);
+        for (int j = 0; j < G; j++) {
+            const float* lj = logits.data() + (size_t)j * n;
+            const double mx = *std::max_element(lj, lj + n);
+            double l = 0;
+            for (int s = 0; s < n; s++) l += std::exp(lj[s] - mx);
+            for (int s = 0; s < n; s++) mass[s / k_select_page] += std::exp(lj[s] - mx) / l;
+        }
+        for (const int64_t select : {int64_t(64), int64_t(200)}) {
+            ASSERT_TRUE(kv_select_applies(kv, select));
+            std::vector<float> fs(kv_select_float_scratch(kv, G));
+            std::vector<int64_t> is(kv_select_index_scratch(kv)), runs(2 * kv_select_max_runs(kv, select));
+            int64_t slots = 0;
+            const int64_t nr = kv_select_runs(kv, qv, select, fs.data(), is.data(), runs.data(), &slots);
+            std::vector<bool> chosen(np, false);
+            int64_t count = 0;
+            for (int64_t i = 0; i < nr; i++) {
+                ASSERT_LT(runs[2 * i], runs[2 * i + 1]);
+                if (i > 0) {
+                    EXPECT_GT(runs[2 * i], runs[2 * i - 1]) << "runs ascend and do not touch";
+                }
+                EXPECT_EQ(runs[2 * i] % k_select_page, 0);
+                EXPECT_TRUE(runs[2 * i + 1] % k_select_page == 0 || runs[2 * i + 1] == n);
+                for (int64_t s = runs[2 * i]; s < runs[2 * i + 1]; s += k_select_page) chosen[s / k_select_page] = true;
+                count += runs[2 * i + 1] - runs[2 * i];
+            }
+            EXPECT_EQ(count, slots);
+            const int keep = (int)((select + k_select_page - 1) / k_select_page);
+            EXPECT_EQ(std::count(chosen.begin(), chosen.end(), true), keep);
+            EXPECT_TRUE(chosen[planted / k_select_page]) << bits << "-bit, budget " << select;
+            double least_in = 1e30, most_out = 0;
+            for (int pg = 0; pg < np; pg++) {
+                if (chosen[pg]) least_in = std::min(least_in, mass[pg]);
+                else most_out = std::max(most_out, mass[pg]);
+            }
+            EXPECT_GE(least_in, most_out - 0.01 * G) << bits << "-bit, budget " << select;
+        }
     }
 }
 

@@ -172,12 +172,14 @@ TEST(PlanPerHead, BestOfEveryCombination) {
     int tailed = 0, zeroed = 0;  // heads the plans gave a tail, 0-bit channels
     for (int tails : {0, 1, 2})  // none, 1-bit tails, and tails with 0-bit channels
     for (uint32_t seed = 1; seed <= 6; seed++)
-    for (const double w : {1.0, 3.7}) {  // rank losses weighted against quantization losses
+    for (const double w : {1.0, 3.7})  // rank losses weighted against quantization losses
+    for (const bool kivi : {false, true}) {  // every precision for keys, or KIVI keys only (--kv-select)
         zk::plan_inputs in = tiny_inputs(seed, 1, 2, d, grid);
         if (tails) in = with_tails(in, seed, tails == 2);
         ASSERT_TRUE(in.per_head());
         const std::vector<int> bits = in.qbits;
         in.rank_weight = w;
+        in.kivi_keys = kivi;
         const double f16 = zk::plan_f16_bytes(1, 2, d);
         for (double target : {0.12, 0.14, 0.2, 0.3, 0.45, 0.7, 1.0}) {
             // every (bits_k, bits_v, basis, rank_k, rank_v) of both heads, costed as the plan costs them
@@ -189,6 +191,7 @@ TEST(PlanPerHead, BestOfEveryCombination) {
                 for (int bk : bits)
                     for (int bv : bits) {
                         if (zk::plan_keys_only(bv) || (zk::plan_keys_only(bk) && bv != 4 && bv != 2)) continue;
+                        if (kivi && bk > 4) continue;
                         const bool tl = zk::plan_keys_only(bk), zc = bk == zk::k_plan_zero_code;
                         const int zr = zc ? zk::sens_zero(d) : 0;
                         for (int b : {0, 2})  // quantized keys: pca only (the basis their loss is measured in)
@@ -229,9 +232,12 @@ TEST(PlanPerHead, BestOfEveryCombination) {
             if (tails < 2) {
                 EXPECT_TRUE(p.zeros_k.empty());
             }
-            for (size_t h = 0; h < p.bits_k.size(); h++) {
-                if (p.bits_k[h] < 16) {
+            for (size_t h = 0; h < 2; h++) {
+                if (p.head_bits_k(h) < 16) {
                     EXPECT_EQ(p.kbasis[h], 0) << "head " << h;
+                }
+                if (kivi) {
+                    EXPECT_LE(p.head_bits_k(h), 4) << "head " << h;
                 }
             }
         }
@@ -258,6 +264,16 @@ TEST(PlanPerHead, SensitiveHeadsKeepMoreBits) {
     EXPECT_GT(two, 0) << p.describe();
     EXPECT_LE(p.kv_fraction, 0.2);
     EXPECT_NE(p.describe().find("per head"), std::string::npos);
+    // for --kv-select every head's keys are KIVI: head 3 pays its 4-bit keys' loss
+    {
+        zk::plan_inputs k = in;
+        k.kivi_keys = true;
+        const zk::kv_plan s = zk::plan_for_target(k, 0.2);
+        for (size_t h = 0; h < nh; h++) EXPECT_LE(s.head_bits_k(h), 4) << "head " << h;
+        EXPECT_GT(s.loss, p.loss + 1.0);  // 5 for head 3, less what its freed key bytes buy elsewhere
+        EXPECT_LE(s.kv_fraction, 0.2);
+        EXPECT_NE(s.source.find("--kv-select"), std::string::npos);
+    }
     // more room, less loss
     double last = p.loss;
     for (double t : {0.3, 0.5, 1.0}) {

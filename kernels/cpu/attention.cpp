@@ -212,6 +212,15 @@ void kernel_attention_runs(const attn_kv_view& kv, const int64_t* runs, int64_t 
     }
 }
 
+void kernel_attention_scores(const attn_kv_view& kv, int64_t s0, int64_t s1, const attn_q_view& q, float* scratch) {
+    check_view(kv, q.n_group);
+    ZK_ASSERT(kv.n_sink_slots <= s0 && s0 <= s1 && s1 <= kv.n_slots && (s0 == s1 || kv.pos[s1 - 1] <= q.q_pos[0]));
+    const int64_t n = s1 - s0;
+    range_scratch w =
+        scratch_split(scratch, q.n_group, n, kv.r_k, kv.r_v, std::max(kv.k.gear.rank, kv.v.gear.rank));
+    if (n > 0) scores_all(kv, s0, s1, s0, n, q.q, q, w, false);
+}
+
 void kernel_attention_sinks(const attn_kv_view& kv, const attn_q_view& q, const attn_partial& out) {
     const int G = q.n_group, D = kv.sink_dim;
     ZK_ASSERT(out.acc_dim == D);
