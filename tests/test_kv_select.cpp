@@ -46,7 +46,24 @@ struct block_case {
     int bits, tail, zero;
 };
 
-// A one-head cache of n tokens at rank r (16-bit residual window of one group).
+// n random tokens of rank r into head 0 of c (keys from seed, values from
+// seed + 1), in chunks of 41 tokens and then one at a time; plant: a key,
+// times 4, at slot plant_at.
+void fill_block(kv_cache& c, int n, int r, uint32_t seed, const float* plant, int plant_at) {
+    std::vector<float> K = make_rows(n, r, seed), V = make_rows(n, r, seed + 1);
+    if (plant)
+        for (int ch = 0; ch < r; ch++) K[(size_t)plant_at * r + ch] = 4.0f * plant[ch];
+    std::vector<int32_t> pos(n);
+    for (int t = 0; t < n; t++) pos[t] = t;
+    for (int t = 0; t < n;) {
+        const int k = std::min(n - t, t < 200 ? 41 : 1);
+        c.append(0, 0, k, &K[(size_t)t * r], r, &V[(size_t)t * r], r, &pos[t]);
+        t += k;
+    }
+}
+
+// A one-head cache of n tokens at rank r (16-bit residual window of one group);
+// plant: the slot, then its key.
 kv_cache make_cache(const block_case& bc, int n, int r, uint32_t seed, const std::vector<float>* plant = nullptr) {
     kv_cache_params p;
     p.bits_k = {bc.bits};
@@ -55,18 +72,7 @@ kv_cache make_cache(const block_case& bc, int n, int r, uint32_t seed, const std
     p.tails_k = {bc.tail};
     p.zeros_k = {bc.zero};
     kv_cache c(1, 1, n, p, {r}, {r});
-    std::vector<float> K = make_rows(n, r, seed), V = make_rows(n, r, seed + 1);
-    if (plant) {  // plant[0]: the slot, then its key
-        // the key given, times 4
-        for (int ch = 0; ch < r; ch++) K[(size_t)(*plant)[0] * r + ch] = 4.0f * (*plant)[1 + ch];
-    }
-    std::vector<int32_t> pos(n);
-    for (int t = 0; t < n; t++) pos[t] = t;
-    for (int t = 0; t < n;) {
-        const int k = std::min(n - t, t < 200 ? 41 : 1);
-        c.append(0, 0, k, &K[(size_t)t * r], r, &V[(size_t)t * r], r, &pos[t]);
-        t += k;
-    }
+    fill_block(c, n, r, seed, plant ? plant->data() + 1 : nullptr, plant ? (int)(*plant)[0] : 0);
     return c;
 }
 
@@ -294,15 +300,7 @@ kv_cache make_plain_cache(int bits, int n, int r, uint32_t seed, const std::vect
     kv_cache_params p;
     p.bits = bits;
     kv_cache c(1, 1, n, p, {r}, {r});
-    std::vector<float> K = make_rows(n, r, seed), V = make_rows(n, r, seed + 1);
-    for (int ch = 0; ch < r; ch++) K[(size_t)plant_at * r + ch] = 4.0f * plant[ch];
-    std::vector<int32_t> pos(n);
-    for (int t = 0; t < n; t++) pos[t] = t;
-    for (int t = 0; t < n;) {
-        const int k = std::min(n - t, t < 200 ? 41 : 1);
-        c.append(0, 0, k, &K[(size_t)t * r], r, &V[(size_t)t * r], r, &pos[t]);
-        t += k;
-    }
+    fill_block(c, n, r, seed, plant.data(), plant_at);
     return c;
 }
 
