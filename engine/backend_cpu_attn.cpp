@@ -192,7 +192,8 @@ void backend_cpu::attention(const backend_seq* seqs, int n_seqs, const model_hpa
 
     // Decode-time key-group selection (engine/kv_select.h): one-token decode
     // segments on global layers whose policy needs no logits; each head longer
-    // than the budget gets its runs of slots here.
+    // than the budget gets its runs of slots here, from its last choice
+    // (kv_select_recall) or, when due, chosen afresh.
     int64_t most_f = 0, most_i = 0, most_runs = 0;
     for (int i = 0; i < n_seqs; i++) {
         const backend_seq& sq = seqs[i];
@@ -218,19 +219,38 @@ void backend_cpu::attention(const backend_seq* seqs, int n_seqs, const model_hpa
         grow_to(fb.sel_i, fb.n_threads * fb.sel_i_stride);
         grow_to(fb.sel_runs, n_seqs * KV * fb.sel_runs_stride);
         grow_to(fb.sel_task_runs, fb.n_threads * fb.sel_runs_stride);
-        pool_.parallel_for(n_seqs * KV, 1, [&](int64_t b, int64_t e, int ith) {
-            for (int64_t task = b; task < e; task++) {
-                if (fb.sel_n[(size_t)task] != -1) continue;
-                const backend_seq& sq = seqs[task / KV];
-                const int g = (int)(task % KV);
-                const attn_q_view q{fb.q.data() + sq.row0 * H * D + g * G * D, H * D, D, (int)G, 1,
-                                    fb.pos.data() + sq.row0, scale};
-                fb.sel_n[(size_t)task] =
-                    kv_select_runs(sq.cache->view(il, g), q, sq.cache->params().select,
-                                   fb.sel_f.data() + ith * fb.sel_f_stride, fb.sel_i.data() + ith * fb.sel_i_stride,
-                                   fb.sel_runs.data() + task * fb.sel_runs_stride, &fb.sel_slots[(size_t)task]);
+        bool choose = false;
+        for (int64_t task = 0; task < n_seqs * KV; task++) {
+            if (fb.sel_n[(size_t)task] != -1) continue;
+            const backend_seq& sq = seqs[task / KV];
+            const int g = (int)(task % KV);
+            if (!kv_select_due(il, fb.pos[sq.row0], sq.cache->params().select_every)) {
+                const kv_block& blk = sq.cache->block(il, g);
+                fb.sel_n[(size_t)task] = kv_select_recall(blk.select_memo, sq.cache->view(il, g), blk.edits,
+                                                          fb.sel_runs.data() + task * fb.sel_runs_stride,
+                                                          &fb.sel_slots[(size_t)task]);
             }
-        });
+            choose |= fb.sel_n[(size_t)task] == -1;
+        }
+        if (choose)
+            pool_.parallel_for(n_seqs * KV, 1, [&](int64_t b, int64_t e, int ith) {
+                for (int64_t task = b; task < e; task++) {
+                    if (fb.sel_n[(size_t)task] != -1) continue;
+                    const backend_seq& sq = seqs[task / KV];
+                    const int g = (int)(task % KV);
+                    const attn_q_view q{fb.q.data() + sq.row0 * H * D + g * G * D, H * D, D, (int)G, 1,
+                                        fb.pos.data() + sq.row0, scale};
+                    const attn_kv_view kv = sq.cache->view(il, g);
+                    int64_t* runs = fb.sel_runs.data() + task * fb.sel_runs_stride;
+                    const int64_t n = kv_select_runs(kv, q, sq.cache->params().select,
+                                                     fb.sel_f.data() + ith * fb.sel_f_stride,
+                                                     fb.sel_i.data() + ith * fb.sel_i_stride, runs,
+                                                     &fb.sel_slots[(size_t)task]);
+                    kv_block& blk = sq.cache->block(il, g);
+                    kv_select_remember(blk.select_memo, kv, blk.edits, runs, n);
+                    fb.sel_n[(size_t)task] = n;
+                }
+            });
     }
 
     // tasks, and where their partials go

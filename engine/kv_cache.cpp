@@ -125,6 +125,8 @@ void kv_cache_validate_params(const kv_cache_params& p, int n_layer, int n_head_
     check_key_channels("kv.key_zero", "kv_zeros_k", "0-bit key channels", "0-bit key channels", p.key_zero, p.zeros_k,
                        KV_KEY_MAX_R, p.gear, n_layer, n_head_kv);
     if (p.select < 0) ZK_THROW_PARAM("kv.select", "kv.select must be a number of tokens, got %lld", (long long)p.select);
+    if (p.select_every < 1 || p.select_every > 1024)
+        ZK_THROW_PARAM("kv.select_every", "kv.select_every must be between 1 and 1024 steps, got %d", p.select_every);
     if (p.sinks < 0 || p.sinks > 64)
         ZK_THROW_PARAM("kv.sinks", "kv.sinks must be between 0 and 64 tokens, got %d", p.sinks);
     if (p.gear) {

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "engine/kv_layout.h"
+#include "engine/kv_select.h"
 #include "ggml-like/dtype.h"
 #include "kernels/attention.h"
 
@@ -86,6 +87,10 @@ struct kv_cache_params {
     // (KIVI keys: the groups with the highest estimates, and the residual
     // window; other keys: the pages with the most softmax mass); 0 = every slot.
     int64_t select = 0;
+    // Steps one choice serves (kv_select_due): a step chooses afresh for the
+    // layers it is due on, the others attend to their last choice plus the
+    // tokens since. 1 = every step.
+    int select_every = k_select_every;
     int sink_dim = 0;             // channels of an exact sink row; rows passed to append() have them
 };
 
@@ -153,6 +158,9 @@ struct kv_block {
     // the block elsewhere (the CUDA backend's device mirror) copies it whole
     // again when this moves, and follows appends alone otherwise.
     uint64_t edits = 0;
+    // The last decode-time choice of this head's runs (engine/kv_select.h),
+    // for the steps it serves; stale once `edits` moves.
+    kv_select_memo select_memo;
 };
 
 class kv_cache {

@@ -109,7 +109,27 @@ int64_t kv_select_float_scratch(const attn_kv_view& kv, int n_group) {
 int64_t kv_select_index_scratch(const attn_kv_view& kv) { return kivi_keys(kv) ? kv.n_groups : n_pages(kv); }
 int64_t kv_select_max_runs(const attn_kv_view& kv, int64_t select) {
     const int64_t unit = kivi_keys(kv) ? kv.group : k_select_page;
-    return (select + unit - 1) / unit + 1;
+    return (select + unit - 1) / unit + 2;
+}
+
+bool kv_select_due(int layer, int32_t pos, int every) { return (pos + layer) % every == 0; }
+
+int64_t kv_select_recall(const kv_select_memo& m, const attn_kv_view& kv, uint64_t edits, int64_t* runs,
+                         int64_t* n_slots) {
+    if (m.n_runs < 0 || m.edits != edits || kv.n_slots < m.n_slots) return -1;
+    run_list rl{runs};
+    for (int64_t r = 0; r < m.n_runs; r++) rl.add(m.runs[2 * r], m.runs[2 * r + 1]);
+    rl.add(m.n_slots, kv.n_slots);
+    *n_slots = rl.slots;
+    return rl.n;
+}
+
+void kv_select_remember(kv_select_memo& m, const attn_kv_view& kv, uint64_t edits, const int64_t* runs,
+                        int64_t n_runs) {
+    m.runs.assign(runs, runs + 2 * n_runs);  // the capacity stays: no allocation after the first steps
+    m.n_runs = n_runs;
+    m.n_slots = kv.n_slots;
+    m.edits = edits;
 }
 
 bool kv_select_applies(const attn_kv_view& kv, int64_t select) {

@@ -1,8 +1,9 @@
 // Decode-time key-group selection (kv_cache_params::select): a decode step of
 // one token attends, in each KV head, to `select` tokens' worth of its slots,
 // plus the exact sinks; the other slots are skipped for that step, not evicted
-// (the next step may choose them). Prefill and steps of several tokens attend
-// to everything.
+// (a later choice may take them; a choice serves kv_cache_params::select_every
+// steps).
+// Prefill and steps of several tokens attend to everything.
 //   - KIVI keys (4 or 2 bits): the key groups whose grid estimates
 //     (kernel_attention_group_estimates at spread k_select_spread) are highest,
 //     plus the residual window. This is Quest (Tang et al. 2024) with its
@@ -15,6 +16,7 @@
 //     twice the budget, where those outweigh the chosen slots' keys read again.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "kernels/attention.h"
 
@@ -43,11 +45,49 @@ constexpr float k_select_tau = 0.5f;
 // value kernels).
 constexpr int k_select_page = 32;
 
+// Steps one choice serves by default (kv_cache_params::select_every, k). A
+// one-token step on layer il at position pos chooses afresh when (pos + il)
+// is a multiple of k (a step so chooses for a k-th of the layers, not for all
+// of them every k-th step); the others attend to the runs their head's last
+// choice kept (kv_block::select_memo) plus the slots appended since. On
+// Qwen2.5-Coder-1.5B (plan 0.14 with KIVI keys, budget 1,024, two threads)
+// choosing took 76 of a layer's 205 us of attention at 32K, and a choice every
+// 4 steps took the step from 46.0 to 44.3 ms (the fastest of 48, a cache of
+// random rows). At 4K (one-token steps, held-out text) the KLD was 0.0237
+// choosing every step, 0.0247 every 2 steps and 0.0262 every 4 with all
+// layers at once, 0.0271 every 4 staggered as here (bench/RESULTS.md,
+// 2026-12-01, choices kept for 4 steps).
+constexpr int k_select_every = 4;
+
+// A head's last choice, kept in its block (kv_block::select_memo) for the
+// steps after it (kv_cache_params::select_every).
+struct kv_select_memo {
+    std::vector<int64_t> runs;  // [2 n_runs] as kv_select_runs wrote them
+    int64_t n_runs = -1;        // -1: none kept
+    int64_t n_slots = 0;        // the block's slots when chosen
+    uint64_t edits = 0;         // kv_block::edits then: a compaction or clear since moves slots
+};
+
+// Whether a one-token step at position pos on layer il chooses afresh, one
+// choice serving `every` steps.
+bool kv_select_due(int layer, int32_t pos, int every);
+// The runs memo m gives block view kv now (edits: its kv_block::edits): the
+// kept runs, then the slots appended since, joined to the last where they
+// touch. Returns the number of runs (at most kv_select_max_runs), *n_slots
+// the slots they hold; -1, writing nothing, when m keeps none or is stale
+// (the block edited since, or holding fewer slots).
+int64_t kv_select_recall(const kv_select_memo& m, const attn_kv_view& kv, uint64_t edits, int64_t* runs,
+                         int64_t* n_slots);
+// Keeps n_runs runs just chosen for block view kv (edits: its kv_block::edits) in m.
+void kv_select_remember(kv_select_memo& m, const attn_kv_view& kv, uint64_t edits, const int64_t* runs,
+                        int64_t n_runs);
+
 // Floats and int64s of scratch kv_select_runs needs for block view kv and
 // n_group query heads (KIVI keys: by its groups; other keys: by its slots).
 int64_t kv_select_float_scratch(const attn_kv_view& kv, int n_group);
 int64_t kv_select_index_scratch(const attn_kv_view& kv);
-// Most runs kv_select_runs writes for kv at a budget of `select` tokens.
+// Most runs kv_select_runs writes for kv at a budget of `select` tokens, and
+// one more for the slots kv_select_recall joins to them.
 int64_t kv_select_max_runs(const attn_kv_view& kv, int64_t select);
 
 // Whether block view kv is one selection applies to at budget `select`: KIVI

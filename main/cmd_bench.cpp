@@ -335,6 +335,8 @@ int cmd_bench(const bench_opts& o) {
     if (base.kv_residual != dflt.kv_residual) common += strfmt(" res%d", base.kv_residual);
     if (base.kv_sinks != dflt.kv_sinks) common += strfmt(" sinks%d", base.kv_sinks);
     if (base.kv_select > 0) common += strfmt(" select%lld", (long long)base.kv_select);
+    if (base.kv_select > 0 && base.kv_select_every != dflt.kv_select_every)
+        common += strfmt("/%d", base.kv_select_every);
     if (base.kv_recent != dflt.kv_recent) common += strfmt(" recent%lld", (long long)base.kv_recent);
     if (base.kv_crush > 0) common += strfmt(" crush%g/%s", base.kv_crush, base.kv_crush_anchor.c_str());
     // and what shapes the ranks, on the configurations that have ranks

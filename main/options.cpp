@@ -141,6 +141,10 @@ void options_add_kv(CLI::App& app, model_opts& o, bool lists_elsewhere) {
                    "4/2-bit keys those whose grids promise the highest q.k, and the residual window (Quest); with "
                    "8/16-bit keys the pages of 32 slots with the most softmax mass (0 = all)")
         ->group(g);
+    app.add_option("--kv-select-every", o.kv_select_every,
+                   "--kv-select: steps one choice serves; each step chooses afresh for that fraction of the layers, "
+                   "the others attend to their last choice plus the tokens since (1 = every step)")
+        ->group(g);
     app.add_option("--kv-recent", o.kv_recent, "eviction: newest tokens always kept (-1 = min(32, budget/4))")
         ->group(g);
     app.add_option("--kv-crush", o.kv_crush,
@@ -295,6 +299,7 @@ session_params options_session_params(const model_opts& o) {
     p.kv.key_tail = o.kv_key_tail;
     p.kv.key_zero = o.kv_key_zero;
     p.kv.select = o.kv_select;
+    p.kv.select_every = o.kv_select_every;
     p.kv.gear_rank = o.kv_gear_rank;
     p.kv.gear_outliers = o.kv_gear_outliers;
     p.evict.policy = o.kv_evict;
@@ -326,6 +331,7 @@ const struct {
     {"kv.gear_rank", "--kv-gear-rank"}, {"kv.gear_outliers", "--kv-gear-outliers"},
     {"kv.gear", "--kv-gear"},           {"kv.alloc", "--kv-alloc"},
     {"kv.key_tail", "--kv-key-tail"},   {"kv.key_zero", "--kv-key-zero"},   {"kv.select", "--kv-select"},
+    {"kv.select_every", "--kv-select-every"},
     {"evict.policy", "--kv-evict"},     {"evict.budget", "--kv-budget"},
     {"evict.n_sink", "--kv-sinks"},     {"evict.n_recent", "--kv-recent"},
     {"evict.crush_anchor", "--kv-crush-anchor"}, {"evict.crush", "--kv-crush"},

@@ -17,6 +17,8 @@
 //     logits bit for bit (also 4- and 2-bit); the pages chosen hold the most
 //     softmax mass by the float reference's scores (within 0.01 a head), the
 //     planted key's among them;
+//   - a kept choice serves later steps with the slots appended since, and is
+//     stale after a compaction;
 //   - a session on the tiny random model (16-, 8-, 4- and 2-bit caches): a
 //     budget that keeps every slot gives the logits of no selection bit for
 //     bit; a small budget changes them and stays finite.
@@ -62,16 +64,17 @@ void fill_block(kv_cache& c, int n, int r, uint32_t seed, const float* plant, in
     }
 }
 
-// A one-head cache of n tokens at rank r (16-bit residual window of one group);
-// plant: the slot, then its key.
-kv_cache make_cache(const block_case& bc, int n, int r, uint32_t seed, const std::vector<float>* plant = nullptr) {
+// A one-head cache of n tokens at rank r (16-bit residual window of one group),
+// room for `more`; plant: the slot, then its key.
+kv_cache make_cache(const block_case& bc, int n, int r, uint32_t seed, const std::vector<float>* plant = nullptr,
+                    int more = 0) {
     kv_cache_params p;
     p.bits_k = {bc.bits};
     p.bits_v = {bc.bits};
     p.residual = 32;
     p.tails_k = {bc.tail};
     p.zeros_k = {bc.zero};
-    kv_cache c(1, 1, n, p, {r}, {r});
+    kv_cache c(1, 1, n + more, p, {r}, {r});
     fill_block(c, n, r, seed, plant ? plant->data() + 1 : nullptr, plant ? (int)(*plant)[0] : 0);
     return c;
 }
@@ -292,6 +295,56 @@ TEST(KvSelect, SessionLogits) {
         for (float x : few) ASSERT_TRUE(std::isfinite(x));
         EXPECT_NE(few, all) << bits << "-bit: a budget of 64 tokens attends to less";
     }
+}
+
+// A head's kept choice (kv_select_recall): the same runs while nothing is
+// appended; the slots appended since joined to them; none once the block is
+// compacted or cleared, or before a choice is kept. A step chooses afresh at
+// one position in `every` on each layer.
+TEST(KvSelect, RecallKeepsTheChoiceAndJoinsNewSlots) {
+    const int n = 400, r = 64, G = 2;
+    kv_cache c = make_cache({4, 0, 0}, n, r, 3, nullptr, 40);
+    const std::vector<float> q = random_q(G, r, 9);
+    const int32_t qpos = n - 1;
+    const attn_q_view qv{q.data(), 0, r, G, 1, &qpos, 0.125f};
+    const int64_t select = 64;
+    attn_kv_view kv = c.view(0, 0);
+    std::vector<float> fs(kv_select_float_scratch(kv, G));
+    std::vector<int64_t> is(kv_select_index_scratch(kv)), runs(2 * kv_select_max_runs(kv, select));
+    std::vector<int64_t> again(runs.size());
+    int64_t slots = 0, slots2 = 0;
+    kv_block& blk = c.block(0, 0);
+    EXPECT_EQ(kv_select_recall(blk.select_memo, kv, blk.edits, again.data(), &slots2), -1) << "nothing kept yet";
+    const int64_t nr = kv_select_runs(kv, qv, select, fs.data(), is.data(), runs.data(), &slots);
+    ASSERT_GT(nr, 1);
+    kv_select_remember(blk.select_memo, kv, blk.edits, runs.data(), nr);
+    ASSERT_EQ(kv_select_recall(blk.select_memo, kv, blk.edits, again.data(), &slots2), nr);
+    EXPECT_EQ(std::vector<int64_t>(again.begin(), again.begin() + 2 * nr),
+              std::vector<int64_t>(runs.begin(), runs.begin() + 2 * nr));
+    EXPECT_EQ(slots2, slots);
+    // 40 tokens more (a new group among them): joined to the residual window's run
+    const std::vector<float> K = make_rows(40, r, 77);
+    std::vector<int32_t> pos(40);
+    for (int t = 0; t < 40; t++) pos[t] = n + t;
+    c.append(0, 0, 40, K.data(), r, K.data(), r, pos.data());
+    kv = c.view(0, 0);
+    ASSERT_EQ(kv_select_recall(blk.select_memo, kv, blk.edits, again.data(), &slots2), nr);
+    EXPECT_EQ(std::vector<int64_t>(again.begin(), again.begin() + 2 * nr - 1),
+              std::vector<int64_t>(runs.begin(), runs.begin() + 2 * nr - 1));
+    EXPECT_EQ(again[2 * nr - 1], kv.n_slots);
+    EXPECT_EQ(slots2, slots + 40);
+    // a compaction moves slots: the choice is stale
+    std::vector<uint8_t> keep(kv.n_slots, 1);
+    keep[0] = 0;
+    c.compact(0, 0, keep.data());
+    EXPECT_EQ(kv_select_recall(blk.select_memo, c.view(0, 0), blk.edits, again.data(), &slots2), -1);
+    for (int every : {1, 4, 7})
+        for (int layer : {0, 1, 27})
+            for (int32_t p0 : {0, 13, 1000}) {
+                int due = 0;
+                for (int32_t p = p0; p < p0 + every; p++) due += kv_select_due(layer, p, every);
+                EXPECT_EQ(due, 1) << "every " << every << ", layer " << layer << " from position " << p0;
+            }
 }
 
 // A one-head cache of n tokens of 8-bit codes or f16 rows, rank r, with key

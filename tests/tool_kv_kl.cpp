@@ -4,7 +4,7 @@
 // (prefill, then eviction to the budget), the next D tokens are fed one at a
 // time (decode, eviction in chunks) and the distributions after each of them
 // are compared: mean KL(base || config) in nats and top-1 agreement. CONFIG is
-// key=value pairs separated by commas: bits, group, residual, select, gear, gear_rank,
+// key=value pairs separated by commas: bits, group, residual, select, every (select_every), gear, gear_rank,
 // evict, budget, crush, anchor, sinks, krank / vrank (one rank for all heads), full_layer (after a rate), rate (ZACK adaptive), urate (ZACK uniform), eps, srate (sensitivity allocation, key basis per head; srate0/1/2: pca/score/pairs only), head=K/l/g/r, ranks=FILE, e.g. "bits=4,gear=1" or "evict=h2o,budget=128".
 // One line per config: config=... bytes_per_token=... kl=... top1=...
 #include "calib/alloc.h"
@@ -40,6 +40,7 @@ zk::session_params parse_config(const std::string& cfg, zk::session_params sp, c
         else if (k == "key_tail") sp.kv.key_tail = std::stoi(v);
         else if (k == "key_zero") sp.kv.key_zero = std::stoi(v);
         else if (k == "select") sp.kv.select = std::stoll(v);
+        else if (k == "every") sp.kv.select_every = std::stoi(v);
         else if (k == "gear") sp.kv.gear = v != "0";
         else if (k == "gear_rank") sp.kv.gear_rank = std::stoi(v);
         else if (k == "sinks") sp.evict.n_sink = std::stoi(v);

@@ -46,66 +46,81 @@ inline __m256i est_dot_add(__m256i acc, __m256i u, __m256i s) {
     return _mm256_add_epi32(acc, attn::kivi_score_widen(attn::kivi_score_add(_mm256_setzero_si256(), u, s)));
 }
 
-// One group's estimates for G query heads from its grid row: li bytes of
-// interleaved (scale u8, min s8) codes, then nz 0-bit channels' min bytes.
-// The coded part turns its mins into u8 (^ 0x80) and each 16 bytes into
-// [8 scales | 8 mins], so one dot product a head against C_j (the weights in
-// that order: [G x lpi]) leaves the scale sums in int32 lanes 0-1 of each half
-// and the min sums in lanes 2-3; the 0-bit part dots Z_j [G x lpz] and joins
-// the min lanes. est_j = ds coef[2j] (sa - off[2j]) + dm coef[2j + 1] (sb -
-// off[2j + 1]) (coef, off [2 G rounded up to even]) goes to out[j os]. A region's last partial
-// 32 bytes are copied out first: the row may end the buffer.
+// The estimates of groups [g0, g1) for G query heads, group g's grid row at
+// rows + g gw (li bytes of interleaved (scale u8, min s8) codes, then nz
+// 0-bit channels' min bytes) and its steps (ds, dm as f16) at steps + g
+// KV_GRID_STEPS. The coded part turns its mins into u8 (^ 0x80) and each 16
+// bytes into [8 scales | 8 mins], so one dot product a head against C_j (the
+// weights in that order: [G x lpi]) leaves the scale sums in int32 lanes 0-1
+// of each half and the min sums in lanes 2-3; the 0-bit part dots Z_j [G x
+// lpz] and joins the min lanes. est_j = ds coef[2j] (sa - off[2j]) + dm
+// coef[2j + 1] (sb - off[2j + 1]) (coef, off [2 G rounded up to even]), ds
+// and dm times qscale, goes to out[j os + g - g0]. One call runs every group,
+// its accumulators in registers: a call a group spent a third of its time on
+// the call and on spilling them around the tail's copy. A region's last
+// partial 32 bytes are copied out first, inline: the row may end the buffer.
 template <int G>
-void group_estimates_avx2(const uint8_t* row, int li, int nz, const int8_t* C, int lpi, const int8_t* Z, int lpz,
-                          const float* coef, const int32_t* off, float ds, float dm, float* out, int64_t os) {
+void group_estimates_avx2(const uint8_t* rows, int64_t gw, const uint16_t* steps, int64_t g0, int64_t g1, int li,
+                          int nz, const int8_t* C, int lpi, const int8_t* Z, int lpz, const float* coef,
+                          const int32_t* off, float qscale, float* out, int64_t os) {
     constexpr int GP = (G + 1) & ~1;
-    __m256i acc[GP];
-    for (int j = 0; j < GP; j++) acc[j] = _mm256_setzero_si256();
-    alignas(32) uint8_t last[32];
-    auto chunk = [&last](const uint8_t* src, int p, int n) {
-        if (p + 32 <= n) return _mm256_loadu_si256((const __m256i*)(src + p));
-        std::memset(last, 0, 32);
-        std::memcpy(last, src + p, (size_t)(n - p));
-        return _mm256_load_si256((const __m256i*)last);
-    };
     const __m256i odd = _mm256_set1_epi16((short)0x8000);
     const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,  //
                                            0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-    for (int p = 0; p < li; p += 32) {
-        const __m256i u = _mm256_shuffle_epi8(_mm256_xor_si256(chunk(row, p, li), odd), split);
-        for (int j = 0; j < G; j++)
-            acc[j] = est_dot_add(acc[j], u, _mm256_load_si256((const __m256i*)(C + j * lpi + p)));
-    }
-    if (nz > 0) {
-        __m256i accz[G];
-        for (int j = 0; j < G; j++) accz[j] = _mm256_setzero_si256();
-        const uint8_t* zrow = row + li;
-        for (int p = 0; p < nz; p += 32) {
-            const __m256i u = _mm256_xor_si256(chunk(zrow, p, nz), _mm256_set1_epi8((char)0x80));
+    const int li_full = li & ~31, nz_full = nz & ~31;
+    alignas(32) uint8_t last[32];
+    auto tail = [&last](const uint8_t* src, int n) {  // n < 32 bytes, zero-padded
+        for (int i = 0; i < 32; i++) last[i] = i < n ? src[i] : 0;
+        return _mm256_load_si256((const __m256i*)last);
+    };
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t* row = rows + g * gw;
+        __m256i acc[GP];
+        for (int j = 0; j < GP; j++) acc[j] = _mm256_setzero_si256();
+        auto coded = [&](__m256i raw, int p) {
+            const __m256i u = _mm256_shuffle_epi8(_mm256_xor_si256(raw, odd), split);
             for (int j = 0; j < G; j++)
-                accz[j] = est_dot_add(accz[j], u, _mm256_load_si256((const __m256i*)(Z + j * lpz + p)));
+                acc[j] = est_dot_add(acc[j], u, _mm256_load_si256((const __m256i*)(C + j * lpi + p)));
+        };
+        int p = 0;
+        for (; p < li_full; p += 32) coded(_mm256_loadu_si256((const __m256i*)(row + p)), p);
+        if (p < li) coded(tail(row + p, li - p), p);
+        if (nz > 0) {
+            __m256i accz[G];
+            for (int j = 0; j < G; j++) accz[j] = _mm256_setzero_si256();
+            const uint8_t* zrow = row + li;
+            auto zeros = [&](__m256i raw, int q) {
+                const __m256i u = _mm256_xor_si256(raw, _mm256_set1_epi8((char)0x80));
+                for (int j = 0; j < G; j++)
+                    accz[j] = est_dot_add(accz[j], u, _mm256_load_si256((const __m256i*)(Z + j * lpz + q)));
+            };
+            int q = 0;
+            for (; q < nz_full; q += 32) zeros(_mm256_loadu_si256((const __m256i*)(zrow + q)), q);
+            if (q < nz) zeros(tail(zrow + q, nz - q), q);
+            // each half's four lanes summed into its min lanes (2-3)
+            for (int j = 0; j < G; j++) {
+                const __m256i x = _mm256_add_epi32(accz[j], _mm256_shuffle_epi32(accz[j], 0x4E));
+                acc[j] = _mm256_add_epi32(acc[j], _mm256_blend_epi32(_mm256_setzero_si256(), x, 0xCC));
+            }
         }
-        // each half's four lanes summed into its min lanes (2-3)
-        for (int j = 0; j < G; j++) {
-            const __m256i x = _mm256_add_epi32(accz[j], _mm256_shuffle_epi32(accz[j], 0x4E));
-            acc[j] = _mm256_add_epi32(acc[j], _mm256_blend_epi32(_mm256_setzero_si256(), x, 0xCC));
+        const uint16_t* st = steps + g * KV_GRID_STEPS;
+        const float ds = attn::h2f(st[0]) * qscale, dm = attn::h2f(st[1]) * qscale;
+        const __m128 dsdm = _mm_setr_ps(ds, dm, ds, dm);
+        float* o = out + (g - g0);
+        for (int j = 0; j < GP; j += 2) {
+            const __m256i h = _mm256_hadd_epi32(acc[j], acc[j + 1]);  // per half: [sa_j, sb_j, sa_j+1, sb_j+1]
+            const __m128i s = _mm_sub_epi32(_mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)),
+                                            _mm_loadu_si128((const __m128i*)(off + 2 * j)));
+            const __m128 f = _mm_mul_ps(_mm_mul_ps(_mm_cvtepi32_ps(s), _mm_loadu_ps(coef + 2 * j)), dsdm);
+            const __m128 e = _mm_hadd_ps(f, f);
+            o[j * os] = _mm_cvtss_f32(e);
+            if (j + 1 < G) o[(j + 1) * os] = _mm_cvtss_f32(_mm_shuffle_ps(e, e, 1));
         }
-    }
-    const __m128 dsdm = _mm_setr_ps(ds, dm, ds, dm);
-    for (int j = 0; j < GP; j += 2) {
-        const __m256i h = _mm256_hadd_epi32(acc[j], acc[j + 1]);  // per half: [sa_j, sb_j, sa_j+1, sb_j+1]
-        const __m128i s = _mm_sub_epi32(_mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)),
-                                        _mm_loadu_si128((const __m128i*)(off + 2 * j)));
-        const __m128 f = _mm_mul_ps(_mm_mul_ps(_mm_cvtepi32_ps(s), _mm_loadu_ps(coef + 2 * j)), dsdm);
-        alignas(16) float e[4];
-        _mm_store_ps(e, _mm_hadd_ps(f, f));
-        out[j * os] = e[0];
-        if (j + 1 < G) out[(j + 1) * os] = e[1];
     }
 }
 
-using estimates_fn = void (*)(const uint8_t*, int, int, const int8_t*, int, const int8_t*, int, const float*,
-                              const int32_t*, float, float, float*, int64_t);
+using estimates_fn = void (*)(const uint8_t*, int64_t, const uint16_t*, int64_t, int64_t, int, int, const int8_t*,
+                              int, const int8_t*, int, const float*, const int32_t*, float, float*, int64_t);
 constexpr estimates_fn k_estimates[9] = {nullptr,
                                          group_estimates_avx2<1>,
                                          group_estimates_avx2<2>,
@@ -209,17 +224,18 @@ void kernel_attention_group_estimates(const attn_kv_view& kv, const attn_q_view&
         }
         off[2 * j + 1] = 128 * sum_b;
     }
+#ifdef ZK_SIMD_AVX2
+    if (G < 9) {
+        k_estimates[G]((const uint8_t*)kv.k.scale, 2 * (int64_t)gw, kv.k.min, g0, g1, li, zero, C, lpi, Z, lpz, coef,
+                       off, q.scale, est, g1 - g0);
+        return;
+    }
+#endif
     for (int64_t g = g0; g < g1; g++) {
         const uint8_t* row = (const uint8_t*)(kv.k.scale + g * gw);
         const uint16_t* step = kv.k.min + g * KV_GRID_STEPS;
         const float ds = attn::h2f(step[0]) * q.scale, dm = attn::h2f(step[1]) * q.scale;
         float* out = est + (g - g0);  // head j at out[j (g1 - g0)]
-#ifdef ZK_SIMD_AVX2
-        if (G < 9) {
-            k_estimates[G](row, li, zero, C, lpi, Z, lpz, coef, off, ds, dm, out, g1 - g0);
-            continue;
-        }
-#endif
         for (int j = 0; j < G; j++) {
             const int8_t* cj = C + (int64_t)j * lpi;
             const int8_t* zj = Z + (int64_t)j * lpz;
