@@ -41,6 +41,7 @@ batch_decoder::batch_decoder(const std::vector<session*>& seqs, int n_threads) :
                      backend_device_name(seqs_[i]->params().device), backend_device_name(dev));
     be_ = backend_create(backend_params{dev, n_threads});
     fb_ = be_->buffers_create(m.hp, B, B, split_threads, cap, gear_rank, observe);
+    for (session* s : seqs_) fb_->reserve_select(kv_select_sizes_max(s->cache(), m.hp.n_group()));
     logits_.resize((size_t)B * m.hp.n_vocab);
 }
 

@@ -63,4 +63,15 @@ forward_buffers::forward_buffers(const model_hparams& hp, int64_t n_rows_, int m
     prefill_scratch.resize((size_t)n_threads * prefill_scratch_stride);
 }
 
+void forward_buffers::reserve_select(const kv_select_sizes& s) {
+    const size_t KV = sel_n.size() / (size_t)max_seqs;
+    auto at_least = [](auto& v, int64_t n) {
+        if ((int64_t)v.size() < n) v.resize((size_t)n);
+    };
+    at_least(sel_f, n_threads * s.f);
+    at_least(sel_i, n_threads * s.i);
+    at_least(sel_runs, (int64_t)(max_seqs * KV) * 2 * s.runs);
+    at_least(sel_task_runs, n_threads * 2 * s.runs);
+}
+
 }  // namespace zk

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/kv_select.h"
 #include "engine/model.h"
 #include "kernels/matmul.h"
 
@@ -157,11 +158,15 @@ struct forward_buffers {
     // Decode-time key-group selection (engine/kv_select.h): per-thread scratch
     // and partials [n_threads x stride], and per (sequence, KV head) of the pass
     // the runs of slots the step attends to (sel_n: how many, 0 = every slot;
-    // sel_slots: the slots they hold). Grown to the most groups seen, doubling.
+    // sel_slots: the slots they hold). Sized for the caches' capacities
+    // (reserve_select); grown, doubling, only past them.
     // (sel_task_runs: per thread, the runs of a task's share of the slots.)
     std::vector<float> sel_f;
     std::vector<int64_t> sel_i, sel_runs, sel_task_runs, sel_n, sel_slots;
     int64_t sel_f_stride = 0, sel_i_stride = 0, sel_runs_stride = 0;
+    // Sizes the sel_ arrays for a sequence whose cache needs at most s
+    // (kv_select_sizes_max), so that they need not grow during decode.
+    void reserve_select(const kv_select_sizes& s);
 };
 
 }  // namespace zk

@@ -282,7 +282,14 @@ kv_cache::kv_cache(int n_layer, int n_head_kv, int64_t capacity, const kv_cache_
         std::iota(ramp_.begin(), ramp_.end(), 0);
         for (auto& b : blocks_) b.pos = ramp_.data();
     }
-    if (windowed_) scratch_.resize(2 * (size_t)p.group * r_max + (p.gear ? kvq_gear_work(p.group, r_max) : 0));
+    if (windowed_) {  // one slice per KV head: appends to the heads of a layer may run at once
+        scratch_head_ = 2 * (size_t)p.group * r_max + (p.gear ? kvq_gear_work(p.group, r_max) : 0);
+        scratch_.resize((size_t)n_head_kv_ * scratch_head_);
+    }
+    if (p.select > 0)  // room for every choice's runs (kv_select_remember), so that decode allocates nothing
+        for (int il = 0; il < n_layer_; il++)
+            for (int g = 0; g < n_head_kv_; g++)
+                block(il, g).select_memo.runs.reserve(2 * (size_t)kv_select_max_runs(view(il, g), p.select));
 }
 
 size_t kv_cache::bytes_allocated() const {
@@ -416,14 +423,14 @@ void kv_cache::clear() {
 // ---- writing ----
 
 // Quantizes the oldest `group` tokens of the residual window as a new group.
-void kv_cache::flush_group(kv_block& b) {
+void kv_cache::flush_group(kv_block& b, int head) {
     const int G = p_.group;
     const int64_t g = b.n_groups;
     ZK_ASSERT(g < max_groups(b.capacity));
     b.group_start[g] = (int32_t)b.n_quant;
     const kv_group_ref gr{g, b.n_quant, G};
     const int64_t rest = b.n_used - b.n_quant - G;
-    float* X = scratch_.data();
+    float* X = scratch_.data() + (size_t)head * scratch_head_;
     float* work = X + 2 * (size_t)G * std::max(b.r_k, b.r_v);
     b.k->flush(gr, rest, X, work);
     b.v->flush(gr, rest, X, work);
@@ -460,8 +467,13 @@ void kv_cache::append(int layer, int head, int64_t n_tok, const float* k_rows, i
         if (!b.score.empty()) b.score[s] = 0;
         b.n_used++;
         if (at_once) b.n_quant = b.n_used;
-        if (b.windowed && b.n_used - b.n_quant == residual_) flush_group(b);
+        if (b.windowed && b.n_used - b.n_quant == residual_) flush_group(b, head);
     }
+}
+
+bool kv_cache::append_flushes(int layer, int head, int64_t n_tok) const {
+    const kv_block& b = block(layer, head);
+    return b.windowed && b.n_used - b.n_quant + n_tok >= residual_;
 }
 
 kv_append_plan kv_cache::append_plan(int layer, int head, int64_t n_tok) const {
@@ -558,12 +570,12 @@ void kv_cache::read_slot(int layer, int head, int64_t s, float* k, float* v) con
 // Merges groups g and g + 1 (adjacent slots, together at most `group` tokens)
 // into group g by re-quantizing their tokens on the sides whose codes depend
 // on the group; later groups move down by one.
-void kv_cache::merge_groups(kv_block& b, int64_t g) {
+void kv_cache::merge_groups(kv_block& b, int head, int64_t g) {
     const int n0 = b.group_start[g + 1] - b.group_start[g];
     const int n1 = b.group_start[g + 2] - b.group_start[g + 1];
     ZK_ASSERT(n0 + n1 <= p_.group && g + 1 == b.n_groups - 1);
     const size_t rm = std::max(b.r_k, b.r_v);
-    float* K = scratch_.data();
+    float* K = scratch_.data() + (size_t)head * scratch_head_;
     float* V = K + (size_t)p_.group * rm;
     float* work = K + 2 * (size_t)p_.group * rm;  // GEAR's, after both
     const kv_group_ref g0{g, b.group_start[g], n0}, g1{g + 1, b.group_start[g + 1], n1};
@@ -648,7 +660,7 @@ void kv_cache::compact(int layer, int head, const uint8_t* keep) {
         ng++;
         b.n_groups = ng;
         if (ng >= 2 && b.group_start[ng] - b.group_start[ng - 2] <= G) {
-            merge_groups(b, ng - 2);
+            merge_groups(b, head, ng - 2);
             ng--;
         }
     }

@@ -199,9 +199,15 @@ public:
     // Appends n_tok rows: k_rows[t * k_stride + c] for c < r_k, likewise v; pos[t]
     // (ascending, above the block's last position; without eviction the next
     // position, else it throws). New slots get score 0. With exact sinks, rows
-    // of positions < sinks must have sink_dim channels.
+    // of positions < sinks must have sink_dim channels. Appends (and compacts)
+    // on different KV heads may run at once: each head re-packs in its own
+    // scratch.
     void append(int layer, int head, int64_t n_tok, const float* k_rows, int64_t k_stride,
                 const float* v_rows, int64_t v_stride, const int32_t* pos);
+    // Whether append(layer, head, n_tok, ...) quantizes a group (a KIVI or
+    // vector-coded side's residual window fills): the appends worth spreading
+    // over threads.
+    bool append_flushes(int layer, int head, int64_t n_tok) const;
     attn_kv_view view(int layer, int head) const;
     // What append(layer, head, n_tok, ...) will do (kv_append_plan), by the
     // same rules; throws as append does when the block is full.
@@ -235,8 +241,8 @@ public:
 
 private:
     uint64_t id_;
-    void flush_group(kv_block& b);
-    void merge_groups(kv_block& b, int64_t g);
+    void flush_group(kv_block& b, int head);
+    void merge_groups(kv_block& b, int head, int64_t g);
     // What side `role` of block i in `layout` is built for, at a capacity.
     kv_side_shape side_shape(kv_role role, size_t i, const kv_layout& layout, int64_t capacity) const;
     size_t block_bytes(size_t i, int64_t capacity) const;
@@ -257,7 +263,8 @@ private:
     std::vector<int64_t> layer_cap_;  // [n_layer] a layer's own capacity, 0 = the cache's
     std::vector<kv_block> blocks_;
     std::vector<int32_t> ramp_;   // [capacity_] 0, 1, 2, ...: the positions of a cache without eviction
-    std::vector<float> scratch_;  // re-packing: [2 x group x r] floats + GEAR work
+    std::vector<float> scratch_;  // re-packing: [n_head_kv x scratch_head_]
+    size_t scratch_head_ = 0;     // a head's: [2 x group x r] floats + GEAR work
 };
 
 }  // namespace zk

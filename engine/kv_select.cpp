@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/kv_cache.h"
 #include "ggml-like/error.h"
 #include "kernels/cpu/simd.h"
 
@@ -110,6 +111,23 @@ int64_t kv_select_index_scratch(const attn_kv_view& kv) { return kivi_keys(kv) ?
 int64_t kv_select_max_runs(const attn_kv_view& kv, int64_t select) {
     const int64_t unit = kivi_keys(kv) ? kv.group : k_select_page;
     return (select + unit - 1) / unit + 2;
+}
+
+kv_select_sizes kv_select_sizes_max(const kv_cache& c, int n_group) {
+    kv_select_sizes m;
+    const int64_t select = c.params().select;
+    if (select <= 0) return m;
+    for (int il = 0; il < c.n_layer(); il++)
+        for (int g = 0; g < c.n_head_kv(); g++) {
+            const kv_block& b = c.block(il, g);
+            attn_kv_view kv = c.view(il, g);  // as it will be at its most
+            kv.n_slots = b.capacity;
+            if (b.windowed) kv.n_groups = (int64_t)b.group_start.size() - 1;
+            m.f = std::max(m.f, kv_select_float_scratch(kv, n_group));
+            m.i = std::max(m.i, kv_select_index_scratch(kv));
+            m.runs = std::max(m.runs, kv_select_max_runs(kv, select));
+        }
+    return m;
 }
 
 bool kv_select_due(int layer, int32_t pos, int every) { return (pos + layer) % every == 0; }

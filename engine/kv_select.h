@@ -22,6 +22,8 @@
 
 namespace zk {
 
+class kv_cache;
+
 // The spread a group's estimate gives its channels' ranges: the centre plus
 // half the half-width towards the query. The bound (spread 1) sits 8-13
 // above the best key on random keys, and at 4K context in one-token steps on
@@ -89,6 +91,15 @@ int64_t kv_select_index_scratch(const attn_kv_view& kv);
 // Most runs kv_select_runs writes for kv at a budget of `select` tokens, and
 // one more for the slots kv_select_recall joins to them.
 int64_t kv_select_max_runs(const attn_kv_view& kv, int64_t select);
+
+// The most of each that any block of cache c needs at its full capacity for
+// n_group query heads at the cache's budget (kv_cache_params::select): what
+// forward_buffers::reserve_select sizes once, so that a decode step allocates
+// nothing as the context grows.
+struct kv_select_sizes {
+    int64_t f = 0, i = 0, runs = 0;  // floats, int64s (kv_select_*_scratch), runs (kv_select_max_runs)
+};
+kv_select_sizes kv_select_sizes_max(const kv_cache& c, int n_group);
 
 // Whether block view kv is one selection applies to at budget `select`: KIVI
 // keys whose quantized slots exceed the budget; other keys whose slots past

@@ -182,6 +182,7 @@ session::session(const model& m, const session_params& p) : m_(m), params_(p) {
         fb_ = be_->buffers_create(hp, params_.n_batch, 1, p.n_threads, cap, kp.gear ? kp.gear_rank : 0,
                                   policy_->needs_attention());
     }
+    fb_->reserve_select(kv_select_sizes_max(*cache_, hp.n_group()));
     logits_.resize(hp.n_vocab);
     if (policy_->needs_attention())
         logits_buf_.resize((size_t)hp.n_head_kv * k_session_decode_max_tok * hp.n_group() * cap);

@@ -10,7 +10,7 @@
 //   stay flat and that allocations per generated token do not grow.
 // Soak.EveryLayoutStaysInItsBudget: every cache layout (f32, f16, 8-bit,
 //   4-bit, 2-bit, GEAR, per-head mixed precision, ZACK ranks, each eviction
-//   policy, KVCrush) decodes
+//   policy, KVCrush, decode-time selection) decodes
 //   ZACK_SOAK_LAYOUT_TOKENS tokens (default 5,000) one at a time; after every
 //   token the accounted bytes never exceed the budget: bytes allocated equal
 //   the capacity's accounting (no growth), slots in use stay within the
@@ -236,6 +236,11 @@ std::vector<layout> layouts() {
     add("zack h2o q4 gear", true, [](session_params& p) {
         p.kv.bits = 4, p.kv.gear = true, p.evict.policy = "h2o", p.evict.budget = 192, p.evict.chunk = 16;
     });
+    // decode-time selection (engine/kv_select.h): KIVI groups chosen every
+    // step or kept for 4, and pages of 8-bit keys
+    add("q4 select", false, [](session_params& p) { p.kv.bits = 4, p.kv.select = 256; });
+    add("zack q4 select/1", true, [](session_params& p) { p.kv.bits = 4, p.kv.select = 256, p.kv.select_every = 1; });
+    add("q8 select", false, [](session_params& p) { p.kv.bits = 8, p.kv.select = 256; });
     return out;
 }
 

@@ -1,15 +1,17 @@
 // The threaded parts of the engine, small enough to run under ThreadSanitizer
 // (.ci/sanitize.sh builds this test with -fsanitize=thread): the thread pool
 // (run, parallel_for, exceptions, workers falling asleep between jobs), batched
-// decoding (engine/batch.h: several sessions in one pass on a pool of its own)
-// and the attention scheduler (slot ranges of different lengths and heads of
-// different ranks shared out longest first, with eviction observing attention
-// and the calibration statistics gathered on the session's pool). Everything
-// runs on the tiny random model (tests/tiny_model.h).
+// decoding (engine/batch.h: several sessions in one pass on a pool of its own),
+// KV heads appended at once, and the attention scheduler (slot ranges of
+// different lengths and heads of different ranks shared out longest first,
+// with eviction observing attention and the calibration statistics gathered
+// on the session's pool). Everything but the KV heads runs on the tiny random
+// model (tests/tiny_model.h).
 //
 // Besides the sanitizer, each test checks a result that a race would disturb:
 // sums over the pool, batched logits bit-identical to each sequence decoded
-// alone, and two runs with the same thread count bit-identical.
+// alone, heads appended at once bit-identical to one at a time, and two runs
+// with the same thread count bit-identical.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -17,12 +19,14 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
 #include "calib/ranks.h"
 #include "engine/batch.h"
+#include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "engine/session.h"
 #include "ggml-like/error.h"
@@ -250,4 +254,49 @@ TEST(Threads, CalibrationOnThePoolMatchesOneThread) {
     const std::vector<double> one = spectra(1), three = spectra(3);
     ASSERT_EQ(one.size(), three.size());
     for (size_t i = 0; i < one.size(); i++) EXPECT_NEAR(one[i], three[i], 1e-6 * (1 + std::fabs(one[i]))) << i;
+}
+
+// The KV heads of a layer take their appends at once on the decode pool when
+// a residual window fills (backend_cpu::kv_append): each head re-packs its
+// group in its own scratch. Heads appended on 3 threads (4-bit values, 4- or
+// 2-bit keys, all KIVI with GEAR's correction, in chunks that flush 0, 1 or
+// several groups) read back bit-identical to the same heads appended one
+// after another.
+TEST(Threads, KvHeadsAppendAtOnce) {
+    const int n_head = 4, r = 64, n = 300;
+    kv_cache_params p;
+    p.bits = 4;
+    p.bits_k = {4, 2, 4, 2};
+    p.residual = 32;
+    p.gear = true;
+    std::mt19937 g(17);
+    std::normal_distribution<float> N(0, 1);
+    std::vector<float> K((size_t)n_head * n * r), V(K.size());
+    for (auto& x : K) x = N(g);
+    for (auto& x : V) x = N(g);
+    std::vector<int32_t> pos(n);
+    for (int t = 0; t < n; t++) pos[t] = t;
+    auto fill = [&](kv_cache& c, int head) {
+        const float *k = K.data() + (size_t)head * n * r, *v = V.data() + (size_t)head * n * r;
+        for (int t = 0, step = 1; t < n; t += step, step = step % 70 + 13)
+            c.append(0, head, std::min(step, n - t), k + (size_t)t * r, r, v + (size_t)t * r, r, &pos[t]);
+    };
+    const std::vector<int> ranks(n_head, r);
+    kv_cache one(1, n_head, n, p, ranks, ranks), many(1, n_head, n, p, ranks, ranks);
+    for (int h = 0; h < n_head; h++) fill(one, h);
+    thread_pool pool(3);
+    pool.parallel_for(n_head, 1, [&](int64_t b, int64_t e, int) {
+        for (int64_t h = b; h < e; h++) fill(many, (int)h);
+    });
+    std::vector<float> k1(r), v1(r), k2(r), v2(r);
+    for (int h = 0; h < n_head; h++) {
+        ASSERT_EQ(one.view(0, h).n_groups, many.view(0, h).n_groups);
+        ASSERT_GT(one.view(0, h).n_groups, 4);
+        for (int s = 0; s < n; s++) {
+            one.read_slot(0, h, s, k1.data(), v1.data());
+            many.read_slot(0, h, s, k2.data(), v2.data());
+            ASSERT_EQ(0, std::memcmp(k1.data(), k2.data(), sizeof(float) * r)) << "head " << h << " slot " << s;
+            ASSERT_EQ(0, std::memcmp(v1.data(), v2.data(), sizeof(float) * r)) << "head " << h << " slot " << s;
+        }
+    }
 }
