@@ -12,6 +12,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 here="$PWD"
+source scripts/cmake_generator.sh
 SECONDS=0
 # "what (wall seconds so far; CPU user+sys of everything run so far)"
 stamp() {
@@ -58,7 +59,8 @@ filter[test_cuda_attention_prefill]="CudaAttentionPrefill.TilesCarryEqualWork:$p
 
 # --- ASan + UBSan (and the fuzz targets, from the same build)
 build=build-fuzz
-CC=clang CXX=clang++ cmake -S . -B "$build" -DZACK_FUZZ=ON "${flags[@]}" >/dev/null
+# shellcheck disable=SC2046  # the generator's two words
+CC=clang CXX=clang++ cmake $(cmake_generator "$build") -S . -B "$build" -DZACK_FUZZ=ON "${flags[@]}" >/dev/null
 cmake --build "$build" -j"$(nproc)" --target "${gtests[@]}" "${simt_tests[@]}" test_fuzz_regress fuzz_seeds \
     fuzz_gguf fuzz_zack fuzz_tokenizer fuzz_chat fuzz_eval fuzz_cli >/dev/null
 stamp "ASan + UBSan build done"
@@ -92,7 +94,8 @@ stamp "fuzz targets passed"
 
 # --- ThreadSanitizer
 build=build-tsan
-CC=clang CXX=clang++ cmake -S . -B "$build" -DZACK_TSAN=ON "${flags[@]}" >/dev/null
+# shellcheck disable=SC2046
+CC=clang CXX=clang++ cmake $(cmake_generator "$build") -S . -B "$build" -DZACK_TSAN=ON "${flags[@]}" >/dev/null
 cmake --build "$build" -j"$(nproc)" --target test_threads >/dev/null
 stamp "TSan build done"
 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" OPENBLAS_NUM_THREADS=1 \

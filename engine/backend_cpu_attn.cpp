@@ -43,13 +43,6 @@ attn_kv_view window_sinks(attn_kv_view kv, int64_t lo) {
     return kv;
 }
 
-// v.size() >= n, doubling when it grows (a step's groups grow by one at a
-// time; doubling keeps that from reallocating every group).
-template <class T>
-void grow_to(std::vector<T>& v, int64_t n) {
-    if ((int64_t)v.size() < n) v.resize((size_t)std::max<int64_t>(n, 2 * (int64_t)v.size()));
-}
-
 // Logits of slots a windowed query cannot see, for eviction policies: -inf.
 void window_mask_logits(float* lg, int64_t stride, int64_t rows, int64_t lo) {
     for (int64_t r = 0; r < rows; r++)
@@ -230,10 +223,10 @@ void backend_cpu::attention(const backend_seq* seqs, int n_seqs, const model_hpa
         fb.sel_f_stride = most_f;
         fb.sel_i_stride = most_i;
         fb.sel_runs_stride = 2 * most_runs;
-        grow_to(fb.sel_f, fb.n_threads * fb.sel_f_stride);
-        grow_to(fb.sel_i, fb.n_threads * fb.sel_i_stride);
-        grow_to(fb.sel_runs, n_seqs * KV * fb.sel_runs_stride);
-        grow_to(fb.sel_task_runs, fb.n_threads * fb.sel_runs_stride);
+        fb_grow_to(fb.sel_f, fb.n_threads * fb.sel_f_stride);
+        fb_grow_to(fb.sel_i, fb.n_threads * fb.sel_i_stride);
+        fb_grow_to(fb.sel_runs, n_seqs * KV * fb.sel_runs_stride);
+        fb_grow_to(fb.sel_task_runs, fb.n_threads * fb.sel_runs_stride);
         bool choose = false;
         for (int64_t task = 0; task < n_seqs * KV; task++) {
             if (fb.sel_n[(size_t)task] != -1) continue;

@@ -22,7 +22,7 @@ const fb_allocator& fb_allocator_host() {
 
 forward_buffers::forward_buffers(const model_hparams& hp, int64_t n_rows_, int max_seqs_, int n_threads_,
                                  int64_t cap_, int gear_rank, bool observe, const fb_allocator& alloc)
-    : n_rows(n_rows_), max_seqs(max_seqs_), n_threads(n_threads_), cap(cap_) {
+    : n_rows(n_rows_), max_seqs(max_seqs_), n_threads(n_threads_), n_head_kv(hp.n_head_kv), cap(cap_) {
     ZK_ASSERT(n_rows >= 1 && max_seqs >= 1 && n_threads >= 1 && cap >= 1);
     const int64_t R = n_rows, E = hp.n_embd, D = hp.head_dim, KV = hp.n_head_kv, G = hp.n_group();
     auto make = [&alloc](int64_t n) { return fb_array(alloc.alloc((size_t)n), (size_t)n, alloc.release); };
@@ -64,14 +64,10 @@ forward_buffers::forward_buffers(const model_hparams& hp, int64_t n_rows_, int m
 }
 
 void forward_buffers::reserve_select(const kv_select_sizes& s) {
-    const size_t KV = sel_n.size() / (size_t)max_seqs;
-    auto at_least = [](auto& v, int64_t n) {
-        if ((int64_t)v.size() < n) v.resize((size_t)n);
-    };
-    at_least(sel_f, n_threads * s.f);
-    at_least(sel_i, n_threads * s.i);
-    at_least(sel_runs, (int64_t)(max_seqs * KV) * 2 * s.runs);
-    at_least(sel_task_runs, n_threads * 2 * s.runs);
+    fb_grow_to(sel_f, n_threads * s.f);
+    fb_grow_to(sel_i, n_threads * s.i);
+    fb_grow_to(sel_runs, (int64_t)max_seqs * n_head_kv * 2 * s.runs);
+    fb_grow_to(sel_task_runs, n_threads * 2 * s.runs);
 }
 
 }  // namespace zk

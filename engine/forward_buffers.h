@@ -2,6 +2,7 @@
 // the backend (engine/backend.h, buffers_create) and sized once, so a pass
 // allocates nothing; and the per-sequence view of a pass that attention sees.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -101,6 +102,13 @@ struct attn_task {
 // Activations and scratch of forward passes over up to n_rows token rows that
 // may belong to up to max_seqs sequences (rows of one sequence are contiguous);
 // R = n_rows below.
+// v.size() >= n, doubling when it grows (a step's selection groups grow one at
+// a time; doubling keeps that from reallocating for every group).
+template <class T>
+void fb_grow_to(std::vector<T>& v, int64_t n) {
+    if ((int64_t)v.size() < n) v.resize((size_t)std::max<int64_t>(n, 2 * (int64_t)v.size()));
+}
+
 // Made by the backend of whoever runs passes: a session for its own decode()
 // calls, a batch_decoder (engine/batch.h) for steps over several sessions.
 // Sized once, so a pass allocates nothing.
@@ -116,6 +124,7 @@ struct forward_buffers {
     int64_t n_rows;
     int max_seqs;
     int n_threads;
+    int n_head_kv;
     int64_t cap;
     int64_t max_chunks = 1;       // slot ranges per (sequence, head) in a decode segment, 4 x n_threads (<= 64)
     matmul_scratch mm;

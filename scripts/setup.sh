@@ -2,7 +2,7 @@
 # Installs what zack needs on a fresh Debian 12 machine, builds it and fetches the
 # models the tests use (the default SmolLM2 and Qwen2.5-Coder 1.5B and 0.5B, 1.7 GB
 # in all). Safe to re-run: every step skips work that is already done.
-#   apt:  build tools, OpenBLAS/LAPACK, CLI11, nlohmann-json, GoogleTest, Google Benchmark,
+#   apt:  build tools (Ninja), OpenBLAS/LAPACK, CLI11, nlohmann-json, GoogleTest, Google Benchmark,
 #         bubblewrap (the sandbox that runs model-written code in `zack eval --task code`),
 #         clang with its sanitizer and libFuzzer runtimes and llvm-symbolizer (.ci/sanitize.sh,
 #         scripts/fuzz.sh)
@@ -13,7 +13,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 
 apt_pkgs=(build-essential cmake python3 python3-pip libopenblas-dev liblapack-dev libcli11-dev
-          nlohmann-json3-dev libgtest-dev libbenchmark-dev bubblewrap clang libclang-rt-14-dev llvm)
+          nlohmann-json3-dev libgtest-dev libbenchmark-dev bubblewrap clang libclang-rt-14-dev llvm ninja-build)
 missing=()
 for p in "${apt_pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -58,7 +58,9 @@ fi
 bash "$here/scripts/fetch_model.sh" smollm2 qwen2.5-coder-1.5b qwen2.5-coder-0.5b gemma3-270m >/dev/null &
 fetch_pid=$!
 build="${ZACK_BUILD_DIR:-$here/build}"
-cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release >&2
+source "$here/scripts/cmake_generator.sh"
+# shellcheck disable=SC2046  # the generator's two words
+cmake $(cmake_generator "$build") -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release >&2
 cmake --build "$build" -j"$(nproc)" >&2
 wait "$fetch_pid" || { echo "setup: fetching the models failed (see the line above)" >&2; exit 1; }
 echo "setup: done; try: $build/zack run -m models/SmolLM2-135M-Instruct.Q4_1.gguf" >&2
