@@ -96,14 +96,12 @@ def main():
         # an architecture zack does not know: the GGUF with general.architecture renamed
         import gguf
         bad = Path(tmp) / "unknown.gguf"
-        src = gguf.GGUFReader(GEMMA)
         w = gguf.GGUFWriter(str(bad), "mamba")
         w.add_string("mamba.placeholder", "x")
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
         w.close()
-        del src
         one_line_error(zack("run", "-m", bad, "-p", "hi"), "unknown architecture", "mamba", "llama, qwen2, gemma3")
     cli_util.finish()
 

@@ -4,7 +4,8 @@
 perplexity and greedy continuations.
 
 1. Tokenizer. The reference is built here from the GGUF's own vocabulary (read
-   with gguf-py, not with zack) the way HF's converter builds Gemma's
+   by tests/ref/ref_gguf.metadata, which test_tokenizer_ref checks against gguf-py;
+   not with zack) the way HF's converter builds Gemma's
    tokenizer.json from the SentencePiece model: models.BPE(vocab, merges,
    byte_fallback=True, fuse_unk=True) with merges taken from the vocabulary
    (every split of a normal piece into two normal pieces, ranked by the merged
@@ -53,6 +54,10 @@ from pathlib import Path
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "ref"))
+import ref_gguf  # noqa: E402  (the GGUF metadata, read without gguf.GGUFReader's ~25 s for this vocabulary)
+import ref_ppl  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 TOK_DIR = HERE / "data" / "tokenizer"
 PPL_TEXTS = (("prose_handwritten.txt", 700), ("code_textwrap.py.txt", 700))
@@ -72,13 +77,12 @@ def fail(msg):
 
 
 def build_reference_tokenizer(model: Path):
-    import gguf
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
-    r = gguf.GGUFReader(str(model))
-    toks = r.fields["tokenizer.ggml.tokens"].contents()
-    types = r.fields["tokenizer.ggml.token_type"].contents()
-    scores = r.fields["tokenizer.ggml.scores"].contents()
-    if r.fields["tokenizer.ggml.model"].contents() != "llama":
+    meta = ref_gguf.metadata(str(model))
+    toks = meta["tokenizer.ggml.tokens"]
+    types = meta["tokenizer.ggml.token_type"]
+    scores = meta["tokenizer.ggml.scores"]
+    if meta["tokenizer.ggml.model"] != "llama":
         raise SystemExit(f"FAIL: {model}: expected a SentencePiece-style vocabulary")
     vocab: dict[str, int] = {}
     for i, t in enumerate(toks):
@@ -146,10 +150,8 @@ def encode_plain(tk, text):
 
 
 def nll(logits: np.ndarray, ids) -> np.ndarray:
-    lg = logits[:-1].astype(np.float64)
-    m = lg.max(-1, keepdims=True)
-    lse = np.log(np.exp(lg - m).sum(-1)) + m[:, 0]
-    return lse - lg[np.arange(len(ids) - 1), ids[1:]]
+    """Of each next token: logits[i] predicts ids[i + 1]."""
+    return ref_ppl.nll(logits[:-1], ids[1:])
 
 
 def zack_logits(build, model, ids, n_vocab, tmp, greedy=0):

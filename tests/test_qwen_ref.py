@@ -74,6 +74,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "ref"))
 import ref_forward  # noqa: E402
 import ref_gguf  # noqa: E402
+from ref_ppl import nll  # noqa: E402
 import ref_tokenizer  # noqa: E402
 
 MODELS = (("qwen2.5-coder-1.5b", "ZACK_MODEL_QWEN15"), ("qwen2.5-coder-0.5b", "ZACK_MODEL_QWEN05"))
@@ -90,20 +91,6 @@ MAX_NEAR = 2
 
 class Fail(Exception):
     pass
-
-
-def nll(logits: np.ndarray, targets, block: int = 64) -> np.ndarray:
-    """-log softmax(logits[i])[targets[i]]; logits [n, n_vocab]. Rows in blocks
-    (a 1,024 x 151,936 array in float64 at once is 1.2 GB); e^(x - max) in
-    float32, its sum and the log in float64."""
-    targets = np.asarray(targets)
-    out = np.empty(len(targets), dtype=np.float64)
-    for i in range(0, len(targets), block):
-        lg = np.asarray(logits[i:i + block], dtype=np.float32)
-        mx = lg.max(-1, keepdims=True)
-        lse = np.log(np.exp(lg - mx).sum(-1, dtype=np.float64)) + mx[:, 0]
-        out[i:i + block] = lse - lg[np.arange(len(lg)), targets[i:i + block]]
-    return out
 
 
 def zack_logits_greedy(tool, model, ids, n_vocab, tmp, n_greedy=GREEDY_N):

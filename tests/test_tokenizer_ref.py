@@ -4,8 +4,8 @@
 Two vocabularies: SmolLM2's (ZACK_MODEL, 49,152 tokens) and Qwen2.5's
 (ZACK_MODEL_QWEN15, 151,936 tokens, pre-tokenizer qwen2; the 0.5B file holds the
 same vocabulary and merges, byte for byte). For each, the reference is built here
-from the GGUF's own tokenizer metadata (read with the `gguf` package, not with
-zack): models.BPE(vocab, merges), the pre-tokenizer as the model's tokenizer.json
+from the GGUF's own tokenizer metadata (read by tests/ref/ref_gguf.metadata, checked here
+against the `gguf` package on SmolLM2's file; not with zack): models.BPE(vocab, merges), the pre-tokenizer as the model's tokenizer.json
 configures it (SmolLM2: Sequence([Digits(individual_digits=True),
 ByteLevel(add_prefix_space=False)]); Qwen2: Sequence([Split(Regex(QWEN2_PATTERN),
 "isolated"), ByteLevel(add_prefix_space=False, use_regex=False)])), a ByteLevel
@@ -44,6 +44,7 @@ from pathlib import Path
 import gguf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "ref"))
+import ref_gguf  # noqa: E402
 import ref_tokenizer  # noqa: E402  (the reference builder, shared with the forward tests)
 import tokenizers  # noqa: E402
 
@@ -61,28 +62,32 @@ def fail(msg):
 
 
 class Meta:
-    """The tokenizer.ggml.* keys this test needs, read with the gguf package."""
+    """The tokenizer.ggml.* keys this test needs, read by tests/ref/ref_gguf.metadata
+    (a reader of the GGUF header alone; check_metadata_reader compares it with
+    the gguf package's)."""
 
     def __init__(self, path):
-        r = gguf.GGUFReader(path)
-        f = r.fields
+        m = ref_gguf.metadata(str(path))
+        self.model = m["tokenizer.ggml.model"]
+        self.tokens = m["tokenizer.ggml.tokens"]
+        self.types = m["tokenizer.ggml.token_type"]
+        self.merges = m["tokenizer.ggml.merges"]
+        self.ids = {k: m.get("tokenizer.ggml.%s_token_id" % k) for k in ("bos", "eos", "unknown", "padding")}
+        self.add_bos = m.get("tokenizer.ggml.add_bos_token", False)
+        self.pre = m.get("tokenizer.ggml.pre", "default")
 
-        def strs(key):
-            return [bytes(f[key].parts[i]).decode("utf-8") for i in f[key].data]
 
-        def scalar(key, default=None):
-            return f[key].parts[f[key].data[0]][0].item() if key in f else default
-
-        self.model = bytes(f["tokenizer.ggml.model"].parts[f["tokenizer.ggml.model"].data[0]]).decode()
-        self.tokens = strs("tokenizer.ggml.tokens")
-        self.types = [int(f["tokenizer.ggml.token_type"].parts[i][0])
-                      for i in f["tokenizer.ggml.token_type"].data]
-        self.merges = strs("tokenizer.ggml.merges")
-        self.ids = {k: scalar("tokenizer.ggml.%s_token_id" % k)
-                    for k in ("bos", "eos", "unknown", "padding")}
-        self.add_bos = scalar("tokenizer.ggml.add_bos_token", False)
-        self.pre = (bytes(f["tokenizer.ggml.pre"].parts[f["tokenizer.ggml.pre"].data[0]]).decode()
-                    if "tokenizer.ggml.pre" in f else "default")
+def check_metadata_reader(path):
+    """ref_gguf.metadata against gguf.GGUFReader: every key, every value."""
+    ours = ref_gguf.metadata(str(path))
+    r = gguf.GGUFReader(str(path))
+    theirs = {k: f.contents() for k, f in r.fields.items() if not k.startswith("GGUF.")}
+    if set(ours) != set(theirs):
+        fail("ref_gguf.metadata(%s): keys %s differ from gguf's" % (path.name, sorted(set(ours) ^ set(theirs))))
+    bad = [k for k in theirs if k in ours and ours[k] != theirs[k]]
+    if bad:
+        fail("ref_gguf.metadata(%s): values of %s differ from gguf's" % (path.name, bad[:5]))
+    return len(theirs)
 
 
 def build_reference(meta, pre):
@@ -264,7 +269,8 @@ def main():
         print("FAIL: test texts in %s hold under 50 KB" % DATA)
         return 1
 
-    summary = []
+    summary = ["metadata reader: %d keys of %s as gguf.GGUFReader reads them" % (check_metadata_reader(model),
+                                                                                model.name)]
     with tempfile.TemporaryDirectory() as tmp:
         check_vocab("smollm2", model, ("smollm", "gpt2", "llama-bpe", "qwen2"), tool, files, texts, tmp,
                     summary)

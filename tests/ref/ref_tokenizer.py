@@ -89,29 +89,28 @@ def build_tokenizer(tokens, types, merges, pre: str) -> Tokenizer:
 _CACHE: dict[str, tuple[Tokenizer, dict]] = {}
 
 
-def _field(reader, key, default=None):
-    f = reader.fields.get(key)
-    return default if f is None else f.contents()
+def _field(meta, key, default=None):
+    return meta.get(key, default)
 
 
 def _build(path: str) -> tuple[Tokenizer, dict]:
-    reader = ref_gguf.reader(path)
-    model = _field(reader, "tokenizer.ggml.model")
-    pre = _field(reader, "tokenizer.ggml.pre", "default")
+    kv = ref_gguf.metadata(path)  # the header alone: gguf.GGUFReader parses every value part (~8 s for Qwen)
+    model = _field(kv, "tokenizer.ggml.model")
+    pre = _field(kv, "tokenizer.ggml.pre", "default")
     if model != "gpt2":
         raise ValueError(f"{path}: tokenizer.ggml.model '{model}' not supported by the "
                          f"reference tokenizer (only byte-level BPE 'gpt2')")
-    tokens = _field(reader, "tokenizer.ggml.tokens")
-    types = _field(reader, "tokenizer.ggml.token_type")
+    tokens = _field(kv, "tokenizer.ggml.tokens")
+    types = _field(kv, "tokenizer.ggml.token_type")
     try:
-        tok = build_tokenizer(tokens, types, _field(reader, "tokenizer.ggml.merges"), pre)
+        tok = build_tokenizer(tokens, types, _field(kv, "tokenizer.ggml.merges"), pre)
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from None
     meta = dict(
-        bos=_field(reader, "tokenizer.ggml.bos_token_id"),
-        eos=_field(reader, "tokenizer.ggml.eos_token_id"),
-        add_bos=bool(_field(reader, "tokenizer.ggml.add_bos_token", False)),
-        add_eos=bool(_field(reader, "tokenizer.ggml.add_eos_token", False)),
+        bos=_field(kv, "tokenizer.ggml.bos_token_id"),
+        eos=_field(kv, "tokenizer.ggml.eos_token_id"),
+        add_bos=bool(_field(kv, "tokenizer.ggml.add_bos_token", False)),
+        add_eos=bool(_field(kv, "tokenizer.ggml.add_eos_token", False)),
         n_vocab=len(tokens),
         control=[i for i, ty in enumerate(types) if ty == TOKEN_TYPE_CONTROL],
     )
