@@ -218,6 +218,94 @@ void kvq_key_grid_search(int bits, const float* x, int n, int64_t stride, const 
         }
 }
 
+namespace {
+
+#ifdef ZK_SIMD_AVX2
+// kvq_key_grid_search of channels c .. c + 7 of X [n x r] at once: a vector
+// holds the 8 channels of one token (a row load, where one channel's values
+// sit r floats apart). Per channel everything is kvq_key_grid_search's: the
+// range with its strict comparisons, the candidates in the same order, each
+// error's fmas in token order into accumulator t % 8 reduced in the same tree,
+// and an update only on a strictly smaller error; so the grids are the same,
+// bit for bit. keep [n]: all ones where token t of the 8 channels counts.
+void key_grid_search8(int bits, const float* X, int n, int r, const __m256* keep, float* lo, float* hi) {
+    __m256 mn = _mm256_set1_ps(INFINITY), mx = _mm256_set1_ps(-INFINITY);
+    for (int t = 0; t < n; t++) {  // q_range: a value replaces the min only when below it
+        const __m256 v = _mm256_loadu_ps(X + (int64_t)t * r);
+        mn = _mm256_blendv_ps(mn, v, _mm256_and_ps(keep[t], _mm256_cmp_ps(v, mn, _CMP_LT_OQ)));
+        mx = _mm256_blendv_ps(mx, v, _mm256_and_ps(keep[t], _mm256_cmp_ps(mx, v, _CMP_LT_OQ)));
+    }
+    const __m256 none = _mm256_cmp_ps(mn, mx, _CMP_GT_OQ);  // every token skipped: [0, 0]
+    mn = _mm256_andnot_ps(none, mn), mx = _mm256_andnot_ps(none, mx);
+    const __m256 valid = _mm256_cmp_ps(mx, mn, _CMP_GT_OQ);  // else the range itself, unsearched
+    const float top = (float)((1 << bits) - 1);
+    const __m256 vtop = _mm256_set1_ps(top), zero = _mm256_setzero_ps();
+    auto sse = [&](__m256 l, __m256 h) {
+        const __m256 st = _mm256_div_ps(_mm256_sub_ps(h, l), vtop);
+        const __m256 inv = _mm256_div_ps(_mm256_set1_ps(1.0f), st);
+        __m256 e[8];
+        for (int i = 0; i < 8; i++) e[i] = zero;
+        auto add = [&](int t, __m256& acc) {
+            const __m256 v = _mm256_loadu_ps(X + (int64_t)t * r);
+            __m256 q = _mm256_round_ps(_mm256_mul_ps(_mm256_sub_ps(v, l), inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            q = _mm256_min_ps(_mm256_max_ps(q, zero), vtop);
+            const __m256 d = _mm256_and_ps(_mm256_sub_ps(v, _mm256_fmadd_ps(st, q, l)), keep[t]);
+            acc = _mm256_fmadd_ps(d, d, acc);
+        };
+        int t = 0;
+        for (; t + 8 <= n; t += 8)  // unrolled so the accumulators stay in registers
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) add(t + i, e[i]);
+        for (; t < n; t++) add(t, e[t % 8]);
+        return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(e[0], e[1]), _mm256_add_ps(e[2], e[3])),
+                             _mm256_add_ps(_mm256_add_ps(e[4], e[5]), _mm256_add_ps(e[6], e[7])));
+    };
+    const __m256 R = _mm256_sub_ps(mx, mn);
+    __m256 be = sse(mn, mx), bl = mn, bh = mx;
+    for (int a = 0; a <= KV_KEY_CLIP_STEPS; a++)
+        for (int b = 0; b <= KV_KEY_CLIP_STEPS; b++) {
+            if (a == 0 && b == 0) continue;
+            const __m256 l = _mm256_fmadd_ps(R, _mm256_set1_ps(KV_KEY_CLIP_STEP * (float)a), mn);
+            const __m256 h = _mm256_fmadd_ps(R, _mm256_set1_ps(-KV_KEY_CLIP_STEP * (float)b), mx);
+            const __m256 ok = _mm256_and_ps(valid, _mm256_cmp_ps(h, l, _CMP_GT_OQ));
+            if (_mm256_movemask_ps(ok) == 0) continue;
+            const __m256 e = sse(l, h);
+            const __m256 better = _mm256_and_ps(ok, _mm256_cmp_ps(e, be, _CMP_LT_OQ));
+            be = _mm256_blendv_ps(be, e, better);
+            bl = _mm256_blendv_ps(bl, l, better), bh = _mm256_blendv_ps(bh, h, better);
+        }
+    _mm256_storeu_ps(lo, bl);
+    _mm256_storeu_ps(hi, bh);
+}
+#endif
+
+}  // namespace
+
+void kvq_key_grid_search_rows(int bits, const float* X, int n, int r, int nc, const uint8_t* skip, float* lo,
+                              float* hi, bool ref) {
+    int c = 0;
+#ifdef ZK_SIMD_AVX2
+    constexpr int k_tokens_max = 256;
+    if (!ref && n <= k_tokens_max && nc >= 8) {
+        alignas(32) __m256 keep[k_tokens_max];
+        for (; c + 8 <= nc; c += 8) {
+            for (int t = 0; t < n; t++) {
+                if (!skip) {
+                    keep[t] = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+                    continue;
+                }
+                uint64_t b;
+                std::memcpy(&b, skip + (int64_t)t * r + c, sizeof b);
+                const __m256i sk = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)b));
+                keep[t] = _mm256_castsi256_ps(_mm256_cmpeq_epi32(sk, _mm256_setzero_si256()));
+            }
+            key_grid_search8(bits, X + c, n, r, keep, lo + c, hi + c);
+        }
+    }
+#endif
+    for (; c < nc; c++) kvq_key_grid_search(bits, X + c, n, r, skip ? skip + c : nullptr, r, &lo[c], &hi[c], ref);
+}
+
 void kvq_grid_codes(int bits, const float* lo, const float* hi, int r, uint16_t* grid, uint16_t* step, int tail,
                     int zero) {
     const int rc = r - zero;  // channels with codes; [rc, r) are 0-bit, lo = their mean
@@ -281,7 +369,7 @@ void kvq_quantize_keys(int bits, const float* X, int n, int r, uint8_t* codes, u
     const int rc = r - zero, h = rc - tail, rb = kv_key_row_bytes(bits, r, tail, zero);
     const int rbh = kv_qb_row_bytes(bits, h), tb = kv_tail_bytes(tail);
     float lo[KV_KEY_MAX_R] = {}, hi[KV_KEY_MAX_R] = {};
-    for (int c = 0; c < h; c++) kvq_key_grid_search(bits, X + c, n, r, skip ? skip + c : nullptr, r, &lo[c], &hi[c]);
+    kvq_key_grid_search_rows(bits, X, n, r, h, skip, lo, hi);
     for (int c = h; c < rc; c++) kvq_key_levels_1bit(X + c, n, r, skip ? skip + c : nullptr, r, &lo[c], &hi[c]);
     for (int c = rc; c < r; c++) {  // 0-bit: the mean of the channel's (kept) tokens
         double sum = 0;

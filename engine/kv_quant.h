@@ -81,6 +81,11 @@ void kvq_key_grid_search(int bits, const float* x, int n, int64_t stride, const 
                          int64_t skip_stride, float* lo, float* hi, bool ref = false);
 float kvq_key_grid_sse(int bits, const float* x, int n, int64_t stride, const uint8_t* skip, int64_t skip_stride,
                        float lo, float hi);
+// kvq_key_grid_search of channels [0, nc) of X [n x r] (skip: [n x r] or null):
+// lo, hi [nc]. With AVX2, eight channels at a time (a vector is a row's eight
+// channels), the same grids bit for bit; ref: one channel at a time.
+void kvq_key_grid_search_rows(int bits, const float* X, int n, int r, int nc, const uint8_t* skip, float* lo,
+                              float* hi, bool ref = false);
 // The grids [lo_c, hi_c] of r channels (value blocks) as codes against the
 // group's (token's) steps:
 // dm = max |lo| / 127 and m_c = dm floor(lo_c / dm), then ds = max (hi_c - m_c)

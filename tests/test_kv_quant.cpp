@@ -179,6 +179,54 @@ TEST(KvQuant, KeyGridSearchSimdMatchesReference) {
     EXPECT_GT(clipped, 50);  // the cases exercise the clipping, not only the full range
 }
 
+// The search over a group's channels at once (eight a vector) picks the grids
+// the one-channel scalar reference picks, bit for bit: widths that do and do
+// not fill the vectors, groups that do and do not fill the accumulators,
+// skipped elements, a channel with every element skipped and a constant one.
+TEST(KvQuant, KeyGridSearchRowsMatchesReference) {
+    std::mt19937 g(11);
+    std::normal_distribution<float> N(0, 1);
+    std::uniform_real_distribution<float> U(0, 1);
+    int clipped = 0, cases = 0;
+    for (int bits : {4, 2})
+        for (int r : {8, 13, 24, 128})
+            for (int n : {3, 8, 13, 32, 64})
+                for (int trial = 0; trial < 3; trial++) {
+                    std::vector<float> X((size_t)n * r);
+                    std::vector<uint8_t> skip((size_t)n * r);
+                    for (size_t i = 0; i < X.size(); i++) {
+                        X[i] = N(g) * (U(g) < 0.1f ? 6.0f : 1.0f) + 0.5f;
+                        skip[i] = trial == 1 && U(g) < 0.15f;
+                    }
+                    if (trial == 1)
+                        for (int t = 0; t < n; t++) skip[(size_t)t * r + 2] = 1;  // channel 2: nothing counts
+                    if (trial == 2)
+                        for (int t = 0; t < n; t++) X[(size_t)t * r + 5] = 1.25f;  // channel 5: constant
+                    const uint8_t* sk = trial == 1 ? skip.data() : nullptr;
+                    std::vector<float> lo0(r), hi0(r), lo1(r), hi1(r);
+                    kvq_key_grid_search_rows(bits, X.data(), n, r, r, sk, lo0.data(), hi0.data(), true);
+                    kvq_key_grid_search_rows(bits, X.data(), n, r, r, sk, lo1.data(), hi1.data());
+                    for (int c = 0; c < r; c++) {
+                        ASSERT_EQ(lo0[c], lo1[c]) << bits << "-bit r " << r << " n " << n << " trial " << trial << " c " << c;
+                        ASSERT_EQ(hi0[c], hi1[c]) << bits << "-bit r " << r << " n " << n << " trial " << trial << " c " << c;
+                        float mn = INFINITY, mx = -INFINITY;
+                        for (int t = 0; t < n; t++)
+                            if (!sk || !sk[(size_t)t * r + c]) mn = std::min(mn, X[(size_t)t * r + c]), mx = std::max(mx, X[(size_t)t * r + c]);
+                        clipped += lo0[c] > mn || hi0[c] < mx;
+                        cases++;
+                    }
+                    if (trial == 1) {
+                        EXPECT_EQ(lo1[2], 0.0f);
+                        EXPECT_EQ(hi1[2], 0.0f);
+                    }
+                    if (trial == 2) {
+                        EXPECT_EQ(lo1[5], 1.25f);
+                        EXPECT_EQ(hi1[5], 1.25f);
+                    }
+                }
+    EXPECT_GT(clipped, cases / 10);  // the cases exercise the clipping
+}
+
 // The grid codes: a channel of zeros and a constant channel are exact, and the
 // group's steps are the largest min / 127 and scale / 255 rounded up to f16.
 TEST(KvQuant, KiviKeyGridCodesEdgeCases) {
