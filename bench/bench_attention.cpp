@@ -19,6 +19,10 @@
 // BM_select_groups/<bits>/<context>/<budget>: choosing a step's key groups for
 // --kv-select over one such layer (the bounds and the top budget's worth);
 // BM_select_attention: choosing and attending (also 16- and 8-bit caches).
+// BM_key_grids/<bits>/<ref>: the clipped grids of one 32-token group of
+// 128-dim keys (engine/kv_quant.h), eight channels a vector (ref 0) or one
+// channel at a time (ref 1: kvq_key_grid_search's own SIMD path): what each
+// KIVI group flush and every prefilled group pay per KV head.
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -31,6 +35,7 @@
 #include "calib/codebook.h"
 #include "calib/plan.h"
 #include "engine/kv_cache.h"
+#include "engine/kv_quant.h"
 #include "engine/kv_select.h"
 #include "kernels/attention.h"
 
@@ -250,6 +255,22 @@ const bool k_plans_registered = [] {
     return true;
 }();
 
+void BM_key_grids(benchmark::State& st) {
+    const int bits = (int)st.range(0), n = 32, r = 128;
+    const bool per_channel = st.range(1) != 0;
+    std::mt19937 g(3);
+    std::normal_distribution<float> N(0, 1);
+    std::vector<float> X((size_t)n * r), lo(r), hi(r);
+    for (float& x : X) x = N(g);
+    for (auto _ : st) {
+        if (per_channel)
+            for (int c = 0; c < r; c++) kvq_key_grid_search(bits, X.data() + c, n, r, nullptr, 0, &lo[c], &hi[c]);
+        else
+            kvq_key_grid_search_rows(bits, X.data(), n, r, r, nullptr, lo.data(), hi.data());
+        benchmark::DoNotOptimize(lo.data());
+    }
+}
+
 void args(benchmark::internal::Benchmark* b) {
     for (int64_t ctx : {2048, 8192})
         for (int r : {64, 44, 32, 20, 16})  // 44, 20: ZACK ranks with a partial value block
@@ -271,3 +292,4 @@ BENCHMARK(BM_decode_attention_gqa)
 BENCHMARK(BM_select_groups)->ArgsProduct({{4, 2}, {8192, 32768}, {2048}})->Unit(benchmark::kMicrosecond);
 // 16 and 8: pages chosen by their exact mass (every key scored)
 BENCHMARK(BM_select_attention)->ArgsProduct({{16, 8, 4, 2}, {8192, 32768}, {2048}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_key_grids)->ArgsProduct({{4, 2}, {0, 1}})->Unit(benchmark::kMicrosecond);
