@@ -99,9 +99,6 @@ struct attn_task {
     int64_t part;  // offset of its partial (m, l, acc) in forward_buffers::part
 };
 
-// Activations and scratch of forward passes over up to n_rows token rows that
-// may belong to up to max_seqs sequences (rows of one sequence are contiguous);
-// R = n_rows below.
 // v.size() >= n, doubling when it grows (a step's selection groups grow one at
 // a time; doubling keeps that from reallocating for every group).
 template <class T>
@@ -109,6 +106,9 @@ void fb_grow_to(std::vector<T>& v, int64_t n) {
     if ((int64_t)v.size() < n) v.resize((size_t)std::max<int64_t>(n, 2 * (int64_t)v.size()));
 }
 
+// Activations and scratch of forward passes over up to n_rows token rows that
+// may belong to up to max_seqs sequences (rows of one sequence are contiguous);
+// R = n_rows below.
 // Made by the backend of whoever runs passes: a session for its own decode()
 // calls, a batch_decoder (engine/batch.h) for steps over several sessions.
 // Sized once, so a pass allocates nothing.

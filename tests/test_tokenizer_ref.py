@@ -4,8 +4,9 @@
 Two vocabularies: SmolLM2's (ZACK_MODEL, 49,152 tokens) and Qwen2.5's
 (ZACK_MODEL_QWEN15, 151,936 tokens, pre-tokenizer qwen2; the 0.5B file holds the
 same vocabulary and merges, byte for byte). For each, the reference is built here
-from the GGUF's own tokenizer metadata (read by tests/ref/ref_gguf.metadata, checked here
-against the `gguf` package on SmolLM2's file; not with zack): models.BPE(vocab, merges), the pre-tokenizer as the model's tokenizer.json
+from the GGUF's own tokenizer metadata (read by tests/ref/ref_gguf.metadata, which
+this test checks against the `gguf` package on SmolLM2's file; not with zack):
+models.BPE(vocab, merges), the pre-tokenizer as the model's tokenizer.json
 configures it (SmolLM2: Sequence([Digits(individual_digits=True),
 ByteLevel(add_prefix_space=False)]); Qwen2: Sequence([Split(Regex(QWEN2_PATTERN),
 "isolated"), ByteLevel(add_prefix_space=False, use_regex=False)])), a ByteLevel
