@@ -51,31 +51,16 @@ namespace {
 
 // Lloyd's k-means on X [n x c] into cb [K x c]: K distinct rows to start, an
 // empty cell restarts on a random row. The assignment step, n x K x c, is the
-// cost (8 x 256 books: 4x that of 4 x 64): distances |cb_k|^2 - 2 x.cb_k
-// against the centroids transposed, [c x K], so the loop over k vectorises.
+// cost (8 x 256 books: 4x that of 4 x 64); it is the encoder's own nearest-
+// centroid search (kvq_vq_nearest), so training assigns rows as coding will.
 void kmeans(const float* X, int64_t n, int c, int K, int iters, std::mt19937_64& rng, float* cb) {
     std::uniform_int_distribution<int64_t> pick(0, n - 1);
     for (int k = 0; k < K; k++) std::copy_n(X + pick(rng) * c, c, cb + k * c);
     std::vector<int> idx((size_t)n);
     std::vector<double> sum((size_t)K * c);
     std::vector<int64_t> cnt(K);
-    std::vector<float> cbt((size_t)c * K), norm(K), dist(K);
     for (int it = 0; it < iters; it++) {
-        for (int k = 0; k < K; k++) {
-            float s = 0;
-            for (int j = 0; j < c; j++) cbt[(size_t)j * K + k] = cb[k * c + j], s += cb[k * c + j] * cb[k * c + j];
-            norm[k] = s;
-        }
-        for (int64_t t = 0; t < n; t++) {
-            const float* x = X + t * c;
-            std::copy(norm.begin(), norm.end(), dist.begin());
-            for (int j = 0; j < c; j++) {
-                const float a = -2.0f * x[j];
-                const float* row = cbt.data() + (size_t)j * K;
-                for (int k = 0; k < K; k++) dist[k] += a * row[k];
-            }
-            idx[t] = (int)(std::min_element(dist.begin(), dist.end()) - dist.begin());
-        }
+        for (int64_t t = 0; t < n; t++) idx[t] = kvq_vq_nearest(X + t * c, cb, K, c);
         std::fill(sum.begin(), sum.end(), 0.0);
         std::fill(cnt.begin(), cnt.end(), 0);
         for (int64_t t = 0; t < n; t++) {
@@ -137,14 +122,18 @@ vq_train_report calib_train_codebooks(zack_calibration& c, int code, const value
         const double* R = c.rv.data() + (size_t)h * D * D;  // column j = direction j
         // rotated rows y = R^T v [n x D]; the training ones at unit RMS, grouped [NG x nt x C]
         std::vector<float> Y((size_t)n * D), Xg((size_t)nt * D);
+        std::vector<double> acc(D);
         for (int64_t t = 0, i = 0; t < n; t++) {
             const float* v = raw + ((size_t)t * KV + g) * D;
             float* y = Y.data() + (size_t)t * D;
-            for (int j = 0; j < D; j++) {
-                double a = 0;
-                for (int r = 0; r < D; r++) a += R[(size_t)r * D + j] * v[r];
-                y[j] = (float)a;
+            // y_j = sum_r R[r][j] v_r, r in order; the loop over j runs along R's rows
+            for (int j = 0; j < D; j++) acc[j] = 0;
+            for (int r = 0; r < D; r++) {
+                const double vr = v[r];
+                const double* Rr = R + (size_t)r * D;
+                for (int j = 0; j < D; j++) acc[j] += Rr[j] * vr;
             }
+            for (int j = 0; j < D; j++) y[j] = (float)acc[j];
             if (held(n, t)) continue;
             double ss = 0;
             for (int j = 0; j < D; j++) ss += (double)y[j] * y[j];

@@ -11,10 +11,7 @@
 
 namespace zk {
 
-namespace {
-
-// The index of the centroid of e [K x c] nearest to y [c] (the first of equals).
-int vq_nearest(const float* y, const float* e, int K, int c) {
+int kvq_vq_nearest(const float* y, const float* e, int K, int c) {
 #ifdef ZK_SIMD_AVX2
     if ((c == 8 || c == 4) && K % 8 == 0) {
         // 8 centroids at a time: their squared distances summed by a tree of
@@ -68,8 +65,6 @@ int vq_nearest(const float* y, const float* e, int K, int c) {
     return best;
 }
 
-}  // namespace
-
 int kv_vq_books::bits() const {
     int b = 0;
     while ((1 << b) < K) b++;
@@ -112,7 +107,7 @@ void kvq_vq_encode_row(const kv_vq_books& b, const kv_vq_book& h, const float* x
     float y[16];
     for (int g = 0; g < ng; g++) {
         for (int j = 0; j < c; j++) y[j] = x[g * c + j] * inv;
-        const int best = vq_nearest(y, h.enc + (size_t)g * K * c, K, c);
+        const int best = kvq_vq_nearest(y, h.enc + (size_t)g * K * c, K, c);
         const int at = g * bits;  // little-endian bit stream; a code spans at most two bytes
         codes[at >> 3] |= (uint8_t)(best << (at & 7));
         if ((at & 7) + bits > 8) codes[(at >> 3) + 1] |= (uint8_t)(best >> (8 - (at & 7)));

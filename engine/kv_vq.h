@@ -39,6 +39,10 @@ struct kv_vq_books {
 void kvq_vq_check(int c, int K, int d);
 void kvq_vq_check_rank(const kv_vq_books& b, int r, const char* where);
 
+// The index of the centroid of e [K x c] nearest to y [c] in squared distance
+// (the first of equals); the encoder's search, and k-means' at calibration.
+int kvq_vq_nearest(const float* y, const float* e, int K, int c);
+
 // One head's decoding centroids: dec[q][k][j] = enc[q][k][j] x gain[q c + j]
 // (enc, dec [d / c x K x c], gain [d]).
 void kvq_vq_decoding_book(int c, int K, int d, const float* enc, const float* gain, float* dec);
