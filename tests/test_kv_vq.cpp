@@ -56,6 +56,42 @@ std::vector<float> row_of(const kv_vq_books& b, int h, const std::vector<int>& c
 
 }  // namespace
 
+// kvq_vq_nearest, the encoder's search and k-means' assignment, on rows that are
+// not near any centroid: the index it returns is a nearest centroid (its
+// distance, in double, within float rounding of the least), and among exact
+// duplicates the first. Shapes of the SIMD path (c 4 or 8, K a multiple of 8:
+// the 4 x 64 and 8 x 256 books) and of the scalar one.
+TEST(KvVq, NearestIsTheLeastDistanceFirstOfEquals) {
+    std::mt19937 g(11);
+    std::normal_distribution<float> N(0, 1);
+    for (auto [c, K] : {std::pair{4, 64}, {8, 256}, {4, 8}, {8, 16}, {2, 64}, {3, 4}}) {
+        std::vector<float> e((size_t)K * c);
+        for (float& v : e) v = N(g);
+        // centroid 1 repeated at K-1 and (where K >= 16) at K-7: K-7 is in 1's lane
+        // of the SIMD search (k mod 8), K-1 in another; a row nearest to them gets 1
+        const int dup_lane = K >= 16 ? K - 7 : 1, dup_other = K - 1;
+        for (int k : {dup_lane, dup_other}) std::copy_n(e.begin() + c, c, e.begin() + (size_t)k * c);
+        auto dist = [&](const float* y, int k) {
+            double s = 0;
+            for (int j = 0; j < c; j++) s += ((double)y[j] - e[(size_t)k * c + j]) * ((double)y[j] - e[(size_t)k * c + j]);
+            return s;
+        };
+        for (int trial = 0; trial < 500; trial++) {
+            std::vector<float> y(c);
+            for (float& v : y) v = 1.5f * N(g);
+            if (trial % 10 == 0)  // next to the duplicated centroid
+                for (int j = 0; j < c; j++) y[j] = e[(size_t)c + j] + 0.01f * N(g);
+            const int k = kvq_vq_nearest(y.data(), e.data(), K, c);
+            ASSERT_GE(k, 0) << "c " << c << " K " << K;
+            ASSERT_TRUE(k != dup_other && (k != dup_lane || dup_lane == 1))
+                << "c " << c << " K " << K << ": " << k << ", the later of equal centroids";
+            double least = INFINITY;
+            for (int i = 0; i < K; i++) least = std::min(least, dist(y.data(), i));
+            EXPECT_LE(dist(y.data(), k), least * (1 + 1e-5) + 1e-9) << "c " << c << " K " << K << " trial " << trial;
+        }
+    }
+}
+
 TEST(KvVq, CodesPackAndDecodeToTheirCentroids) {
     // every code width 1..8, groups whose codes straddle bytes, and ranks below d
     for (int K : {2, 4, 8, 16, 32, 64, 128, 256}) {
