@@ -609,3 +609,5 @@ void quant_dot_tile(dtype weight, int64_t n, const void* w, size_t w_stride, int
 #endif
 
 }  // namespace zk
+
+#undef ZK_UNROLL  // this file's own; unity builds join it with others

@@ -508,3 +508,5 @@ bool quant_tile_k_quantize(const float*, void*, int64_t) { return false; }
 #endif
 
 }  // namespace zk
+
+#undef ZK_UNROLL  // this file's own; unity builds join it with others

@@ -64,7 +64,8 @@ std::vector<float> row_of(const kv_vq_books& b, int h, const std::vector<int>& c
 TEST(KvVq, NearestIsTheLeastDistanceFirstOfEquals) {
     std::mt19937 g(11);
     std::normal_distribution<float> N(0, 1);
-    for (auto [c, K] : {std::pair{4, 64}, {8, 256}, {4, 8}, {8, 16}, {2, 64}, {3, 4}}) {
+    for (const auto& shape : {std::pair{4, 64}, {8, 256}, {4, 8}, {8, 16}, {2, 64}, {3, 4}}) {
+        const int c = shape.first, K = shape.second;  // named: lambdas capture them (C++17)
         std::vector<float> e((size_t)K * c);
         for (float& v : e) v = N(g);
         // centroid 1 repeated at K-1 and (where K >= 16) at K-7: K-7 is in 1's lane

@@ -298,3 +298,5 @@ void kernel_attention_prefill(const attn_kv_view&, const float*, const attn_q_vi
 #endif
 
 }  // namespace zk
+
+#undef ZK_UNROLL  // this file's own; unity builds join it with others
