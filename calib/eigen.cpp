@@ -13,6 +13,8 @@ extern "C" void dgesvd_(const char* jobu, const char* jobvt, const int* m, const
                         double* s, double* u, const int* ldu, double* vt, const int* ldvt, double* work,
                         const int* lwork, int* info);
 
+extern "C" void dpotrf_(const char* uplo, const int* n, double* a, const int* lda, int* info);
+
 namespace zk {
 
 void eigen_sym_desc(int n, const double* C, std::vector<double>& vals, std::vector<double>& vecs) {
@@ -80,6 +82,20 @@ void svd_square_desc(int n, const double* W, std::vector<double>& U, std::vector
             U[(size_t)i * n + j] = vt[(size_t)i * n + j];
             V[(size_t)i * n + j] = u[(size_t)j * n + i];
         }
+}
+
+bool cholesky_upper(int n, const double* A, std::vector<double>& R) {
+    ZK_ASSERT(n > 0);
+    // Row-major A read as column-major is A^T = A; the factor of its lower
+    // triangle, L (A = L L^T, column-major), is R = L^T read row-major.
+    R.assign(A, A + (size_t)n * n);
+    const char uplo = 'L';
+    int info = 0;
+    dpotrf_(&uplo, &n, R.data(), &n, &info);
+    if (info != 0) return false;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++) R[(size_t)i * n + j] = 0.0;  // below the diagonal: A's, untouched
+    return true;
 }
 
 }  // namespace zk

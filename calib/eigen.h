@@ -18,4 +18,10 @@ void eigen_sym_desc(int n, const double* C, std::vector<double>& vals, std::vect
 // orthogonal [n x n] row-major (column j = singular direction j). LAPACK dgesvd.
 void svd_square_desc(int n, const double* W, std::vector<double>& U, std::vector<double>& S, std::vector<double>& V);
 
+// A: [n x n] symmetric, row-major. R [n x n] row-major upper triangular (zeros
+// below the diagonal) with A = R^T R, through LAPACK dpotrf. Returns false,
+// leaving R unspecified, when A is not numerically positive definite (a
+// Gram matrix of fewer vectors than n, for one).
+bool cholesky_upper(int n, const double* A, std::vector<double>& R);
+
 }  // namespace zk

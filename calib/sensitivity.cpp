@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 
+#include "calib/eigen.h"
 #include "engine/kv_quant.h"
 #include "ggml-like/error.h"
 #include "ggml-like/threadpool.h"
@@ -37,7 +38,10 @@ sensitivity_observer::sensitivity_observer(const model& m, const zack_calibratio
         if (p_.ranks[i] < 1 || (i && p_.ranks[i] <= p_.ranks[i - 1]))
             ZK_THROW("sensitivity: candidate ranks must be ascending and positive");
     if (p_.query_stride < 1) ZK_THROW("sensitivity: query stride must be positive");
+    if (p_.query_block < 1) ZK_THROW("sensitivity: query block must be positive");
     vt_.resize(L_);
+    mgram_.resize(L_);
+    mchol_.assign((size_t)L_ * KV_, 0);
     n_win_.assign(L_, 0);
     const size_t nh = (size_t)L_ * KV_ * D_ * D_;
     if (c.rv.size() != nh) ZK_THROW("sensitivity: the calibration has no V rotation");
@@ -92,23 +96,50 @@ void sensitivity_observer::on_layer_input(int layer, int64_t n, const float* x) 
     }
 }
 
-// W_o of `layer` as f32 with the V rotation folded into each query head's
-// columns: W~[:, i*d:(i+1)*d] = W_o[:, i*d:(i+1)*d] R_v[g(i)], [n_embd x n_head*d].
+void sensitivity_observer::run_jobs(int64_t jobs, const std::function<void(int64_t, int64_t, int)>& fn) {
+    if (pool_ && pool_->size() > 1) pool_->parallel_for(jobs, 1, fn);
+    else fn(0, jobs, 0);
+}
+
+// W~ of `layer` as f32, transposed, into wt_: rows i*d..(i+1)*d are
+// (W_o[:, i*d:(i+1)*d] R_v[g(i)])^T = R_v^T W_o[:, i*d:(i+1)*d]^T, [d x n_embd];
+// and the layer's M_g the first time it comes.
 void sensitivity_observer::prepare_wo(int layer) {
     if (wo_layer_ == layer) return;
     const weight_view& wo = m_.layers[layer].wo;
     const int64_t HD = (int64_t)H_ * D_;
-    std::vector<float> raw((size_t)E_ * HD);
+    raw_.resize((size_t)E_ * HD);
+    wt_.resize((size_t)HD * E_);
     const size_t rb = dtype_row_size(wo.type, HD);
-    for (int64_t e = 0; e < E_; e++) dtype_dequantize_row(wo.type, (const uint8_t*)wo.data + rb * e, raw.data() + e * HD, HD);
-    wo_.resize(raw.size());
-    for (int i = 0; i < H_; i++) {
-        const float* R = rv_.data() + ((size_t)layer * KV_ + i / G_) * D_ * D_;
-        // [E x d] block times R [d x d]
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, E_, D_, D_, 1.0f, raw.data() + (size_t)i * D_, (int)HD, R,
-                    D_, 0.0f, wo_.data() + (size_t)i * D_, (int)HD);
-    }
+    run_jobs(E_, [&](int64_t b, int64_t e, int) {
+        for (int64_t r = b; r < e; r++)
+            dtype_dequantize_row(wo.type, (const uint8_t*)wo.data + rb * r, raw_.data() + r * HD, HD);
+    });
+    run_jobs(H_, [&](int64_t b, int64_t e, int) {
+        for (int64_t i = b; i < e; i++)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasTrans, D_, E_, D_, 1.0f,
+                        rv_.data() + ((size_t)layer * KV_ + i / G_) * D_ * D_, D_, raw_.data() + i * D_, (int)HD, 0.0f,
+                        wt_.data() + (size_t)i * D_ * E_, E_);
+    });
     wo_layer_ = layer;
+    std::vector<float>& M = mgram_[layer];
+    if (!M.empty()) return;
+    const int GD = G_ * D_;
+    M.resize((size_t)KV_ * GD * GD);
+    // M_g [GD x GD] = W~_g^T W~_g = wt_g wt_g^T, wt_g = rows g*GD.. of wt_ [GD x n_embd],
+    // replaced by its Cholesky factor R_g (M_g = R_g^T R_g) where it has one
+    run_jobs(KV_, [&](int64_t b, int64_t e, int) {
+        std::vector<double> Md, R;
+        for (int64_t g = b; g < e; g++) {
+            const float* w = wt_.data() + (size_t)g * GD * E_;
+            float* Mg = M.data() + (size_t)g * GD * GD;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, GD, GD, E_, 1.0f, w, E_, w, E_, 0.0f, Mg, GD);
+            Md.assign(Mg, Mg + (size_t)GD * GD);
+            const bool chol = cholesky_upper(GD, Md.data(), R);
+            if (chol) std::copy(R.begin(), R.end(), Mg);
+            mchol_[(size_t)layer * KV_ + g] = chol;
+        }
+    });
 }
 
 namespace {
@@ -141,15 +172,17 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
             if (!sens_keys_only(k_sens_prec[1 + b]) || p_.vq[k_sens_prec[1 + b]])
                 vtq_[b][layer].resize((size_t)max_ctx_ * KV * D);
         }
-    std::vector<int8_t> c8(D);
-    std::vector<uint8_t> cq((size_t)GR * kv_qb_row_bytes(4, D) + 64);
-    std::vector<uint16_t> s1(std::max({D, kv_n_blocks(D, KV_Q8_BLOCK), GR * kv_n_blocks(D, KV_Q4_VBLOCK)})),
-        s2(std::max(D, KV_GRID_STEPS));
-    std::vector<float> grp((size_t)GR * D);
-    for (int b = 0; b < NQB; b++) {
-        const int bits = k_sens_prec[1 + b];
-        for (int64_t t = from; t < to; t++)
-            for (int g = 0; g < KV; g++) {
+    // one job per (precision, KV head): each writes its own rows
+    run_jobs((int64_t)NQB * KV, [&](int64_t jb, int64_t je, int) {
+        std::vector<int8_t> c8(D);
+        std::vector<uint8_t> cq((size_t)GR * kv_qb_row_bytes(4, D) + 64);
+        std::vector<uint16_t> s1(std::max({D, kv_n_blocks(D, KV_Q8_BLOCK), GR * kv_n_blocks(D, KV_Q4_VBLOCK)})),
+            s2(std::max(D, KV_GRID_STEPS));
+        std::vector<float> grp((size_t)GR * D);
+        for (int64_t job = jb; job < je; job++) {
+            const int b = (int)(job / KV), g = (int)(job % KV);
+            const int bits = k_sens_prec[1 + b];
+            for (int64_t t = from; t < to; t++) {
                 const size_t o = ((size_t)t * KV + g) * D;
                 if (sens_keys_only(bits) && p_.vq[bits]) {  // values: vector codes, per token
                     const kv_vq_books& books = *p_.vq[bits];
@@ -176,10 +209,9 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
                     kvq_dequantize_vrow(bits, cq.data(), s1.data(), s2.data(), D, vtq_[b][layer].data() + o);
                 }
             }
-        if (bits == 8) continue;
-        for (int64_t g0 = from / GR * GR; g0 + GR <= to; g0 += GR) {
-            if (g0 + GR <= from) continue;  // completed by an earlier chunk
-            for (int g = 0; g < KV; g++) {
+            if (bits == 8) continue;
+            for (int64_t g0 = from / GR * GR; g0 + GR <= to; g0 += GR) {
+                if (g0 + GR <= from) continue;  // completed by an earlier chunk
                 // the group's rows of src [tokens x KV x D] through a quantizer into dst
                 auto group_through = [&](const float* src, float* dst, bool keys) {
                     for (int t = 0; t < GR; t++)
@@ -208,7 +240,7 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
                 if (!sens_keys_only(bits)) group_through(vt.data(), vtq_[b][layer].data(), false);
             }
         }
-    }
+    });
 }
 
 void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, const float* q, const float* k,
@@ -223,13 +255,15 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
     if (vt.empty()) vt.resize((size_t)max_ctx_ * KV * D);
     for (int m : bases_)
         if (kt_[m][layer].empty()) kt_[m][layer].resize((size_t)max_ctx_ * KV * D);
-    for (int64_t t = 0; t < n; t++)
-        for (int g = 0; g < KV; g++) {
-            const size_t h = ((size_t)layer * KV + g) * D * D;
-            const size_t o = ((size_t)(base + t) * KV + g) * D;
-            for (int m : bases_) rotate_t(b_[m].data() + h, k + (t * KV + g) * D, kt_[m][layer].data() + o, D);
-            rotate_t(rv_.data() + h, v + (t * KV + g) * D, vt.data() + o, D);
-        }
+    run_jobs(n, [&](int64_t tb, int64_t te, int) {
+        for (int64_t t = tb; t < te; t++)
+            for (int g = 0; g < KV; g++) {
+                const size_t h = ((size_t)layer * KV + g) * D * D;
+                const size_t o = ((size_t)(base + t) * KV + g) * D;
+                for (int m : bases_) rotate_t(b_[m].data() + h, k + (t * KV + g) * D, kt_[m][layer].data() + o, D);
+                rotate_t(rv_.data() + h, v + (t * KV + g) * D, vt.data() + o, D);
+            }
+    });
     n_win_[layer] = base + n;
     if (p_.quant) quantize_window(layer, base, base + n);
 
@@ -241,7 +275,6 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
     prepare_wo(layer);
 
     const int GD = G * D;
-    const int64_t HD = (int64_t)H * D;
     const int64_t NQ = (int64_t)rows.size();
     const int NB = (int)bases_.size();
     const float scale = m_.hp.score_scale();
@@ -253,23 +286,33 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
     // outputs [NB x KV x NQ x (NR-1) x GD]; dV: per (KV head, query, rank) ||dy||^2.
     std::vector<float> dk((size_t)NB * KV * NQ * (NR - 1) * GD);
     std::vector<double> dv_abs((size_t)KV * NQ * NR, 0.0);
-    // W~ transposed, [n_head*d x n_embd]: the value suffix sums walk its rows.
-    std::vector<float> wt((size_t)HD * E_);
-    for (int64_t e = 0; e < E_; e++)
-        for (int64_t c = 0; c < HD; c++) wt[(size_t)c * E_ + e] = wo_[(size_t)e * HD + c];
+    const float* wt = wt_.data();  // W~ transposed: the value suffix sums walk its rows
 
     // Full-rank outputs of every query head, [KV x NQ x GD] (the same in every basis).
     std::vector<float> ofull((size_t)KV * NQ * GD);
     const int64_t nk_max = base + rows.back() + 1;  // keys the last measured query sees
+    // Queries in blocks of p_.query_block rows, each block's products over the keys
+    // its last query sees (causal: the rest would multiply zeros). qblk[b] = first
+    // row of block b, qblk.back() = NQ; nkb[b] = keys block b sees.
+    const int64_t k_qblock = p_.query_block;
+    std::vector<int64_t> qblk, nkb;
+    for (int64_t r0 = 0; r0 < NQ; r0 += k_qblock) {
+        qblk.push_back(r0);
+        nkb.push_back(base + rows[(size_t)std::min(NQ, r0 + k_qblock) - 1] + 1);
+    }
+    qblk.push_back(NQ);
+    const int64_t n_qblk = (int64_t)nkb.size();
     const int kstride = KV * D;
 
     // Keys: one job per (basis, KV head, query head) over all measured queries,
     // in BLAS: scores accumulate block by block of the rank grid (the block
-    // between two candidate ranks), and after each block the masked softmax and
-    // its values give that rank's outputs.
+    // between two candidate ranks), after each block the masked softmax gives
+    // that rank's probabilities, and one product per query block gives every
+    // rank's outputs (rows (query, rank): a GEMM of NR times the rows).
     auto key_job = [&](int64_t b, int64_t e, int) {
-        std::vector<float> qraw((size_t)NQ * D), qt((size_t)NQ * D), sc((size_t)NQ * nk_max), pm((size_t)NQ * nk_max);
-        std::vector<float> o((size_t)NR * NQ * D);
+        std::vector<float> qraw((size_t)NQ * D), qt((size_t)NQ * D), sc((size_t)NQ * nk_max);
+        std::vector<float> pm((size_t)NQ * NR * nk_max);  // [NQ x NR x nk_max]
+        std::vector<float> o((size_t)NQ * NR * D);        // [NQ x NR x D]
         for (int64_t job = b; job < e; job++) {
             const int bi = (int)(job / (KV * G));
             const int m = bases_[bi];
@@ -283,32 +326,38 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)NQ, D, D, 1.0f, qraw.data(), D, A, D, 0.0f,
                         qt.data(), D);
             std::fill(sc.begin(), sc.end(), 0.0f);
-            for (int r = 0; r < NR; r++) {
-                const int j0 = r ? p_.ranks[r - 1] : 0, nj = p_.ranks[r] - j0;
-                // sc += q~[:, j0:j0+nj] k~[:, j0:j0+nj]^T, scaled as the engine scales
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)NQ, (int)nk_max, nj, scale, qt.data() + j0, D,
-                            kw + j0, kstride, 1.0f, sc.data(), (int)nk_max);
-                for (int64_t qi = 0; qi < NQ; qi++) {
-                    const int64_t nk = base + rows[qi] + 1, k0 = first_key(nk);  // causal, windowed
-                    const float* srow = sc.data() + qi * nk_max;
-                    float* prow = pm.data() + qi * nk_max;
-                    std::fill(prow, prow + k0, 0.0f);
-                    std::copy(srow + k0, srow + nk, prow + k0);
-                    const float z = simd::exp_shift_sum(prow + k0, (int)(nk - k0), simd::max_f32(prow + k0, (int)(nk - k0)));
-                    simd::scale_f32(prow + k0, (int)(nk - k0), 1.0f / z);
-                    std::fill(prow + nk, prow + nk_max, 0.0f);
+            for (int64_t bq = 0; bq < n_qblk; bq++) {
+                const int64_t r0 = qblk[bq], nq = qblk[bq + 1] - r0, nkq = nkb[bq];
+                for (int r = 0; r < NR; r++) {
+                    const int j0 = r ? p_.ranks[r - 1] : 0, nj = p_.ranks[r] - j0;
+                    // sc += q~[:, j0:j0+nj] k~[:, j0:j0+nj]^T, scaled as the engine scales
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)nkq, nj, scale,
+                                qt.data() + r0 * D + j0, D, kw + j0, kstride, 1.0f, sc.data() + r0 * nk_max,
+                                (int)nk_max);
+                    for (int64_t qi = r0; qi < r0 + nq; qi++) {
+                        const int64_t nk = base + rows[qi] + 1, k0 = first_key(nk);  // causal, windowed
+                        const float* srow = sc.data() + qi * nk_max;
+                        float* prow = pm.data() + ((size_t)qi * NR + r) * nk_max;
+                        std::fill(prow, prow + k0, 0.0f);
+                        std::copy(srow + k0, srow + nk, prow + k0);
+                        const float z =
+                            simd::exp_shift_sum(prow + k0, (int)(nk - k0), simd::max_f32(prow + k0, (int)(nk - k0)));
+                        simd::scale_f32(prow + k0, (int)(nk - k0), 1.0f / z);
+                        std::fill(prow + nk, prow + nkq, 0.0f);
+                    }
                 }
-                // outputs at this rank: [NQ x D] = P [NQ x nk] x V^ [nk x D]
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)NQ, D, (int)nk_max, 1.0f, pm.data(),
-                            (int)nk_max, vw, kstride, 0.0f, o.data() + (size_t)r * NQ * D, D);
+                // outputs at every rank: [nq*NR x D] = P [nq*NR x nk] x V^ [nk x D]
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(nq * NR), D, (int)nkq, 1.0f,
+                            pm.data() + (size_t)r0 * NR * nk_max, (int)nk_max, vw, kstride, 0.0f,
+                            o.data() + (size_t)r0 * NR * D, D);
             }
-            const float* of = o.data() + (size_t)(NR - 1) * NQ * D;
             for (int64_t qi = 0; qi < NQ; qi++) {
-                if (bi == 0) std::copy_n(of + qi * D, D, ofull.data() + ((size_t)g * NQ + qi) * GD + (size_t)i * D);
+                const float* of = o.data() + ((size_t)qi * NR + NR - 1) * D;  // full rank
+                if (bi == 0) std::copy_n(of, D, ofull.data() + ((size_t)g * NQ + qi) * GD + (size_t)i * D);
                 float* dkq = dk.data() + (((size_t)bi * KV + g) * NQ + qi) * (NR - 1) * GD;
                 for (int r = 0; r < NR - 1; r++) {
-                    const float* orow = o.data() + ((size_t)r * NQ + qi) * D;
-                    for (int c = 0; c < D; c++) dkq[(size_t)r * GD + (size_t)i * D + c] = orow[c] - of[qi * D + c];
+                    const float* orow = o.data() + ((size_t)qi * NR + r) * D;
+                    for (int c = 0; c < D; c++) dkq[(size_t)r * GD + (size_t)i * D + c] = orow[c] - of[c];
                 }
             }
         }
@@ -327,7 +376,7 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
             for (int j = D - 1; j >= 0 && r >= 0; j--) {
                 for (int i = 0; i < G; i++) {
                     const float oj = of[(size_t)i * D + j];
-                    const float* w = wt.data() + ((size_t)(g * G + i) * D + j) * E_;
+                    const float* w = wt + ((size_t)(g * G + i) * D + j) * E_;
                     for (int e2 = 0; e2 < E_; e2++) acc[e2] += oj * w[e2];
                 }
                 if (j == p_.ranks[r]) {  // acc = sum over dims >= ranks[r]
@@ -339,12 +388,8 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
             }
         }
     };
-    auto run = [&](int64_t jobs, const std::function<void(int64_t, int64_t, int)>& fn) {
-        if (pool_ && pool_->size() > 1) pool_->parallel_for(jobs, 1, fn);
-        else fn(0, jobs, 0);
-    };
-    run((int64_t)NB * KV * G, key_job);
-    run((int64_t)KV * NQ, value_job);
+    run_jobs((int64_t)NB * KV * G, key_job);
+    run_jobs((int64_t)KV * NQ, value_job);
 
     // Quantized caches at full rank (pca basis): per (KV head, query head) and
     // for every pair of key and value precisions but (16, 16) the outputs with
@@ -367,9 +412,11 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)NQ, D, D, 1.0f, qraw.data(), D, A, D, 0.0f,
                             qt.data(), D);
                 for (int pk = 0; pk < NP; pk++)
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)NQ, (int)nk_max, D, scale, qt.data(), D,
-                                (pk ? ktq_[pk - 1][layer] : kt_[0][layer]).data() + (size_t)g * D, kstride, 0.0f,
-                                sc.data() + (size_t)pk * NQ * nk_max, (int)nk_max);
+                    for (int64_t bq = 0; bq < n_qblk; bq++)
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(qblk[bq + 1] - qblk[bq]),
+                                    (int)nkb[bq], D, scale, qt.data() + qblk[bq] * D, D,
+                                    (pk ? ktq_[pk - 1][layer] : kt_[0][layer]).data() + (size_t)g * D, kstride, 0.0f,
+                                    sc.data() + ((size_t)pk * NQ + qblk[bq]) * nk_max, (int)nk_max);
                 for (int var = 1; var < NV; var++) {
                     const int pk = var / NP, pv = var % NP;
                     if (!sens_pair_measured(pk, pv, p_.vq_codes())) continue;
@@ -388,8 +435,9 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
                         const float* qr = sc.data() + (size_t)pk * NQ * nk_max + qi * nk_max;
                         float* pe_r = pe.data() + qi * nk_max;
                         float* pq_r = pq.data() + qi * nk_max;
-                        std::fill(pe_r, pe_r + nk_max, 0.0f);
-                        std::fill(pq_r, pq_r + nk_max, 0.0f);
+                        const int64_t nkq = nkb[(size_t)(qi / k_qblock)];  // the row's block's keys
+                        std::fill(pe_r, pe_r + nkq, 0.0f);
+                        std::fill(pq_r, pq_r + nkq, 0.0f);
                         // scores: quantized keys in [sinks, klim), exact elsewhere; the
                         // probabilities go to pq_r where the value is quantized
                         // ([sinks, vlim)), to pe_r elsewhere
@@ -405,12 +453,17 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
                         std::copy(pe_r + vq0, pe_r + vq1, pq_r + vq0);
                         std::fill(pe_r + vq0, pe_r + vq1, 0.0f);
                     }
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)NQ, D, (int)nk_max, 1.0f, pe.data(),
-                                (int)nk_max, vt.data() + (size_t)g * D, kstride, 0.0f, o.data(), D);
-                    if (pv)
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)NQ, D, (int)nk_max, 1.0f,
-                                    pq.data(), (int)nk_max, vtq_[pv - 1][layer].data() + (size_t)g * D, kstride, 1.0f,
-                                    o.data(), D);
+                    for (int64_t bq = 0; bq < n_qblk; bq++) {
+                        const int64_t r0 = qblk[bq], nq = qblk[bq + 1] - r0;
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, D, (int)nkb[bq], 1.0f,
+                                    pe.data() + r0 * nk_max, (int)nk_max, vt.data() + (size_t)g * D, kstride, 0.0f,
+                                    o.data() + r0 * D, D);
+                        if (pv)
+                            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, D, (int)nkb[bq], 1.0f,
+                                        pq.data() + r0 * nk_max, (int)nk_max,
+                                        vtq_[pv - 1][layer].data() + (size_t)g * D, kstride, 1.0f, o.data() + r0 * D,
+                                        D);
+                    }
                     for (int64_t qi = 0; qi < NQ; qi++) {
                         float* dst = dq.data() + (((size_t)var * KV + g) * NQ + qi) * GD + (size_t)i * D;
                         const float* of = ofull.data() + ((size_t)g * NQ + qi) * GD + (size_t)i * D;
@@ -419,31 +472,66 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
                 }
             }
         };
-        run((int64_t)KV * G, quant_job);
+        run_jobs((int64_t)KV * G, quant_job);
     }
 
-    // keys: ||dy||^2 = dK M dK^T per row with M = W~_g^T W~_g [GD x GD]
-    std::vector<float> M((size_t)GD * GD), Z;
+    // ||dy||^2 = x M_g x^T for every row x of dK (keys) and of dQ (quantized
+    // caches), in blocks of rows over the pool: sk [NB x KV x nrow], sq [NV x KV x NQ].
     const int64_t nrow = NQ * (NR - 1);
-    Z.resize((size_t)nrow * GD);
+    std::vector<double> sk((size_t)NB * KV * nrow), sq(p_.quant ? (size_t)NV * KV * NQ : 0);
+    struct mdot_block {
+        const float* x;  // [n x GD]
+        int64_t n;
+        const float* m;  // [GD x GD]: M_g, or R_g where chol
+        bool chol;
+        double* out;     // [n]
+    };
+    constexpr int64_t k_block_rows = 128;
+    std::vector<mdot_block> blocks;
+    auto add_rows = [&](const float* x, int64_t n, int g, double* out) {
+        const float* M = mgram_[layer].data() + (size_t)g * GD * GD;
+        const bool chol = mchol_[(size_t)layer * KV + g] != 0;
+        for (int64_t r0 = 0; r0 < n; r0 += k_block_rows)
+            blocks.push_back({x + r0 * GD, std::min(k_block_rows, n - r0), M, chol, out + r0});
+    };
     for (int g = 0; g < KV; g++) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, GD, GD, E_, 1.0f, wo_.data() + (size_t)g * GD, (int)HD,
-                    wo_.data() + (size_t)g * GD, (int)HD, 0.0f, M.data(), GD);
+        for (int bi = 0; bi < NB; bi++)
+            add_rows(dk.data() + ((size_t)bi * KV + g) * nrow * GD, nrow, g, sk.data() + ((size_t)bi * KV + g) * nrow);
+        for (int var = 1; p_.quant && var < NV; var++)
+            if (sens_pair_measured(var / NP, var % NP, p_.vq_codes()))
+                add_rows(dq.data() + ((size_t)var * KV + g) * NQ * GD, NQ, g, sq.data() + ((size_t)var * KV + g) * NQ);
+    }
+    run_jobs((int64_t)blocks.size(), [&](int64_t b, int64_t e, int) {
+        std::vector<float> Z((size_t)k_block_rows * GD);
+        for (int64_t j = b; j < e; j++) {
+            const mdot_block& bl = blocks[(size_t)j];
+            if (bl.chol) {  // x M x^T = |x R^T|^2: a triangular product, half the work of x M
+                std::copy_n(bl.x, (size_t)bl.n * GD, Z.data());
+                cblas_strmm(CblasRowMajor, CblasRight, CblasUpper, CblasTrans, CblasNonUnit, (int)bl.n, GD, 1.0f,
+                            bl.m, GD, Z.data(), GD);
+            } else {
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)bl.n, GD, GD, 1.0f, bl.x, GD, bl.m, GD,
+                            0.0f, Z.data(), GD);
+            }
+            for (int64_t r = 0; r < bl.n; r++) {
+                const float* x = bl.chol ? Z.data() + r * GD : bl.x + r * GD;
+                const float* z = Z.data() + r * GD;
+                double s2 = 0;
+                for (int c = 0; c < GD; c++) s2 += (double)x[c] * z[c];
+                bl.out[r] = s2;
+            }
+        }
+    });
+    for (int g = 0; g < KV; g++) {
         for (int bi = 0; bi < NB; bi++) {
             const int m = bases_[bi];
-            const float* X = dk.data() + ((size_t)bi * KV + g) * nrow * GD;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nrow, GD, GD, 1.0f, X, GD, M.data(), GD, 0.0f,
-                        Z.data(), GD);
+            const double* s2 = sk.data() + ((size_t)bi * KV + g) * nrow;
             for (int64_t qi = 0; qi < NQ; qi++) {
                 const double xn = std::max(1e-30, (double)xnorm_[rows[qi]]);
                 for (int r = 0; r < NR - 1; r++) {
-                    const float* x = X + ((size_t)qi * (NR - 1) + r) * GD;
-                    const float* z = Z.data() + ((size_t)qi * (NR - 1) + r) * GD;
-                    double s2 = 0;
-                    for (int c = 0; c < GD; c++) s2 += (double)x[c] * z[c];
                     const size_t a = acc_.at(layer, g, r);
-                    acc_.abs_k[m][a] += s2;
-                    acc_.rel_k[m][a] += s2 / xn;
+                    acc_.abs_k[m][a] += s2[qi * (NR - 1) + r];
+                    acc_.rel_k[m][a] += s2[qi * (NR - 1) + r] / xn;
                 }
             }
         }
@@ -458,15 +546,10 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
         }
         for (int var = 1; p_.quant && var < NV; var++) {
             if (!sens_pair_measured(var / NP, var % NP, p_.vq_codes())) continue;
-            const float* X = dq.data() + ((size_t)var * KV + g) * NQ * GD;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)NQ, GD, GD, 1.0f, X, GD, M.data(), GD, 0.0f,
-                        Z.data(), GD);
-            for (int64_t qi = 0; qi < NQ; qi++) {
-                double s2 = 0;
-                for (int c2 = 0; c2 < GD; c2++) s2 += (double)X[(size_t)qi * GD + c2] * Z[(size_t)qi * GD + c2];
+            const double* s2 = sq.data() + ((size_t)var * KV + g) * NQ;
+            for (int64_t qi = 0; qi < NQ; qi++)
                 acc_.rel_q[var / NP][var % NP][(size_t)layer * KV + g] +=
-                    s2 / std::max(1e-30, (double)xnorm_[rows[qi]]);
-            }
+                    s2[qi] / std::max(1e-30, (double)xnorm_[rows[qi]]);
         }
     }
 }

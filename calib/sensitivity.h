@@ -20,6 +20,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "calib/calibrate.h"
@@ -36,6 +37,9 @@ class thread_pool;
 struct sens_params {
     std::vector<int> ranks;  // candidate ranks, ascending, last = head_dim (empty: sens_default_ranks)
     int query_stride = 4;    // every query_stride-th position of a window is a measured query
+    // measured queries of a chunk per block of the attention products, each block
+    // over the keys its last query sees (smaller: fewer causal zeros, smaller GEMMs)
+    int query_block = 16;
     // Quantized caches simulated at full rank (keys in the pca basis), as the
     // engine lays them out (engine/kv_cache.h): 8-bit every token; 4-bit and
     // 2-bit KIVI, keys per channel over groups of `group` tokens, keys and values
@@ -125,6 +129,9 @@ public:
 private:
     void prepare_wo(int layer);
     void quantize_window(int layer, int64_t from, int64_t to);
+    // fn(begin, end, thread) over [0, jobs) on the session's pool (the calling
+    // thread alone without one): on_qkv runs while the pool's workers are idle.
+    void run_jobs(int64_t jobs, const std::function<void(int64_t, int64_t, int)>& fn);
     const model& m_;
     sens_params p_;
     int64_t max_ctx_;
@@ -143,8 +150,17 @@ private:
     std::vector<float> kmean_;
     std::vector<int64_t> n_win_;
     std::vector<float> xnorm_;        // ||x||^2 of the current chunk's rows [n]
-    std::vector<float> wo_;           // current layer's W_o with R_v folded in, [n_embd x n_head*d]
+    // W~ = W_o with R_v folded into each query head's columns, transposed, for
+    // the current layer: [n_head*d x n_embd] (raw_: W_o dequantized, [n_embd x n_head*d]).
+    std::vector<float> wt_, raw_;
     int wo_layer_ = -1;
+    // Per layer, once: M_g = W~_g^T W~_g per KV head, [n_kv x G*d x G*d] (W~_g: the
+    // group's columns of W~). A chunk's key losses are dK M dK^T, and the layer
+    // comes back every chunk (empty until its first).
+    // (M_g is kept as its Cholesky factor R_g, upper triangular, where it has one:
+    // mchol_ [n_layer x n_kv]; a group with more query dims than n_embd has none.)
+    std::vector<std::vector<float>> mgram_;
+    std::vector<char> mchol_;
     // Per basis: A (queries) and B (keys), and R_v; float [n_layer x n_kv x d x d].
     std::vector<int> bases_;  // the bases measured (those the calibration has)
     std::vector<float> a_[k_key_basis_count], b_[k_key_basis_count], rv_;

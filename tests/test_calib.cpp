@@ -132,6 +132,37 @@ TEST(Eigen, DiagonalAndRejectsNan) {
     EXPECT_THROW(eigen_sym_desc(2, bad, vals, vecs), zk::error);
 }
 
+// cholesky_upper: R^T R gives back a random Gram matrix, R is upper triangular
+// with a positive diagonal; a Gram matrix of fewer vectors than its size has no
+// factor (the sensitivity pass then keeps the matrix itself).
+TEST(Eigen, CholeskyUpper) {
+    const int n = 7;
+    std::mt19937 rng(5);
+    std::normal_distribution<double> g(0.0, 1.0);
+    for (int k : {12, 3}) {  // vectors in the Gram matrix
+        std::vector<double> W((size_t)k * n), A((size_t)n * n, 0.0), R;
+        for (double& x : W) x = g(rng);
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++)
+                for (int e = 0; e < k; e++) A[i * n + j] += W[e * n + i] * W[e * n + j];
+        const bool ok = cholesky_upper(n, A.data(), R);
+        if (k < n) {
+            EXPECT_FALSE(ok);
+            continue;
+        }
+        ASSERT_TRUE(ok);
+        for (int i = 0; i < n; i++) {
+            EXPECT_GT(R[i * n + i], 0.0);
+            for (int j = 0; j < i; j++) EXPECT_EQ(R[i * n + j], 0.0) << i << " " << j;
+            for (int j = 0; j < n; j++) {
+                double s = 0;
+                for (int e = 0; e < n; e++) s += R[e * n + i] * R[e * n + j];
+                EXPECT_NEAR(s, A[i * n + j], 1e-12 * (1 + std::fabs(A[i * n + j]))) << i << " " << j;
+            }
+        }
+    }
+}
+
 TEST(Ranks, RankForEpsByHand) {
     // sigma = 8 4 2 1 1 (sum 16). Tails: r=4 -> 1, r=3 -> 2, r=2 -> 4, r=1 -> 8.
     const double s[5] = {8, 4, 2, 1, 1};

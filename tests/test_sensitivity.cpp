@@ -3,6 +3,8 @@
 // rotations, key bases and W_o, fed in two chunks of one window. Tolerance:
 // 1e-3 relative (the observer works in float with BLAS). Value codebooks are
 // random books of 2 channels x 8 centroids: vector-coded values (precision 1).
+// Run alone and on a pool of two threads with queries in blocks of one, with
+// the same results.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +16,7 @@
 #include "calib/sensitivity.h"
 #include "engine/kv_quant.h"
 #include "ggml-like/error.h"
+#include "ggml-like/threadpool.h"
 #include "kernels/attention.h"
 
 namespace {
@@ -39,8 +42,11 @@ vec random_spd(int n, std::mt19937& rng) {
     return c;
 }
 
-TEST(Sensitivity, MatchesDefinition) {
-    const int L = 1, H = 4, KV = 2, G = 2, D = 8, E = 12, N = 12, stride = 3;
+// E, the model width: below G*D = 16 the group's W~ has fewer rows than
+// columns and M_g = W~_g^T W~_g is singular; from 16 it has a Cholesky factor,
+// which the observer then uses.
+void matches_definition(int E) {
+    const int L = 1, H = 4, KV = 2, G = 2, D = 8, N = 12, stride = 3;
     std::mt19937 rng(17);
     std::normal_distribution<double> g(0.0, 1.0);
     std::vector<float> wo((size_t)E * H * D), q((size_t)N * H * D), k((size_t)N * KV * D), v((size_t)N * KV * D),
@@ -93,16 +99,37 @@ TEST(Sensitivity, MatchesDefinition) {
         }
         sp.vq[code] = &r.b;
     }
-    zk::sensitivity_observer obs(m, c, sp, N);
     std::vector<int32_t> pos(N);
     for (int t = 0; t < N; t++) pos[t] = t;
-    for (int c0 : {0, 6}) {  // one window in two chunks
-        obs.on_layer_input(0, 6, x.data() + (size_t)c0 * E);
-        obs.on_qkv(0, 6, pos.data() + c0, q.data() + (size_t)c0 * H * D, k.data() + (size_t)c0 * KV * D,
-                   v.data() + (size_t)c0 * KV * D);
-    }
-    const zk::zack_sensitivity got = obs.result();
+    auto measure = [&](zk::thread_pool* pool, int query_block) {
+        zk::sens_params sq = sp;
+        sq.query_block = query_block;
+        zk::sensitivity_observer obs(m, c, sq, N);
+        obs.set_pool(pool);
+        for (int c0 : {0, 6}) {  // one window in two chunks
+            obs.on_layer_input(0, 6, x.data() + (size_t)c0 * E);
+            obs.on_qkv(0, 6, pos.data() + c0, q.data() + (size_t)c0 * H * D, k.data() + (size_t)c0 * KV * D,
+                       v.data() + (size_t)c0 * KV * D);
+        }
+        return obs.result();
+    };
+    const zk::zack_sensitivity got = measure(nullptr, 16);
     ASSERT_EQ(got.n_queries, N / stride);
+    {
+        // Jobs split over a pool's two threads, and every measured query a block of
+        // its own (a chunk's two queries see 3 and 6 keys, or 9 and 12): the same
+        // sums to float rounding.
+        zk::thread_pool pool(2);
+        const zk::zack_sensitivity par = measure(&pool, 1);
+        auto same = [](const std::vector<double>& a, const std::vector<double>& b, const char* what) {
+            ASSERT_EQ(a.size(), b.size()) << what;
+            for (size_t i = 0; i < a.size(); i++) EXPECT_NEAR(a[i], b[i], 1e-5 * std::fabs(a[i])) << what << " " << i;
+        };
+        for (int b = 0; b < zk::k_key_basis_count; b++) same(got.rel_k[b], par.rel_k[b], "rel_k");
+        same(got.rel_v, par.rel_v, "rel_v");
+        for (int i = 0; i < zk::k_sens_n_prec; i++)
+            for (int j = 0; j < zk::k_sens_n_prec; j++) same(got.rel_q[i][j], par.rel_q[i][j], "rel_q");
+    }
 
     // The definition, in double.
     const int NR = 4;
@@ -286,6 +313,9 @@ TEST(Sensitivity, MatchesDefinition) {
             }
     }
 }
+
+TEST(Sensitivity, MatchesDefinition) { matches_definition(12); }
+TEST(Sensitivity, MatchesDefinitionWithCholesky) { matches_definition(20); }
 
 TEST(Sensitivity, BadInput) {
     zk::model m;
