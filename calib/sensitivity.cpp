@@ -363,33 +363,36 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
         }
     };
     // Values: rank r drops components >= r of every o^_i, so
-    // dy(r) = -sum_{j >= r} sum_i o^_ij W~[:, i*d + j], summed from the last dim down.
+    // dy(r) = -sum_{j >= r} sum_i o^_ij W~[:, i*d + j], summed from the last
+    // block of the rank grid down, for a block of queries at a time in BLAS
+    // (the rows of W~^T a block of dims needs are read once for all of them).
+    const int64_t k_vrows = k_qblock;
+    const int64_t n_vblk = (NQ + k_vrows - 1) / k_vrows;
     auto value_job = [&](int64_t b, int64_t e, int) {
-        std::vector<float> acc(E_);
+        std::vector<float> acc((size_t)k_vrows * E_);  // [nq x n_embd]: -dy of each query
         for (int64_t job = b; job < e; job++) {
-            const int g = (int)(job / NQ);
-            const int64_t qi = job % NQ;
-            const float* of = ofull.data() + ((size_t)g * NQ + qi) * GD;
+            const int g = (int)(job / n_vblk);
+            const int64_t q0 = job % n_vblk * k_vrows, nq = std::min(k_vrows, NQ - q0);
             std::fill(acc.begin(), acc.end(), 0.0f);
-            double* dvq = dv_abs.data() + ((size_t)g * NQ + qi) * NR;
-            int r = NR - 2;  // ranks[NR - 1] = d drops nothing: dvq stays 0
-            for (int j = D - 1; j >= 0 && r >= 0; j--) {
-                for (int i = 0; i < G; i++) {
-                    const float oj = of[(size_t)i * D + j];
-                    const float* w = wt + ((size_t)(g * G + i) * D + j) * E_;
-                    for (int e2 = 0; e2 < E_; e2++) acc[e2] += oj * w[e2];
-                }
-                if (j == p_.ranks[r]) {  // acc = sum over dims >= ranks[r]
+            // ranks[NR - 1] = d drops nothing: dv_abs stays 0 there
+            for (int r = NR - 2; r >= 0; r--) {
+                const int j0 = p_.ranks[r], nj = p_.ranks[r + 1] - j0;  // dims [j0, j0 + nj) join the sum
+                for (int i = 0; i < G; i++)
+                    // acc += o^[:, i, j0:j0+nj] [nq x nj] x W~^T rows (g*G+i)*d + j0.. [nj x n_embd]
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, E_, nj, 1.0f,
+                                ofull.data() + ((size_t)g * NQ + q0) * GD + (size_t)i * D + j0, GD,
+                                wt + ((size_t)(g * G + i) * D + j0) * E_, E_, 1.0f, acc.data(), E_);
+                for (int64_t qi = 0; qi < nq; qi++) {
+                    const float* a = acc.data() + qi * E_;
                     double s2 = 0;
-                    for (int e2 = 0; e2 < E_; e2++) s2 += (double)acc[e2] * acc[e2];
-                    dvq[r] = s2;
-                    r--;
+                    for (int e2 = 0; e2 < E_; e2++) s2 += (double)a[e2] * a[e2];
+                    dv_abs[((size_t)g * NQ + q0 + qi) * NR + r] = s2;
                 }
             }
         }
     };
     run_jobs((int64_t)NB * KV * G, key_job);
-    run_jobs((int64_t)KV * NQ, value_job);
+    run_jobs((int64_t)KV * n_vblk, value_job);
 
     // Quantized caches at full rank (pca basis): per (KV head, query head) and
     // for every pair of key and value precisions but (16, 16) the outputs with
