@@ -172,12 +172,9 @@ vq_train_report calib_train_codebooks(zack_calibration& c, int code, const value
         err_train[(size_t)h] = x2[0] > 0 ? e[0] / x2[0] : 0.0;
         if (nt < n) err_held[(size_t)h] = x2[1] > 0 ? e[1] / x2[1] : 0.0;
     };
-    if (pool && pool->size() > 1)
-        pool->parallel_for(nh, 1, [&](int64_t b, int64_t e, int) {
-            for (int64_t h = b; h < e; h++) head(h);
-        });
-    else
-        for (int64_t h = 0; h < nh; h++) head(h);
+    pool_parallel_for(pool, nh, 1, [&](int64_t b, int64_t e, int) {
+        for (int64_t h = b; h < e; h++) head(h);
+    });
     vq_train_report rep;
     rep.train_rows = n_train(s.n_rows(0));
     rep.heldout_rows = s.n_rows(0) - rep.train_rows;

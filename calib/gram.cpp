@@ -77,13 +77,9 @@ void gram_accumulator::on_qkv(int layer, int64_t n, const int32_t* pos, const fl
         cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, D, (int)(n * G), 1.0, a.data() + n * D, D, 1.0,
                     c_q_.data() + at, D);
     };
-    if (pool_ && pool_->size() > 1) {
-        pool_->parallel_for(2 * KV, 1, [&](int64_t b, int64_t e, int ith) {
-            for (int64_t t = b; t < e; t++) task(t, ith);
-        });
-    } else {
-        for (int64_t t = 0; t < 2 * KV; t++) task(t, 0);
-    }
+    pool_parallel_for(pool_, 2 * KV, 1, [&](int64_t b, int64_t e, int ith) {
+        for (int64_t t = b; t < e; t++) task(t, ith);
+    });
 }
 
 void gram_accumulator::on_attn(int layer, int64_t n, const float* attn) {
@@ -104,13 +100,9 @@ void gram_accumulator::on_attn(int layer, int64_t n, const float* attn) {
         double* C = c_v_.data() + ((size_t)layer * KV + g) * D * D;
         cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, D, (int)rows, 1.0, a.data(), D, 1.0, C, D);
     };
-    if (pool_ && pool_->size() > 1) {
-        pool_->parallel_for(KV, 1, [&](int64_t b, int64_t e, int ith) {
-            for (int64_t t = b; t < e; t++) task(t, ith);
-        });
-    } else {
-        for (int64_t t = 0; t < KV; t++) task(t, 0);
-    }
+    pool_parallel_for(pool_, KV, 1, [&](int64_t b, int64_t e, int ith) {
+        for (int64_t t = b; t < e; t++) task(t, ith);
+    });
 }
 
 std::vector<double> gram_accumulator::full(const std::vector<double>& upper, int layer, int g) const {

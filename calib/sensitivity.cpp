@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "calib/eigen.h"
+#include "engine/forward_buffers.h"
 #include "engine/kv_quant.h"
 #include "ggml-like/error.h"
 #include "ggml-like/threadpool.h"
@@ -96,11 +97,6 @@ void sensitivity_observer::on_layer_input(int layer, int64_t n, const float* x) 
     }
 }
 
-void sensitivity_observer::run_jobs(int64_t jobs, const std::function<void(int64_t, int64_t, int)>& fn) {
-    if (pool_ && pool_->size() > 1) pool_->parallel_for(jobs, 1, fn);
-    else fn(0, jobs, 0);
-}
-
 // W~ of `layer` as f32, transposed, into wt_: rows i*d..(i+1)*d are
 // (W_o[:, i*d:(i+1)*d] R_v[g(i)])^T = R_v^T W_o[:, i*d:(i+1)*d]^T, [d x n_embd];
 // and the layer's M_g the first time it comes.
@@ -111,11 +107,11 @@ void sensitivity_observer::prepare_wo(int layer) {
     raw_.resize((size_t)E_ * HD);
     wt_.resize((size_t)HD * E_);
     const size_t rb = dtype_row_size(wo.type, HD);
-    run_jobs(E_, [&](int64_t b, int64_t e, int) {
+    pool_parallel_for(pool_, E_, 1, [&](int64_t b, int64_t e, int) {
         for (int64_t r = b; r < e; r++)
             dtype_dequantize_row(wo.type, (const uint8_t*)wo.data + rb * r, raw_.data() + r * HD, HD);
     });
-    run_jobs(H_, [&](int64_t b, int64_t e, int) {
+    pool_parallel_for(pool_, H_, 1, [&](int64_t b, int64_t e, int) {
         for (int64_t i = b; i < e; i++)
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasTrans, D_, E_, D_, 1.0f,
                         rv_.data() + ((size_t)layer * KV_ + i / G_) * D_ * D_, D_, raw_.data() + i * D_, (int)HD, 0.0f,
@@ -128,7 +124,7 @@ void sensitivity_observer::prepare_wo(int layer) {
     M.resize((size_t)KV_ * GD * GD);
     // M_g [GD x GD] = W~_g^T W~_g = wt_g wt_g^T, wt_g = rows g*GD.. of wt_ [GD x n_embd],
     // replaced by its Cholesky factor R_g (M_g = R_g^T R_g) where it has one
-    run_jobs(KV_, [&](int64_t b, int64_t e, int) {
+    pool_parallel_for(pool_, KV_, 1, [&](int64_t b, int64_t e, int) {
         std::vector<double> Md, R;
         for (int64_t g = b; g < e; g++) {
             const float* w = wt_.data() + (size_t)g * GD * E_;
@@ -173,7 +169,7 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
                 vtq_[b][layer].resize((size_t)max_ctx_ * KV * D);
         }
     // one job per (precision, KV head): each writes its own rows
-    run_jobs((int64_t)NQB * KV, [&](int64_t jb, int64_t je, int) {
+    pool_parallel_for(pool_, (int64_t)NQB * KV, 1, [&](int64_t jb, int64_t je, int) {
         std::vector<int8_t> c8(D);
         std::vector<uint8_t> cq((size_t)GR * kv_qb_row_bytes(4, D) + 64);
         std::vector<uint16_t> s1(std::max({D, kv_n_blocks(D, KV_Q8_BLOCK), GR * kv_n_blocks(D, KV_Q4_VBLOCK)})),
@@ -255,7 +251,7 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
     if (vt.empty()) vt.resize((size_t)max_ctx_ * KV * D);
     for (int m : bases_)
         if (kt_[m][layer].empty()) kt_[m][layer].resize((size_t)max_ctx_ * KV * D);
-    run_jobs(n, [&](int64_t tb, int64_t te, int) {
+    pool_parallel_for(pool_, n, 1, [&](int64_t tb, int64_t te, int) {
         for (int64_t t = tb; t < te; t++)
             for (int g = 0; g < KV; g++) {
                 const size_t h = ((size_t)layer * KV + g) * D * D;
@@ -284,12 +280,14 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
     auto first_key = [n_swa](int64_t nk) { return n_swa > 0 ? std::max<int64_t>(0, nk - n_swa) : 0; };
     // dK: per (basis, KV head, query, rank < last) the change of the group's
     // outputs [NB x KV x NQ x (NR-1) x GD]; dV: per (KV head, query, rank) ||dy||^2.
-    std::vector<float> dk((size_t)NB * KV * NQ * (NR - 1) * GD);
+    std::vector<float>& dk = dk_;  // every element is written below (kept from chunk to chunk)
+    fb_grow_to(dk, (int64_t)NB * KV * NQ * (NR - 1) * GD);
     std::vector<double> dv_abs((size_t)KV * NQ * NR, 0.0);
     const float* wt = wt_.data();  // W~ transposed: the value suffix sums walk its rows
 
     // Full-rank outputs of every query head, [KV x NQ x GD] (the same in every basis).
-    std::vector<float> ofull((size_t)KV * NQ * GD);
+    std::vector<float>& ofull = ofull_;
+    fb_grow_to(ofull, (int64_t)KV * NQ * GD);
     const int64_t nk_max = base + rows.back() + 1;  // keys the last measured query sees
     // Queries in blocks of p_.query_block rows, each block's products over the keys
     // its last query sees (causal: the rest would multiply zeros). qblk[b] = first
@@ -391,18 +389,18 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
             }
         }
     };
-    run_jobs((int64_t)NB * KV * G, key_job);
-    run_jobs((int64_t)KV * n_vblk, value_job);
+    pool_parallel_for(pool_, (int64_t)NB * KV * G, 1, key_job);
+    pool_parallel_for(pool_, (int64_t)KV * n_vblk, 1, value_job);
 
     // Quantized caches at full rank (pca basis): per (KV head, query head) and
     // for every pair of key and value precisions but (16, 16) the outputs with
     // the rows as the cache would return them, exact for the sinks and (4/2-bit)
     // the newest tokens.
-    std::vector<float> dq;
+    std::vector<float>& dq = dq_;  // the measured variants' rows are written, and only they are read
     constexpr int NP = k_sens_n_prec;
     constexpr int NV = NP * NP;  // variants, index i * NP + j (keys at k_sens_prec[i], values at [j]); 0 unused
     if (p_.quant) {
-        dq.resize((size_t)NV * KV * NQ * GD);
+        fb_grow_to(dq, (int64_t)NV * KV * NQ * GD);
         auto quant_job = [&](int64_t b, int64_t e, int) {
             std::vector<float> qraw((size_t)NQ * D), qt((size_t)NQ * D);
             std::vector<float> sc((size_t)NP * NQ * nk_max);  // scores with keys at each precision
@@ -475,7 +473,7 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
                 }
             }
         };
-        run_jobs((int64_t)KV * G, quant_job);
+        pool_parallel_for(pool_, (int64_t)KV * G, 1, quant_job);
     }
 
     // ||dy||^2 = x M_g x^T for every row x of dK (keys) and of dQ (quantized
@@ -504,7 +502,7 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
             if (sens_pair_measured(var / NP, var % NP, p_.vq_codes()))
                 add_rows(dq.data() + ((size_t)var * KV + g) * NQ * GD, NQ, g, sq.data() + ((size_t)var * KV + g) * NQ);
     }
-    run_jobs((int64_t)blocks.size(), [&](int64_t b, int64_t e, int) {
+    pool_parallel_for(pool_, (int64_t)blocks.size(), 1, [&](int64_t b, int64_t e, int) {
         std::vector<float> Z((size_t)k_block_rows * GD);
         for (int64_t j = b; j < e; j++) {
             const mdot_block& bl = blocks[(size_t)j];

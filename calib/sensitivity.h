@@ -20,7 +20,6 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "calib/calibrate.h"
@@ -129,9 +128,6 @@ public:
 private:
     void prepare_wo(int layer);
     void quantize_window(int layer, int64_t from, int64_t to);
-    // fn(begin, end, thread) over [0, jobs) on the session's pool (the calling
-    // thread alone without one): on_qkv runs while the pool's workers are idle.
-    void run_jobs(int64_t jobs, const std::function<void(int64_t, int64_t, int)>& fn);
     const model& m_;
     sens_params p_;
     int64_t max_ctx_;
@@ -150,6 +146,9 @@ private:
     std::vector<float> kmean_;
     std::vector<int64_t> n_win_;
     std::vector<float> xnorm_;        // ||x||^2 of the current chunk's rows [n]
+    // on_qkv's per-chunk arrays (dK, dQ, the full-rank outputs), kept so that a
+    // chunk allocates nothing: sized for the largest chunk so far
+    std::vector<float> dk_, dq_, ofull_;
     // W~ = W_o with R_v folded into each query head's columns, transposed, for
     // the current layer: [n_head*d x n_embd] (raw_: W_o dequantized, [n_embd x n_head*d]).
     std::vector<float> wt_, raw_;

@@ -264,4 +264,10 @@ void thread_pool::parallel_for(int64_t n, int64_t grain,
     p_->dispatch(nullptr, &fn, n, chunk, (uint32_t)((n + chunk - 1) / chunk));
 }
 
+void pool_parallel_for(thread_pool* pool, int64_t n, int64_t grain,
+                       const std::function<void(int64_t begin, int64_t end, int ith)>& fn) {
+    if (pool && pool->size() > 1) pool->parallel_for(n, grain, fn);
+    else if (n > 0) fn(0, n, 0);
+}
+
 }  // namespace zk

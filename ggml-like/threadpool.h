@@ -33,4 +33,9 @@ private:
     impl* p_;
 };
 
+// pool->parallel_for(n, grain, fn) where there is a pool of more than one
+// thread; otherwise fn(0, n, 0) on the calling thread.
+void pool_parallel_for(thread_pool* pool, int64_t n, int64_t grain,
+                       const std::function<void(int64_t begin, int64_t end, int ith)>& fn);
+
 }  // namespace zk
