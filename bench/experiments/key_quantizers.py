@@ -25,8 +25,17 @@ clipped ones.
 
   python3 bench/experiments/key_quantizers.py capture MODEL.gguf TEST.txt TRAIN.txt OUT_DIR
   python3 bench/experiments/key_quantizers.py compare MODEL.zack OUT_DIR [LAYER ...]
+  python3 bench/experiments/key_quantizers.py allocate MODEL.zack OUT_DIR [LAYER ...]
 
-capture takes 2-5 minutes on 2 cores and 1.4 GB of disk; compare about 4.
+capture takes 2-5 minutes on 2 cores and 1.4 GB of disk; compare about 4, allocate about 3.
+
+`allocate` (bench/RESULTS.md, 2026-12-02 "key bits per channel") compares the engine's fixed key layouts (in the
+pca order and in the proxy's order below) with per-channel bit widths chosen for each head: every channel of the
+.zack's basis gets 0, 1, 2 (or 3) or 4 bits (0: the group mean; 1: Lloyd's two levels; 2-4: the engine's clipped
+grid; grids cost two 8-bit codes a group of 32, a 0-bit channel one) by a greedy water-filling within a byte
+budget, on a proxy of each channel's error, sqrt(E[q_c^2]) x (within-group key variance) x f(b), f(b) the
+training keys' pooled error at b bits relative to 0; and the same on the measured training errors. The table
+goes to stdout (one row a layout, the mean and every head), progress to stderr.
 """
 import sys
 import time
@@ -266,9 +275,152 @@ def compare(zack, out, layers):
     print(" mean      | " + " | ".join(f"{e:.4f}" for e in tot / (KV * len(layers))))
 
 
+CLIP_STEPS, CLIP_STEP = 8, 0.04  # kernels/attention.h: KV_KEY_CLIP_STEPS, KV_KEY_CLIP_STEP
+
+
+def q_clipped(blk, bits):
+    """The engine's key grid over one group (kvq_key_grid_search): per channel, of the clipped grids
+    [mn + a R s, mx - b R s] the one with the least squared error. blk [n, C] -> its quantized copy."""
+    mn, mx = blk.min(0), blk.max(0)
+    R = mx - mn
+    top = 2 ** bits - 1
+    best_e = np.full(blk.shape[1], np.inf)
+    best = blk.copy()
+    for a in range(CLIP_STEPS + 1):
+        for b in range(CLIP_STEPS + 1):
+            lo, hi = mn + R * CLIP_STEP * a, mx - R * CLIP_STEP * b
+            ok = (hi > lo) | ((a == 0) & (b == 0))
+            st = np.where(hi > lo, (hi - lo) / top, 1.0)
+            y = np.clip(np.round((blk - lo) / st), 0, top) * st + lo
+            e = np.where(ok, ((blk - y) ** 2).sum(0), np.inf)
+            m = e < best_e
+            best_e = np.where(m, e, best_e)
+            best[:, m] = y[:, m]
+    const = ~(R > 0)
+    best[:, const] = blk[:, const]
+    return best
+
+
+def q_two_means(blk):
+    """1 bit a channel: Lloyd's two levels from the range's ends (kvq_key_levels_1bit). blk [n, C]."""
+    lo, hi = blk.min(0), blk.max(0)
+    for _ in range(10):
+        a = blk > (lo + hi) / 2
+        na, nb = a.sum(0), (~a).sum(0)
+        hi = np.where(na > 0, (blk * a).sum(0) / np.maximum(na, 1), hi)
+        lo = np.where(nb > 0, (blk * ~a).sum(0) / np.maximum(nb, 1), lo)
+    return np.where(blk > (lo + hi) / 2, hi, lo)
+
+
+def quant_alloc(x, bits, group=32):
+    """x [n, D] with channel c at bits[c] (0: the group mean, 1: two levels, 2 and 4: clipped grids) per group."""
+    y = x.copy()
+    for s in range(0, len(x) - len(x) % group, group):
+        blk = x[s:s + group]
+        for b in sorted(set(bits)):
+            cs = np.where(bits == b)[0]
+            if b == 0:
+                y[s:s + group, cs] = blk[:, cs].mean(0)
+            elif b == 1:
+                y[s:s + group, cs] = q_two_means(blk[:, cs])
+            else:
+                y[s:s + group, cs] = q_clipped(blk[:, cs], b)
+    return y
+
+
+def bits_cost(b):
+    """Bits a token of one channel costs at b bits with its grid: two 8-bit codes a group of 32 (0 bits: one)."""
+    return b + (0.5 if b > 0 else 0.25)
+
+
+def water_fill(err, choices, budget):
+    """Per channel bit widths for one head: from choices[0] everywhere, raise the channel whose next width lowers
+    err [len(choices), D] most per bit, while the row stays within `budget` bits."""
+    lev = np.zeros(D, int)
+    spent = D * bits_cost(choices[0])
+    while True:
+        best, bc = 0.0, -1
+        for c in range(D):
+            if lev[c] + 1 >= len(choices):
+                continue
+            dc = bits_cost(choices[lev[c] + 1]) - bits_cost(choices[lev[c]])
+            if spent + dc > budget + 1e-9:
+                continue
+            g = (err[lev[c], c] - err[lev[c] + 1, c]) / dc
+            if g > best:
+                best, bc = g, c
+        if bc < 0:
+            return np.array([choices[i] for i in lev])
+        spent += bits_cost(choices[lev[bc] + 1]) - bits_cost(choices[lev[bc]])
+        lev[bc] += 1
+
+
+def allocate(zack, out, layers):
+    z = GGUFReader(zack)
+    zt = {t.name: t for t in z.tensors}
+    te, tr = np.load(f"{out}/test.npz"), np.load(f"{out}/train.npz")
+    t0 = time.time()
+    fixed = {"tail64z32": [2] * 32 + [1] * 64 + [0] * 32, "tail96": [2] * 32 + [1] * 96, "kivi2": [2] * D,
+             "kivi4": [4] * D}
+    fixed = {k: np.array(v) for k, v in fixed.items()}
+    # (name, bytes a row and head, how): the engine's layouts in the pca order and in the proxy's order, then
+    # water-filled widths on the proxy (weighted by sqrt E[q^2] unless said) and on the measured errors
+    rows = [("tail64z32", 23, "fixed"), ("tail96", 28, "fixed"), ("kivi2", 40, "fixed"), ("kivi4", 72, "fixed"),
+            ("tail64z32, proxy order", 23, "ordered"), ("tail96, proxy order", 28, "ordered")]
+    rows += [(f"{{0,1,4}} at {b} B", b, "014") for b in (23, 28, 34, 40, 48)]
+    rows += [(f"{{0,1,2,4}} at {b} B", b, "0124") for b in (18, 23, 28, 34, 40)]
+    rows += [("{0,1,2,4} at 28 B, weight E[q^2]", 28, "w"), ("{0,1,2,4} at 28 B, unweighted", 28, "1"),
+             ("{0,1,2,4} at 28 B, measured errors", 28, "m0124"), ("{0,1,2,3,4} at 28 B, measured errors", 28, "m01234")]
+    res, heads = [], []
+    for il in layers:
+        R = np.array(zt[f"blk.{il}.zack.rqk"].data, np.float32).reshape(KV, D, D)  # column j = direction j
+        mu = np.array(zt[f"blk.{il}.zack.kmean"].data, np.float32).reshape(KV, D)
+        for g in range(KV):
+            P = R[g]
+            k0, v = te["k"][0, il, :, g, :], te["v"][0, il, :, g, :]
+            q = te["q"][0, il][:, g * G:(g + 1) * G, :]
+            ktr = tr["k"][:, il, :, g, :].reshape(-1, D)
+            qtr = tr["q"][:, il][:, :, g * G:(g + 1) * G, :].reshape(-1, D)
+            kb, kbt = (k0 - mu[g]) @ P, (ktr - mu[g]) @ P  # P is orthogonal: q.(k - mu) = (P^T q).kb
+            eq = ((qtr @ P) ** 2).mean(0)
+            grp = kbt[:len(kbt) - len(kbt) % 32].reshape(-1, 32, D)
+            varw = ((grp - grp.mean(1, keepdims=True)) ** 2).sum((0, 1))  # within-group variance (x n)
+            ks = kbt[:2048]
+            sse = {b: ((ks - quant_alloc(ks, np.full(D, b))) ** 2).sum(0) for b in (0, 1, 2, 3, 4)}
+            f = {b: sse[b].sum() / sse[0].sum() for b in sse}  # pooled error of b bits relative to 0
+            proxy = lambda ch, w: np.stack([w * varw * f[b] for b in ch])
+            meas = lambda ch: np.stack([np.sqrt(eq) * sse[b] for b in ch])
+            order = np.argsort(-(np.sqrt(eq) * varw), kind="stable")
+            ys = []
+            for name, b, how in rows:
+                if how == "fixed":
+                    ys.append(quant_alloc(kb, fixed[name]))
+                elif how == "ordered":
+                    lay = fixed[name.split(",")[0]]
+                    ys.append(quant_alloc(kb[:, order], lay)[:, np.argsort(order)])
+                elif how in ("014", "0124", "w", "1"):
+                    ch = (0, 1, 4) if how == "014" else (0, 1, 2, 4)
+                    w = {"w": eq, "1": np.ones(D)}.get(how, np.sqrt(eq))
+                    ys.append(quant_alloc(kb, water_fill(proxy(ch, w), ch, b * 8)))
+                else:
+                    ch = (0, 1, 2, 4) if how == "m0124" else (0, 1, 2, 3, 4)
+                    ys.append(quant_alloc(kb, water_fill(meas(ch), ch, b * 8)))
+            res.append([att_err(q, k0, back, v) for back in (y @ P.T + mu[g] for y in ys)])
+            heads.append(f"{il}/{g}")
+            print(f"layer {il} head {g}: f(1, 2, 4) {f[1]:.3f} {f[2]:.3f} {f[4]:.4f}; {time.time() - t0:.0f} s",
+                  file=sys.stderr, flush=True)
+    res = np.array(res)
+    print("| key layout | bytes | mean | " + " | ".join(heads) + " |")
+    print("|---|---:|---:|" + "---:|" * len(heads))
+    for i, (name, b, _) in enumerate(rows):
+        print(f"| {name} | {b} | {res[:, i].mean():.4f} | " + " | ".join(f"{e:.4f}" for e in res[:, i]) + " |")
+
+
 if __name__ == "__main__":
     if len(sys.argv) >= 6 and sys.argv[1] == "capture":
         capture(*sys.argv[2:6])
+    elif len(sys.argv) >= 4 and sys.argv[1] == "allocate":
+        allocate(sys.argv[2], sys.argv[3], [int(a) for a in sys.argv[4:]] or [0, 5, 13, 20, 27])
     elif len(sys.argv) >= 4 and sys.argv[1] == "compare":
         compare(sys.argv[2], sys.argv[3], [int(a) for a in sys.argv[4:]] or [0, 5, 13, 20, 27])
     else:
