@@ -91,7 +91,9 @@ zack_calibration calib_decompose(const model& m, const gram_accumulator& acc) {
     c.kqb.resize(c.rqk.size());
     c.kpair.resize(c.rqk.size());
     c.k_mean.resize(c.sigma_k.size());
+    c.k_score.resize(c.sigma_k.size());
     std::vector<double> vals, vecs, A, B, sv;
+    std::vector<double> kscore;
     for (int il = 0; il < L; il++) {
         const std::vector<double> wo = gram_wo(m.layers[il].wo, hp.n_head, KV, D);  // [KV x D x D]
         for (int g = 0; g < KV; g++) {
@@ -107,7 +109,9 @@ zack_calibration calib_decompose(const model& m, const gram_accumulator& acc) {
                 double* sig = (kv ? c.sigma_v : c.sigma_k).data() + h * D;
                 for (int j = 0; j < D; j++) sig[j] = std::sqrt(std::max(vals[j], 0.0));
             }
-            const std::vector<double> cq = acc.q(il, g), ck = acc.k(il, g);
+            const std::vector<double> cq = acc.q(il, g), ck = acc.k(il, g), cw = acc.k_within(il, g);
+            keybasis_quant_scores(D, c.rqk.data() + h * D * D, cq.data(), cw.data(), kscore);
+            std::copy(kscore.begin(), kscore.end(), c.k_score.begin() + h * D);
             keybasis_score(D, cq.data(), ck.data(), A, B, sv);
             std::copy(A.begin(), A.end(), c.kqa.begin() + h * D * D);
             std::copy(B.begin(), B.end(), c.kqb.begin() + h * D * D);

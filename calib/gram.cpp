@@ -2,6 +2,8 @@
 
 #include <cblas.h>
 
+#include <cmath>
+
 #include "calib/blas_threads.h"  // openblas_set_num_threads (weak: null for other BLAS)
 #include "ggml-like/error.h"
 #include "ggml-like/threadpool.h"
@@ -22,6 +24,7 @@ gram_accumulator::gram_accumulator(const model_hparams& hp, thread_pool* pool, g
     const size_t per = (size_t)n_layer_ * n_kv_ * d_ * d_;
     c_q_.assign(per, 0.0);
     c_k_.assign(per, 0.0);
+    c_kg_.assign(per, 0.0);
     c_v_.assign(per, 0.0);
     k_sum_.assign((size_t)n_layer_ * n_kv_ * d_, 0.0);
     set_pool(pool);
@@ -48,7 +51,7 @@ void gram_accumulator::on_qkv(int layer, int64_t n, const int32_t* pos, const fl
         const bool is_v = t % 2;
         if (is_v && v_stat_ != gram_v_stat::V) return;
         std::vector<double>& a = scratch_[ith];
-        const int64_t rows = is_v ? n : n * (G + 1);
+        const int64_t rows = is_v ? n : n * (G + 1) + n;  // keys: + the group means (at most n)
         if ((int64_t)a.size() < rows * D) a.resize(rows * D);
         const size_t at = ((size_t)layer * KV + g) * D * D;
         if (is_v) {
@@ -76,6 +79,24 @@ void gram_accumulator::on_qkv(int layer, int64_t n, const int32_t* pos, const fl
         cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, D, (int)n, 1.0, a.data(), D, 1.0, c_k_.data() + at, D);
         cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, D, (int)(n * G), 1.0, a.data() + n * D, D, 1.0,
                     c_q_.data() + at, D);
+        // the groups' means: a run of consecutive positions in one group of
+        // k_gram_key_group is one row sqrt(n_g) kbar (its share of n_g kbar kbar^T)
+        double* gm = a.data() + n * (G + 1) * D;
+        int64_t n_groups = 0;
+        for (int64_t t0 = 0; t0 < n;) {
+            int64_t t1 = t0 + 1;
+            while (t1 < n && pos[t1] == pos[t1 - 1] + 1 && pos[t1] / k_gram_key_group == pos[t0] / k_gram_key_group)
+                t1++;
+            double* row = gm + n_groups * D;
+            for (int c = 0; c < D; c++) row[c] = 0;
+            for (int64_t t = t0; t < t1; t++)
+                for (int c = 0; c < D; c++) row[c] += a[(size_t)t * D + c];
+            const double f = 1.0 / std::sqrt((double)(t1 - t0));  // sqrt(n_g) x the mean
+            for (int c = 0; c < D; c++) row[c] *= f;
+            n_groups++;
+            t0 = t1;
+        }
+        cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, D, (int)n_groups, 1.0, gm, D, 1.0, c_kg_.data() + at, D);
     };
     pool_parallel_for(pool_, 2 * KV, 1, [&](int64_t b, int64_t e, int ith) {
         for (int64_t t = b; t < e; t++) task(t, ith);
@@ -124,6 +145,12 @@ std::vector<double> gram_accumulator::qk(int layer, int g) const {
 std::vector<double> gram_accumulator::q(int layer, int g) const { return full(c_q_, layer, g); }
 std::vector<double> gram_accumulator::k(int layer, int g) const { return full(c_k_, layer, g); }
 std::vector<double> gram_accumulator::v(int layer, int g) const { return full(c_v_, layer, g); }
+std::vector<double> gram_accumulator::k_within(int layer, int g) const {
+    std::vector<double> c = full(c_k_, layer, g);
+    const std::vector<double> m = full(c_kg_, layer, g);
+    for (size_t i = 0; i < c.size(); i++) c[i] -= m[i];
+    return c;
+}
 
 std::vector<double> gram_accumulator::k_mean(int layer, int g) const {
     ZK_ASSERT(layer >= 0 && layer < n_layer_ && g >= 0 && g < n_kv_);

@@ -7,6 +7,10 @@
 //   score-optimal key basis (calib/keybasis.h) needs apart.
 //   C_v [l][g] = sum_t v_g(t) v_g(t)^T                 (v_stat V, the paper's)
 //            or  sum_t sum_{i in G(g)} o_i(t) o_i(t)^T  (v_stat ATTN, the default)
+//   C_kg[l][g] = sum over groups of n_g kbar kbar^T, kbar the mean key of a group
+//   of k_gram_key_group consecutive positions (n_g of them in one pass), so that
+//   C_k - C_kg is the keys' scatter within their groups: what per-channel
+//   KIVI grids over such groups are left to code (calib/keybasis.h's order).
 // where o_i = sum_s p_is v_g(s) is what W_o actually multiplies: attention
 // outputs weight each value by the attention it receives, so values that
 // attention concentrates on (sink tokens) count as much as they matter. On
@@ -14,7 +18,7 @@
 // q and k are taken after RoPE (the rotation is applied online, see DESIGN.md 3).
 // The W_o half of the V-O pairing does not depend on the corpus and is added
 // by gram_wo() when the decomposition is taken. Memory is fixed
-// (3 x n_layer x n_kv x d x d doubles), whatever the corpus length.
+// (4 x n_layer x n_kv x d x d doubles), whatever the corpus length.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -34,6 +38,8 @@ struct calib_observer : session_observer {
 };
 
 enum class gram_v_stat { V, ATTN };
+// The token groups of C_kg: the KIVI key group (kv_cache_params::group's default).
+constexpr int k_gram_key_group = 32;
 const char* gram_v_stat_name(gram_v_stat s);
 gram_v_stat gram_v_stat_from_name(const std::string& name);  // "v" | "attn"; throws otherwise
 
@@ -58,6 +64,7 @@ public:
     std::vector<double> qk(int layer, int g) const;  // C_q + C_k
     std::vector<double> q(int layer, int g) const;   // sum over the group's query heads of q q^T
     std::vector<double> k(int layer, int g) const;   // k k^T
+    std::vector<double> k_within(int layer, int g) const;  // C_k - C_kg: the scatter within key groups
     // The mean key of KV head g [d] (after RoPE): a constant part of the keys
     // (a bias, a low RoPE frequency) that the cache can leave out (calib/zack_file.h k_mean).
     std::vector<double> k_mean(int layer, int g) const;
@@ -70,6 +77,7 @@ private:
     gram_v_stat v_stat_;
     int64_t n_tokens_ = 0;
     std::vector<double> c_q_, c_k_;  // [n_layer x n_kv x d x d], upper triangles maintained by dsyrk
+    std::vector<double> c_kg_;  // [n_layer x n_kv x d x d] group means' Gram, upper triangle
     std::vector<double> c_v_;   // [n_layer x n_kv x d x d]
     std::vector<double> k_sum_;  // [n_layer x n_kv x d]
     std::vector<std::vector<double>> scratch_;  // per thread: [n x (group+1) x d] doubles

@@ -5,6 +5,8 @@
 #include <numeric>
 
 #include "calib/eigen.h"
+#include "engine/model.h"
+#include "kernels/attention.h"
 #include "ggml-like/error.h"
 
 namespace zk {
@@ -115,6 +117,69 @@ void keybasis_pairs(int d, const rope_params& rope, const double* Cq, const doub
             j++;
         }
     ZK_ASSERT(j == d);
+}
+
+void keybasis_quant_scores(int d, const double* P, const double* Cq, const double* Cw, std::vector<double>& score) {
+    score.assign((size_t)d, 0.0);
+    for (int j = 0; j < d; j++) {
+        double eq = 0, ew = 0;  // p^T C p for column j of P
+        for (int a = 0; a < d; a++) {
+            double tq = 0, tw = 0;
+            for (int b = 0; b < d; b++) {
+                const double pb = P[(size_t)b * d + j];
+                tq += Cq[(size_t)a * d + b] * pb;
+                tw += Cw[(size_t)a * d + b] * pb;
+            }
+            const double pa = P[(size_t)a * d + j];
+            eq += pa * tq;
+            ew += pa * tw;
+        }
+        score[j] = std::sqrt(std::max(eq, 0.0)) * std::max(ew, 0.0);
+    }
+}
+
+key_widths keybasis_key_widths(int d, const float* score, double bits, int max_tail) {
+    constexpr int n_w = 3;
+    constexpr int width[n_w] = {0, 1, 4};
+    constexpr double cost[n_w] = {0.25, 1.5, 4.5}, f[n_w] = {1.0, 0.30, 0.005};
+    std::vector<int> lev((size_t)d, 0);
+    double spent = d * cost[0];
+    int n1 = 0;
+    for (;;) {
+        int best = -1;
+        double gain = 0;
+        for (int c = 0; c < d; c++) {
+            const int l = lev[(size_t)c];
+            if (l + 1 >= n_w) continue;
+            const double dc = cost[l + 1] - cost[l];
+            if (spent + dc > bits + 1e-9) continue;
+            if (width[l + 1] == 1 && n1 >= max_tail) continue;
+            const double g = std::max(0.0, (double)score[c]) * (f[l] - f[l + 1]) / dc;
+            if (best < 0 || g > gain) best = c, gain = g;
+        }
+        if (best < 0) break;
+        const int l = lev[(size_t)best]++;
+        spent += cost[l + 1] - cost[l];
+        n1 += (width[l + 1] == 1) - (width[l] == 1);
+    }
+    key_widths w;
+    for (int c = 0; c < d; c++) {
+        const int b = width[lev[(size_t)c]];
+        (b == 4 ? w.n4 : b == 1 ? w.n1 : w.n0)++;
+    }
+    return w;
+}
+
+std::vector<key_widths> keybasis_head_widths(int d, size_t n_heads, const float* score, double bits_per_channel) {
+    std::vector<key_widths> out(n_heads);
+    std::vector<int32_t> o;
+    std::vector<float> sorted((size_t)d);
+    for (size_t h = 0; h < n_heads; h++) {
+        zack_key_order(d, score + h * d, o);
+        for (int j = 0; j < d; j++) sorted[(size_t)j] = score[h * d + (size_t)o[(size_t)j]];
+        out[h] = keybasis_key_widths(d, sorted.data(), bits_per_channel * d, std::min(d, KV_KEY_TAIL_MAX));
+    }
+    return out;
 }
 
 }  // namespace zk

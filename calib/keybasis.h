@@ -37,4 +37,47 @@ void keybasis_score(int d, const double* Cq, const double* Ck, std::vector<doubl
 void keybasis_pairs(int d, const rope_params& rope, const double* Cq, const double* Ck, std::vector<double>& P,
                     std::vector<double>& energy);
 
+// The order in which a key head's pca directions take bits when its KIVI row
+// codes channels at unequal widths (a 1-bit tail, 0-bit channels): by
+// sqrt(E[(p^T q)^2]) x E_within[(p^T k)^2], the RMS query along direction p times the
+// keys' variance along it within their groups (what a per-channel grid codes),
+// descending. Its first channels keep the row's widest codes, its last the
+// 0-bit ones. Why this and not the pca order (the energy of q and k): the
+// same keys in numpy (bench/experiments/key_quantizers.py allocate,
+// Qwen2.5-Coder-1.5B, bench/RESULTS.md "key bits per channel") code 2-3% better
+// at a fixed 2/1-bit split, and it is the order in which a water-filling of
+// per-channel widths on this proxy hands out bits (bits never fall along it),
+// which at 4/2/1/0 bits loses 26% less attention output than the 2/1-bit tail
+// at the same bytes. The square root: E[q^2] itself, the score error's own
+// weight, measured worse (0.0547 against 0.0482 at 28 bytes a row).
+// The proxy is kept per direction (a .zack's blk.N.zack.kscore), not only the
+// order: with one f(b) for every channel it also decides how many channels of
+// a head take each width for a byte budget.
+// P: [d x d] row-major, column j = direction j; Cq: the queries' Gram, Cw: the
+// keys' scatter within groups (calib/gram.h); score [d]: the proxy of direction j.
+void keybasis_quant_scores(int d, const double* P, const double* Cq, const double* Cw, std::vector<double>& score);
+// The order itself: engine/model.h zack_key_order.
+
+// How many of a head's directions (in that order) take 4-bit codes, a 1-bit
+// tail and 0 bits, for a row of at most `bits` bits a token (grids included:
+// a 4-bit channel costs 4.5 bits, a 1-bit one 1.5, a 0-bit one 0.25, the
+// cache's layout with groups of 32): water-filling the proxy, each step the
+// channel widening that removes most of score x f(width) per bit, f(0) = 1,
+// f(1) = 0.30, f(4) = 0.005 (the pooled errors of those widths relative to 0 bits
+// on Qwen2.5-Coder-1.5B's keys: 0.27-0.32 and 0.0042-0.0054 in every head
+// measured). The proxy is one number a direction times a shared f, so no
+// direction gets fewer bits than one after it: the counts say it all. At most
+// max_tail 1-bit channels (KV_KEY_TAIL_MAX). score [d], descending.
+struct key_widths {
+    int n4 = 0, n1 = 0, n0 = 0;
+};
+key_widths keybasis_key_widths(int d, const float* score, double bits, int max_tail);
+// The rows measured and planned (calib/sensitivity.h k_sens_wide_code): 1.75
+// bits a channel (the bytes of 2-bit keys with a 3/4 1-bit tail) and 2.5 (of 2-bit keys).
+constexpr int k_key_n_wide = 2;
+constexpr double k_key_wide_bits[k_key_n_wide] = {1.75, 2.5};
+// keybasis_key_widths of every head at bits_per_channel x d bits: score
+// [n_heads x d] per pca direction, as a .zack stores it (f32), in any order.
+std::vector<key_widths> keybasis_head_widths(int d, size_t n_heads, const float* score, double bits_per_channel);
+
 }  // namespace zk

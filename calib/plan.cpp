@@ -164,6 +164,13 @@ plan_inputs plan_inputs::from_model(const model& m) {
     in.q.assign(z.sens_q.begin(), z.sens_q.end());
     in.source_sha256 = m.file->get_str("zack.source.sha256", "");
     in.rank_weight = z.sens_rank_weight;
+    if (!z.layers.empty() && z.layers[0].kscore) {  // the proxy, as stored
+        const int D = m.hp.head_dim, KV = m.hp.n_head_kv;
+        std::vector<float> sc;
+        for (const zack_layer& zl : z.layers) sc.insert(sc.end(), zl.kscore, zl.kscore + (size_t)KV * D);
+        for (int w = 0; w < k_plan_n_wide; w++)
+            in.wide[w] = keybasis_head_widths(D, sc.size() / D, sc.data(), k_key_wide_bits[w]);
+    }
     return in;
 }
 
@@ -277,15 +284,28 @@ double plan_predicted_loss(const plan_inputs& in, const kv_plan& p) {
         // a tailed head (or one with 0-bit channels): the measured loss of that layout (measured at one
         // length each: an approximation for others)
         const int bv = p.head_bits_v(h);
-        const bool zero = !p.zeros_k.empty() && p.zeros_k[h] > 0 && in.measured(k_plan_zero_code, bv, h);
-        const bool tail = !p.tails_k.empty() && p.tails_k[h] > 0 && in.measured(k_plan_tail_code, bv, h);
-        loss += in.head_qloss(zero ? k_plan_zero_code : tail ? k_plan_tail_code : p.head_bits_k(h), bv, h);
+        const int tl = p.tails_k.empty() ? 0 : p.tails_k[h], zr = p.zeros_k.empty() ? 0 : p.zeros_k[h];
+        int code = p.head_bits_k(h);
+        if (code == 4 && (tl > 0 || zr > 0)) {  // 4-bit keys with narrower channels: the widths they match
+            for (int w = 0; w < k_plan_n_wide; w++)
+                if (!in.wide[w].empty() && in.wide[w][h].n1 == tl && in.wide[w][h].n0 == zr &&
+                    in.measured(k_plan_wide_code[w], bv, h))
+                    code = k_plan_wide_code[w];
+        } else if (zr > 0 && in.measured(k_plan_zero_code, bv, h)) {
+            code = k_plan_zero_code;
+        } else if (tl > 0 && in.measured(k_plan_tail_code, bv, h)) {
+            code = k_plan_tail_code;
+        }
+        loss += in.head_qloss(code, bv, h);
     }
     return loss;
 }
 
 static_assert(k_plan_tail_code == k_sens_tail_code, "one code for 1-bit key tails");
 static_assert(k_plan_zero_code == k_sens_zero_code, "one code for 0-bit key channels");
+static_assert(k_plan_n_wide == k_sens_n_wide && k_plan_wide_code[0] == k_sens_wide_code[0] &&
+                  k_plan_wide_code[1] == k_sens_wide_code[1],
+              "one code for each per-head widths row");
 
 namespace {
 
@@ -314,9 +334,13 @@ kv_plan plan_per_head(const plan_inputs& in, double target) {
                 // a 1-bit tail: 2-bit keys, their last sens_tail(d) channels 1-bit, at full
                 // key rank (its loss was measured there; cutting ranks competes with it instead);
                 // with 0-bit channels, the last sens_zero(d) of those are 0-bit
+                // per-head widths: 4-bit keys, the head's tail and 0-bit channels
                 const bool tail = plan_keys_only(bk), zc = bk == k_plan_zero_code;
-                const int kbits = tail ? 2 : bk, zr = zc ? sens_zero(c.d) : 0;
-                const int tl = tail ? sens_tail(c.d) - zr : 0;
+                const int wi = plan_wide_index(bk);
+                if (wi >= 0 && in.wide[wi].empty()) continue;
+                const int kbits = wi >= 0 ? 4 : tail ? 2 : bk;
+                const int zr = wi >= 0 ? in.wide[wi][h].n0 : zc ? sens_zero(c.d) : 0;
+                const int tl = wi >= 0 ? in.wide[wi][h].n1 : tail ? sens_tail(c.d) - zr : 0;
                 // quantized keys only in the basis their loss was measured in (pca): in the
                 // score basis (not orthogonal) the same codes lose far more (plan 0.2 on
                 // Qwen2.5-Coder-1.5B with score-basis 2-bit keys: KLD 0.085 at 4K against

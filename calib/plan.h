@@ -39,6 +39,7 @@
 #include <nlohmann/json.hpp>
 
 #include "calib/alloc.h"
+#include "calib/keybasis.h"
 
 namespace zk {
 
@@ -51,8 +52,22 @@ struct session_params;
 constexpr int k_plan_tail_code = 1;
 // 2-bit keys whose 1-bit tail ends in 0-bit channels (k_sens_zero_code; zeros_k).
 constexpr int k_plan_zero_code = 0;
-// Whether a loss-table precision code is a keys-only layout (a tail, 0-bit channels).
-inline bool plan_keys_only(int code) { return code == k_plan_tail_code || code == k_plan_zero_code; }
+// Per-head widths (k_sens_wide_code): 4-bit keys whose directions, in the
+// quantization order, end in a 1-bit tail and 0-bit channels, the counts from
+// the .zack's proxy (calib/keybasis.h keybasis_key_widths) for rows of
+// k_key_wide_bits[w] bits a channel; a plan stores such a head as 4-bit keys
+// with its tails_k and zeros_k.
+constexpr int k_plan_n_wide = 2;
+constexpr int k_plan_wide_code[k_plan_n_wide] = {5, 6};
+inline int plan_wide_index(int code) {
+    for (int w = 0; w < k_plan_n_wide; w++)
+        if (code == k_plan_wide_code[w]) return w;
+    return -1;
+}
+// Whether a loss-table precision code is a keys-only layout (a tail, 0-bit channels, widths).
+inline bool plan_keys_only(int code) {
+    return code == k_plan_tail_code || code == k_plan_zero_code || plan_wide_index(code) >= 0;
+}
 // What 0-bit channels add to a tail's measured loss counts this many times in
 // a plan. Dropping a channel's variation within a group is a rank cut of that
 // part, and its error is as systematic as a cut's (plan_inputs::rank_weight),
@@ -119,6 +134,9 @@ struct plan_inputs {
     // scores alone still cost more than a KIVI head's whole step
     // (bench/RESULTS.md, 2026-12-01 "KIVI keys for selection").
     bool kivi_keys = false;
+    // [k_plan_n_wide][n_layer x n_kv] every head's widths for the widths codes
+    // (from the .zack's blk.N.zack.kscore; empty without it).
+    std::vector<key_widths> wide[k_plan_n_wide];
     static plan_inputs from_model(const model& m);  // throws when the .zack has no curves
     // Every pair measured: plans choose a precision per head.
     bool per_head() const;

@@ -65,9 +65,22 @@ sensitivity_observer::sensitivity_observer(const model& m, const zack_calibratio
         if (bases_.empty() || bases_[0] != 0) ZK_THROW("sensitivity: quantized caches are simulated in the pca basis");
         if (p_.group < 1 || p_.residual < p_.group || p_.residual % p_.group || p_.sinks < 0)
             ZK_THROW("sensitivity: bad 4-bit layout (group %d, residual %d, sinks %d)", p_.group, p_.residual, p_.sinks);
+        if (!c.k_score.empty()) {
+            if (c.k_score.size() != (size_t)L_ * KV_ * D_) ZK_THROW("sensitivity: the key scores have the wrong size");
+            korder_.resize(c.k_score.size());
+            // the scores as the file stores them (f32), so that ties fall as in sessions
+            const std::vector<float> sc(c.k_score.begin(), c.k_score.end());
+            std::vector<int32_t> o;
+            for (size_t h = 0; h < (size_t)L_ * KV_; h++) {
+                zack_key_order(D_, sc.data() + h * D_, o);
+                std::copy(o.begin(), o.end(), korder_.begin() + h * D_);
+            }
+            for (int w = 0; w < k_sens_n_wide; w++)
+                wides_[w] = keybasis_head_widths(D_, (size_t)L_ * KV_, sc.data(), k_key_wide_bits[w]);
+        }
         for (int i = 0; i < k_sens_n_prec; i++)
             for (int j = 0; j < k_sens_n_prec; j++)
-                if (sens_pair_measured(i, j, p_.vq_codes())) acc_.rel_q[i][j].assign((size_t)L_ * KV_, 0.0);
+                if (pair_measured(i, j)) acc_.rel_q[i][j].assign((size_t)L_ * KV_, 0.0);
         for (const kv_vq_books* b : p_.vq)
             if (b && (b->d != D_ || b->heads.size() != (size_t)L_ * KV_))
                 ZK_THROW("sensitivity: the value codebooks do not match the model");
@@ -165,7 +178,7 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
     for (int b = 0; b < NQB; b++)
         if (ktq_[b][layer].empty()) {
             ktq_[b][layer].resize((size_t)max_ctx_ * KV * D);
-            if (!sens_keys_only(k_sens_prec[1 + b]) || p_.vq[k_sens_prec[1 + b]])
+            if (!sens_keys_only(k_sens_prec[1 + b]) || (sens_vq_code(k_sens_prec[1 + b]) && p_.vq[k_sens_prec[1 + b]]))
                 vtq_[b][layer].resize((size_t)max_ctx_ * KV * D);
         }
     // one job per (precision, KV head): each writes its own rows
@@ -174,13 +187,14 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
         std::vector<uint8_t> cq((size_t)GR * kv_qb_row_bytes(4, D) + 64);
         std::vector<uint16_t> s1(std::max({D, kv_n_blocks(D, KV_Q8_BLOCK), GR * kv_n_blocks(D, KV_Q4_VBLOCK)})),
             s2(std::max(D, KV_GRID_STEPS));
-        std::vector<float> grp((size_t)GR * D);
+        std::vector<float> grp((size_t)GR * D), perm((size_t)D);
         for (int64_t job = jb; job < je; job++) {
             const int b = (int)(job / KV), g = (int)(job % KV);
-            const int bits = k_sens_prec[1 + b];
+            const int bits = k_sens_prec[1 + b], wi = sens_wide_index(bits);
+            if (wi >= 0 && wides_[wi].empty()) continue;  // widths codes: not measured without the proxy
             for (int64_t t = from; t < to; t++) {
                 const size_t o = ((size_t)t * KV + g) * D;
-                if (sens_keys_only(bits) && p_.vq[bits]) {  // values: vector codes, per token
+                if (sens_vq_code(bits) && p_.vq[bits]) {  // values: vector codes, per token
                     const kv_vq_books& books = *p_.vq[bits];
                     const kv_vq_book& bk = books.heads[(size_t)layer * KV + g];
                     kvq_vq_encode_row(books, bk, vt.data() + o, D, cq.data(), s1.data());
@@ -217,11 +231,28 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
                         if (m)
                             for (int t = 0; t < GR; t++)
                                 for (int c = 0; c < D; c++) grp[(size_t)t * D + c] -= m[c];
-                        const sens_key_layout kl = sens_key_layout_of(bits, D);
+                        const sens_key_layout kl =
+                            sens_key_layout_of(bits, D, wi >= 0 ? &wides_[wi][(size_t)layer * KV + g] : nullptr);
+                        // unequal widths: the directions in the session's order (engine/session.h)
+                        const int32_t* order = (kl.tail || kl.zero) && !korder_.empty()
+                                               ? korder_.data() + ((size_t)layer * KV + g) * D
+                                               : nullptr;
+                        if (order)
+                            for (int t = 0; t < GR; t++) {
+                                float* row = grp.data() + (size_t)t * D;
+                                for (int c = 0; c < D; c++) perm[c] = row[order[c]];
+                                std::copy_n(perm.data(), D, row);
+                            }
                         kvq_quantize_keys(kl.bits, grp.data(), GR, D, cq.data(), s1.data(), s2.data(), nullptr,
                                           kl.tail, kl.zero);
                         kvq_dequantize_keys(kl.bits, cq.data(), s1.data(), s2.data(), GR, D, grp.data(), kl.tail,
                                             kl.zero);
+                        if (order)
+                            for (int t = 0; t < GR; t++) {
+                                float* row = grp.data() + (size_t)t * D;
+                                for (int c = 0; c < D; c++) perm[order[c]] = row[c];
+                                std::copy_n(perm.data(), D, row);
+                            }
                         if (m)
                             for (int t = 0; t < GR; t++)
                                 for (int c = 0; c < D; c++) grp[(size_t)t * D + c] += m[c];
@@ -420,10 +451,10 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
                                     sc.data() + ((size_t)pk * NQ + qblk[bq]) * nk_max, (int)nk_max);
                 for (int var = 1; var < NV; var++) {
                     const int pk = var / NP, pv = var % NP;
-                    if (!sens_pair_measured(pk, pv, p_.vq_codes())) continue;
+                    if (!pair_measured(pk, pv)) continue;
                     // the slots a quantized side returns quantized: [sinks, qlim); a head with
                     // a 4/2-bit side keeps its newest tokens exact on both sides (engine/kv_cache.h)
-                    const bool windowed = k_sens_prec[pk] <= 4 || k_sens_prec[pv] <= 4;
+                    const bool windowed = sens_windowed(k_sens_prec[pk]) || sens_windowed(k_sens_prec[pv]);
                     auto limit = [&](int prec, int64_t nk) -> int64_t {
                         if (prec == 0) return 0;
                         if (!windowed) return nk;
@@ -499,7 +530,7 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
         for (int bi = 0; bi < NB; bi++)
             add_rows(dk.data() + ((size_t)bi * KV + g) * nrow * GD, nrow, g, sk.data() + ((size_t)bi * KV + g) * nrow);
         for (int var = 1; p_.quant && var < NV; var++)
-            if (sens_pair_measured(var / NP, var % NP, p_.vq_codes()))
+            if (pair_measured(var / NP, var % NP))
                 add_rows(dq.data() + ((size_t)var * KV + g) * NQ * GD, NQ, g, sq.data() + ((size_t)var * KV + g) * NQ);
     }
     pool_parallel_for(pool_, (int64_t)blocks.size(), 1, [&](int64_t b, int64_t e, int) {
@@ -546,7 +577,7 @@ void sensitivity_observer::on_qkv(int layer, int64_t n, const int32_t* pos, cons
             }
         }
         for (int var = 1; p_.quant && var < NV; var++) {
-            if (!sens_pair_measured(var / NP, var % NP, p_.vq_codes())) continue;
+            if (!pair_measured(var / NP, var % NP)) continue;
             const double* s2 = sq.data() + ((size_t)var * KV + g) * NQ;
             for (int64_t qi = 0; qi < NQ; qi++)
                 acc_.rel_q[var / NP][var % NP][(size_t)layer * KV + g] +=

@@ -64,23 +64,47 @@ struct sens_params {
 // 0 (keys only) is that tail with its last sens_zero(d) channels at 0 bits,
 // each its group's mean: on Qwen2.5-Coder-1.5B such channels from 96 of 128
 // cost less KL per byte than the plans' other steps at 14% of the f16 bytes.
-constexpr int k_sens_n_prec = 6;
-constexpr int k_sens_prec[k_sens_n_prec] = {16, 8, 4, 2, 1, 0};
+// 5 and 6 (keys only) are per-head widths (calib/keybasis.h keybasis_key_widths):
+// the directions in the quantization order, the first n4 in 4-bit codes, then
+// a 1-bit tail of n1, the last n0 at 0 bits, for rows of k_key_wide_bits[w]
+// bits a channel (1.75: the bytes of the tail above; 2.5: of 2-bit keys).
+// Measured only where the calibration has the proxy (zack_calibration::k_score).
+// Why: in numpy on Qwen2.5-Coder-1.5B's keys, offered per head next to the
+// fixed splits, such rows lose 10% less attention output at 28 bytes and 33%
+// less at 40 (bench/RESULTS.md "key bits per channel").
+constexpr int k_sens_n_prec = 8;
+constexpr int k_sens_prec[k_sens_n_prec] = {16, 8, 4, 2, 1, 0, 5, 6};
 constexpr int k_sens_tail_code = 1;  // = k_plan_tail_code (calib/plan.h)
 constexpr int k_sens_zero_code = 0;  // = k_plan_zero_code
+constexpr int k_sens_n_wide = k_key_n_wide;  // calib/keybasis.h k_key_wide_bits
+constexpr int k_sens_wide_code[k_sens_n_wide] = {5, 6};
+// The index of a widths code in k_sens_wide_code, or -1.
+inline int sens_wide_index(int code) {
+    for (int w = 0; w < k_sens_n_wide; w++)
+        if (code == k_sens_wide_code[w]) return w;
+    return -1;
+}
 // 3/4 of the channels, at most KV_KEY_TAIL_MAX (Gemma 3's 256: 128)
 inline int sens_tail(int d) { return std::min(d - d / 4, KV_KEY_TAIL_MAX); }
 // the last quarter of the channels (of the tail above)
 inline int sens_zero(int d) { return std::min(d / 4, sens_tail(d)); }
-inline bool sens_keys_only(int code) { return code == k_sens_tail_code || code == k_sens_zero_code; }
+inline bool sens_keys_only(int code) {
+    return code == k_sens_tail_code || code == k_sens_zero_code || sens_wide_index(code) >= 0;
+}
+// Whether a code is vector-coded values (engine/kv_vq.h) where it is a value precision.
+inline bool sens_vq_code(int code) { return code == 0 || code == 1; }
+// Whether a side at this code keeps KIVI's window of exact newest tokens.
+inline bool sens_windowed(int code) { return code <= 4 || sens_wide_index(code) >= 0; }
 // The key layout a precision code stands for: bits of the codes, the 1-bit
 // tail and the 0-bit channels (as engine/kv_quant.h takes them).
 struct sens_key_layout {
     int bits, tail, zero;
 };
-inline sens_key_layout sens_key_layout_of(int code, int d) {
+// wide: the head's widths for a widths code (calib/keybasis.h).
+inline sens_key_layout sens_key_layout_of(int code, int d, const key_widths* wide = nullptr) {
     if (code == k_sens_tail_code) return {2, sens_tail(d), 0};
     if (code == k_sens_zero_code) return {2, sens_tail(d) - sens_zero(d), sens_zero(d)};
+    if (sens_wide_index(code) >= 0) return {4, wide ? wide->n1 : 0, wide ? wide->n0 : 0};
     return {code, 0, 0};
 }
 // Whether the pair (keys at k_sens_prec[i], values at [j]) is measured: every
@@ -90,7 +114,7 @@ inline sens_key_layout sens_key_layout_of(int code, int d) {
 // vq_codes, sens_params::vq_codes) against keys below 16 bits.
 inline bool sens_pair_measured(int i, int j, unsigned vq_codes = 0) {
     if (i == 0 && j == 0) return false;
-    if (sens_keys_only(k_sens_prec[j]) && (vq_codes >> k_sens_prec[j] & 1u)) return i > 0;
+    if (sens_vq_code(k_sens_prec[j]) && (vq_codes >> k_sens_prec[j] & 1u)) return i > 0;
     if (sens_keys_only(k_sens_prec[j])) return false;
     return !sens_keys_only(k_sens_prec[i]) || k_sens_prec[j] == 4 || k_sens_prec[j] == 2;
 }
@@ -144,6 +168,16 @@ private:
     // The calibration's mean key in the pca basis [n_layer x n_kv x d] (empty
     // without one): quantized keys are coded less it, as a session caches them.
     std::vector<float> kmean_;
+    // [L x KV x D] the quantization order of the pca directions (from zack_calibration::k_score):
+    // tailed key layouts are measured in it, as sessions code them; empty = pca order
+    std::vector<int32_t> korder_;
+    // [k_sens_n_wide][L x KV] each head's widths for the widths codes (from
+    // k_score); empty = those codes not measured
+    std::vector<key_widths> wides_[k_sens_n_wide];
+    // sens_pair_measured, and a widths code only where the widths are known
+    bool pair_measured(int i, int j) const {
+        return sens_pair_measured(i, j, p_.vq_codes()) && (sens_wide_index(k_sens_prec[i]) < 0 || !wides_[0].empty());
+    }
     std::vector<int64_t> n_win_;
     std::vector<float> xnorm_;        // ||x||^2 of the current chunk's rows [n]
     // on_qkv's per-chunk arrays (dK, dQ, the full-rank outputs), kept so that a

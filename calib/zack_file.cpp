@@ -40,6 +40,11 @@ plan_inputs zack_calibration_plan_inputs(const zack_calibration& c) {
     in.qbits = c.sens.qbits;
     in.q = c.sens.q;
     in.rank_weight = c.sens.rank_weight;
+    if (!c.k_score.empty()) {  // the proxy as the file stores it (f32)
+        const std::vector<float> sc(c.k_score.begin(), c.k_score.end());
+        for (int w = 0; w < k_plan_n_wide; w++)
+            in.wide[w] = keybasis_head_widths(c.d, sc.size() / c.d, sc.data(), k_key_wide_bits[w]);
+    }
     return in;
 }
 
@@ -198,6 +203,11 @@ void zack_file_write(const model& src, const zack_calibration& c, const zack_wri
             const std::vector<float> x = to_f32(c.k_mean.data() + il * per_sig, per_sig);
             w.add_tensor(pre + "kmean", dtype::F32, {D, KV}, x.data(), x.size() * sizeof(float));
         }
+        if (!c.k_score.empty()) {
+            ZK_ASSERT(c.k_score.size() == L * per_sig);
+            const std::vector<float> x = to_f32(c.k_score.data() + il * per_sig, per_sig);
+            w.add_tensor(pre + "kscore", dtype::F32, {D, KV}, x.data(), x.size() * sizeof(float));
+        }
         // value codebooks [n_kv x d / c x K x c], gains [n_kv x d]
         for (int code = KV_VQ_CODES - 1; code >= 0; code--) {
             const zack_calibration::vq_set& v = c.vq[code];
@@ -229,6 +239,7 @@ zack_calibration zack_file_read_calibration(const gguf_file& f) {
     const bool has_rv = f.find_tensor("blk.0.zack.rv") != nullptr;
     const bool has_bases = f.find_tensor("blk.0.zack.kqa") != nullptr;
     const bool has_mean = f.find_tensor("blk.0.zack.kmean") != nullptr;
+    const bool has_score = f.find_tensor("blk.0.zack.kscore") != nullptr;
     auto read = [&](const std::string& name, std::vector<int64_t> shape, std::vector<double>& out) {
         const gguf_tensor& t = f.get_tensor(name);
         if (t.type != dtype::F32 || t.shape != shape)
@@ -249,6 +260,7 @@ zack_calibration zack_file_read_calibration(const gguf_file& f) {
             read(pre + "kpair", {c.d, c.d, c.n_kv}, c.kpair);
         }
         if (has_mean) read(pre + "kmean", {c.d, c.n_kv}, c.k_mean);
+        if (has_score) read(pre + "kscore", {c.d, c.n_kv}, c.k_score);
     }
     for (int code = 0; code < KV_VQ_CODES; code++) {
         const std::string name = kv_vq_file_name(code);

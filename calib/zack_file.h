@@ -14,10 +14,13 @@
 //                      bases (calib/keybasis.h), optional
 //   blk.N.zack.kmean   F32 [d, n_kv]: the mean key after RoPE, optional (keys
 //                      are cached less it: engine/session.h)
+//   blk.N.zack.kscore  F32 [d, n_kv]: per pca direction the proxy that orders the
+//                      directions of keys coded at unequal widths
+//                      (calib/keybasis.h keybasis_quant_scores), optional
 //   zack.sens.grid i32[n_grid]; zack.sens.k.pca / .k.score / .k.pairs, zack.sens.v
 //     f32[n_layer x n_kv x n_grid]; zack.sens.metric str; zack.sens.queries,
 //     zack.sens.tokens u64: the measured loss curves, optional;
-//   zack.sens.qbits i32[n_p] (16, 8, 4, 2), zack.sens.q f32[n_p x n_p x n_layer x n_kv]:
+//   zack.sens.qbits i32[n_p] (16, 8, 4, 2; 1, 0, 5, 6: calib/sensitivity.h), zack.sens.q f32[n_p x n_p x n_layer x n_kv]:
 //     the loss of a cache at full rank with its keys at precision qbits[i] and
 //     its values at qbits[j] (16: exact) (files from before per-head precision:
 //     zack.sens.q8 / zack.sens.q4 f32[n_layer x n_kv], both sides at 8 / 4 bits)
@@ -71,6 +74,11 @@ struct zack_calibration {
     // along the first pca direction, RMS 6 along the next; an 8-bit scale per
     // 32 channels cannot hold both).
     std::vector<double> k_mean;
+    // Per pca direction the proxy that orders a head's directions when its key
+    // row codes channels at unequal widths (calib/keybasis.h
+    // keybasis_quant_scores; engine/session.h) [n_layer x n_kv x d]; empty in
+    // files from before it.
+    std::vector<double> k_score;
     // Value codebooks (calib/codebook.h; engine/kv_vq.h) per value precision
     // code (vq[1]: 4 x 64, vq[0]: 8 x 256), empty when not trained: c channels a
     // code, K centroids, per head the k-means centroids [n_layer x n_kv x d / c x

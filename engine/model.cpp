@@ -129,15 +129,16 @@ void model_load_sensitivity(model& m) {
     z.sens_v = float_array(f, "zack.sens.v", n);
     const size_t nh = (size_t)hp.n_layer * hp.n_head_kv;
     if (const gguf_value* qb = f.find("zack.sens.qbits")) {
-        if (qb->type != gguf_type::ARRAY || qb->arr.size() < 2 || qb->arr.size() > 6)
-            ZK_THROW("%s: zack.sens.qbits must be an array of 2..6 precisions", f.path().c_str());
+        if (qb->type != gguf_type::ARRAY || qb->arr.size() < 2 || qb->arr.size() > 8)
+            ZK_THROW("%s: zack.sens.qbits must be an array of 2..8 precisions", f.path().c_str());
         z.sens_qbits = int_array(f, "zack.sens.qbits", qb->arr.size());
-        // 1: 2-bit keys with a 1-bit tail, 0: that tail ending in 0-bit channels (calib/sensitivity.h)
+        // 1: 2-bit keys with a 1-bit tail, 0: that tail ending in 0-bit channels, 5 and 6: per-head
+        // widths (calib/sensitivity.h)
         for (size_t i = 0; i < z.sens_qbits.size(); i++) {
             const int32_t b = z.sens_qbits[i];
-            if ((i == 0) != (b == 16) || (b != 16 && b != 8 && b != 4 && b != 2 && b != 1 && b != 0) ||
+            if ((i == 0) != (b == 16) || (b != 16 && b != 8 && b != 4 && b != 2 && b != 1 && b != 0 && b != 5 && b != 6) ||
                 std::count(z.sens_qbits.begin(), z.sens_qbits.end(), b) != 1)
-                ZK_THROW("%s: zack.sens.qbits must be 16 and then some of 8, 4, 2, 1, 0 once each (got %d at %zu)",
+                ZK_THROW("%s: zack.sens.qbits must be 16 and then some of 8, 4, 2, 1, 0, 5, 6 once each (got %d at %zu)",
                          f.path().c_str(), b, i);
         }
         z.sens_q = float_array(f, "zack.sens.q", z.sens_qbits.size() * z.sens_qbits.size() * nh, true);
@@ -249,6 +250,23 @@ void model_load_zack(model& m) {
         if (il > 0 && (zl.kmean != nullptr) != (z.layers[0].kmean != nullptr))
             ZK_THROW("%s: layer %d %s blk.N.zack.kmean, layer 0 %s", f.path().c_str(), il,
                      zl.kmean ? "has" : "lacks", zl.kmean ? "lacks it" : "has it");
+        if (f.find_tensor(p + "kscore")) {
+            const gguf_tensor& t = need_tensor(f, p + "kscore", {D, KV});
+            if (t.type != dtype::F32) ZK_THROW("%s: tensor %skscore must be F32", f.path().c_str(), p.c_str());
+            zl.kscore = (const float*)t.data;
+            for (int64_t i = 0; i < D * KV; i++)
+                if (!(zl.kscore[i] >= 0 && std::isfinite(zl.kscore[i])))
+                    ZK_THROW("%s: tensor %skscore holds %g at %lld; a score is finite and not negative",
+                             f.path().c_str(), p.c_str(), zl.kscore[i], (long long)i);
+            std::vector<int32_t> o;
+            for (int64_t g = 0; g < KV; g++) {
+                zack_key_order((int)D, zl.kscore + g * D, o);
+                zl.korder.insert(zl.korder.end(), o.begin(), o.end());
+            }
+        }
+        if (il > 0 && (zl.kscore != nullptr) != (z.layers[0].kscore != nullptr))
+            ZK_THROW("%s: layer %d %s blk.N.zack.kscore, layer 0 %s", f.path().c_str(), il,
+                     zl.kscore ? "has" : "lacks", zl.kscore ? "lacks it" : "has it");
         z.layers.push_back(zl);
     }
     if (const gguf_value* rates = f.find("zack.rank_table.rates")) {

@@ -6,6 +6,7 @@
 // Mistral, TinyLlama), "qwen2" (adds Q/K/V biases, NeoX-order RoPE) and
 // "gemma3" (QK-norm, GeGLU, post-norms, scaled embeddings, sliding-window layers).
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -87,7 +88,24 @@ struct zack_layer {
     // [n_head_kv x head_dim] the mean key after RoPE, which sessions leave out
     // of the cache (calib/zack_file.h); null in older files.
     const float* kmean = nullptr;
+    // [n_head_kv x head_dim] per pca direction the proxy that orders a head's
+    // directions in a key row coding channels at unequal widths (calib/keybasis.h
+    // keybasis_quant_scores); null in older files.
+    const float* kscore = nullptr;
+    // [n_head_kv x head_dim] that order: korder[g][i] = the direction in place i
+    // (empty without kscore)
+    std::vector<int32_t> korder;
 };
+
+// The order of a head's pca directions by their quantization score (a .zack's
+// blk.N.zack.kscore, calib/keybasis.h keybasis_quant_scores): order[i] = the
+// direction in place i, by score descending, ties in direction order.
+template <typename T>
+void zack_key_order(int d, const T* score, std::vector<int32_t>& order) {
+    order.resize((size_t)d);
+    for (int i = 0; i < d; i++) order[(size_t)i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return score[a] > score[b]; });
+}
 
 struct zack_info {
     bool present = false;

@@ -62,6 +62,11 @@ std::vector<std::string> session_key8_hazards(const zack_info& z, const kv_cache
     return out;
 }
 
+bool session_key_widths_unequal(const kv_cache_params& kv, size_t h) {
+    const int bits = kv_cache_bits(kv, KV_ROLE_KEYS, h);
+    return (bits == 4 || bits == 2) && (kv_cache_key_tail(kv, h) > 0 || kv_cache_key_zero(kv, h) > 0);
+}
+
 session::session(const model& m, const session_params& p) : m_(m), params_(p) {
     const model_hparams& hp = m.hp;
     session_validate_params(p, hp);
@@ -99,13 +104,22 @@ session::session(const model& m, const session_params& p) : m_(m), params_(p) {
                              m.file->path().c_str());
                 const float* A = b == 0 ? zl.rqk : b == 1 ? zl.kqa : zl.kpair;  // [g][i][j], column j = direction j
                 const float* B = b == 0 ? zl.rqk : b == 1 ? zl.kqb : zl.kpair;
+                // A full-rank pca key row whose KIVI codes have a 1-bit tail or
+                // 0-bit channels takes the directions in the .zack's quantization
+                // order (calib/keybasis.h): which ones get the narrow codes. The
+                // sensitivity pass measured such rows in the same order.
+                const int32_t* order = b == 0 && !zl.korder.empty() && rk[h] == D && session_key_widths_unequal(p.kv, h)
+                                           ? zl.korder.data() + (size_t)g * D
+                                           : nullptr;
                 // all D rows: exact sinks need the whole projected q and k
                 for (int side = 0; side < 2; side++) {
                     const float* R = (side ? B : A) + (size_t)g * D * D;
                     std::vector<float>& P = (side ? proj_k_ : proj_q_)[h];
                     P.resize((size_t)D * D);
-                    for (int j = 0; j < D; j++)
-                        for (int i = 0; i < D; i++) P[(size_t)j * D + i] = R[(size_t)i * D + j];
+                    for (int j = 0; j < D; j++) {
+                        const int dj = order ? (int)order[j] : j;
+                        for (int i = 0; i < D; i++) P[(size_t)j * D + i] = R[(size_t)i * D + dj];
+                    }
                 }
                 if (zl.kmean) {
                     if (shift_k_.empty()) shift_k_.resize(nh);

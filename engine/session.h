@@ -100,6 +100,11 @@ struct forward_seq {
 std::vector<std::string> session_key8_hazards(const zack_info& z, const kv_cache_params& kv,
                                               const std::vector<int>& kbasis, int n_layer, int n_head_kv);
 
+// Whether head h's keys are KIVI codes of unequal widths (4 or 2 bits with a
+// 1-bit tail or 0-bit channels): at full rank in the pca basis such a head
+// takes the .zack's quantization order of the directions (zack_layer::korder, from blk.N.zack.kscore).
+bool session_key_widths_unequal(const kv_cache_params& kv, size_t h);
+
 class session {
 public:
     session(const model& m, const session_params& p);

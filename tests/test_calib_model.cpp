@@ -13,9 +13,11 @@
 #include "calib/calibrate.h"
 #include "calib/corpus.h"
 #include "calib/gram.h"
+#include "calib/keybasis.h"
 #include "calib/zack_file.h"
 #include "engine/model.h"
 #include "engine/session.h"
+#include "ggml-like/error.h"
 #include "kernels/matmul.h"
 #include "tests/model_fixture.h"
 
@@ -110,6 +112,33 @@ TEST(CalibModel, GramMatchesPlainSums) {
                     EXPECT_DOUBLE_EQ(acc_o.qk(il, g)[a * D + b], cqk[a * D + b]);
                 }
             EXPECT_LT(max_rel, 1e-12) << "layer " << il << " head " << g;
+            // the keys' scatter within their groups: a group is the run of one
+            // k_gram_key_group of positions within one chunk (n_batch 16 here)
+            const std::vector<double> cw = acc.k_within(il, g);
+            double max_rel_w = 0;
+            for (int a = 0; a < D; a++)
+                for (int b = 0; b < D; b++) {
+                    double sw = 0, mag = 0;
+                    for (int64_t t0 = 0; t0 < T;) {
+                        int64_t t1 = t0 + 1;
+                        while (t1 < T && t1 / 16 == t0 / 16 && t1 / k_gram_key_group == t0 / k_gram_key_group) t1++;
+                        double ma = 0, mb = 0;
+                        for (int64_t t = t0; t < t1; t++) {
+                            ma += rec.k[il][(size_t)((t * KV + g) * D + a)];
+                            mb += rec.k[il][(size_t)((t * KV + g) * D + b)];
+                        }
+                        ma /= (double)(t1 - t0), mb /= (double)(t1 - t0);
+                        for (int64_t t = t0; t < t1; t++) {
+                            const double x = rec.k[il][(size_t)((t * KV + g) * D + a)] - ma;
+                            const double y = rec.k[il][(size_t)((t * KV + g) * D + b)] - mb;
+                            sw += x * y, mag += std::fabs(rec.k[il][(size_t)((t * KV + g) * D + a)] *
+                                                          rec.k[il][(size_t)((t * KV + g) * D + b)]);
+                        }
+                        t0 = t1;
+                    }
+                    max_rel_w = std::max(max_rel_w, std::fabs(cw[a * D + b] - sw) / (mag + 1e-30));
+                }
+            EXPECT_LT(max_rel_w, 1e-10) << "layer " << il << " head " << g;
             // the mean key, what a session leaves out of its cache
             const std::vector<double> km = acc.k_mean(il, g);
             for (int a = 0; a < D; a++) {
@@ -126,6 +155,14 @@ TEST(CalibModel, GramMatchesPlainSums) {
     const zack_calibration c = calib_decompose(m, acc);
     ASSERT_EQ(c.k_mean.size(), (size_t)hp.n_layer * KV * D);
     EXPECT_EQ(c.k_mean[((size_t)13 * KV + 1) * D + 5], acc.k_mean(13, 1)[5]);
+    // the quantization scores of every head: keybasis_quant_scores of its pca basis
+    ASSERT_EQ(c.k_score.size(), (size_t)hp.n_layer * KV * D);
+    for (int il : {0, hp.n_layer - 1}) {
+        std::vector<double> score;
+        keybasis_quant_scores(D, c.rqk.data() + ((size_t)il * KV + 1) * D * D, acc.q(il, 1).data(),
+                              acc.k_within(il, 1).data(), score);
+        EXPECT_TRUE(std::equal(score.begin(), score.end(), c.k_score.begin() + ((size_t)il * KV + 1) * D)) << il;
+    }
     for (int il : {0, hp.n_layer - 1}) {
         const std::vector<double> C = acc.qk(il, 1);
         const double* R = c.rqk.data() + ((size_t)il * KV + 1) * D * D;
@@ -263,6 +300,88 @@ TEST(CalibModel, FullRankZackKeepsAttentionAndLogits) {
     EXPECT_GE(ld.top1_same, ld.n * 9 / 10);
     EXPECT_LT(ld.max_err, 0.1 * ld.max_mag);
     for (const char* f : {"/f32.zack", "/q8.zack"}) std::remove((d + f).c_str());
+    rmdir(dir);
+}
+
+// The quantization order (calib/keybasis.h): a full-rank session whose 2-bit
+// keys have a 1-bit tail takes the pca directions in the .zack's order, exactly
+// as if rqk's columns had been permuted so (the same logits, bit for bit); the
+// order matters there (identity order: other logits) and nowhere else (4-bit
+// keys with no tail: the same logits under either order). A kscore that is
+// negative is refused at load with one line.
+TEST(CalibModel, KeyOrderPermutesTheBasisOfTailedKeys) {
+    const model& m = source_model();
+    const model_hparams& hp = m.hp;
+    const int L = hp.n_layer, KV = hp.n_head_kv, D = hp.head_dim;
+    const zack_calibration c = zk_test::small_calibration(96, 48, 200, "test");
+    ASSERT_EQ(c.k_score.size(), (size_t)L * KV * D);
+    // ident: scores falling with the direction (the pca order); permuted: rqk's
+    // columns in the order c's scores give, with ident's scores
+    zack_calibration ident = c, permuted = c;
+    std::vector<std::vector<int32_t>> orders((size_t)L * KV);
+    bool any_moved = false;
+    for (size_t h = 0; h < (size_t)L * KV; h++) {
+        std::vector<int32_t>& o = orders[h];
+        std::vector<float> sc(c.k_score.begin() + h * D, c.k_score.begin() + (h + 1) * D);  // as stored
+        zack_key_order(D, sc.data(), o);
+        for (int j = 0; j < D; j++) {
+            ident.k_score[h * D + j] = D - j;
+            any_moved |= o[j] != j;
+            for (int i = 0; i < D; i++) permuted.rqk[(h * D + i) * D + j] = c.rqk[(h * D + i) * D + o[j]];
+        }
+    }
+    ASSERT_TRUE(any_moved);  // the order is not the pca order everywhere
+    permuted.k_score = ident.k_score;
+    char dir[] = "/tmp/zack_korder_test_XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    const std::string d = dir;
+    auto z = write_and_load(m, c, true, d + "/order.zack");
+    auto zi = write_and_load(m, ident, true, d + "/ident.zack");
+    auto zp = write_and_load(m, permuted, true, d + "/permuted.zack");
+    for (int il : {0, L - 1})  // written and read back as stored (f32), the order derived at load
+        for (int i = 0; i < KV * D; i++) {
+            ASSERT_EQ(z->zack.layers[il].kscore[i], (float)c.k_score[(size_t)il * KV * D + i]);
+            ASSERT_EQ(z->zack.layers[il].korder[i], orders[(size_t)il * KV + i / D][i % D]);
+        }
+
+    const std::vector<int32_t> all = corpus_tokens(420);
+    const std::vector<int32_t> ids(all.begin() + 300, all.end());  // 120 tokens: some KIVI groups quantized
+    auto logits = [&](const model& zm, int bits, int tail) {
+        session_params sp;
+        sp.n_ctx = 128;
+        sp.n_threads = 2;
+        sp.ranks_k.assign((size_t)L * KV, D);
+        sp.ranks_v.assign((size_t)L * KV, D);
+        sp.kv.bits = bits;
+        sp.kv.key_tail = tail;
+        session s(zm, sp);
+        const float* p = s.decode(ids.data(), (int64_t)ids.size(), true);
+        return std::vector<float>(p, p + (int64_t)ids.size() * hp.n_vocab);
+    };
+    const std::vector<float> a = logits(*z, 2, 40), b = logits(*zp, 2, 40), e = logits(*zi, 2, 40);
+    EXPECT_EQ(a, b);  // the order is a permutation of rqk's columns, nothing else
+    double diff = 0;
+    for (size_t i = 0; i < a.size(); i++) diff = std::max(diff, (double)std::fabs(a[i] - e[i]));
+    std::printf("[ measured ] 2-bit keys, 1-bit tail of 40 channels: max |dlogit| quantization order vs pca order %.3f\n",
+                diff);
+    EXPECT_GT(diff, 0.0);
+    EXPECT_EQ(logits(*z, 4, 0), logits(*zi, 4, 0));  // equal widths: the order is not applied
+
+    // a negative score: one line naming the tensor
+    zack_calibration bad = c;
+    bad.k_score[3] = -1;
+    zack_write_params wp;
+    wp.folded_f32 = true;
+    zack_file_write(m, bad, wp, d + "/bad.zack");
+    try {
+        model_load(d + "/bad.zack");
+        ADD_FAILURE() << "a negative kscore was accepted";
+    } catch (const zk::error& ex) {
+        const std::string w = ex.what();
+        EXPECT_NE(w.find("blk.0.zack.kscore holds -1 at 3"), std::string::npos) << w;
+        EXPECT_EQ(w.find('\n'), std::string::npos) << w;
+    }
+    for (const char* f : {"/order.zack", "/ident.zack", "/permuted.zack", "/bad.zack"}) std::remove((d + f).c_str());
     rmdir(dir);
 }
 

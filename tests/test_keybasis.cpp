@@ -9,6 +9,7 @@
 
 #include "calib/eigen.h"
 #include "calib/keybasis.h"
+#include "engine/model.h"
 #include "ggml-like/error.h"
 
 namespace {
@@ -133,6 +134,73 @@ TEST(KeyBasis, PairsKeepWholePairsByEnergy) {
     }
     EXPECT_THROW(zk::key_basis_from_name("svd"), zk::error);
     EXPECT_EQ(zk::key_basis_from_name("pairs"), zk::key_basis::PAIRS);
+}
+
+// The quantization scores sqrt(p^T Cq p) x p^T Cw p, and the order they give:
+// descending, ties in direction order; a permutation of 0 .. n-1.
+TEST(KeyBasis, QuantOrderByQueryRmsTimesWithinGroupVariance) {
+    std::mt19937 rng(9);
+    const int n = 10;
+    // the identity basis with diagonal statistics: the order by hand
+    mat I((size_t)n * n, 0.0), Cq((size_t)n * n, 0.0), Cw((size_t)n * n, 0.0);
+    const double q[n] = {4, 1, 9, 16, 1, 0, 25, 1, 4, 1};   // query energy (sqrt: 2 1 3 4 1 0 5 1 2 1)
+    const double w[n] = {1, 8, 1, 0.5, 2, 100, 0.2, 3, 1, 2};  // within-group variance
+    for (int i = 0; i < n; i++) I[i * n + i] = 1, Cq[i * n + i] = q[i], Cw[i * n + i] = w[i];
+    // scores 2 8 3 2 2 0 1 3 2 2: 1, then 2 and 7, then 0 3 4 8 9 (ties by index), 6, 5
+    std::vector<double> score;
+    std::vector<int32_t> order;
+    zk::keybasis_quant_scores(n, I.data(), Cq.data(), Cw.data(), score);
+    for (int i = 0; i < n; i++) EXPECT_DOUBLE_EQ(score[i], std::sqrt(q[i]) * w[i]) << i;
+    zk::zack_key_order(n, score.data(), order);
+    EXPECT_EQ(order, (std::vector<int32_t>{1, 2, 7, 0, 3, 4, 8, 9, 6, 5}));
+    // a rotated basis: the same scores from p^T C p, checked against explicit products
+    const mat C1 = random_spd(n, rng, 30.0), C2 = random_spd(n, rng, 30.0);
+    mat P, lam;
+    zk::eigen_sym_desc(n, C1.data(), lam, P);  // an orthonormal basis, column j = direction j
+    zk::keybasis_quant_scores(n, P.data(), C1.data(), C2.data(), score);
+    zk::zack_key_order(n, score.data(), order);
+    std::vector<int> seen(n, 0);
+    for (int j : order) ASSERT_TRUE(j >= 0 && j < n && !seen[j]++);
+    auto by_hand = [&](int j) {
+        double a = 0, b = 0;
+        for (int x = 0; x < n; x++)
+            for (int y = 0; y < n; y++) {
+                a += P[x * n + j] * C1[x * n + y] * P[y * n + j];
+                b += P[x * n + j] * C2[x * n + y] * P[y * n + j];
+            }
+        return std::sqrt(a) * b;
+    };
+    for (int j = 0; j < n; j++) EXPECT_NEAR(score[j], by_hand(j), 1e-9 * by_hand(j)) << j;
+    for (int i = 0; i + 1 < n; i++) EXPECT_GE(score[order[i]], score[order[i + 1]]) << i;
+}
+
+}  // namespace
+
+namespace {
+
+// Per-head widths by hand (calib/keybasis.h keybasis_key_widths): costs 0.25,
+// 1.5 and 4.5 bits a channel at 0, 1 and 4 bits; a step's gain is the score
+// times f(w) - f(w') (f = 1, 0.30, 0.005) per bit it costs, so a 0 -> 1 step
+// gains 0.56 s and a 1 -> 4 step 0.0983 s.
+TEST(KeyBasis, WidthsWaterFillByHand) {
+    auto widths = [](std::vector<float> s, double bits, int max_tail) {
+        const zk::key_widths w = zk::keybasis_key_widths((int)s.size(), s.data(), bits, max_tail);
+        return std::vector<int>{w.n4, w.n1, w.n0};
+    };
+    // 7 bits: every channel to 1 bit (1.0 + 4 x 1.25 = 6.0); no 3-bit step is left
+    EXPECT_EQ(widths({8, 4, 2, 1}, 7.0, 128), (std::vector<int>{0, 4, 0}));
+    // 10 bits: three to 1 bit (4.75), then the first to 4 (its 0.787 beats the
+    // last's 0.56 of a 1-bit step: 7.75), then the last to 1 bit (9.0)
+    EXPECT_EQ(widths({8, 4, 2, 1}, 10.0, 128), (std::vector<int>{1, 3, 0}));
+    // two strong channels: the first goes to 4 bits before the weak ones get any
+    EXPECT_EQ(widths({8, 4, 0.01f, 0.001f}, 7.0, 128), (std::vector<int>{1, 1, 2}));
+    // at most 2 tail channels: the first widens to 4 bits instead of a third 1-bit one
+    EXPECT_EQ(widths({8, 4, 2, 1}, 7.0, 2), (std::vector<int>{1, 1, 2}));
+    // per head in any order: the same counts as the sorted scores give
+    const std::vector<float> two = {1, 8, 2, 4, /* head 2: */ 0.001f, 4, 8, 0.01f};
+    const std::vector<zk::key_widths> hw = zk::keybasis_head_widths(4, 2, two.data(), 7.0 / 4);
+    EXPECT_EQ((std::vector<int>{hw[0].n4, hw[0].n1, hw[0].n0}), (std::vector<int>{0, 4, 0}));
+    EXPECT_EQ((std::vector<int>{hw[1].n4, hw[1].n1, hw[1].n0}), (std::vector<int>{1, 1, 2}));
 }
 
 }  // namespace

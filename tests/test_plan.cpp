@@ -145,10 +145,13 @@ zk::plan_inputs tiny_inputs(uint32_t seed, int L, int KV, int d, std::vector<int
 // plus a random extra; NaN for the pairs a calibration does not measure. With
 // zero, also that tail ending in 0-bit channels (k_plan_zero_code): the
 // tail's loss plus another extra.
-zk::plan_inputs with_tails(zk::plan_inputs in, uint32_t seed, bool zero = false) {
+// wide (with zero): also the per-head widths codes, 4-bit keys with a head's own
+// tail and 0-bit channels (head h, row w: 1 + h + w four-bit channels, 8 one-bit).
+zk::plan_inputs with_tails(zk::plan_inputs in, uint32_t seed, bool zero = false, bool wide = false) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<double> u(0.0, 1.0);
-    const size_t nh = (size_t)in.curves.n_layer * in.curves.n_kv, np = in.qbits.size(), n2 = np + 1 + zero;
+    const size_t nh = (size_t)in.curves.n_layer * in.curves.n_kv, np = in.qbits.size();
+    const size_t n2 = np + 1 + zero + (wide ? zk::k_plan_n_wide : 0);
     std::vector<double> q(n2 * n2 * nh, std::nan(""));
     for (size_t i = 0; i < np; i++)
         for (size_t j = 0; j < np; j++) std::copy_n(in.q.begin() + (i * np + j) * nh, nh, q.begin() + (i * n2 + j) * nh);
@@ -158,10 +161,20 @@ zk::plan_inputs with_tails(zk::plan_inputs in, uint32_t seed, bool zero = false)
             const size_t j = std::find(in.qbits.begin(), in.qbits.end(), bv) - in.qbits.begin();
             q[(np * n2 + j) * nh + h] = in.qloss(2, bv, h) + extra;
             if (zero) q[((np + 1) * n2 + j) * nh + h] = in.qloss(2, bv, h) + extra + extra0;
+            for (int w = 0; wide && w < zk::k_plan_n_wide; w++)
+                q[((np + 2 + w) * n2 + j) * nh + h] = in.qloss(4, bv, h) + (w ? 0.1 : 0.4) * u(rng) * u(rng);
         }
     }
     in.qbits.push_back(zk::k_plan_tail_code);
     if (zero) in.qbits.push_back(zk::k_plan_zero_code);
+    for (int w = 0; wide && w < zk::k_plan_n_wide; w++) {
+        in.qbits.push_back(zk::k_plan_wide_code[w]);
+        in.wide[w].resize(nh);
+        for (size_t h = 0; h < nh; h++) {
+            const int d = in.curves.d, n4 = 1 + (int)h + w;
+            in.wide[w][h] = zk::key_widths{n4, 8, d - n4 - 8};
+        }
+    }
     in.q = q;
     return in;
 }
@@ -169,13 +182,13 @@ zk::plan_inputs with_tails(zk::plan_inputs in, uint32_t seed, bool zero = false)
 TEST(PlanPerHead, BestOfEveryCombination) {
     const int d = 16;
     const std::vector<int> grid = {8, 16};
-    int tailed = 0, zeroed = 0;  // heads the plans gave a tail, 0-bit channels
-    for (int tails : {0, 1, 2})  // none, 1-bit tails, and tails with 0-bit channels
+    int tailed = 0, zeroed = 0, widened = 0;  // heads the plans gave a tail, 0-bit channels, widths
+    for (int tails : {0, 1, 2, 3})  // none, 1-bit tails, tails with 0-bit channels, and per-head widths
     for (uint32_t seed = 1; seed <= 6; seed++)
     for (const double w : {1.0, 3.7})  // rank losses weighted against quantization losses
     for (const bool kivi : {false, true}) {  // every precision for keys, or KIVI keys only (--kv-select)
         zk::plan_inputs in = tiny_inputs(seed, 1, 2, d, grid);
-        if (tails) in = with_tails(in, seed, tails == 2);
+        if (tails) in = with_tails(in, seed, tails >= 2, tails == 3);
         ASSERT_TRUE(in.per_head());
         const std::vector<int> bits = in.qbits;
         in.rank_weight = w;
@@ -193,7 +206,9 @@ TEST(PlanPerHead, BestOfEveryCombination) {
                         if (zk::plan_keys_only(bv) || (zk::plan_keys_only(bk) && bv != 4 && bv != 2)) continue;
                         if (kivi && bk > 4) continue;
                         const bool tl = zk::plan_keys_only(bk), zc = bk == zk::k_plan_zero_code;
-                        const int zr = zc ? zk::sens_zero(d) : 0;
+                        const int wi = zk::plan_wide_index(bk);
+                        const int zr = wi >= 0 ? in.wide[wi][h].n0 : zc ? zk::sens_zero(d) : 0;
+                        const int tn = wi >= 0 ? in.wide[wi][h].n1 : tl ? zk::sens_tail(d) - zr : 0;
                         for (int b : {0, 2})  // quantized keys: pca only (the basis their loss is measured in)
                             for (int rk = tl ? 1 : 0; rk < 2 && (bk == 16 || b == 0); rk++)
                                 for (int rv = 0; rv < 2; rv++)
@@ -202,8 +217,8 @@ TEST(PlanPerHead, BestOfEveryCombination) {
                                                                   zk::k_plan_zero_weight *
                                                                       (in.qloss(bk, bv, h) - in.qloss(zk::k_plan_tail_code, bv, h))
                                                             : in.qloss(bk, bv, h)),
-                                                    zk::plan_head_cost(tl ? 2 : bk, bv, grid[rk], grid[rv],
-                                                                       tl ? zk::sens_tail(d) - zr : 0, zr)});
+                                                    zk::plan_head_cost(wi >= 0 ? 4 : tl ? 2 : bk, bv, grid[rk], grid[rv],
+                                                                       tn, zr)});
                     }
             double best = std::numeric_limits<double>::infinity();
             for (const opt& a : o[0])
@@ -223,10 +238,19 @@ TEST(PlanPerHead, BestOfEveryCombination) {
             for (size_t h = 0; h < p.tails_k.size(); h++)
                 if (p.tails_k[h] > 0) {
                     const int z = p.zeros_k.empty() ? 0 : p.zeros_k[h];
+                    EXPECT_EQ(p.ranks_k[h], d);
+                    if (p.head_bits_k(h) == 4) {  // per-head widths: the head's own counts
+                        ASSERT_EQ(tails, 3);
+                        bool found = false;
+                        for (int w = 0; w < zk::k_plan_n_wide; w++)
+                            found |= p.tails_k[h] == in.wide[w][h].n1 && z == in.wide[w][h].n0;
+                        EXPECT_TRUE(found) << p.to_json().dump();
+                        widened++;
+                        continue;
+                    }
                     EXPECT_TRUE(z == 0 || z == zk::sens_zero(d));
                     EXPECT_EQ(p.tails_k[h] + z, zk::sens_tail(d));
                     EXPECT_EQ(p.head_bits_k(h), 2);
-                    EXPECT_EQ(p.ranks_k[h], d);
                     tailed++, zeroed += z > 0;
                 }
             if (tails < 2) {
@@ -244,8 +268,9 @@ TEST(PlanPerHead, BestOfEveryCombination) {
     }
     EXPECT_GT(tailed, 0);  // the search does take tails where they are the best buy
     EXPECT_GT(zeroed, 0);  // and 0-bit channels
-    std::printf("[ measured ] %d heads of the plans took a 1-bit key tail, %d of them with 0-bit channels\n", tailed,
-                zeroed);
+    EXPECT_GT(widened, 0);  // and per-head widths
+    std::printf("[ measured ] %d heads of the plans took a 1-bit key tail, %d of them with 0-bit channels; %d took "
+                "per-head widths\n", tailed, zeroed, widened);
 }
 
 TEST(PlanPerHead, SensitiveHeadsKeepMoreBits) {

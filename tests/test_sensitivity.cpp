@@ -74,7 +74,22 @@ void matches_definition(int E) {
         c.kqa.insert(c.kqa.end(), A.begin(), A.end());
         c.kqb.insert(c.kqb.end(), B.begin(), B.end());
         c.kpair.insert(c.kpair.end(), P.begin(), P.end());
+        for (int j = 0; j < D; j++) c.k_score.push_back(std::exp(2.0 * g(rng)));  // the quantization proxy, spread
     }
+    // its order and the per-head widths, as the observer derives them
+    const std::vector<float> score32(c.k_score.begin(), c.k_score.end());
+    std::vector<std::vector<int32_t>> order(KV);
+    for (int h = 0; h < KV; h++) zk::zack_key_order(D, score32.data() + (size_t)h * D, order[h]);
+    std::vector<zk::key_widths> wide[zk::k_sens_n_wide];
+    for (int w = 0; w < zk::k_sens_n_wide; w++) wide[w] = zk::keybasis_head_widths(D, KV, score32.data(), zk::k_key_wide_bits[w]);
+    int n4 = 0, n1 = 0, n0 = 0;  // rows of every width among them: the case worth measuring
+    for (int w = 0; w < zk::k_sens_n_wide; w++)
+        for (int h = 0; h < KV; h++) {
+            const zk::key_widths& kw = wide[w][h];
+            ASSERT_EQ(kw.n4 + kw.n1 + kw.n0, D);
+            n4 += kw.n4, n1 += kw.n1, n0 += kw.n0;
+        }
+    ASSERT_TRUE(n4 > 0 && n1 > 0 && n0 > 0) << n4 << " " << n1 << " " << n0;
     zk::sens_params sp;
     sp.ranks = {2, 4, 6, 8};
     sp.query_stride = stride;
@@ -205,7 +220,9 @@ void matches_definition(int E) {
     // Quantized caches: every key and value as the 8/4/2-bit cache returns it
     // (pca basis), exact for the sinks and the 4/2-bit residual window; every
     // pair of key and value precisions (16 = exact), and 2-bit keys with a 1-bit
-    // tail (and with that tail ending in 0-bit channels) against 4- and 2-bit values.
+    // tail (and with that tail ending in 0-bit channels) and the per-head widths
+    // (4-bit keys, a tail, 0-bit channels) against 4- and 2-bit values, those
+    // keys' directions in the quantization order.
     const int NP = zk::k_sens_n_prec;
     for (int g2 = 0; g2 < KV; g2++) {
         // the window's rotated rows [N x D] and their quantized copies per precision
@@ -229,7 +246,7 @@ void matches_definition(int E) {
                     zk::kvq_vq_encode_row(books, books.heads[g2], &vr[t * D], D, cq.data(), &sc);
                     zk::kvq_vq_decode_row(books, books.heads[g2], cq.data(), sc, D, &vq[p][t * D]);
                 }
-                if (bits == zk::k_sens_tail_code || bits == zk::k_sens_zero_code) continue;  // keys only, below
+                if (zk::sens_keys_only(bits)) continue;  // keys only, below
                 if (bits == 8) {
                     zk::kvq_quantize_q8_row(&kr[t * D], D, c8.data(), s1.data());
                     zk::kvq_dequantize_q8_row(c8.data(), s1.data(), D, &kq[p][t * D]);
@@ -244,14 +261,24 @@ void matches_definition(int E) {
                 for (int t0 = 0; t0 + sp.group <= N; t0 += sp.group) {
                     // 2-bit keys whose last sens_tail(D) channels are 1-bit, for the tail code;
                     // the last sens_zero(D) of those at 0 bits instead, for the zero code
-                    const bool keys_only = bits == zk::k_sens_tail_code || bits == zk::k_sens_zero_code;
-                    const int kb = keys_only ? 2 : bits;
-                    const int zero = bits == zk::k_sens_zero_code ? zk::sens_zero(D) : 0;
-                    const int tail = keys_only ? zk::sens_tail(D) - zero : 0;
-                    zk::kvq_quantize_keys(kb, &kr[t0 * D], sp.group, D, cq.data(), s1.data(), s2.data(), nullptr,
-                                          tail, zero);
-                    zk::kvq_dequantize_keys(kb, cq.data(), s1.data(), s2.data(), sp.group, D, &kq[p][t0 * D], tail,
-                                            zero);
+                    // the widths codes: 4-bit keys with the head's tail and 0-bit channels
+                    const bool keys_only = zk::sens_keys_only(bits);
+                    const int wi = zk::sens_wide_index(bits);
+                    const int kb = wi >= 0 ? 4 : keys_only ? 2 : bits;
+                    const int zero = wi >= 0 ? wide[wi][g2].n0 : bits == zk::k_sens_zero_code ? zk::sens_zero(D) : 0;
+                    const int tail = wi >= 0 ? wide[wi][g2].n1 : keys_only ? zk::sens_tail(D) - zero : 0;
+                    // unequal widths: the rows' directions in the quantization order, and back
+                    const bool perm = tail > 0 || zero > 0;
+                    std::vector<float> grp((size_t)sp.group * D), back((size_t)sp.group * D);
+                    for (int t = 0; t < sp.group; t++)
+                        for (int j = 0; j < D; j++)
+                            grp[(size_t)t * D + j] = kr[(size_t)(t0 + t) * D + (perm ? order[g2][j] : j)];
+                    zk::kvq_quantize_keys(kb, grp.data(), sp.group, D, cq.data(), s1.data(), s2.data(), nullptr, tail,
+                                          zero);
+                    zk::kvq_dequantize_keys(kb, cq.data(), s1.data(), s2.data(), sp.group, D, back.data(), tail, zero);
+                    for (int t = 0; t < sp.group; t++)
+                        for (int j = 0; j < D; j++)
+                            kq[p][(size_t)(t0 + t) * D + (perm ? order[g2][j] : j)] = back[(size_t)t * D + j];
                     if (keys_only) continue;
                     // a completed group's values: coded against the group's steps
                     zk::kvq_quantize_values(bits, &vr[t0 * D], sp.group, D, cq.data(), s1.data(), s2.data());
@@ -267,7 +294,7 @@ void matches_definition(int E) {
                 }
                 // the slots a side at precision p returns quantized: [sinks, lim); a head
                 // with a KIVI side keeps its newest tokens exact on both sides
-                const bool windowed = zk::k_sens_prec[pk] <= 4 || zk::k_sens_prec[pv] <= 4;
+                const bool windowed = zk::sens_windowed(zk::k_sens_prec[pk]) || zk::sens_windowed(zk::k_sens_prec[pv]);
                 auto lim = [&](int p, int nk) {
                     if (p == 0) return 0;
                     if (!windowed) return nk;
