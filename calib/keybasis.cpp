@@ -170,16 +170,23 @@ key_widths keybasis_key_widths(int d, const float* score, double bits, int max_t
     return w;
 }
 
-std::vector<key_widths> keybasis_head_widths(int d, size_t n_heads, const float* score, double bits_per_channel) {
-    std::vector<key_widths> out(n_heads);
+key_wide_rows keybasis_wide_rows(int d, size_t n_heads, const float* score) {
+    key_wide_rows out;
+    for (auto& w : out) w.resize(n_heads);
     std::vector<int32_t> o;
     std::vector<float> sorted((size_t)d);
     for (size_t h = 0; h < n_heads; h++) {
         zack_key_order(d, score + h * d, o);
         for (int j = 0; j < d; j++) sorted[(size_t)j] = score[h * d + (size_t)o[(size_t)j]];
-        out[h] = keybasis_key_widths(d, sorted.data(), bits_per_channel * d, std::min(d, KV_KEY_TAIL_MAX));
+        for (int w = 0; w < k_key_n_wide; w++)
+            out[(size_t)w][h] = keybasis_key_widths(d, sorted.data(), k_key_wide_bits[w] * d, std::min(d, KV_KEY_TAIL_MAX));
     }
     return out;
+}
+
+key_wide_rows keybasis_wide_rows(int d, const std::vector<double>& score) {
+    const std::vector<float> f(score.begin(), score.end());
+    return keybasis_wide_rows(d, f.size() / (size_t)d, f.data());
 }
 
 }  // namespace zk

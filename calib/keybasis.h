@@ -15,6 +15,7 @@
 //          energy per channel tr(C_q,f C_k,f) / |f|: a selection, which commutes with RoPE (it
 //          could be folded into W_q / W_k; the engine gathers the channels).
 #pragma once
+#include <array>
 #include <string>
 #include <vector>
 
@@ -49,7 +50,7 @@ void keybasis_pairs(int d, const rope_params& rope, const double* Cq, const doub
 // per-channel widths on this proxy hands out bits (bits never fall along it),
 // which at 4/2/1/0 bits loses 26% less attention output than the 2/1-bit tail
 // at the same bytes. The square root: E[q^2] itself, the score error's own
-// weight, measured worse (0.0547 against 0.0482 at 28 bytes a row).
+// weight, measured worse (0.0569 against 0.0492 at 28 bytes a row).
 // The proxy is kept per direction (a .zack's blk.N.zack.kscore), not only the
 // order: with one f(b) for every channel it also decides how many channels of
 // a head take each width for a byte budget.
@@ -76,8 +77,12 @@ key_widths keybasis_key_widths(int d, const float* score, double bits, int max_t
 // bits a channel (the bytes of 2-bit keys with a 3/4 1-bit tail) and 2.5 (of 2-bit keys).
 constexpr int k_key_n_wide = 2;
 constexpr double k_key_wide_bits[k_key_n_wide] = {1.75, 2.5};
-// keybasis_key_widths of every head at bits_per_channel x d bits: score
-// [n_heads x d] per pca direction, as a .zack stores it (f32), in any order.
-std::vector<key_widths> keybasis_head_widths(int d, size_t n_heads, const float* score, double bits_per_channel);
+// keybasis_key_widths of every head for each row of k_key_wide_bits: [w][head].
+// score [n_heads x d] per pca direction, as a .zack stores it (f32), in any
+// order; the double form (a calibration in memory) rounds it to f32 first, so
+// that both give the counts a session's file gives.
+using key_wide_rows = std::array<std::vector<key_widths>, k_key_n_wide>;
+key_wide_rows keybasis_wide_rows(int d, size_t n_heads, const float* score);
+key_wide_rows keybasis_wide_rows(int d, const std::vector<double>& score);
 
 }  // namespace zk

@@ -168,8 +168,7 @@ plan_inputs plan_inputs::from_model(const model& m) {
         const int D = m.hp.head_dim, KV = m.hp.n_head_kv;
         std::vector<float> sc;
         for (const zack_layer& zl : z.layers) sc.insert(sc.end(), zl.kscore, zl.kscore + (size_t)KV * D);
-        for (int w = 0; w < k_plan_n_wide; w++)
-            in.wide[w] = keybasis_head_widths(D, sc.size() / D, sc.data(), k_key_wide_bits[w]);
+        in.wide = keybasis_wide_rows(D, sc.size() / D, sc.data());
     }
     return in;
 }

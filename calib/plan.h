@@ -136,7 +136,7 @@ struct plan_inputs {
     bool kivi_keys = false;
     // [k_plan_n_wide][n_layer x n_kv] every head's widths for the widths codes
     // (from the .zack's blk.N.zack.kscore; empty without it).
-    std::vector<key_widths> wide[k_plan_n_wide];
+    key_wide_rows wide;
     static plan_inputs from_model(const model& m);  // throws when the .zack has no curves
     // Every pair measured: plans choose a precision per head.
     bool per_head() const;

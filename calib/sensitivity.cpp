@@ -75,8 +75,7 @@ sensitivity_observer::sensitivity_observer(const model& m, const zack_calibratio
                 zack_key_order(D_, sc.data() + h * D_, o);
                 std::copy(o.begin(), o.end(), korder_.begin() + h * D_);
             }
-            for (int w = 0; w < k_sens_n_wide; w++)
-                wides_[w] = keybasis_head_widths(D_, (size_t)L_ * KV_, sc.data(), k_key_wide_bits[w]);
+            wides_ = keybasis_wide_rows(D_, (size_t)L_ * KV_, sc.data());
         }
         for (int i = 0; i < k_sens_n_prec; i++)
             for (int j = 0; j < k_sens_n_prec; j++)
@@ -178,7 +177,7 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
     for (int b = 0; b < NQB; b++)
         if (ktq_[b][layer].empty()) {
             ktq_[b][layer].resize((size_t)max_ctx_ * KV * D);
-            if (!sens_keys_only(k_sens_prec[1 + b]) || (sens_vq_code(k_sens_prec[1 + b]) && p_.vq[k_sens_prec[1 + b]]))
+            if (!sens_keys_only(k_sens_prec[1 + b]) || (kv_bits_vq(k_sens_prec[1 + b]) && p_.vq[k_sens_prec[1 + b]]))
                 vtq_[b][layer].resize((size_t)max_ctx_ * KV * D);
         }
     // one job per (precision, KV head): each writes its own rows
@@ -194,7 +193,7 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
             if (wi >= 0 && wides_[wi].empty()) continue;  // widths codes: not measured without the proxy
             for (int64_t t = from; t < to; t++) {
                 const size_t o = ((size_t)t * KV + g) * D;
-                if (sens_vq_code(bits) && p_.vq[bits]) {  // values: vector codes, per token
+                if (kv_bits_vq(bits) && p_.vq[bits]) {  // values: vector codes, per token
                     const kv_vq_books& books = *p_.vq[bits];
                     const kv_vq_book& bk = books.heads[(size_t)layer * KV + g];
                     kvq_vq_encode_row(books, bk, vt.data() + o, D, cq.data(), s1.data());
@@ -237,22 +236,24 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
                         const int32_t* order = (kl.tail || kl.zero) && !korder_.empty()
                                                ? korder_.data() + ((size_t)layer * KV + g) * D
                                                : nullptr;
-                        if (order)
-                            for (int t = 0; t < GR; t++) {
+                        auto reorder = [&](bool back) {  // each row: into the order, or back from it
+                            for (int t = 0; order && t < GR; t++) {
                                 float* row = grp.data() + (size_t)t * D;
-                                for (int c = 0; c < D; c++) perm[c] = row[order[c]];
+                                for (int c = 0; c < D; c++) {
+                                    if (back)
+                                        perm[order[c]] = row[c];
+                                    else
+                                        perm[c] = row[order[c]];
+                                }
                                 std::copy_n(perm.data(), D, row);
                             }
+                        };
+                        reorder(false);
                         kvq_quantize_keys(kl.bits, grp.data(), GR, D, cq.data(), s1.data(), s2.data(), nullptr,
                                           kl.tail, kl.zero);
                         kvq_dequantize_keys(kl.bits, cq.data(), s1.data(), s2.data(), GR, D, grp.data(), kl.tail,
                                             kl.zero);
-                        if (order)
-                            for (int t = 0; t < GR; t++) {
-                                float* row = grp.data() + (size_t)t * D;
-                                for (int c = 0; c < D; c++) perm[order[c]] = row[c];
-                                std::copy_n(perm.data(), D, row);
-                            }
+                        reorder(true);
                         if (m)
                             for (int t = 0; t < GR; t++)
                                 for (int c = 0; c < D; c++) grp[(size_t)t * D + c] += m[c];

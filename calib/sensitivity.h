@@ -91,8 +91,6 @@ inline int sens_zero(int d) { return std::min(d / 4, sens_tail(d)); }
 inline bool sens_keys_only(int code) {
     return code == k_sens_tail_code || code == k_sens_zero_code || sens_wide_index(code) >= 0;
 }
-// Whether a code is vector-coded values (engine/kv_vq.h) where it is a value precision.
-inline bool sens_vq_code(int code) { return code == 0 || code == 1; }
 // Whether a side at this code keeps KIVI's window of exact newest tokens.
 inline bool sens_windowed(int code) { return code <= 4 || sens_wide_index(code) >= 0; }
 // The key layout a precision code stands for: bits of the codes, the 1-bit
@@ -114,7 +112,7 @@ inline sens_key_layout sens_key_layout_of(int code, int d, const key_widths* wid
 // vq_codes, sens_params::vq_codes) against keys below 16 bits.
 inline bool sens_pair_measured(int i, int j, unsigned vq_codes = 0) {
     if (i == 0 && j == 0) return false;
-    if (sens_vq_code(k_sens_prec[j]) && (vq_codes >> k_sens_prec[j] & 1u)) return i > 0;
+    if (kv_bits_vq(k_sens_prec[j]) && (vq_codes >> k_sens_prec[j] & 1u)) return i > 0;
     if (sens_keys_only(k_sens_prec[j])) return false;
     return !sens_keys_only(k_sens_prec[i]) || k_sens_prec[j] == 4 || k_sens_prec[j] == 2;
 }
@@ -173,7 +171,7 @@ private:
     std::vector<int32_t> korder_;
     // [k_sens_n_wide][L x KV] each head's widths for the widths codes (from
     // k_score); empty = those codes not measured
-    std::vector<key_widths> wides_[k_sens_n_wide];
+    key_wide_rows wides_;
     // sens_pair_measured, and a widths code only where the widths are known
     bool pair_measured(int i, int j) const {
         return sens_pair_measured(i, j, p_.vq_codes()) && (sens_wide_index(k_sens_prec[i]) < 0 || !wides_[0].empty());

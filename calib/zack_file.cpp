@@ -40,11 +40,7 @@ plan_inputs zack_calibration_plan_inputs(const zack_calibration& c) {
     in.qbits = c.sens.qbits;
     in.q = c.sens.q;
     in.rank_weight = c.sens.rank_weight;
-    if (!c.k_score.empty()) {  // the proxy as the file stores it (f32)
-        const std::vector<float> sc(c.k_score.begin(), c.k_score.end());
-        for (int w = 0; w < k_plan_n_wide; w++)
-            in.wide[w] = keybasis_head_widths(c.d, sc.size() / c.d, sc.data(), k_key_wide_bits[w]);
-    }
+    if (!c.k_score.empty()) in.wide = keybasis_wide_rows(c.d, c.k_score);
     return in;
 }
 

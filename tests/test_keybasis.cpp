@@ -198,9 +198,15 @@ TEST(KeyBasis, WidthsWaterFillByHand) {
     EXPECT_EQ(widths({8, 4, 2, 1}, 7.0, 2), (std::vector<int>{1, 1, 2}));
     // per head in any order: the same counts as the sorted scores give
     const std::vector<float> two = {1, 8, 2, 4, /* head 2: */ 0.001f, 4, 8, 0.01f};
-    const std::vector<zk::key_widths> hw = zk::keybasis_head_widths(4, 2, two.data(), 7.0 / 4);
+    const zk::key_wide_rows rows = zk::keybasis_wide_rows(4, 2, two.data());
+    ASSERT_EQ(zk::k_key_wide_bits[0], 1.75);  // 7 bits a row of 4
+    const std::vector<zk::key_widths>& hw = rows[0];
     EXPECT_EQ((std::vector<int>{hw[0].n4, hw[0].n1, hw[0].n0}), (std::vector<int>{0, 4, 0}));
     EXPECT_EQ((std::vector<int>{hw[1].n4, hw[1].n1, hw[1].n0}), (std::vector<int>{1, 1, 2}));
+    // the double form rounds to f32 first: the same counts
+    const zk::key_wide_rows again = zk::keybasis_wide_rows(4, std::vector<double>(two.begin(), two.end()));
+    for (int w = 0; w < zk::k_key_n_wide; w++)
+        for (int h = 0; h < 2; h++) EXPECT_EQ(again[w][h].n4 + 10 * again[w][h].n1, rows[w][h].n4 + 10 * rows[w][h].n1);
 }
 
 }  // namespace

@@ -80,8 +80,7 @@ void matches_definition(int E) {
     const std::vector<float> score32(c.k_score.begin(), c.k_score.end());
     std::vector<std::vector<int32_t>> order(KV);
     for (int h = 0; h < KV; h++) zk::zack_key_order(D, score32.data() + (size_t)h * D, order[h]);
-    std::vector<zk::key_widths> wide[zk::k_sens_n_wide];
-    for (int w = 0; w < zk::k_sens_n_wide; w++) wide[w] = zk::keybasis_head_widths(D, KV, score32.data(), zk::k_key_wide_bits[w]);
+    const zk::key_wide_rows wide = zk::keybasis_wide_rows(D, KV, score32.data());
     int n4 = 0, n1 = 0, n0 = 0;  // rows of every width among them: the case worth measuring
     for (int w = 0; w < zk::k_sens_n_wide; w++)
         for (int h = 0; h < KV; h++) {
