@@ -160,6 +160,7 @@ void run_plan_attention(benchmark::State& st, const kv_plan& pl, int64_t n, int 
     p.bits_v = pl.bits_v;
     p.tails_k = pl.tails_k;
     p.zeros_k = pl.zeros_k;
+    p.mids_k = pl.mids_k;
     const size_t nh = (size_t)pl.n_layer * pl.n_kv;
     // vector-coded values: random books of calibrate's size (the kernel's time does not depend on them)
     std::vector<float> book[KV_VQ_CODES];

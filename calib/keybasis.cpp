@@ -138,10 +138,10 @@ void keybasis_quant_scores(int d, const double* P, const double* Cq, const doubl
     }
 }
 
-key_widths keybasis_key_widths(int d, const float* score, double bits, int max_tail) {
-    constexpr int n_w = 3;
-    constexpr int width[n_w] = {0, 1, 4};
-    constexpr double cost[n_w] = {0.25, 1.5, 4.5}, f[n_w] = {1.0, 0.30, 0.005};
+key_widths keybasis_key_widths(int d, const float* score, double bits, int max_tail, bool two_bit) {
+    constexpr int n_w = 4;
+    constexpr int width[n_w] = {0, 1, 2, 4};
+    constexpr double cost[n_w] = {0.25, 1.5, 2.5, 4.5}, f[n_w] = {1.0, 0.30, 0.08, 0.005};
     std::vector<int> lev((size_t)d, 0);
     double spent = d * cost[0];
     int n1 = 0;
@@ -154,18 +154,27 @@ key_widths keybasis_key_widths(int d, const float* score, double bits, int max_t
             const double dc = cost[l + 1] - cost[l];
             if (spent + dc > bits + 1e-9) continue;
             if (width[l + 1] == 1 && n1 >= max_tail) continue;
+            if (width[l + 1] == 2 && !two_bit) {  // 1 -> 4 bits in one step
+                const double dc4 = cost[l + 2] - cost[l];
+                if (spent + dc4 > bits + 1e-9) continue;
+                const double g4 = std::max(0.0, (double)score[c]) * (f[l] - f[l + 2]) / dc4;
+                if (best < 0 || g4 > gain) best = c, gain = g4;
+                continue;
+            }
             const double g = std::max(0.0, (double)score[c]) * (f[l] - f[l + 1]) / dc;
             if (best < 0 || g > gain) best = c, gain = g;
         }
         if (best < 0) break;
-        const int l = lev[(size_t)best]++;
-        spent += cost[l + 1] - cost[l];
-        n1 += (width[l + 1] == 1) - (width[l] == 1);
+        int& lb = lev[(size_t)best];
+        const int l = lb;
+        lb += width[l + 1] == 2 && !two_bit ? 2 : 1;
+        spent += cost[lb] - cost[l];
+        n1 += (width[lb] == 1) - (width[l] == 1);
     }
     key_widths w;
     for (int c = 0; c < d; c++) {
         const int b = width[lev[(size_t)c]];
-        (b == 4 ? w.n4 : b == 1 ? w.n1 : w.n0)++;
+        (b == 4 ? w.n4 : b == 2 ? w.n2 : b == 1 ? w.n1 : w.n0)++;
     }
     return w;
 }
@@ -179,7 +188,8 @@ key_wide_rows keybasis_wide_rows(int d, size_t n_heads, const float* score) {
         zack_key_order(d, score + h * d, o);
         for (int j = 0; j < d; j++) sorted[(size_t)j] = score[h * d + (size_t)o[(size_t)j]];
         for (int w = 0; w < k_key_n_wide; w++)
-            out[(size_t)w][h] = keybasis_key_widths(d, sorted.data(), k_key_wide_bits[w] * d, std::min(d, KV_KEY_TAIL_MAX));
+            out[(size_t)w][h] = keybasis_key_widths(d, sorted.data(), k_key_wide_bits[w] * d,
+                                                    std::min(d, KV_KEY_TAIL_MAX), k_key_wide_two_bit[w]);
     }
     return out;
 }

@@ -59,24 +59,32 @@ void keybasis_pairs(int d, const rope_params& rope, const double* Cq, const doub
 void keybasis_quant_scores(int d, const double* P, const double* Cq, const double* Cw, std::vector<double>& score);
 // The order itself: engine/model.h zack_key_order.
 
-// How many of a head's directions (in that order) take 4-bit codes, a 1-bit
-// tail and 0 bits, for a row of at most `bits` bits a token (grids included:
-// a 4-bit channel costs 4.5 bits, a 1-bit one 1.5, a 0-bit one 0.25, the
-// cache's layout with groups of 32): water-filling the proxy, each step the
-// channel widening that removes most of score x f(width) per bit, f(0) = 1,
-// f(1) = 0.30, f(4) = 0.005 (the pooled errors of those widths relative to 0 bits
-// on Qwen2.5-Coder-1.5B's keys: 0.27-0.32 and 0.0042-0.0054 in every head
-// measured). The proxy is one number a direction times a shared f, so no
-// direction gets fewer bits than one after it: the counts say it all. At most
-// max_tail 1-bit channels (KV_KEY_TAIL_MAX). score [d], descending.
+// How many of a head's directions (in that order) take 4-bit codes, 2-bit
+// codes, a 1-bit tail and 0 bits, for a row of at most `bits` bits a token
+// (grids included: a 4-bit channel costs 4.5 bits, a 2-bit one 2.5, a 1-bit
+// one 1.5, a 0-bit one 0.25, the cache's layout with groups of 32):
+// water-filling the proxy, each step the channel widening that removes most of
+// score x f(width) per bit, f(0) = 1, f(1) = 0.30, f(2) = 0.08, f(4) = 0.005
+// (the pooled errors of those widths relative to 0 bits on Qwen2.5-Coder-1.5B's
+// keys: 0.27-0.32, 0.069-0.088 and 0.0042-0.0054 in every head measured). The
+// gains per bit of the steps fall (0.56, 0.22, 0.04 x score), so the greedy
+// fill is the best split of the bits on the proxy. The proxy is one number a
+// direction times a shared f, so no direction gets fewer bits than one after
+// it: the counts say it all. At most max_tail 1-bit channels
+// (KV_KEY_TAIL_MAX). score [d], descending.
 struct key_widths {
-    int n4 = 0, n1 = 0, n0 = 0;
+    int n4 = 0, n2 = 0, n1 = 0, n0 = 0;
 };
-key_widths keybasis_key_widths(int d, const float* score, double bits, int max_tail);
-// The rows measured and planned (calib/sensitivity.h k_sens_wide_code): 1.75
-// bits a channel (the bytes of 2-bit keys with a 3/4 1-bit tail) and 2.5 (of 2-bit keys).
-constexpr int k_key_n_wide = 2;
-constexpr double k_key_wide_bits[k_key_n_wide] = {1.75, 2.5};
+// two_bit false: without the 2-bit width (n2 = 0; the rows of .zack files
+// from before the 2-bit key channels).
+key_widths keybasis_key_widths(int d, const float* score, double bits, int max_tail, bool two_bit = true);
+// The rows planned (calib/sensitivity.h k_sens_wide_code): 1.75 bits a channel
+// (the bytes of 2-bit keys with a 3/4 1-bit tail) and 2.5 (of 2-bit keys),
+// without the 2-bit width (rows 0 and 1: what older files measured) and with
+// it (rows 2 and 3: what zack calibrate measures now).
+constexpr int k_key_n_wide = 4;
+constexpr double k_key_wide_bits[k_key_n_wide] = {1.75, 2.5, 1.75, 2.5};
+constexpr bool k_key_wide_two_bit[k_key_n_wide] = {false, false, true, true};
 // keybasis_key_widths of every head for each row of k_key_wide_bits: [w][head].
 // score [n_heads x d] per pca direction, as a .zack stores it (f32), in any
 // order; the double form (a calibration in memory) rounds it to f32 first, so

@@ -35,6 +35,7 @@ nlohmann::json kv_plan::to_json() const {
     if (mixed()) j["bits_k"] = bits_k, j["bits_v"] = bits_v;
     if (!tails_k.empty()) j["tails_k"] = tails_k;
     if (!zeros_k.empty()) j["zeros_k"] = zeros_k;
+    if (!mids_k.empty()) j["mids_k"] = mids_k;
     j["rate"] = rate;
     j["ranks_k"] = ranks_k;
     j["ranks_v"] = ranks_v;
@@ -66,6 +67,7 @@ kv_plan kv_plan::from_json(const nlohmann::json& j, const std::string& where) {
         p.bits_v = j.value("bits_v", std::vector<int>{});
         p.tails_k = j.value("tails_k", std::vector<int>{});
         p.zeros_k = j.value("zeros_k", std::vector<int>{});
+        p.mids_k = j.value("mids_k", std::vector<int>{});
         p.rate = j.value("rate", 0.0);
         p.ranks_k = j.at("ranks_k").get<std::vector<int>>();
         p.ranks_v = j.at("ranks_v").get<std::vector<int>>();
@@ -115,6 +117,17 @@ kv_plan kv_plan::from_json(const nlohmann::json& j, const std::string& where) {
             ZK_THROW("%s: plan head %zu has 0-bit key channels but %d-bit keys (they are for 4- and 2-bit keys)",
                      where.c_str(), i, p.head_bits_k(i));
     }
+    if (!p.mids_k.empty() && p.mids_k.size() != nh)
+        ZK_THROW("%s: plan mids_k must have %zu entries (layers x KV heads) or none", where.c_str(), nh);
+    for (size_t i = 0; i < p.mids_k.size(); i++) {
+        const int t = (p.tails_k.empty() ? 0 : p.tails_k[i]) + (p.zeros_k.empty() ? 0 : p.zeros_k[i]);
+        if (p.mids_k[i] < 0 || p.mids_k[i] + t > p.head_dim)
+            ZK_THROW("%s: plan head %zu has %d 2-bit key channels and %d 1- and 0-bit ones, more than its %d",
+                     where.c_str(), i, p.mids_k[i], t, p.head_dim);
+        if (p.mids_k[i] > 0 && p.head_bits_k(i) != 4)
+            ZK_THROW("%s: plan head %zu has 2-bit key channels but %d-bit keys (they are for 4-bit keys)",
+                     where.c_str(), i, p.head_bits_k(i));
+    }
     if (!p.kbasis.empty() && p.kbasis.size() != nh)
         ZK_THROW("%s: plan key_basis must have %zu entries or none", where.c_str(), nh);
     for (size_t i = 0; i < p.ranks_k.size(); i++)
@@ -150,6 +163,8 @@ std::string kv_plan::describe() const {
     if (nt > 0) prec += ", 1-bit key tails in " + std::to_string(nt) + " heads";
     const long nz = std::count_if(zeros_k.begin(), zeros_k.end(), [](int t) { return t > 0; });
     if (nz > 0) prec += ", 0-bit key channels in " + std::to_string(nz) + " heads";
+    const long nm = std::count_if(mids_k.begin(), mids_k.end(), [](int t) { return t > 0; });
+    if (nm > 0) prec += ", 2-bit channels in the 4-bit keys of " + std::to_string(nm) + " heads";
     std::snprintf(buf, sizeof buf, "%s, ZACK rate %.3f, %.1f%% of the f16 cache%s%s", prec.c_str(), rate,
                   100.0 * kv_fraction, evict == "none" ? "" : (", " + evict + " " + std::to_string(budget) + " tokens").c_str(),
                   loss >= 0 ? (", predicted loss " + std::to_string(loss)).c_str() : "");
@@ -214,8 +229,9 @@ double plan_inputs::qloss(int bits_k, int bits_v, size_t h) const {
 
 double plan_f16_bytes(int n_layer, int n_kv, int head_dim) { return (double)n_layer * n_kv * 4.0 * head_dim; }
 
-double plan_side_bytes(int bits, bool key, int r, int group, int tail, int zero) {
+double plan_side_bytes(int bits, bool key, int r, int group, int tail, int zero, int mid) {
     zero = std::min(zero, r), tail = std::min(tail, r - zero);  // as the cache clamps them
+    mid = bits == 4 ? std::min(mid, r - zero - tail) : 0;
     switch (bits) {
         case 1:  // vector-coded values as calibrate trains them (calib/codebook.h): codes and an f16 scale
         case 0:
@@ -226,7 +242,7 @@ double plan_side_bytes(int bits, bool key, int r, int group, int tail, int zero)
         case 8: return r + 2.0 * kv_n_blocks(r, KV_Q8_BLOCK);
         case 4:
         case 2:
-            return (key ? kv_key_row_bytes(bits, r, tail, zero) : kv_qb_row_bytes(bits, r)) +
+            return (key ? kv_key_row_bytes(bits, r, tail, zero, mid) : kv_qb_row_bytes(bits, r)) +
                    (key ? 2.0 * (kv_key_grid_words(r, zero) + KV_GRID_STEPS) / group  // grid code per (group, channel)
                         : 2.0 * kv_n_blocks(r, KV_Q4_VBLOCK) + 2.0 * KV_GRID_STEPS / group);  // per (token, block)
                                                                                      // + 2 f16 steps a group
@@ -242,8 +258,9 @@ double plan_head_bytes(int bits_k, int bits_v, int group) {
 
 double plan_cache_bytes() { return sizeof(int32_t); }  // the positions, one ramp for every head
 
-int64_t plan_head_cost(int bits_k, int bits_v, int rank_k, int rank_v, int tail, int zero) {
-    return (int64_t)std::ceil(plan_side_bytes(bits_k, true, rank_k, 32, tail, zero) + plan_side_bytes(bits_v, false, rank_v) +
+int64_t plan_head_cost(int bits_k, int bits_v, int rank_k, int rank_v, int tail, int zero, int mid) {
+    return (int64_t)std::ceil(plan_side_bytes(bits_k, true, rank_k, 32, tail, zero, mid) +
+                              plan_side_bytes(bits_v, false, rank_v) +
                               plan_head_bytes(bits_k, bits_v) - 1e-9);
 }
 
@@ -253,7 +270,8 @@ double plan_bytes(const kv_plan& p) {
     for (size_t h = 0; h < nh; h++) {
         const int bk = p.head_bits_k(h), bv = p.head_bits_v(h);
         s += plan_side_bytes(bk, true, p.ranks_k.empty() ? p.head_dim : p.ranks_k[h], 32,
-                             p.tails_k.empty() || bk > 4 ? 0 : p.tails_k[h], p.zeros_k.empty() || bk > 4 ? 0 : p.zeros_k[h]) +
+                             p.tails_k.empty() || bk > 4 ? 0 : p.tails_k[h], p.zeros_k.empty() || bk > 4 ? 0 : p.zeros_k[h],
+                             p.mids_k.empty() || bk != 4 ? 0 : p.mids_k[h]) +
              plan_side_bytes(bv, false, p.ranks_v.empty() ? p.head_dim : p.ranks_v[h]) + plan_head_bytes(bk, bv);
     }
     return s;
@@ -284,11 +302,12 @@ double plan_predicted_loss(const plan_inputs& in, const kv_plan& p) {
         // length each: an approximation for others)
         const int bv = p.head_bits_v(h);
         const int tl = p.tails_k.empty() ? 0 : p.tails_k[h], zr = p.zeros_k.empty() ? 0 : p.zeros_k[h];
+        const int md = p.mids_k.empty() ? 0 : p.mids_k[h];
         int code = p.head_bits_k(h);
-        if (code == 4 && (tl > 0 || zr > 0)) {  // 4-bit keys with narrower channels: the widths they match
+        if (code == 4 && (tl > 0 || zr > 0 || md > 0)) {  // 4-bit keys with narrower channels: the widths they match
             for (int w = 0; w < k_plan_n_wide; w++)
-                if (!in.wide[w].empty() && in.wide[w][h].n1 == tl && in.wide[w][h].n0 == zr &&
-                    in.measured(k_plan_wide_code[w], bv, h))
+                if (!in.wide[w].empty() && in.wide[w][h].n2 == md && in.wide[w][h].n1 == tl &&
+                    in.wide[w][h].n0 == zr && in.measured(k_plan_wide_code[w], bv, h))
                     code = k_plan_wide_code[w];
         } else if (zr > 0 && in.measured(k_plan_zero_code, bv, h)) {
             code = k_plan_zero_code;
@@ -303,7 +322,8 @@ double plan_predicted_loss(const plan_inputs& in, const kv_plan& p) {
 static_assert(k_plan_tail_code == k_sens_tail_code, "one code for 1-bit key tails");
 static_assert(k_plan_zero_code == k_sens_zero_code, "one code for 0-bit key channels");
 static_assert(k_plan_n_wide == k_sens_n_wide && k_plan_wide_code[0] == k_sens_wide_code[0] &&
-                  k_plan_wide_code[1] == k_sens_wide_code[1],
+                  k_plan_wide_code[1] == k_sens_wide_code[1] && k_plan_wide_code[2] == k_sens_wide_code[2] &&
+                  k_plan_wide_code[3] == k_sens_wide_code[3],
               "one code for each per-head widths row");
 
 namespace {
@@ -319,7 +339,7 @@ kv_plan plan_per_head(const plan_inputs& in, double target) {
     std::vector<int> bases;
     for (int b = 0; b < 3; b++)
         if (!c.loss_k[b].empty()) bases.push_back(b);
-    struct choice { int bits_k, bits_v, basis, rank_k, rank_v, tail, zero; };
+    struct choice { int bits_k, bits_v, basis, rank_k, rank_v, tail, zero, mid; };
     std::vector<std::vector<choice>> what(nh);
     std::vector<std::vector<knap_option>> items(nh);
     for (size_t h = 0; h < nh; h++) {
@@ -333,13 +353,14 @@ kv_plan plan_per_head(const plan_inputs& in, double target) {
                 // a 1-bit tail: 2-bit keys, their last sens_tail(d) channels 1-bit, at full
                 // key rank (its loss was measured there; cutting ranks competes with it instead);
                 // with 0-bit channels, the last sens_zero(d) of those are 0-bit
-                // per-head widths: 4-bit keys, the head's tail and 0-bit channels
+                // per-head widths: 4-bit keys, the head's 2-bit, 1-bit and 0-bit channels
                 const bool tail = plan_keys_only(bk), zc = bk == k_plan_zero_code;
                 const int wi = plan_wide_index(bk);
                 if (wi >= 0 && in.wide[wi].empty()) continue;
                 const int kbits = wi >= 0 ? 4 : tail ? 2 : bk;
                 const int zr = wi >= 0 ? in.wide[wi][h].n0 : zc ? sens_zero(c.d) : 0;
                 const int tl = wi >= 0 ? in.wide[wi][h].n1 : tail ? sens_tail(c.d) - zr : 0;
+                const int md = wi >= 0 ? in.wide[wi][h].n2 : 0;
                 // quantized keys only in the basis their loss was measured in (pca): in the
                 // score basis (not orthogonal) the same codes lose far more (plan 0.2 on
                 // Qwen2.5-Coder-1.5B with score-basis 2-bit keys: KLD 0.085 at 4K against
@@ -351,8 +372,8 @@ kv_plan plan_per_head(const plan_inputs& in, double target) {
                             // value codes cover whole groups of channels
                             if (kv_bits_vq(bv) && c.grid[rv] % k_vq_dim[bv]) continue;
                             const double l = in.rank_weight * (c.loss_k[b][h * nr + rk] + c.loss_v[h * nr + rv]) + lq;
-                            what[h].push_back({kbits, bv, b, c.grid[rk], c.grid[rv], tl, zr});
-                            items[h].push_back({plan_head_cost(kbits, bv, c.grid[rk], c.grid[rv], tl, zr), l});
+                            what[h].push_back({kbits, bv, b, c.grid[rk], c.grid[rv], tl, zr, md});
+                            items[h].push_back({plan_head_cost(kbits, bv, c.grid[rk], c.grid[rv], tl, zr, md), l});
                         }
                 }
             }
@@ -384,6 +405,7 @@ kv_plan plan_per_head(const plan_inputs& in, double target) {
         p.ranks_k[h] = ch.rank_k, p.ranks_v[h] = ch.rank_v;
         if (ch.tail > 0) p.tails_k.resize(nh, 0), p.tails_k[h] = ch.tail;
         if (ch.zero > 0) p.zeros_k.resize(nh, 0), p.zeros_k[h] = ch.zero;
+        if (ch.mid > 0) p.mids_k.resize(nh, 0), p.mids_k[h] = ch.mid;
     }
     p.rate = ranks_rate(p.ranks_k, p.ranks_v, c.d);
     p.bits = std::max(*std::max_element(p.bits_k.begin(), p.bits_k.end()),
@@ -572,6 +594,7 @@ void plan_apply(const kv_plan& p, const model& m, session_params& sp) {
     sp.kv.bits_v = p.bits_v;
     if (!p.tails_k.empty()) sp.kv.tails_k = p.tails_k;
     if (!p.zeros_k.empty()) sp.kv.zeros_k = p.zeros_k;
+    if (!p.mids_k.empty()) sp.kv.mids_k = p.mids_k;
     sp.ranks_k = p.ranks_k;
     sp.ranks_v = p.ranks_v;
     sp.kbasis = p.ranks_k.empty() ? std::vector<int>{} : p.kbasis;

@@ -29,6 +29,7 @@
 //                                       values also 1 and 0: vector codes, 4 x 64 and 8 x 256 books),
 //    "tails_k": [...]   (optional, per head: the 1-bit tail of 4- or 2-bit keys, engine/kv_cache.h),
 //    "zeros_k": [...]   (optional, per head: 0-bit key channels after the tail, engine/kv_cache.h),
+//    "mids_k": [...]    (optional, per head: 2-bit channels of 4-bit keys before the tail, engine/kv_cache.h),
 //    "ranks_k": [...], "ranks_v": [...], "key_basis": [...]   (n_layer x n_kv, or [] = full rank),
 //    "evict": "none"|policy, "budget": tokens, "loss": predicted (or -1), "source": "..."}
 #pragma once
@@ -53,12 +54,12 @@ constexpr int k_plan_tail_code = 1;
 // 2-bit keys whose 1-bit tail ends in 0-bit channels (k_sens_zero_code; zeros_k).
 constexpr int k_plan_zero_code = 0;
 // Per-head widths (k_sens_wide_code): 4-bit keys whose directions, in the
-// quantization order, end in a 1-bit tail and 0-bit channels, the counts from
-// the .zack's proxy (calib/keybasis.h keybasis_key_widths) for rows of
-// k_key_wide_bits[w] bits a channel; a plan stores such a head as 4-bit keys
-// with its tails_k and zeros_k.
-constexpr int k_plan_n_wide = 2;
-constexpr int k_plan_wide_code[k_plan_n_wide] = {5, 6};
+// quantization order, go on in 2-bit codes, a 1-bit tail and 0-bit channels,
+// the counts from the .zack's proxy (calib/keybasis.h keybasis_key_widths) for
+// rows of k_key_wide_bits[w] bits a channel; a plan stores such a head as 4-bit
+// keys with its mids_k, tails_k and zeros_k.
+constexpr int k_plan_n_wide = 4;
+constexpr int k_plan_wide_code[k_plan_n_wide] = {5, 6, 9, 10};  // 5, 6: without 2-bit channels (older files)
 inline int plan_wide_index(int code) {
     for (int w = 0; w < k_plan_n_wide; w++)
         if (code == k_plan_wide_code[w]) return w;
@@ -88,6 +89,7 @@ struct kv_plan {
                                       // vector codes, engine/kv_vq.h); empty = `bits` everywhere
     std::vector<int> tails_k;  // [n_layer x n_kv] 1-bit key tails (channels; KIVI keys only); empty = none
     std::vector<int> zeros_k;  // [n_layer x n_kv] 0-bit key channels after the tail (KIVI keys only); empty = none
+    std::vector<int> mids_k;   // [n_layer x n_kv] 2-bit channels before the tail (4-bit keys only); empty = none
     double rate = 0;         // ZACK rate of the ranks
     std::vector<int> ranks_k, ranks_v, kbasis;  // [n_layer x n_kv]; empty = full rank
     std::string evict = "none";
@@ -164,8 +166,9 @@ double plan_bytes(int n_layer, int n_kv, int head_dim, int bits, const std::vect
 // costs besides its sides (a KIVI group table); and what the cache costs
 // besides its heads (the slot positions, one ramp for every head of a cache
 // without eviction: engine/kv_cache.h).
-// tail, zero: a 4- or 2-bit key side's 1-bit and 0-bit channels (clamped as the cache does).
-double plan_side_bytes(int bits, bool key, int r, int group = 32, int tail = 0, int zero = 0);
+// tail, zero: a 4- or 2-bit key side's 1-bit and 0-bit channels, mid a 4-bit
+// side's 2-bit ones (clamped as the cache does).
+double plan_side_bytes(int bits, bool key, int r, int group = 32, int tail = 0, int zero = 0, int mid = 0);
 double plan_head_bytes(int bits_k, int bits_v, int group = 32);
 double plan_cache_bytes();
 // The bytes per token of a plan's precisions and ranks (per-head bits).
@@ -173,7 +176,7 @@ double plan_bytes(const kv_plan& p);
 // What one head at these precisions and ranks costs in a plan's search: its
 // bytes per token rounded up to a whole byte (plans stay within their target,
 // less plan_cache_bytes; at most n_layer x n_kv bytes per token below it).
-int64_t plan_head_cost(int bits_k, int bits_v, int rank_k, int rank_v, int tail = 0, int zero = 0);
+int64_t plan_head_cost(int bits_k, int bits_v, int rank_k, int rank_v, int tail = 0, int zero = 0, int mid = 0);
 
 // The predicted plan for target F in (0, 1] (see above). Throws when F is out
 // of range or nothing fits F (naming the least fraction a 4-bit cache at the

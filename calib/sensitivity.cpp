@@ -233,7 +233,7 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
                         const sens_key_layout kl =
                             sens_key_layout_of(bits, D, wi >= 0 ? &wides_[wi][(size_t)layer * KV + g] : nullptr);
                         // unequal widths: the directions in the session's order (engine/session.h)
-                        const int32_t* order = (kl.tail || kl.zero) && !korder_.empty()
+                        const int32_t* order = (kl.tail || kl.zero || kl.mid) && !korder_.empty()
                                                ? korder_.data() + ((size_t)layer * KV + g) * D
                                                : nullptr;
                         auto reorder = [&](bool back) {  // each row: into the order, or back from it
@@ -250,9 +250,9 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
                         };
                         reorder(false);
                         kvq_quantize_keys(kl.bits, grp.data(), GR, D, cq.data(), s1.data(), s2.data(), nullptr,
-                                          kl.tail, kl.zero);
+                                          kl.tail, kl.zero, kl.mid);
                         kvq_dequantize_keys(kl.bits, cq.data(), s1.data(), s2.data(), GR, D, grp.data(), kl.tail,
-                                            kl.zero);
+                                            kl.zero, kl.mid);
                         reorder(true);
                         if (m)
                             for (int t = 0; t < GR; t++)

@@ -64,20 +64,23 @@ struct sens_params {
 // 0 (keys only) is that tail with its last sens_zero(d) channels at 0 bits,
 // each its group's mean: on Qwen2.5-Coder-1.5B such channels from 96 of 128
 // cost less KL per byte than the plans' other steps at 14% of the f16 bytes.
-// 5 and 6 (keys only) are per-head widths (calib/keybasis.h keybasis_key_widths):
+// 9 and 10 (keys only) are per-head widths (calib/keybasis.h keybasis_key_widths):
 // the directions in the quantization order, the first n4 in 4-bit codes, then
-// a 1-bit tail of n1, the last n0 at 0 bits, for rows of k_key_wide_bits[w]
-// bits a channel (1.75: the bytes of the tail above; 2.5: of 2-bit keys).
+// n2 in 2-bit codes, a 1-bit tail of n1, the last n0 at 0 bits, for rows of
+// 1.75 and 2.5 bits a channel (the bytes of the tail above; of 2-bit keys).
+// 5 and 6 are the same without the 2-bit width: .zack files from before it
+// measured those (plans still read them), zack calibrate no longer does.
 // Measured only where the calibration has the proxy (zack_calibration::k_score).
-// Why: in numpy on Qwen2.5-Coder-1.5B's keys, offered per head next to the
-// fixed splits, such rows lose 10% less attention output at 28 bytes and 33%
-// less at 40 (bench/RESULTS.md "key bits per channel").
+// Why: in numpy on Qwen2.5-Coder-1.5B's keys, such rows lose 26% less
+// attention output than the 2/1-bit tail at 28 bytes and 53% less than 2-bit
+// keys at 40 (bench/RESULTS.md "key bits per channel"); end to end the plans
+// gain less ("2-bit key channels").
 constexpr int k_sens_n_prec = 8;
-constexpr int k_sens_prec[k_sens_n_prec] = {16, 8, 4, 2, 1, 0, 5, 6};
+constexpr int k_sens_prec[k_sens_n_prec] = {16, 8, 4, 2, 1, 0, 9, 10};
 constexpr int k_sens_tail_code = 1;  // = k_plan_tail_code (calib/plan.h)
 constexpr int k_sens_zero_code = 0;  // = k_plan_zero_code
 constexpr int k_sens_n_wide = k_key_n_wide;  // calib/keybasis.h k_key_wide_bits
-constexpr int k_sens_wide_code[k_sens_n_wide] = {5, 6};
+constexpr int k_sens_wide_code[k_sens_n_wide] = {5, 6, 9, 10};  // not 8: the 8-bit precision
 // The index of a widths code in k_sens_wide_code, or -1.
 inline int sens_wide_index(int code) {
     for (int w = 0; w < k_sens_n_wide; w++)
@@ -94,16 +97,17 @@ inline bool sens_keys_only(int code) {
 // Whether a side at this code keeps KIVI's window of exact newest tokens.
 inline bool sens_windowed(int code) { return code <= 4 || sens_wide_index(code) >= 0; }
 // The key layout a precision code stands for: bits of the codes, the 1-bit
-// tail and the 0-bit channels (as engine/kv_quant.h takes them).
+// tail, the 0-bit channels and the 2-bit ones of 4-bit codes (as
+// engine/kv_quant.h takes them).
 struct sens_key_layout {
-    int bits, tail, zero;
+    int bits, tail, zero, mid;
 };
 // wide: the head's widths for a widths code (calib/keybasis.h).
 inline sens_key_layout sens_key_layout_of(int code, int d, const key_widths* wide = nullptr) {
-    if (code == k_sens_tail_code) return {2, sens_tail(d), 0};
-    if (code == k_sens_zero_code) return {2, sens_tail(d) - sens_zero(d), sens_zero(d)};
-    if (sens_wide_index(code) >= 0) return {4, wide ? wide->n1 : 0, wide ? wide->n0 : 0};
-    return {code, 0, 0};
+    if (code == k_sens_tail_code) return {2, sens_tail(d), 0, 0};
+    if (code == k_sens_zero_code) return {2, sens_tail(d) - sens_zero(d), sens_zero(d), 0};
+    if (sens_wide_index(code) >= 0) return {4, wide ? wide->n1 : 0, wide ? wide->n0 : 0, wide ? wide->n2 : 0};
+    return {code, 0, 0, 0};
 }
 // Whether the pair (keys at k_sens_prec[i], values at [j]) is measured: every
 // pair but (16, 16) of the others; a tail (with or without 0-bit channels) only

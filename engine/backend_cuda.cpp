@@ -99,6 +99,9 @@ void backend_cuda::cache_check(const kv_cache_params& p) const {
     if (p.key_zero > 0 || std::any_of(p.zeros_k.begin(), p.zeros_k.end(), [](int t) { return t > 0; }))
         ZK_THROW("device cuda: 0-bit key channels (--kv-key-zero, a plan's zeros_k) are not on the GPU yet; use "
                  "device cpu");
+    if (p.key_mid > 0 || std::any_of(p.mids_k.begin(), p.mids_k.end(), [](int t) { return t > 0; }))
+        ZK_THROW("device cuda: 2-bit channels in 4-bit keys (--kv-key-mid, a plan's mids_k) are not on the GPU yet; "
+                 "use device cpu");
     if (kv_cache_vq(p))
         ZK_THROW("device cuda: vector-coded values (a plan's value precision 1 or 0) are not on the GPU yet; use "
                  "device cpu");

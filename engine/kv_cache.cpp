@@ -75,6 +75,7 @@ int kv_cache_bits(const kv_cache_params& p, kv_role role, size_t i) {
 
 int kv_cache_key_tail(const kv_cache_params& p, size_t i) { return p.tails_k.empty() ? p.key_tail : p.tails_k[i]; }
 int kv_cache_key_zero(const kv_cache_params& p, size_t i) { return p.zeros_k.empty() ? p.key_zero : p.zeros_k[i]; }
+int kv_cache_key_mid(const kv_cache_params& p, size_t i) { return p.mids_k.empty() ? p.key_mid : p.mids_k[i]; }
 
 bool kv_cache_quantized(const kv_cache_params& p) {
     return any_bits(p, [](int b) { return b < 16; });
@@ -124,6 +125,8 @@ void kv_cache_validate_params(const kv_cache_params& p, int n_layer, int n_head_
                        KV_KEY_TAIL_MAX, p.gear, n_layer, n_head_kv);
     check_key_channels("kv.key_zero", "kv_zeros_k", "0-bit key channels", "0-bit key channels", p.key_zero, p.zeros_k,
                        KV_KEY_MAX_R, p.gear, n_layer, n_head_kv);
+    check_key_channels("kv.key_mid", "kv_mids_k", "2-bit key channels", "2-bit key channels", p.key_mid, p.mids_k,
+                       KV_KEY_MAX_R, p.gear, n_layer, n_head_kv);
     if (p.select < 0) ZK_THROW_PARAM("kv.select", "kv.select must be a number of tokens, got %lld", (long long)p.select);
     if (p.select_every < 1 || p.select_every > 1024)
         ZK_THROW_PARAM("kv.select_every", "kv.select_every must be between 1 and 1024 steps, got %d", p.select_every);
@@ -164,9 +167,10 @@ kv_side_shape kv_cache::side_shape(kv_role role, size_t i, const kv_layout& layo
         s.group = p_.group;
         s.max_groups = max_groups(capacity);
     }
-    if (role == KV_ROLE_KEYS && layout.windowed) {  // 0-bit channels last, the 1-bit tail before them
+    if (role == KV_ROLE_KEYS && layout.windowed) {  // 0-bit channels last, the 1-bit tail, 2-bit ones before
         s.zero = std::min(kv_cache_key_zero(p_, i), s.r);
         s.tail = std::min(kv_cache_key_tail(p_, i), s.r - s.zero);
+        if (layout.id == KV_LAYOUT_Q4) s.mid = std::min(kv_cache_key_mid(p_, i), s.r - s.zero - s.tail);
     }
     if (layout.id == KV_LAYOUT_VQ) {
         s.vq = p_.vq[kv_cache_bits(p_, role, i)];
@@ -368,6 +372,17 @@ std::string kv_cache::describe(int head_dim) const {
         if (nt > 0) {
             std::snprintf(buf, sizeof buf, "; 1-bit key tails in %d of %zu heads (%.0f channels on average)", nt,
                           blocks_.size(), (double)sum / nt);
+            prec += buf;
+        }
+        int nm = 0;
+        long msum = 0;
+        for (const auto& b : blocks_) {
+            const int m = b.k->view(0).mid;
+            if (m > 0) nm++, msum += m;
+        }
+        if (nm > 0) {
+            std::snprintf(buf, sizeof buf, "; 2-bit key channels in %d of %zu heads (%.0f on average)", nm,
+                          blocks_.size(), (double)msum / nm);
             prec += buf;
         }
         int nz = 0;

@@ -81,6 +81,12 @@ struct kv_cache_params {
     // in zeros_k; the 1-bit tail then comes before them. At most the side's rank.
     int key_zero = 0;
     std::vector<int> zeros_k;
+    // 2-bit key channels (kernels/attention.h): on a 4-bit KIVI key side, the
+    // channels before the 1-bit tail coded in 2 bits, key_mid on every such
+    // side or per head in mids_k. At most the side's rank less its tail and
+    // 0-bit channels; 2-bit and other sides ignore them.
+    int key_mid = 0;
+    std::vector<int> mids_k;
     int sinks = 0;                // first positions also kept exact (f32, full head dim)
     // Decode-time selection (engine/kv_select.h): a one-token decode step
     // attends to this many tokens' worth of each head's slots, plus the sinks
@@ -104,6 +110,8 @@ int kv_cache_bits(const kv_cache_params& p, kv_role role, size_t i);
 int kv_cache_key_tail(const kv_cache_params& p, size_t i);
 // The 0-bit key channels asked for block i (before clamping to its rank).
 int kv_cache_key_zero(const kv_cache_params& p, size_t i);
+// The 2-bit key channels asked for block i (before clamping).
+int kv_cache_key_mid(const kv_cache_params& p, size_t i);
 // Whether some side of the cache is quantized (below 16 bits).
 bool kv_cache_quantized(const kv_cache_params& p);
 // Whether some side is KIVI (4 or 2 bits) or vector-coded (1): blocks with one keep a residual window.

@@ -48,6 +48,8 @@ struct kv_side_shape {
     // which have none (kernels/attention.h; 0: none)
     int tail = 0;
     int zero = 0;
+    // 4-bit KIVI keys: `mid` channels in 2-bit codes before the tail (0: none)
+    int mid = 0;
     // vector-coded values: the model's books and this block's
     const kv_vq_books* vq = nullptr;
     const kv_vq_book* vq_head = nullptr;

@@ -20,7 +20,7 @@ public:
         : s_(s),
           bits_(bits),
           keys_(s.role == KV_ROLE_KEYS),
-          rb_(s.role == KV_ROLE_KEYS ? kv_key_row_bytes(bits, s.r, s.tail, s.zero) : kv_kivi_row_bytes(bits, s.r)),
+          rb_(s.role == KV_ROLE_KEYS ? kv_key_row_bytes(bits, s.r, s.tail, s.zero, s.mid) : kv_kivi_row_bytes(bits, s.r)),
           gw_(kv_key_grid_words(s.r, s.zero)),
           vb_(kv_n_blocks(s.r, KV_Q4_VBLOCK)),
           k_(s.gear ? s.gear_rank : 0),
@@ -30,6 +30,7 @@ public:
         // kv_cache_validate_params refuses bad tails and GEAR with tails; side_shape clamps to r
         ZK_ASSERT(s.tail >= 0 && s.tail <= std::min(s.r, KV_KEY_TAIL_MAX) && (s.tail == 0 || (keys_ && !s.gear)));
         ZK_ASSERT(s.zero >= 0 && s.zero + s.tail <= s.r && (s.zero == 0 || (keys_ && !s.gear)));
+        ZK_ASSERT(s.mid >= 0 && s.mid + s.zero + s.tail <= s.r && (s.mid == 0 || (keys_ && !s.gear && bits == 4)));
         if ((int64_t)s.group * s.r >= KV_GEAR_NONE)
             ZK_THROW("%d-bit KV group of %d tokens x %d channels is too large (max 65534 elements)", bits, s.group,
                      s.r);
@@ -87,6 +88,7 @@ public:
         v.min = min_.data();
         v.tail = s_.tail;
         v.zero = s_.zero;
+        v.mid = s_.mid;
         if (s_.gear) v.gear = attn_gear_view{k_, nout_, ga_.data(), gb_.data(), goi_.data(), gov_.data()};
         return v;
     }
@@ -122,7 +124,7 @@ void kivi_side::read_group(const kv_group_ref& gr, float* X) const {
     const uint8_t* c = codes_.data() + gr.s0 * rb_;
     if (!s_.gear) {
         if (keys_)
-            kvq_dequantize_keys(bits_, c, scale_of(gr), min_of(gr), gr.n, s_.r, X, s_.tail, s_.zero);
+            kvq_dequantize_keys(bits_, c, scale_of(gr), min_of(gr), gr.n, s_.r, X, s_.tail, s_.zero, s_.mid);
         else
             kvq_dequantize_values(bits_, c, scale_of(gr), min_of(gr), gr.n, s_.r, X);
         return;
@@ -139,7 +141,7 @@ void kivi_side::requantize(const kv_group_ref& gr, const float* X, float* work) 
     uint16_t* mn = (uint16_t*)min_of(gr);
     if (!s_.gear) {
         if (keys_)
-            kvq_quantize_keys(bits_, X, gr.n, s_.r, c, sc, mn, nullptr, s_.tail, s_.zero);
+            kvq_quantize_keys(bits_, X, gr.n, s_.r, c, sc, mn, nullptr, s_.tail, s_.zero, s_.mid);
         else
             kvq_quantize_values(bits_, X, gr.n, s_.r, c, sc, mn);
         return;
@@ -176,7 +178,7 @@ void kivi_side::move_group(int64_t g, int64_t ng, const int16_t* newt, int) {
 size_t kivi_bytes(int bits, const kv_side_shape& s) {
     const size_t C = (size_t)s.capacity, MG = (size_t)s.max_groups;
     size_t b = (size_t)s.residual * s.r * kv_elem_size(s.type);  // residual window
-    b += C * (s.role == KV_ROLE_KEYS ? kv_key_row_bytes(bits, s.r, s.tail, s.zero) : kv_kivi_row_bytes(bits, s.r)) +
+    b += C * (s.role == KV_ROLE_KEYS ? kv_key_row_bytes(bits, s.r, s.tail, s.zero, s.mid) : kv_kivi_row_bytes(bits, s.r)) +
          KV_Q4_PAD;  // codes
     b += s.role == KV_ROLE_KEYS ? MG * 2 * (size_t)kv_key_grid_words(s.r, s.zero)  // grid codes per (group, channel)
                                 : C * 2 * (size_t)kv_n_blocks(s.r, KV_Q4_VBLOCK);  // per (token, block)

@@ -307,10 +307,12 @@ void kvq_key_grid_search_rows(int bits, const float* X, int n, int r, int nc, co
 }
 
 void kvq_grid_codes(int bits, const float* lo, const float* hi, int r, uint16_t* grid, uint16_t* step, int tail,
-                    int zero) {
+                    int zero, int mid) {
     const int rc = r - zero;  // channels with codes; [rc, r) are 0-bit, lo = their mean
-    // the levels above a channel's min: 2^bits - 1, or 1 in a 1-bit tail
-    auto top = [&](int c) { return c < rc - tail ? (float)((1 << bits) - 1) : 1.0f; };
+    // the levels above a channel's min: 2^bits - 1, 3 in the 2-bit part, 1 in a 1-bit tail
+    auto top = [&](int c) {
+        return c < rc - tail - mid ? (float)((1 << bits) - 1) : c < rc - tail ? 3.0f : 1.0f;
+    };
     float mabs = 0;
     for (int c = 0; c < r; c++) mabs = std::fmax(mabs, std::fabs(lo[c]));
     step[1] = f16_ceil(mabs / 127.0f);
@@ -358,18 +360,33 @@ void kvq_key_levels_1bit(const float* x, int n, int64_t stride, const uint8_t* s
     }
 }
 
-void kvq_quantize_keys(int bits, const float* X, int n, int r, uint8_t* codes, uint16_t* grid, uint16_t* step,
-                       const uint8_t* skip, int tail, int zero) {
+namespace {
+
+// Checks a key row's channel counts; h4 (out): its channels at `bits`.
+void check_key_parts(int bits, int r, int tail, int zero, int mid, int* h4) {
     check_bits(bits);
     if (r > KV_KEY_MAX_R) ZK_THROW("%d-bit keys of %d channels: at most %d", bits, r, KV_KEY_MAX_R);
     if (zero < 0 || zero > r) ZK_THROW("%d 0-bit key channels in a key of %d: at most %d", zero, r, r);
     if (tail < 0 || tail > r - zero || tail > KV_KEY_TAIL_MAX)
         ZK_THROW("a 1-bit key tail of %d channels in a key of %d (%d of them 0-bit): at most min(%d, %d)", tail, r,
                  zero, r - zero, KV_KEY_TAIL_MAX);
-    const int rc = r - zero, h = rc - tail, rb = kv_key_row_bytes(bits, r, tail, zero);
-    const int rbh = kv_qb_row_bytes(bits, h), tb = kv_tail_bytes(tail);
+    if (mid < 0 || mid > r - zero - tail || (mid > 0 && bits != 4))
+        ZK_THROW("%d 2-bit key channels in %d-bit keys of %d (%d 1-bit, %d 0-bit): 4-bit keys only, at most %d", mid,
+                 bits, r, tail, zero, r - zero - tail);
+    *h4 = r - zero - tail - mid;
+}
+
+}  // namespace
+
+void kvq_quantize_keys(int bits, const float* X, int n, int r, uint8_t* codes, uint16_t* grid, uint16_t* step,
+                       const uint8_t* skip, int tail, int zero, int mid) {
+    int h4;
+    check_key_parts(bits, r, tail, zero, mid, &h4);
+    const int rc = r - zero, h = rc - tail, rb = kv_key_row_bytes(bits, r, tail, zero, mid);
+    const int rb4 = kv_qb_row_bytes(bits, h4), rbh = rb4 + kv_qb_row_bytes(2, mid), tb = kv_tail_bytes(tail);
     float lo[KV_KEY_MAX_R] = {}, hi[KV_KEY_MAX_R] = {};
-    kvq_key_grid_search_rows(bits, X, n, r, h, skip, lo, hi);
+    kvq_key_grid_search_rows(bits, X, n, r, h4, skip, lo, hi);
+    if (mid > 0) kvq_key_grid_search_rows(2, X + h4, n, r, mid, skip ? skip + h4 : nullptr, lo + h4, hi + h4);
     for (int c = h; c < rc; c++) kvq_key_levels_1bit(X + c, n, r, skip ? skip + c : nullptr, r, &lo[c], &hi[c]);
     for (int c = rc; c < r; c++) {  // 0-bit: the mean of the channel's (kept) tokens
         double sum = 0;
@@ -378,16 +395,19 @@ void kvq_quantize_keys(int bits, const float* X, int n, int r, uint8_t* codes, u
             if (!(skip && skip[(size_t)t * r + c])) sum += X[(size_t)t * r + c], cnt++;
         lo[c] = hi[c] = cnt ? (float)(sum / cnt) : 0.0f;
     }
-    kvq_grid_codes(bits, lo, hi, r, grid, step, tail, zero);
+    kvq_grid_codes(bits, lo, hi, r, grid, step, tail, zero, mid);
     const float ds = fp16_to_fp32(step[0]), dm = fp16_to_fp32(step[1]);
     std::memset(codes, 0, (size_t)n * rb);  // unused high bits zero, as for values
     for (int c = 0; c < rc; c++) {
         const float sv = kivi_grid_scale(grid[c], ds), mv = kivi_grid_min(grid[c], dm);
         const float inv = sv > 0 ? 1.0f / sv : 0.0f;
-        if (c < h) {
+        if (c < h4) {
             const int top = (1 << bits) - 1;
             for (int t = 0; t < n; t++)
                 put_code(bits, codes + (size_t)t * rb, c, q_code(X[(size_t)t * r + c], mv, inv, top));
+        } else if (c < h) {  // the 2-bit part: a 2-bit row from byte rb4
+            for (int t = 0; t < n; t++)
+                put_code(2, codes + (size_t)t * rb + rb4, c - h4, q_code(X[(size_t)t * r + c], mv, inv, 3));
         } else {  // tail channel i: bit i / tb of tail byte i % tb
             const int i = c - h;
             for (int t = 0; t < n; t++)
@@ -397,10 +417,11 @@ void kvq_quantize_keys(int bits, const float* X, int n, int r, uint8_t* codes, u
 }
 
 void kvq_dequantize_keys(int bits, const uint8_t* codes, const uint16_t* grid, const uint16_t* step, int n, int r,
-                         float* X, int tail, int zero) {
-    check_bits(bits);
-    const int rc = r - zero, h = rc - tail, rb = kv_key_row_bytes(bits, r, tail, zero);
-    const int rbh = kv_qb_row_bytes(bits, h), tb = kv_tail_bytes(tail);
+                         float* X, int tail, int zero, int mid) {
+    int h4;
+    check_key_parts(bits, r, tail, zero, mid, &h4);
+    const int rc = r - zero, h = rc - tail, rb = kv_key_row_bytes(bits, r, tail, zero, mid);
+    const int rb4 = kv_qb_row_bytes(bits, h4), rbh = rb4 + kv_qb_row_bytes(2, mid), tb = kv_tail_bytes(tail);
     const float ds = fp16_to_fp32(step[0]), dm = fp16_to_fp32(step[1]);
     const int8_t* zb = kv_key_zero_mins(grid, r, zero);
     for (int c = rc; c < r; c++)
@@ -409,7 +430,9 @@ void kvq_dequantize_keys(int bits, const uint8_t* codes, const uint16_t* grid, c
         const float sv = kivi_grid_scale(grid[c], ds), mv = kivi_grid_min(grid[c], dm);
         for (int t = 0; t < n; t++) {
             const uint8_t* row = codes + (size_t)t * rb;
-            const int code = c < h ? get_code(bits, row, c) : (row[rbh + (c - h) % tb] >> ((c - h) / tb)) & 1;
+            const int code = c < h4  ? get_code(bits, row, c)
+                             : c < h ? get_code(2, row + rb4, c - h4)
+                                     : (row[rbh + (c - h) % tb] >> ((c - h) / tb)) & 1;
             X[(size_t)t * r + c] = sv * (float)code + mv;
         }
     }

@@ -57,10 +57,12 @@ void kvq_dequantize_vrow(int bits, const uint8_t* codes, const uint16_t* grid, c
 // zero: the last `zero` channels have no codes, each the mean of its (kept)
 // values, their min codes after the others' grid codes (grid then holds
 // kv_key_grid_words(r, zero) words); the tail comes before them.
+// mid (4-bit keys): the `mid` channels before the tail in 2-bit codes, their
+// grids searched as 2-bit ones (kernels/attention.h).
 void kvq_quantize_keys(int bits, const float* X, int n, int r, uint8_t* codes, uint16_t* grid, uint16_t* step,
-                       const uint8_t* skip = nullptr, int tail = 0, int zero = 0);
+                       const uint8_t* skip = nullptr, int tail = 0, int zero = 0, int mid = 0);
 void kvq_dequantize_keys(int bits, const uint8_t* codes, const uint16_t* grid, const uint16_t* step, int n, int r,
-                         float* X, int tail = 0, int zero = 0);
+                         float* X, int tail = 0, int zero = 0, int mid = 0);
 // The two levels [lo, hi] of a 1-bit key channel: Lloyd's iterations from the
 // range's ends (each level the mean of the values nearer to it), which the
 // clipped grid search of wider codes only approximates.
@@ -91,10 +93,11 @@ void kvq_key_grid_search_rows(int bits, const float* X, int n, int r, int nc, co
 // dm = max |lo| / 127 and m_c = dm floor(lo_c / dm), then ds = max (hi_c - m_c)
 // / (2^bits - 1) / 255 and s_c = ds ceil(.. / ds); steps rounded up to f16.
 // The `tail` channels before the last `zero` are 1-bit (one step: s_c spans
-// hi_c - m_c); the last `zero` have only a min code, the nearest to lo_c (their
-// level), stored as bytes after the r - zero grid codes.
+// hi_c - m_c), the `mid` before the tail 2-bit (three steps); the last `zero`
+// have only a min code, the nearest to lo_c (their level), stored as bytes
+// after the r - zero grid codes.
 void kvq_grid_codes(int bits, const float* lo, const float* hi, int r, uint16_t* grid, uint16_t* step,
-                    int tail = 0, int zero = 0);
+                    int tail = 0, int zero = 0, int mid = 0);
 
 // The 4-bit forms.
 inline void kvq_quantize_q4_vrow(const float* x, int r, uint8_t* codes, uint16_t* grid, uint16_t* step) {

@@ -132,13 +132,13 @@ void model_load_sensitivity(model& m) {
         if (qb->type != gguf_type::ARRAY || qb->arr.size() < 2 || qb->arr.size() > 8)
             ZK_THROW("%s: zack.sens.qbits must be an array of 2..8 precisions", f.path().c_str());
         z.sens_qbits = int_array(f, "zack.sens.qbits", qb->arr.size());
-        // 1: 2-bit keys with a 1-bit tail, 0: that tail ending in 0-bit channels, 5 and 6: per-head
+        // 1: 2-bit keys with a 1-bit tail, 0: that tail ending in 0-bit channels, 5, 6, 9, 10: per-head
         // widths (calib/sensitivity.h)
         for (size_t i = 0; i < z.sens_qbits.size(); i++) {
             const int32_t b = z.sens_qbits[i];
-            if ((i == 0) != (b == 16) || (b != 16 && b != 8 && b != 4 && b != 2 && b != 1 && b != 0 && b != 5 && b != 6) ||
+            if ((i == 0) != (b == 16) || (b != 16 && b != 8 && b != 4 && b != 2 && b != 1 && b != 0 && b != 5 && b != 6 && b != 9 && b != 10) ||
                 std::count(z.sens_qbits.begin(), z.sens_qbits.end(), b) != 1)
-                ZK_THROW("%s: zack.sens.qbits must be 16 and then some of 8, 4, 2, 1, 0, 5, 6 once each (got %d at %zu)",
+                ZK_THROW("%s: zack.sens.qbits must be 16 and then some of 8, 4, 2, 1, 0, 5, 6, 9, 10 once each (got %d at %zu)",
                          f.path().c_str(), b, i);
         }
         z.sens_q = float_array(f, "zack.sens.q", z.sens_qbits.size() * z.sens_qbits.size() * nh, true);

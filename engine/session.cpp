@@ -64,7 +64,8 @@ std::vector<std::string> session_key8_hazards(const zack_info& z, const kv_cache
 
 bool session_key_widths_unequal(const kv_cache_params& kv, size_t h) {
     const int bits = kv_cache_bits(kv, KV_ROLE_KEYS, h);
-    return (bits == 4 || bits == 2) && (kv_cache_key_tail(kv, h) > 0 || kv_cache_key_zero(kv, h) > 0);
+    return (bits == 4 || bits == 2) && (kv_cache_key_tail(kv, h) > 0 || kv_cache_key_zero(kv, h) > 0 ||
+                                        (bits == 4 && kv_cache_key_mid(kv, h) > 0));
 }
 
 session::session(const model& m, const session_params& p) : m_(m), params_(p) {
@@ -104,8 +105,8 @@ session::session(const model& m, const session_params& p) : m_(m), params_(p) {
                              m.file->path().c_str());
                 const float* A = b == 0 ? zl.rqk : b == 1 ? zl.kqa : zl.kpair;  // [g][i][j], column j = direction j
                 const float* B = b == 0 ? zl.rqk : b == 1 ? zl.kqb : zl.kpair;
-                // A full-rank pca key row whose KIVI codes have a 1-bit tail or
-                // 0-bit channels takes the directions in the .zack's quantization
+                // A full-rank pca key row whose KIVI codes have 2-bit channels
+                // (in 4-bit keys), a 1-bit tail or 0-bit channels takes the directions in the .zack's quantization
                 // order (calib/keybasis.h): which ones get the narrow codes. The
                 // sensitivity pass measured such rows in the same order.
                 const int32_t* order = b == 0 && !zl.korder.empty() && rk[h] == D && session_key_widths_unequal(p.kv, h)

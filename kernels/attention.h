@@ -50,6 +50,15 @@
 //       zero channels' min codes as bytes. Why: the last channels of the ZACK
 //       basis vary little within a group; their mean keeps more than a rank
 //       cut of the same bytes (bench/RESULTS.md "0-bit key channels").
+//       2-bit key channels (`mid` > 0, 4-bit keys only): the `mid` channels
+//       after the row's h4 = r - zero - tail - mid 4-bit ones are 2-bit codes
+//       against their grids (four levels), kv_kivi_row_bytes(2, mid) bytes
+//       laid out as a 2-bit row, after the 4-bit part's
+//       kv_kivi_row_bytes(4, h4) bytes and before the tail's. A 4-bit head
+//       then codes its directions at 4, 2, 1 and 0 bits, each count chosen
+//       per head (calib/keybasis.h keybasis_key_widths). Why: 2 bits is the
+//       width between the 4-bit codes and the 1-bit tail that water-filling
+//       a head's bytes uses most (bench/RESULTS.md "key bits per channel").
 //   GEAR (optional, on KIVI sides): per group of `group` quantized tokens, a
 //       rank-k correction A B^T (A [group x k], B [r x k], f16) and n_out sparse
 //       corrections (index t * r + c within the group, f16 value) of the
@@ -144,8 +153,9 @@ inline int kv_kivi_row_bytes(int bits, int r) { return (r * bits + 7) / 8; }
 // channels whose last `tail` are 1-bit.
 constexpr int KV_KEY_TAIL_MAX = 128;
 inline int kv_tail_bytes(int tail) { return (tail + 7) / 8; }
-inline int kv_key_row_bytes(int bits, int r, int tail, int zero = 0) {
-    return kv_kivi_row_bytes(bits, r - tail - zero) + kv_tail_bytes(tail);
+// ... with `mid` 2-bit channels before the tail (4-bit keys; 0 otherwise).
+inline int kv_key_row_bytes(int bits, int r, int tail, int zero = 0, int mid = 0) {
+    return kv_kivi_row_bytes(bits, r - tail - zero - mid) + kv_kivi_row_bytes(2, mid) + kv_tail_bytes(tail);
 }
 // 0-bit key channels: the last `zero` channels of a KIVI key row have no codes,
 // each is its group mean m_c; a group's grid is then r - zero packed grid codes
@@ -179,8 +189,9 @@ struct attn_side_view {
                                       // KV_GRID_STEPS] f16 steps
     int tail = 0;                     // KIVI keys: `tail` channels in 1-bit codes before the `zero` ones
     int zero = 0;                     // KIVI keys: the last `zero` channels with no codes (rows of
-                                      // kv_key_row_bytes(bits, r, tail, zero) bytes; grids of
+                                      // kv_key_row_bytes(bits, r, tail, zero, mid) bytes; grids of
                                       // kv_key_grid_words(r, zero) words a group)
+    int mid = 0;                      // 4-bit keys: `mid` channels in 2-bit codes before the tail
     attn_gear_view gear;
     // KV_LAYOUT_VQ: channels a code, centroids, bits a code, the decoding
     // centroids [r / c x K x c]

@@ -141,6 +141,8 @@ nlohmann::json session_json(const session_params& p, const model& m) {
     if (!p.kv.tails_k.empty()) j["kv_tails_k"] = p.kv.tails_k;
     if (p.kv.key_zero > 0) j["kv_key_zero"] = p.kv.key_zero;
     if (!p.kv.zeros_k.empty()) j["kv_zeros_k"] = p.kv.zeros_k;
+    if (p.kv.key_mid > 0) j["kv_key_mid"] = p.kv.key_mid;
+    if (!p.kv.mids_k.empty()) j["kv_mids_k"] = p.kv.mids_k;
     if (p.evict.policy != "none") j["evict"] = {{"policy", p.evict.policy}, {"budget", p.evict.budget}};
     if (!p.ranks_k.empty()) {
         j["ranks_k"] = p.ranks_k;
@@ -434,6 +436,10 @@ int cmd_eval(CLI::App& app, eval_opts& eo) {
         if (pl.zeros_k.empty() && sj.value("kv_key_zero", 0) > 0)  // likewise 0-bit channels
             for (size_t h = 0; h < (size_t)m->hp.n_layer * m->hp.n_head_kv; h++)
                 pl.zeros_k.push_back(pl.head_bits_k(h) <= 4 ? std::min(sj.value("kv_key_zero", 0), m->hp.head_dim) : 0);
+        pl.mids_k = sj.value("kv_mids_k", std::vector<int>{});
+        if (pl.mids_k.empty() && sj.value("kv_key_mid", 0) > 0)  // 2-bit channels: 4-bit key sides only
+            for (size_t h = 0; h < (size_t)m->hp.n_layer * m->hp.n_head_kv; h++)
+                pl.mids_k.push_back(pl.head_bits_k(h) == 4 ? std::min(sj.value("kv_key_mid", 0), m->hp.head_dim) : 0);
         pl.ranks_k = sj.value("ranks_k", std::vector<int>{});
         pl.ranks_v = sj.value("ranks_v", std::vector<int>{});
         pl.kbasis = sj.value("key_basis", std::vector<int>{});

@@ -123,6 +123,9 @@ void options_add_kv(CLI::App& app, model_opts& o, bool lists_elsewhere) {
     app.add_option("--kv-key-zero", o.kv_key_zero,
                    "4/2-bit keys: their last N channels kept as each group's mean (0 bits; a 1-bit tail comes "
                    "before them); a plan's per-head counts take precedence")->group(g);
+    app.add_option("--kv-key-mid", o.kv_key_mid,
+                   "4-bit keys: N channels before the 1-bit tail (and the 0-bit ones) in 2-bit codes; a plan's "
+                   "per-head counts take precedence")->group(g);
     app.add_flag("--kv-gear", o.kv_gear, "4/2-bit: GEAR error correction (low-rank + sparse outliers per group)")
         ->group(g);
     app.add_option("--kv-gear-rank", o.kv_gear_rank, "GEAR: rank of the residual approximation")->group(g);
@@ -298,6 +301,7 @@ session_params options_session_params(const model_opts& o) {
     p.kv.gear = o.kv_gear;
     p.kv.key_tail = o.kv_key_tail;
     p.kv.key_zero = o.kv_key_zero;
+    p.kv.key_mid = o.kv_key_mid;
     p.kv.select = o.kv_select;
     p.kv.select_every = o.kv_select_every;
     p.kv.gear_rank = o.kv_gear_rank;
@@ -330,7 +334,7 @@ const struct {
     {"kv.residual", "--kv-residual"},   {"kv.sinks", "--kv-sinks"},
     {"kv.gear_rank", "--kv-gear-rank"}, {"kv.gear_outliers", "--kv-gear-outliers"},
     {"kv.gear", "--kv-gear"},           {"kv.alloc", "--kv-alloc"},
-    {"kv.key_tail", "--kv-key-tail"},   {"kv.key_zero", "--kv-key-zero"},   {"kv.select", "--kv-select"},
+    {"kv.key_tail", "--kv-key-tail"},   {"kv.key_zero", "--kv-key-zero"}, {"kv.key_mid", "--kv-key-mid"},   {"kv.select", "--kv-select"},
     {"kv.select_every", "--kv-select-every"},
     {"evict.policy", "--kv-evict"},     {"evict.budget", "--kv-budget"},
     {"evict.n_sink", "--kv-sinks"},     {"evict.n_recent", "--kv-recent"},

@@ -45,6 +45,7 @@ struct model_opts {
     bool kv_gear = false;
     int kv_key_tail = 0;
     int kv_key_zero = 0;
+    int kv_key_mid = 0;
     int64_t kv_select = 0;  // decode-time key-group selection budget in tokens (0 = off)
     int kv_select_every = k_select_every;  // steps one choice serves
     int kv_gear_rank = 2;

@@ -10,7 +10,9 @@
 // 3 channels to 96; the 2-bit part from 1 channel to 32, in one pass with
 // the tail or in two), and keys whose last quarter of channels are 0-bit group
 // means, after such a tail (then 1/2 of the channels; a 2-bit part of 32, the
-// one-pass form, from r 64) or alone. Both paths are held to the double reference:
+// one-pass form, from r 64) or alone, and 4-bit keys with 2-bit channels before
+// such a tail and 0-bit channels, or alone (3/4 of what those leave: 3 channels
+// to 96, past the 2-bit kernel's 64-channel form). Both paths are held to the double reference:
 //   reference path (kernel_attention_range_ref, float dot products over the
 //     dequantized codes): float rounding, relative L2 < 2e-5;
 //   fast path: float rounding (< 2e-5) where neither side is KIVI; with a KIVI
@@ -86,11 +88,16 @@ int tail_of(int r) { return r >= 64 ? r - 32 : r * 3 / 4; }
 // The 0-bit key channels in the zero cases: the last quarter (4 -> 1, 13 -> 3,
 // 100 -> 25), the tail (if any) ending before them.
 int zero_of(int r) { return r / 4; }
+// The 2-bit channels of 4-bit keys in the mid cases: 3/4 of the channels the
+// tail and the 0-bit ones leave (4 -> 3, 128 -> 96; 128 after a tail of 64 and
+// 32 0-bit channels -> 24).
+int mid_of(int rest) { return rest * 3 / 4; }
 
 struct layout_case {
     int bits_k, bits_v;
     bool tail = false;  // 1-bit key tails (tail_of; none with GEAR)
     bool zero = false;  // 0-bit key channels (zero_of; the tail then tail_of - zero_of; none with GEAR)
+    bool mid = false;   // 2-bit channels of 4-bit keys (mid_of; none with GEAR)
 };
 
 class AttentionLayouts : public ::testing::TestWithParam<layout_case> {};
@@ -110,7 +117,7 @@ TEST_P(AttentionLayouts, FastAndReferencePathsMatchDoubleAttention) {
         // r_v 150: three, a pair and a chunk alone
         for (int gear : {0, 1, 2})  // off, rank 2, rank 0 (outliers alone)
             for (bool evict : {false, true}) {
-                if (gear && (!kivi || pc.tail || pc.zero)) continue;
+                if (gear && (!kivi || pc.tail || pc.zero || pc.mid)) continue;
                 const int n = 300, D = std::max(64, std::max(rk.k, rk.v)), S = evict ? 4 : 0;  // D: the head dim
                 kv_cache_params p;
                 p.type = evict ? dtype::F32 : dtype::F16;
@@ -124,8 +131,10 @@ TEST_P(AttentionLayouts, FastAndReferencePathsMatchDoubleAttention) {
                 p.sink_dim = D;
                 const int want_zero = pc.zero ? zero_of(rk.k) : 0;
                 const int want_tail = pc.tail ? tail_of(rk.k) - want_zero : 0;
+                const int want_mid = pc.mid ? mid_of(rk.k - want_tail - want_zero) : 0;
                 p.tails_k = {want_tail};
                 p.zeros_k = {want_zero};
+                p.mids_k = {want_mid};
                 kv_cache c(1, 1, n, p, {rk.k}, {rk.v});
                 const uint32_t seed = 100 * rk.k + rk.v + 7 * gear + 13 * evict;
                 const std::vector<float> K = make_rows(n, D, seed, false), V = make_rows(n, D, seed + 1, false);
@@ -151,6 +160,7 @@ TEST_P(AttentionLayouts, FastAndReferencePathsMatchDoubleAttention) {
                 ASSERT_EQ(kv.v.layout, kv_layout_for_bits(pc.bits_v)->id);
                 ASSERT_EQ(kv.k.tail, is_kivi(pc.bits_k) ? want_tail : 0);
                 ASSERT_EQ(kv.k.zero, is_kivi(pc.bits_k) ? want_zero : 0);
+                ASSERT_EQ(kv.k.mid, pc.bits_k == 4 ? want_mid : 0);
                 // the cache as the kernel must see it, widened to D channels: exact
                 // rows for the sinks, the dequantized rank-r_k / r_v rows (zeros past them) else
                 const int64_t ns = kv.n_slots;
@@ -193,9 +203,10 @@ TEST_P(AttentionLayouts, FastAndReferencePathsMatchDoubleAttention) {
                     }
                 }
             }
-    std::printf("[ measured ] K %2d-bit%s V %2d-bit: %d cases, worst relative L2 vs double: fast %.2e, reference "
+    std::printf("[ measured ] K %2d-bit%s%s V %2d-bit: %d cases, worst relative L2 vs double: fast %.2e, reference "
                 "%.2e\n",
-                pc.bits_k, pc.tail ? (pc.zero ? " + 1-bit tail + 0-bit" : " + 1-bit tail") : pc.zero ? " + 0-bit" : "",
+                pc.bits_k, pc.mid ? " + 2-bit" : "",
+                pc.tail ? (pc.zero ? " + 1-bit tail + 0-bit" : " + 1-bit tail") : pc.zero ? " + 0-bit" : "",
                 pc.bits_v, checked, worst_fast, worst_ref);
 }
 
@@ -206,12 +217,17 @@ std::vector<layout_case> all_pairs() {
     for (int k : {4, 2})
         for (int b : {16, 4, 2}) v.push_back({k, b, true}), v.push_back({k, b, true, true});
     for (int b : {4, 2}) v.push_back({2, b, false, true});
+    for (int b : {16, 4, 2}) v.push_back({4, b, false, false, true});
+    v.push_back({4, 4, true, false, true});
+    v.push_back({4, 2, true, true, true});
+    v.push_back({4, 4, false, true, true});
     return v;
 }
 
 INSTANTIATE_TEST_SUITE_P(KeyValue, AttentionLayouts, ::testing::ValuesIn(all_pairs()),
                          [](const ::testing::TestParamInfo<layout_case>& i) {
-                             return "K" + std::to_string(i.param.bits_k) + (i.param.tail ? "tail" : "") +
+                             return "K" + std::to_string(i.param.bits_k) + (i.param.mid ? "mid" : "") +
+                                    (i.param.tail ? "tail" : "") +
                                     (i.param.zero ? "zero" : "") + "_V" +
                                     std::to_string(i.param.bits_v);
                          });

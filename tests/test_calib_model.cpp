@@ -346,7 +346,7 @@ TEST(CalibModel, KeyOrderPermutesTheBasisOfTailedKeys) {
 
     const std::vector<int32_t> all = corpus_tokens(420);
     const std::vector<int32_t> ids(all.begin() + 300, all.end());  // 120 tokens: some KIVI groups quantized
-    auto logits = [&](const model& zm, int bits, int tail) {
+    auto logits = [&](const model& zm, int bits, int tail, int mid = 0) {
         session_params sp;
         sp.n_ctx = 128;
         sp.n_threads = 2;
@@ -354,6 +354,7 @@ TEST(CalibModel, KeyOrderPermutesTheBasisOfTailedKeys) {
         sp.ranks_v.assign((size_t)L * KV, D);
         sp.kv.bits = bits;
         sp.kv.key_tail = tail;
+        sp.kv.key_mid = mid;
         session s(zm, sp);
         const float* p = s.decode(ids.data(), (int64_t)ids.size(), true);
         return std::vector<float>(p, p + (int64_t)ids.size() * hp.n_vocab);
@@ -366,6 +367,10 @@ TEST(CalibModel, KeyOrderPermutesTheBasisOfTailedKeys) {
                 diff);
     EXPECT_GT(diff, 0.0);
     EXPECT_EQ(logits(*z, 4, 0), logits(*zi, 4, 0));  // equal widths: the order is not applied
+    // 4-bit keys with 2-bit channels (and no tail) take the order too
+    const std::vector<float> am = logits(*z, 4, 0, 24), bm = logits(*zp, 4, 0, 24), em = logits(*zi, 4, 0, 24);
+    EXPECT_EQ(am, bm);
+    EXPECT_NE(am, em);
 
     // a negative score: one line naming the tensor
     zack_calibration bad = c;

@@ -179,34 +179,56 @@ TEST(KeyBasis, QuantOrderByQueryRmsTimesWithinGroupVariance) {
 namespace {
 
 // Per-head widths by hand (calib/keybasis.h keybasis_key_widths): costs 0.25,
-// 1.5 and 4.5 bits a channel at 0, 1 and 4 bits; a step's gain is the score
-// times f(w) - f(w') (f = 1, 0.30, 0.005) per bit it costs, so a 0 -> 1 step
-// gains 0.56 s and a 1 -> 4 step 0.0983 s.
+// 1.5, 2.5 and 4.5 bits a channel at 0, 1, 2 and 4 bits; a step's gain is the
+// score times f(w) - f(w') (f = 1, 0.30, 0.08, 0.005) per bit it costs, so a
+// 0 -> 1 step gains 0.56 s, a 1 -> 2 step 0.22 s and a 2 -> 4 step 0.0375 s.
+// Counts {n4, n2, n1, n0}.
 TEST(KeyBasis, WidthsWaterFillByHand) {
-    auto widths = [](std::vector<float> s, double bits, int max_tail) {
-        const zk::key_widths w = zk::keybasis_key_widths((int)s.size(), s.data(), bits, max_tail);
-        return std::vector<int>{w.n4, w.n1, w.n0};
+    auto widths = [](std::vector<float> s, double bits, int max_tail, bool two_bit = true) {
+        const zk::key_widths w = zk::keybasis_key_widths((int)s.size(), s.data(), bits, max_tail, two_bit);
+        return std::vector<int>{w.n4, w.n2, w.n1, w.n0};
     };
-    // 7 bits: every channel to 1 bit (1.0 + 4 x 1.25 = 6.0); no 3-bit step is left
-    EXPECT_EQ(widths({8, 4, 2, 1}, 7.0, 128), (std::vector<int>{0, 4, 0}));
-    // 10 bits: three to 1 bit (4.75), then the first to 4 (its 0.787 beats the
-    // last's 0.56 of a 1-bit step: 7.75), then the last to 1 bit (9.0)
-    EXPECT_EQ(widths({8, 4, 2, 1}, 10.0, 128), (std::vector<int>{1, 3, 0}));
-    // two strong channels: the first goes to 4 bits before the weak ones get any
-    EXPECT_EQ(widths({8, 4, 0.01f, 0.001f}, 7.0, 128), (std::vector<int>{1, 1, 2}));
-    // at most 2 tail channels: the first widens to 4 bits instead of a third 1-bit one
-    EXPECT_EQ(widths({8, 4, 2, 1}, 7.0, 2), (std::vector<int>{1, 1, 2}));
+    // 6 bits (1.0 at 0 bits): ch0 to 1 bit (4.48, 2.25), ch1 to 1 (2.24, 3.5),
+    // ch0 to 2 (1.76, 4.5), ch2 to 1 (1.12, 5.75); nothing else fits
+    EXPECT_EQ(widths({8, 4, 2, 1}, 6.0, 128), (std::vector<int>{0, 1, 2, 1}));
+    // 7 bits: then ch1 to 2 (0.88, 6.75); ch3's 1-bit step (8.0) does not fit
+    EXPECT_EQ(widths({8, 4, 2, 1}, 7.0, 128), (std::vector<int>{0, 2, 1, 1}));
+    // 10 bits: then ch3 to 1 (0.56, 8.0), ch2 to 2 (0.44, 9.0), ch3 to 2 (0.22,
+    // 10.0) before ch0's 4-bit step (0.30 but 2 bits: 11.0)
+    EXPECT_EQ(widths({8, 4, 2, 1}, 10.0, 128), (std::vector<int>{0, 4, 0, 0}));
+    // 12 bits: then ch0 to 4 (12.0)
+    EXPECT_EQ(widths({8, 4, 2, 1}, 12.0, 128), (std::vector<int>{1, 3, 0, 0}));
+    // two strong channels: both to 2 bits (5.5), then both to 4 (0.30 and 0.15 x
+    // 2 bits: 9.5) before the weak ones' first bit (0.0056): they stay at 0
+    EXPECT_EQ(widths({8, 4, 0.01f, 0.001f}, 10.0, 128), (std::vector<int>{2, 0, 0, 2}));
+    // at most 1 tail channel at 6 bits: ch0 goes on to 2 bits before ch1 takes
+    // the tail (4.5), ch1 to 2 (5.5), and ch2's 1-bit step no longer fits
+    EXPECT_EQ(widths({8, 4, 2, 1}, 6.0, 1), (std::vector<int>{0, 2, 0, 2}));
+    // without the 2-bit width (older files' rows): 1 -> 4 bits in one step of 3
+    // bits gaining 0.0983 s. 7 bits: every channel to 1 bit (6.0)
+    EXPECT_EQ(widths({8, 4, 2, 1}, 7.0, 128, false), (std::vector<int>{0, 0, 4, 0}));
+    // 10 bits: three to 1 bit (4.75), the first to 4 (its 0.787 beats the last's 0.56: 7.75), the last to 1 (9.0)
+    EXPECT_EQ(widths({8, 4, 2, 1}, 10.0, 128, false), (std::vector<int>{1, 0, 3, 0}));
+    EXPECT_EQ(widths({8, 4, 0.01f, 0.001f}, 7.0, 128, false), (std::vector<int>{1, 0, 1, 2}));
+    EXPECT_EQ(widths({8, 4, 2, 1}, 7.0, 2, false), (std::vector<int>{1, 0, 1, 2}));
     // per head in any order: the same counts as the sorted scores give
     const std::vector<float> two = {1, 8, 2, 4, /* head 2: */ 0.001f, 4, 8, 0.01f};
     const zk::key_wide_rows rows = zk::keybasis_wide_rows(4, 2, two.data());
-    ASSERT_EQ(zk::k_key_wide_bits[0], 1.75);  // 7 bits a row of 4
-    const std::vector<zk::key_widths>& hw = rows[0];
-    EXPECT_EQ((std::vector<int>{hw[0].n4, hw[0].n1, hw[0].n0}), (std::vector<int>{0, 4, 0}));
-    EXPECT_EQ((std::vector<int>{hw[1].n4, hw[1].n1, hw[1].n0}), (std::vector<int>{1, 1, 2}));
+    ASSERT_EQ(zk::k_key_n_wide, 4);
+    ASSERT_EQ(zk::k_key_wide_bits[2], 1.75);  // 7 bits a row of 4
+    ASSERT_EQ(zk::k_key_wide_bits[3], 2.5);   // 10 bits
+    ASSERT_TRUE(zk::k_key_wide_two_bit[2] && zk::k_key_wide_two_bit[3]);
+    ASSERT_FALSE(zk::k_key_wide_two_bit[0] || zk::k_key_wide_two_bit[1]);
+    auto counts = [](const zk::key_widths& w) { return std::vector<int>{w.n4, w.n2, w.n1, w.n0}; };
+    EXPECT_EQ(counts(rows[2][0]), (std::vector<int>{0, 2, 1, 1}));
+    EXPECT_EQ(counts(rows[3][0]), (std::vector<int>{0, 4, 0, 0}));
+    EXPECT_EQ(counts(rows[3][1]), (std::vector<int>{2, 0, 0, 2}));
+    EXPECT_EQ(counts(rows[0][0]), (std::vector<int>{0, 0, 4, 0}));
+    EXPECT_EQ(counts(rows[0][1]), (std::vector<int>{1, 0, 1, 2}));
     // the double form rounds to f32 first: the same counts
     const zk::key_wide_rows again = zk::keybasis_wide_rows(4, std::vector<double>(two.begin(), two.end()));
     for (int w = 0; w < zk::k_key_n_wide; w++)
-        for (int h = 0; h < 2; h++) EXPECT_EQ(again[w][h].n4 + 10 * again[w][h].n1, rows[w][h].n4 + 10 * rows[w][h].n1);
+        for (int h = 0; h < 2; h++) EXPECT_EQ(counts(again[w][h]), counts(rows[w][h]));
 }
 
 }  // namespace

@@ -55,7 +55,7 @@ def main():
     prompt = "What is the capital of France? Answer in one sentence."
     for flags in (["--kv-bits", "4"], ["--kv-bits", "4", "--kv-gear"], ["--kv-bits", "8"],
                   ["--kv-evict", "h2o", "--kv-budget", "24", "--kv-bits", "4"], ["--kv-bits", "4", "--kv-key-tail", "16"],
-                  ["--kv-bits", "4", "--kv-key-tail", "16", "--kv-key-zero", "8"]):
+                  ["--kv-bits", "4", "--kv-key-tail", "16", "--kv-key-zero", "8"], ["--kv-bits", "4", "--kv-key-mid", "32"]):
         r = subprocess.run([ZACK, "run", "-m", MODEL, "-p", prompt, "-n", "24", "--temp", "0", "-t", "2", "-v"] + flags,
                            capture_output=True, text=True, timeout=300)
         out = r.stdout.strip()
@@ -69,6 +69,9 @@ def main():
         if "--kv-key-tail" in flags:
             check(bool(kv_line) and "1-bit key tails in 90 of 90 heads (16 channels" in kv_line[0],
                   "-v shows the 1-bit key tails")
+        if "--kv-key-mid" in flags:
+            check(bool(kv_line) and "2-bit key channels in 90 of 90 heads (32 on average)" in kv_line[0],
+                  "-v shows the 2-bit key channels")
         if "--kv-key-zero" in flags:
             check(bool(kv_line) and "0-bit key channels (group means) in 90 of 90 heads (8 on average)" in kv_line[0],
                   "-v shows the 0-bit key channels")
@@ -83,6 +86,8 @@ def main():
                           (["--kv-bits", "2", "--kv-key-tail", "8", "--kv-gear"], "--kv-gear"),
                           (["--kv-bits", "2", "--kv-key-zero", "513"], "--kv-key-zero"),
                           (["--kv-bits", "2", "--kv-key-zero", "8", "--kv-gear"], "--kv-gear"),
+                          (["--kv-bits", "4", "--kv-key-mid", "513"], "--kv-key-mid"),
+                          (["--kv-bits", "4", "--kv-key-mid", "8", "--kv-gear"], "--kv-gear"),
                           (["--kv-bits", "4", "--kv-select", "-1"], "--kv-select"),
                           (["--kv-select", "64", "--kv-select-every", "0"], "--kv-select-every")):
         r = subprocess.run([ZACK, "run", "-m", MODEL, "-p", "hi", "-n", "1"] + flags,
@@ -91,7 +96,7 @@ def main():
 
     text = os.path.join(SOURCE, "tests", "data", "calib", "apache-2.0.txt")
     configs = ["bits=8", "bits=4", "bits=4,sinks=0,residual=32", "bits=4,gear=1", "evict=streaming,budget=96",
-               "evict=h2o,budget=96", "evict=snapkv,budget=96", "bits=4,key_tail=16", "bits=4,key_tail=16,key_zero=8",
+               "evict=h2o,budget=96", "evict=snapkv,budget=96", "bits=4,key_tail=16", "bits=4,key_tail=16,key_zero=8", "bits=4,key_mid=32",
                "bits=4,residual=32", "bits=4,residual=32,select=64,every=1", "select=64,every=1",
                "bits=8,select=64,every=1", "bits=4,residual=32,select=64", "select=64", "bits=8,select=64"]
     r = subprocess.run([tool, MODEL, text, "--prompt", "192", "--decode", "32", "--threads", "2"] + configs,
@@ -117,6 +122,9 @@ def main():
     zkl = kl.get("bits=4,key_tail=16,key_zero=8", 0)
     check(kl.get("bits=4", 1) < zkl < 1.0,
           f"4-bit keys with a 1-bit tail and 8 0-bit channels: KL {zkl} above 4-bit's, below 1")
+    # 32 channels in 2-bit codes: coarser than 4-bit, far below 1 nat
+    mkl = kl.get("bits=4,key_mid=32", 0)
+    check(kl.get("bits=4", 1) < mkl < 0.5, f"4-bit keys with 32 2-bit channels: KL {mkl} above 4-bit's, below 0.5")
     # selection reads 2 of the 5-6 quantized groups a step: it loses something, not everything
     skl, fkl = kl.get("bits=4,residual=32,select=64,every=1", 0), kl.get("bits=4,residual=32", 1)
     check(fkl < skl < 0.5, f"4-bit with --kv-select 64: KL {skl} above the same cache's without ({fkl}), below 0.5")

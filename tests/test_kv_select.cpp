@@ -1,7 +1,8 @@
 // Decode-time key-group selection (engine/kv_select.h, kernel_attention_group_bounds):
 //   - at spread 1 a group's bound is at least the score of every key the group
-//     holds (the keys as the cache reads them back), for 4-bit keys and 2-bit
-//     keys with a 1-bit tail and 0-bit channels, G = 1, 6 and 9 query heads,
+//     holds (the keys as the cache reads them back), for 4-bit keys (also with
+//     2-bit channels, a tail and 0-bit channels) and 2-bit keys with a 1-bit
+//     tail and 0-bit channels, G = 1, 6 and 9 query heads,
 //     128 and 124 channels; at spreads 1, 0.5 (the one selection uses) and 0
 //     the estimate equals its CPU twin, sum_c q_c (lo_c + hi_c) / 2 + spread
 //     |q_c| (hi_c - lo_c) / 2 over the grids decoded one channel at a time in
@@ -46,6 +47,7 @@ namespace {
 
 struct block_case {
     int bits, tail, zero;
+    int mid = 0;  // 2-bit channels of 4-bit keys
 };
 
 // n random tokens of rank r into head 0 of c (keys from seed, values from
@@ -74,6 +76,7 @@ kv_cache make_cache(const block_case& bc, int n, int r, uint32_t seed, const std
     p.residual = 32;
     p.tails_k = {bc.tail};
     p.zeros_k = {bc.zero};
+    p.mids_k = {bc.mid};
     kv_cache c(1, 1, n + more, p, {r}, {r});
     fill_block(c, n, r, seed, plant ? plant->data() + 1 : nullptr, plant ? (int)(*plant)[0] : 0);
     return c;
@@ -92,7 +95,8 @@ TEST(KvSelect, BoundsHoldEveryKeyAndMatchTheGrids) {
     // r = 124: coded channels past a multiple of 8; G = 9: past the fused
     // kernel's heads (the generic path)
     for (const int r : {128, 124})
-    for (const block_case bc : {block_case{4, 0, 0}, block_case{2, 0, 0}, block_case{2, 72, 24}, block_case{2, 60, 23}})
+    for (const block_case bc : {block_case{4, 0, 0}, block_case{2, 0, 0}, block_case{2, 72, 24}, block_case{2, 60, 23},
+                                block_case{4, 40, 20, 36}})
         for (int G : {1, 6, 9})
             for (const float spread : {1.0f, k_select_spread, 0.0f}) {
                 kv_cache c = make_cache(bc, n, r, 11 + bc.bits + bc.tail);
@@ -100,6 +104,7 @@ TEST(KvSelect, BoundsHoldEveryKeyAndMatchTheGrids) {
                 ASSERT_GT(kv.n_groups, 8);
                 ASSERT_EQ(kv.k.tail, bc.tail);
                 ASSERT_EQ(kv.k.zero, bc.zero);
+                ASSERT_EQ(kv.k.mid, bc.mid);
                 const std::vector<float> q = random_q(G, r, 5 + G);
                 const int32_t qpos = n - 1;
                 const float scale = 0.0884f;
@@ -108,7 +113,8 @@ TEST(KvSelect, BoundsHoldEveryKeyAndMatchTheGrids) {
                 kernel_attention_group_bounds(kv, qv, 0, kv.n_groups, spread, bound.data(), scratch.data());
                 std::vector<float> est((size_t)kv.n_groups * G);
                 kernel_attention_group_estimates(kv, qv, 0, kv.n_groups, spread, est.data(), scratch.data());
-                const int zero = kv.k.zero, rc = r - zero, h = rc - kv.k.tail, gw = kv_key_grid_words(r, zero);
+                const int zero = kv.k.zero, rc = r - zero, hm = rc - kv.k.tail, h = hm - kv.k.mid;
+                const int gw = kv_key_grid_words(r, zero);
                 std::vector<float> kd(r), vd(r);
                 double worst_twin = 0, mean_slack = 0, worst_est = 0, mean_tol = 0;
                 for (int64_t g = 0; g < kv.n_groups; g++) {
@@ -123,7 +129,7 @@ TEST(KvSelect, BoundsHoldEveryKeyAndMatchTheGrids) {
                             double lo, hi;
                             if (ch < rc) {
                                 lo = kivi_grid_min(grid[ch], dm);
-                                hi = lo + kivi_grid_scale(grid[ch], ds) * (ch < h ? (1 << bc.bits) - 1 : 1);
+                                hi = lo + kivi_grid_scale(grid[ch], ds) * (ch < h ? (1 << bc.bits) - 1 : ch < hm ? 3 : 1);
                             } else {
                                 lo = hi = dm * (double)((const int8_t*)(grid + rc))[ch - rc];
                             }
@@ -139,7 +145,7 @@ TEST(KvSelect, BoundsHoldEveryKeyAndMatchTheGrids) {
                         for (int ch = 0; ch < r; ch++) {
                             q_max = std::max(q_max, (double)std::fabs(qj[ch]));
                             if (ch < rc) {
-                                const double L = ch < h ? (1 << bc.bits) - 1 : 1;
+                                const double L = ch < h ? (1 << bc.bits) - 1 : ch < hm ? 3 : 1;
                                 w_max = std::max(w_max, std::fabs(0.5 * (qj[ch] + spread * std::fabs(qj[ch])) * L));
                                 s_codes += grid[ch] & 0xff;
                                 m_codes += std::abs((int)(int8_t)(grid[ch] >> 8));
@@ -168,14 +174,14 @@ TEST(KvSelect, BoundsHoldEveryKeyAndMatchTheGrids) {
                         mean_slack += b - best;
                     }
                 }
-                EXPECT_LT(worst_twin, 1e-5) << bc.bits << "-bit tail " << bc.tail << " zero " << bc.zero << " spread "
-                                            << spread;
+                EXPECT_LT(worst_twin, 1e-5) << bc.bits << "-bit tail " << bc.tail << " zero " << bc.zero << " mid "
+                                            << bc.mid << " spread " << spread;
                 EXPECT_LE(worst_est, 1.0) << "integer estimate: " << bc.bits << "-bit tail " << bc.tail << " zero "
                                           << bc.zero << " G " << G << " spread " << spread;
-                std::printf("[ measured ] %d-bit keys, tail %d, zero %d, r %d, G %d, spread %.1f: estimate over the "
-                            "best key of its group by %.3f on average (scaled scores), vs the twin %.1e; integer "
-                            "estimate's worst error %.2f of its bound (%.4f on average)\n",
-                            bc.bits, bc.tail, bc.zero, r, G, spread, mean_slack / (kv.n_groups * G), worst_twin,
+                std::printf("[ measured ] %d-bit keys, 2-bit %d, tail %d, zero %d, r %d, G %d, spread %.1f: estimate "
+                            "over the best key of its group by %.3f on average (scaled scores), vs the twin %.1e; "
+                            "integer estimate's worst error %.2f of its bound (%.4f on average)\n",
+                            bc.bits, bc.mid, bc.tail, bc.zero, r, G, spread, mean_slack / (kv.n_groups * G), worst_twin,
                             worst_est, mean_tol / (kv.n_groups * G));
             }
 }
@@ -191,8 +197,8 @@ TEST(KvSelect, RunsEqualTheirRangesMerged) {
     for (int64_t s = 1; s < n; s += 3) cases.back().insert(cases.back().end(), {s, s + 1});
     // value rows of one half-chunk, one chunk and two (kivi_values_unit's HALF, plain and SPLIT paths)
     for (const int r : {32, 64, 128})
-    for (const block_case bc : {block_case{4, 0, 0}, block_case{2, 32, 0}, block_case{2, 24, 8}}) {
-        if (bc.tail + bc.zero >= r) continue;
+    for (const block_case bc : {block_case{4, 0, 0}, block_case{2, 32, 0}, block_case{2, 24, 8}, block_case{4, 8, 4, 12}}) {
+        if (bc.tail + bc.zero + bc.mid >= r) continue;
         const std::vector<float> q = random_q(G, r, 9);
         const int32_t qpos = n - 1;
         const attn_q_view qv{q.data(), 0, r, G, 1, &qpos, 0.125f};

@@ -146,7 +146,9 @@ zk::plan_inputs tiny_inputs(uint32_t seed, int L, int KV, int d, std::vector<int
 // zero, also that tail ending in 0-bit channels (k_plan_zero_code): the
 // tail's loss plus another extra.
 // wide (with zero): also the per-head widths codes, 4-bit keys with a head's own
-// tail and 0-bit channels (head h, row w: 1 + h + w four-bit channels, 8 one-bit).
+// 2-bit channels, tail and 0-bit channels (head h, row w: 1 + h + w % 2
+// four-bit channels, 2 + w % 2 two-bit in rows 2 and 3 (none in 0 and 1, as
+// older files' rows), 8 one-bit, the rest 0-bit).
 zk::plan_inputs with_tails(zk::plan_inputs in, uint32_t seed, bool zero = false, bool wide = false) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<double> u(0.0, 1.0);
@@ -162,7 +164,7 @@ zk::plan_inputs with_tails(zk::plan_inputs in, uint32_t seed, bool zero = false,
             q[(np * n2 + j) * nh + h] = in.qloss(2, bv, h) + extra;
             if (zero) q[((np + 1) * n2 + j) * nh + h] = in.qloss(2, bv, h) + extra + extra0;
             for (int w = 0; wide && w < zk::k_plan_n_wide; w++)
-                q[((np + 2 + w) * n2 + j) * nh + h] = in.qloss(4, bv, h) + (w ? 0.1 : 0.4) * u(rng) * u(rng);
+                q[((np + 2 + w) * n2 + j) * nh + h] = in.qloss(4, bv, h) + (w % 2 ? 0.1 : 0.4) * u(rng) * u(rng);
         }
     }
     in.qbits.push_back(zk::k_plan_tail_code);
@@ -171,8 +173,8 @@ zk::plan_inputs with_tails(zk::plan_inputs in, uint32_t seed, bool zero = false,
         in.qbits.push_back(zk::k_plan_wide_code[w]);
         in.wide[w].resize(nh);
         for (size_t h = 0; h < nh; h++) {
-            const int d = in.curves.d, n4 = 1 + (int)h + w;
-            in.wide[w][h] = zk::key_widths{n4, 8, d - n4 - 8};
+            const int d = in.curves.d, n4 = 1 + (int)h + w % 2, m2 = w >= 2 ? 2 + w % 2 : 0;
+            in.wide[w][h] = zk::key_widths{n4, m2, 8, d - n4 - m2 - 8};
         }
     }
     in.q = q;
@@ -209,6 +211,7 @@ TEST(PlanPerHead, BestOfEveryCombination) {
                         const int wi = zk::plan_wide_index(bk);
                         const int zr = wi >= 0 ? in.wide[wi][h].n0 : zc ? zk::sens_zero(d) : 0;
                         const int tn = wi >= 0 ? in.wide[wi][h].n1 : tl ? zk::sens_tail(d) - zr : 0;
+                        const int md = wi >= 0 ? in.wide[wi][h].n2 : 0;
                         for (int b : {0, 2})  // quantized keys: pca only (the basis their loss is measured in)
                             for (int rk = tl ? 1 : 0; rk < 2 && (bk == 16 || b == 0); rk++)
                                 for (int rv = 0; rv < 2; rv++)
@@ -218,7 +221,7 @@ TEST(PlanPerHead, BestOfEveryCombination) {
                                                                       (in.qloss(bk, bv, h) - in.qloss(zk::k_plan_tail_code, bv, h))
                                                             : in.qloss(bk, bv, h)),
                                                     zk::plan_head_cost(wi >= 0 ? 4 : tl ? 2 : bk, bv, grid[rk], grid[rv],
-                                                                       tn, zr)});
+                                                                       tn, zr, md)});
                     }
             double best = std::numeric_limits<double>::infinity();
             for (const opt& a : o[0])
@@ -243,7 +246,8 @@ TEST(PlanPerHead, BestOfEveryCombination) {
                         ASSERT_EQ(tails, 3);
                         bool found = false;
                         for (int w = 0; w < zk::k_plan_n_wide; w++)
-                            found |= p.tails_k[h] == in.wide[w][h].n1 && z == in.wide[w][h].n0;
+                            found |= p.tails_k[h] == in.wide[w][h].n1 && z == in.wide[w][h].n0 &&
+                                     (p.mids_k.empty() ? 0 : p.mids_k[h]) == in.wide[w][h].n2;
                         EXPECT_TRUE(found) << p.to_json().dump();
                         widened++;
                         continue;
@@ -256,6 +260,13 @@ TEST(PlanPerHead, BestOfEveryCombination) {
             if (tails < 2) {
                 EXPECT_TRUE(p.zeros_k.empty());
             }
+            if (tails < 3) {
+                EXPECT_TRUE(p.mids_k.empty());
+            }
+            for (size_t h = 0; h < p.mids_k.size(); h++)  // 2-bit channels only with the widths
+                if (p.mids_k[h] > 0) {
+                    EXPECT_TRUE(p.head_bits_k(h) == 4 && !p.tails_k.empty() && p.tails_k[h] == 8);
+                }
             for (size_t h = 0; h < 2; h++) {
                 if (p.head_bits_k(h) < 16) {
                     EXPECT_EQ(p.kbasis[h], 0) << "head " << h;
@@ -417,6 +428,42 @@ TEST(PlanFile, PerHeadRoundTripAndBadInput) {
     EXPECT_THROW(zk::kv_plan::from_json(badz([](nlohmann::json& b) { b["zeros_k"][0] = 65; }), "t"), zk::error);
     if (wide < p.bits_k.size()) {
         EXPECT_THROW(zk::kv_plan::from_json(badz([&](nlohmann::json& b) { b["zeros_k"][wide] = 8; }), "t"), zk::error);
+    }
+    // 2-bit channels of 4-bit keys before the tails: the same, and only on 4-bit keys
+    zk::kv_plan m = z;
+    if (std::find(m.bits_k.begin(), m.bits_k.end(), 4) == m.bits_k.end()) m.bits_k[0] = 4;
+    zk::kv_plan m0 = m;  // the same without them
+    m.mids_k.assign(m.bits_k.size(), 0);
+    int mids = 0;
+    size_t not4 = m.bits_k.size();
+    for (size_t h = 0; h < m.mids_k.size(); h++) {
+        if (m.bits_k[h] == 4)
+            m.mids_k[h] = std::min(10, m.head_dim - m.tails_k[h] - m.zeros_k[h]), mids += m.mids_k[h] > 0;
+        else
+            not4 = h;
+    }
+    ASSERT_GT(mids, 0);
+    const nlohmann::json mj = m.to_json();
+    const zk::kv_plan mq = zk::kv_plan::from_json(mj, "t");
+    EXPECT_EQ(mq.mids_k, m.mids_k);
+    EXPECT_NE(m.describe().find("2-bit channels in the 4-bit keys of " + std::to_string(mids) + " heads"),
+              std::string::npos)
+        << m.describe();
+    zk::kv_cache_params km;
+    km.bits_k = m.bits_k, km.bits_v = m.bits_v, km.tails_k = m.tails_k, km.zeros_k = m.zeros_k, km.mids_k = m.mids_k;
+    const zk::kv_cache cm(m.n_layer, m.n_kv, 256, km, m.ranks_k, m.ranks_v);
+    EXPECT_NEAR(cm.bytes_per_token_exact(), zk::plan_bytes(m), 1e-9);
+    EXPECT_LT(zk::plan_bytes(m), zk::plan_bytes(m0));
+    auto badm = [&](const std::function<void(nlohmann::json&)>& f) {
+        nlohmann::json b = mj;
+        f(b);
+        return b;
+    };
+    EXPECT_THROW(zk::kv_plan::from_json(badm([](nlohmann::json& b) { b["mids_k"].erase(0); }), "t"), zk::error);
+    EXPECT_THROW(zk::kv_plan::from_json(badm([](nlohmann::json& b) { b["mids_k"][0] = -1; }), "t"), zk::error);
+    EXPECT_THROW(zk::kv_plan::from_json(badm([](nlohmann::json& b) { b["mids_k"][0] = 65; }), "t"), zk::error);
+    if (not4 < m.bits_k.size()) {  // 2-bit channels in 2-, 8- or 16-bit keys
+        EXPECT_THROW(zk::kv_plan::from_json(badm([&](nlohmann::json& b) { b["mids_k"][not4] = 4; }), "t"), zk::error);
     }
 }
 

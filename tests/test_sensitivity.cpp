@@ -81,14 +81,14 @@ void matches_definition(int E) {
     std::vector<std::vector<int32_t>> order(KV);
     for (int h = 0; h < KV; h++) zk::zack_key_order(D, score32.data() + (size_t)h * D, order[h]);
     const zk::key_wide_rows wide = zk::keybasis_wide_rows(D, KV, score32.data());
-    int n4 = 0, n1 = 0, n0 = 0;  // rows of every width among them: the case worth measuring
+    int n4 = 0, n2 = 0, n1 = 0, n0 = 0;  // rows of every width among them: the case worth measuring
     for (int w = 0; w < zk::k_sens_n_wide; w++)
         for (int h = 0; h < KV; h++) {
             const zk::key_widths& kw = wide[w][h];
-            ASSERT_EQ(kw.n4 + kw.n1 + kw.n0, D);
-            n4 += kw.n4, n1 += kw.n1, n0 += kw.n0;
+            ASSERT_EQ(kw.n4 + kw.n2 + kw.n1 + kw.n0, D);
+            n4 += kw.n4, n2 += kw.n2, n1 += kw.n1, n0 += kw.n0;
         }
-    ASSERT_TRUE(n4 > 0 && n1 > 0 && n0 > 0) << n4 << " " << n1 << " " << n0;
+    ASSERT_TRUE(n4 > 0 && n2 > 0 && n1 > 0 && n0 > 0) << n4 << " " << n2 << " " << n1 << " " << n0;
     zk::sens_params sp;
     sp.ranks = {2, 4, 6, 8};
     sp.query_stride = stride;
@@ -220,7 +220,7 @@ void matches_definition(int E) {
     // (pca basis), exact for the sinks and the 4/2-bit residual window; every
     // pair of key and value precisions (16 = exact), and 2-bit keys with a 1-bit
     // tail (and with that tail ending in 0-bit channels) and the per-head widths
-    // (4-bit keys, a tail, 0-bit channels) against 4- and 2-bit values, those
+    // (4-bit keys, 2-bit channels, a tail, 0-bit channels) against 4- and 2-bit values, those
     // keys' directions in the quantization order.
     const int NP = zk::k_sens_n_prec;
     for (int g2 = 0; g2 < KV; g2++) {
@@ -260,21 +260,23 @@ void matches_definition(int E) {
                 for (int t0 = 0; t0 + sp.group <= N; t0 += sp.group) {
                     // 2-bit keys whose last sens_tail(D) channels are 1-bit, for the tail code;
                     // the last sens_zero(D) of those at 0 bits instead, for the zero code
-                    // the widths codes: 4-bit keys with the head's tail and 0-bit channels
+                    // the widths codes: 4-bit keys with the head's 2-bit, 1-bit and 0-bit channels
                     const bool keys_only = zk::sens_keys_only(bits);
                     const int wi = zk::sens_wide_index(bits);
                     const int kb = wi >= 0 ? 4 : keys_only ? 2 : bits;
                     const int zero = wi >= 0 ? wide[wi][g2].n0 : bits == zk::k_sens_zero_code ? zk::sens_zero(D) : 0;
                     const int tail = wi >= 0 ? wide[wi][g2].n1 : keys_only ? zk::sens_tail(D) - zero : 0;
                     // unequal widths: the rows' directions in the quantization order, and back
-                    const bool perm = tail > 0 || zero > 0;
+                    const int mid = wi >= 0 ? wide[wi][g2].n2 : 0;
+                    const bool perm = tail > 0 || zero > 0 || mid > 0;
                     std::vector<float> grp((size_t)sp.group * D), back((size_t)sp.group * D);
                     for (int t = 0; t < sp.group; t++)
                         for (int j = 0; j < D; j++)
                             grp[(size_t)t * D + j] = kr[(size_t)(t0 + t) * D + (perm ? order[g2][j] : j)];
                     zk::kvq_quantize_keys(kb, grp.data(), sp.group, D, cq.data(), s1.data(), s2.data(), nullptr, tail,
-                                          zero);
-                    zk::kvq_dequantize_keys(kb, cq.data(), s1.data(), s2.data(), sp.group, D, back.data(), tail, zero);
+                                          zero, mid);
+                    zk::kvq_dequantize_keys(kb, cq.data(), s1.data(), s2.data(), sp.group, D, back.data(), tail, zero,
+                                            mid);
                     for (int t = 0; t < sp.group; t++)
                         for (int j = 0; j < D; j++)
                             kq[p][(size_t)(t0 + t) * D + (perm ? order[g2][j] : j)] = back[(size_t)t * D + j];

@@ -39,6 +39,7 @@ zk::session_params parse_config(const std::string& cfg, zk::session_params sp, c
         else if (k == "residual") sp.kv.residual = std::stoi(v);
         else if (k == "key_tail") sp.kv.key_tail = std::stoi(v);
         else if (k == "key_zero") sp.kv.key_zero = std::stoi(v);
+        else if (k == "key_mid") sp.kv.key_mid = std::stoi(v);
         else if (k == "select") sp.kv.select = std::stoll(v);
         else if (k == "every") sp.kv.select_every = std::stoi(v);
         else if (k == "gear") sp.kv.gear = v != "0";

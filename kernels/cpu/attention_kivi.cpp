@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "ggml-like/error.h"
 #include "kernels/cpu/attention_layout.h"
 
 namespace zk {
@@ -79,12 +80,14 @@ void values_gear(const attn_kv_view& kv, int64_t g, int64_t a, int64_t b, int64_
 
 }  // namespace
 
-// Key row of r channels, the last `tail` in 1-bit codes after the h = r -
-// tail codes of `bits` bits (kernels/attention.h), to floats.
-inline void kivi_key_codes_to_f32(int bits, const uint8_t* src, int r, int tail, float* dst) {
-    const int h = r - tail, tb = kv_tail_bytes(tail);
-    kivi_codes_to_f32(bits, src, h, dst);
-    const uint8_t* t = src + kv_kivi_row_bytes(bits, h);
+// Key row of r channels, the last `tail` in 1-bit codes after `mid` 2-bit ones
+// after the h4 = r - tail - mid codes of `bits` bits (kernels/attention.h), to floats.
+inline void kivi_key_codes_to_f32(int bits, const uint8_t* src, int r, int tail, int mid, float* dst) {
+    const int h4 = r - tail - mid, h = r - tail, tb = kv_tail_bytes(tail);
+    kivi_codes_to_f32(bits, src, h4, dst);
+    const uint8_t* m = src + kv_kivi_row_bytes(bits, h4);
+    kivi_codes_to_f32(2, m, mid, dst + h4);
+    const uint8_t* t = m + kv_kivi_row_bytes(2, mid);
     for (int i = 0; i < tail; i++) dst[h + i] = (float)((t[i % tb] >> (i / tb)) & 1);
 }
 
@@ -94,7 +97,9 @@ inline void kivi_key_codes_to_f32(int bits, const uint8_t* src, int r, int tail,
 // rows whose 2-bit part is short (h <= 64, h % 8 == 0; the plans' h = 32) take
 // one pass over both parts (kivi_tail_kernels: one fold, one sum a slot);
 // others a second integer pass that adds the tail's part (its own folded
-// query, with its own int8 scale: attention_q1.cpp).
+// query, with its own int8 scale: attention_q1.cpp). The 2-bit channels of
+// 4-bit keys (`mid`) take a pass of the 2-bit kernels between the two, which
+// adds their part likewise (its own query, fold and scale).
 //
 // 0-bit channels [r, r + zero) (r here: the channels with codes) take no part
 // in either pass: their q_c m_c joins each group's bias (zero_bias).
@@ -102,8 +107,12 @@ void kivi_scores(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64
                  const attn_q_view& q, range_scratch& w, bool ref) {
     const int bits = kivi_bits(kv.k.layout);
     const int zero = kv.k.zero, gw = kv_key_grid_words(kv.r_k, zero);
-    const int G = q.n_group, r = kv.r_k - zero, gs = kv.group, tail = kv.k.tail, h = r - tail;
-    const int rb = kv_key_row_bytes(bits, r, tail), rbh = kv_kivi_row_bytes(bits, h);
+    const int G = q.n_group, r = kv.r_k - zero, gs = kv.group, tail = kv.k.tail, mid = kv.k.mid;
+    // the channels of `bits` bits, and with the 2-bit ones
+    const int h = r - tail - mid, hm = r - tail;
+    ZK_ASSERT(mid == 0 || bits == 4);
+    const int rb = kv_key_row_bytes(bits, r, tail, 0, mid), rbh = kv_kivi_row_bytes(bits, h);
+    const int rbm = rbh + kv_kivi_row_bytes(2, mid);  // the tail's first byte
     // the group's sum_c q_c m_c over its 0-bit channels (times `mul`) added to
     // bias: their min codes as floats (in kmin past the coded channels, which
     // only the float path uses), one vector dot product a head (a scalar loop
@@ -121,11 +130,14 @@ void kivi_scores(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64
     const attn_gear_view& gr = kv.k.gear;
     const kivi_int_kernels* ik = ref ? nullptr : kivi_int(kv.k.layout);
     const kivi_int_kernels* it = ref || tail == 0 ? nullptr : q1_tail_kernels();
+    const kivi_int_kernels* im = ref || mid == 0 ? nullptr : q2_int_kernels();
     // a short 2-bit part and its tail in one pass (one fold, one sum a slot)
     const kivi_tail_kernels* ft = ref || tail == 0 || kv.k.layout != KV_LAYOUT_Q2 ? nullptr : q2_tail_kernels();
     const bool fused = ft && h <= ft->max_h && h % 8 == 0;
     const int nrc = ik ? (h + ik->chunk - 1) / ik->chunk : 0;
-    const bool int_path = !fused && ik && nrc <= ik->max_chunks && (tail == 0 || it);
+    const int nrm = im ? (mid + im->chunk - 1) / im->chunk : 0;
+    const bool int_path = !fused && ik && nrc <= ik->max_chunks && (tail == 0 || it) &&
+                          (mid == 0 || (im && im->scores_add && nrm <= im->max_chunks));
     if (fused) {  // the scaled query, zero past r
         for (int j = 0; j < G; j++) {
             float* qj = w.qtail + j * ft->qstride;
@@ -139,8 +151,13 @@ void kivi_scores(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64
             for (int c = 0; c < h; c++) w.qpad[j * rq + c] = qt[j * q.q_head_stride + c] * scale;
             std::memset(w.qpad + j * rq + h, 0, sizeof(float) * (rq - h));
             float* qj = w.qtail + j * KV_KEY_TAIL_MAX;
-            for (int c = 0; c < tail; c++) qj[c] = qt[j * q.q_head_stride + h + c] * scale;
+            for (int c = 0; c < tail; c++) qj[c] = qt[j * q.q_head_stride + hm + c] * scale;
             std::memset(qj + tail, 0, sizeof(float) * (KV_KEY_TAIL_MAX - tail));
+            if (mid == 0) continue;
+            const int64_t rm = (int64_t)im->chunk * nrm;
+            float* qm = w.qmid + j * rm;
+            for (int c = 0; c < mid; c++) qm[c] = qt[j * q.q_head_stride + h + c] * scale;
+            std::memset(qm + mid, 0, sizeof(float) * (rm - mid));
         }
     }
     for (int64_t g = group_of(kv, a); g < kv.n_groups && kv.group_start[g] < b; g++) {
@@ -160,20 +177,32 @@ void kivi_scores(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64
             zero_bias(grid, step, scale);
             ft->scores(G, h, codes, rb, ga, gb, b, s0, n, w.qi, w.qd, w.bias, w.sc);
         } else if (int_path) {
+            // the parts' passes in row order: the first writes the scores (with
+            // the 0-bit channels' bias), the others add theirs; the first with
+            // channels asks for the rows ahead
+            bool first = true;
             if (h > 0) {
                 ik->fold(G, w.qpad, grid, step, h, nrc, w.qi, w.qd, w.bias);
                 zero_bias(grid, step, scale);
                 ik->scores(G, h, nrc, codes, rb, ga, gb, b, s0, n, w.qi, w.qd, w.bias, w.sc);
+                first = false;
+            } else if (mid > 0 || tail > 0) {
+                for (int j = 0; j < G; j++) std::fill(w.sc + j * n + ga - s0, w.sc + j * n + gb - s0, 0.0f);
             } else {
                 for (int j = 0; j < G; j++) w.bias[j] = 0;
                 zero_bias(grid, step, scale);
-                for (int j = 0; j < G; j++)
-                    std::fill(w.sc + j * n + ga - s0, w.sc + j * n + gb - s0, tail > 0 ? 0.0f : w.bias[j]);
+                for (int j = 0; j < G; j++) std::fill(w.sc + j * n + ga - s0, w.sc + j * n + gb - s0, w.bias[j]);
             }
-            if (tail > 0) {  // rows were asked for by the pass above unless it had no channels
-                it->fold(G, w.qtail, grid + h, step, tail, 1, w.qi, w.qd, w.bias);
-                if (h == 0) zero_bias(grid, step, scale);
-                it->scores(G, tail, 1, codes + rbh, rb, ga, gb, h > 0 ? 0 : b, s0, n, w.qi, w.qd, w.bias, w.sc);
+            if (mid > 0) {
+                im->fold(G, w.qmid, grid + h, step, mid, nrm, w.qi, w.qd, w.bias);
+                if (first) zero_bias(grid, step, scale);
+                im->scores_add(G, mid, nrm, codes + rbh, rb, ga, gb, first ? b : 0, s0, n, w.qi, w.qd, w.bias, w.sc);
+                first = false;
+            }
+            if (tail > 0) {
+                it->fold(G, w.qtail, grid + hm, step, tail, 1, w.qi, w.qd, w.bias);
+                if (first) zero_bias(grid, step, scale);
+                it->scores(G, tail, 1, codes + rbm, rb, ga, gb, first ? b : 0, s0, n, w.qi, w.qd, w.bias, w.sc);
             }
         } else {
             const float ds = fp16_to_fp32(step[0]), dm = fp16_to_fp32(step[1]);
@@ -185,7 +214,7 @@ void kivi_scores(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64
             }
             zero_bias(grid, step, 1.0f);
             for (int64_t s = ga; s < gb; s++) {
-                kivi_key_codes_to_f32(bits, codes + s * rb, r, tail, w.krow);
+                kivi_key_codes_to_f32(bits, codes + s * rb, r, tail, mid, w.krow);
                 for (int j = 0; j < G; j++)
                     w.sc[j * n + s - s0] = (simd::dot_f32(w.qs + j * r, w.krow, r) + w.bias[j]) * scale;
             }

@@ -43,6 +43,7 @@ struct range_scratch {
     int8_t* qi;   // [G x max(row chunks(r_k), KV_KEY_TAIL_QSTRIDE)] int8 folded query in code order,
                   // zero-padded (KIVI keys)
     float* qpad;  // [G x row chunks(r_k)] the query times the softmax scale, zero past r_k (KIVI keys)
+    float* qmid;  // [G x row chunks(r_k)] the 2-bit channels' of 4-bit keys, likewise
     float* qtail; // [G x KV_KEY_TAIL_QSTRIDE] a 1-bit key tail's scaled query channels (or, in one
                   // pass with the 2-bit part, all r_k of them), zero past them
     float* qd;    // [G] its scales
@@ -120,6 +121,11 @@ struct kivi_int_kernels {
     void (*values)(int G, const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, const int32_t* gs,
                    int64_t g0, int nb, const int64_t* sp, int n_sp, int64_t n, int r, const float* sc,
                    float* acc, float* msum);
+    // `scores` adding to sc instead (2-bit: the 2-bit channels of 4-bit keys,
+    // after the 4-bit part's pass); nullptr where a width has none.
+    void (*scores_add)(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end,
+                       int64_t s0, int64_t n, const int8_t* qi, const float* qd, const float* bias,
+                       float* sc) = nullptr;
 };
 // nullptr in a build without AVX2.
 const kivi_int_kernels* q4_int_kernels();

@@ -64,7 +64,9 @@ inline __m256i q2_plane(__m256i x, __m256i m3) {
 // chunks (r <= 256) stay far below 32767. 4 slots x G accumulators.
 // NRC = 0: r <= 64, a row is at most 16 bytes, so two slots share a vector (one
 // per lane) against the first 16 bytes of each query plane in both lanes.
-template <int G, int NRC>
+// ADD: the scores are added to sc (the 2-bit channels of 4-bit keys, after the
+// 4-bit part's pass).
+template <int G, int NRC, bool ADD>
 void scores_q2_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end, int64_t s0, int64_t n,
                      const int8_t* qi, const float* qd, const float* bias, float* sc) {
     constexpr int nrc = NRC == 0 ? 1 : NRC;
@@ -95,7 +97,9 @@ void scores_q2_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t
                 h = _mm256_hadd_epi32(h, h);  // lane 0: {s0, s2, s0, s2}; lane 1: {s1, s3, ...}
                 const __m128 sum = _mm_cvtepi32_ps(
                     _mm_unpacklo_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
-                _mm_storeu_ps(sc + j * n + s - s0, _mm_fmadd_ps(sum, _mm_set1_ps(qd[j]), _mm_set1_ps(bias[j])));
+                float* o = sc + j * n + s - s0;
+                const __m128 base = ADD ? _mm_add_ps(_mm_loadu_ps(o), _mm_set1_ps(bias[j])) : _mm_set1_ps(bias[j]);
+                _mm_storeu_ps(o, _mm_fmadd_ps(sum, _mm_set1_ps(qd[j]), base));
             }
         }
     }
@@ -127,7 +131,9 @@ void scores_q2_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t
 #pragma GCC unroll 8
         for (int j = 0; j < G; j++) {
             const __m128 sum = _mm_cvtepi32_ps(kivi_score_hsum4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]));
-            _mm_storeu_ps(sc + j * n + s - s0, _mm_fmadd_ps(sum, _mm_set1_ps(qd[j]), _mm_set1_ps(bias[j])));
+            float* o = sc + j * n + s - s0;
+            const __m128 base = ADD ? _mm_add_ps(_mm_loadu_ps(o), _mm_set1_ps(bias[j])) : _mm_set1_ps(bias[j]);
+            _mm_storeu_ps(o, _mm_fmadd_ps(sum, _mm_set1_ps(qd[j]), base));
         }
     }
     for (; s < b; s++) {
@@ -148,30 +154,42 @@ void scores_q2_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t
         }
 #pragma GCC unroll 8
         for (int j = 0; j < G; j++)
-            sc[j * n + s - s0] = (float)hsum_epi32(kivi_score_widen(acc[j])) * qd[j] + bias[j];
+            sc[j * n + s - s0] = (float)hsum_epi32(kivi_score_widen(acc[j])) * qd[j] + bias[j] +
+                                 (ADD ? sc[j * n + s - s0] : 0.0f);
     }
 }
 
-template <int G>
+template <int G, bool ADD>
 void scores_q2_int_n(int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end, int64_t s0,
                      int64_t n, const int8_t* qi, const float* qd, const float* bias, float* sc) {
     switch (nrc) {
-        case 0: return scores_q2_int_g<G, 0>(codes, rb, a, b, pf_end, s0, n, qi, qd, bias, sc);
-        case 1: return scores_q2_int_g<G, 1>(codes, rb, a, b, pf_end, s0, n, qi, qd, bias, sc);
-        default: return scores_q2_int_g<G, 2>(codes, rb, a, b, pf_end, s0, n, qi, qd, bias, sc);
+        case 0: return scores_q2_int_g<G, 0, ADD>(codes, rb, a, b, pf_end, s0, n, qi, qd, bias, sc);
+        case 1: return scores_q2_int_g<G, 1, ADD>(codes, rb, a, b, pf_end, s0, n, qi, qd, bias, sc);
+        default: return scores_q2_int_g<G, 2, ADD>(codes, rb, a, b, pf_end, s0, n, qi, qd, bias, sc);
     }
 }
 
-void q2_scores(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end,
-               int64_t s0, int64_t n, const int8_t* qi, const float* qd, const float* bias, float* sc) {
+template <bool ADD>
+void q2_scores_t(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end,
+                 int64_t s0, int64_t n, const int8_t* qi, const float* qd, const float* bias, float* sc) {
     const int qstride = 128 * nrc;
     kivi_head_passes(G, KIVI_SCORE_HEADS, [&](int j0, int g) {  // query heads in register-sized groups
         const int nr = r <= 64 ? 0 : nrc;
         kivi_with_heads<KIVI_SCORE_HEADS>(g, [&](auto gb) {
-            scores_q2_int_n<decltype(gb)::value>(nr, codes, rb, a, b, pf_end, s0, n, qi + j0 * qstride, qd + j0,
-                                                 bias + j0, sc + j0 * n);
+            scores_q2_int_n<decltype(gb)::value, ADD>(nr, codes, rb, a, b, pf_end, s0, n, qi + j0 * qstride,
+                                                      qd + j0, bias + j0, sc + j0 * n);
         });
     });
+}
+
+void q2_scores(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end,
+               int64_t s0, int64_t n, const int8_t* qi, const float* qd, const float* bias, float* sc) {
+    q2_scores_t<false>(G, r, nrc, codes, rb, a, b, pf_end, s0, n, qi, qd, bias, sc);
+}
+
+void q2_scores_add(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end,
+                   int64_t s0, int64_t n, const int8_t* qi, const float* qd, const float* bias, float* sc) {
+    q2_scores_t<true>(G, r, nrc, codes, rb, a, b, pf_end, s0, n, qi, qd, bias, sc);
 }
 
 // The pair loop of one chunk of slots for the value sums (attention_kivi.h has
@@ -270,7 +288,7 @@ void q2_values(int G, const uint8_t* codes, int rb, const uint16_t* vs, const ui
 }
 
 // int16 sums stay exact up to 2 chunks (r = 256): see scores_q2_int_g.
-const kivi_int_kernels k_q2 = {128, 2, q2_fold, q2_scores, q2_values};
+const kivi_int_kernels k_q2 = {128, 2, q2_fold, q2_scores, q2_values, q2_scores_add};
 
 // ---- 2-bit keys with a 1-bit tail, in one pass ----
 // Rows of h <= 64 2-bit channels (rbh <= 16 bytes) then a tail of at most 128

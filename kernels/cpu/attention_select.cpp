@@ -1,7 +1,8 @@
 // Key-group bounds for decode-time group selection (kernels/attention.h,
 // kernel_attention_group_bounds). A KIVI key group's grids bound every key the
 // group can hold: channel c lies in [m_c, m_c + L_c s_c] (L_c = 2^bits - 1 on
-// the lead channels, 1 on a 1-bit tail, 0 on a 0-bit channel, which is m_c), so
+// the lead channels, 3 on 4-bit keys' 2-bit ones, 1 on a 1-bit tail, 0 on a
+// 0-bit channel, which is m_c), so
 //   max_k q . k <= sum_c q_c m_c + sum_c max(q_c, 0) L_c s_c
 //             = dm sum_c q_c mcode_c + ds sum_c (max(q_c, 0) L_c) scode_c,
 // two dot products of the query against the group's grid bytes: in floats
@@ -148,11 +149,12 @@ void spread_weights(const attn_kv_view& kv, const attn_q_view& q, float spread, 
     ZK_ASSERT(spread >= 0.0f && spread <= 1.0f);
     ZK_ASSERT(kv.k.layout == KV_LAYOUT_Q4 || kv.k.layout == KV_LAYOUT_Q2);
     const int bits = kv.k.layout == KV_LAYOUT_Q4 ? 4 : 2;
-    const int r = kv.r_k - kv.k.zero, h = r - kv.k.tail;
+    const int r = kv.r_k - kv.k.zero, hm = r - kv.k.tail, h = hm - kv.k.mid;
     for (int j = 0; j < q.n_group; j++) {
         const float* qj = q.q + j * q.q_head_stride;
         for (int c = 0; c < r; c++)
-            w[j * rs + c] = 0.5f * (qj[c] + spread * std::fabs(qj[c])) * (c < h ? (float)((1 << bits) - 1) : 1.0f);
+            w[j * rs + c] = 0.5f * (qj[c] + spread * std::fabs(qj[c])) *
+                            (c < h ? (float)((1 << bits) - 1) : c < hm ? 3.0f : 1.0f);
     }
 }
 
