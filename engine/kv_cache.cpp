@@ -362,40 +362,22 @@ std::string kv_cache::describe(int head_dim) const {
             prec += buf;
         }
     }
-    if (windowed_) {  // 1-bit key tails: how many heads have one, and their mean length
-        int nt = 0;
-        long sum = 0;
-        for (const auto& b : blocks_) {
-            const int t = b.k->view(0).tail;
-            if (t > 0) nt++, sum += t;
-        }
-        if (nt > 0) {
-            std::snprintf(buf, sizeof buf, "; 1-bit key tails in %d of %zu heads (%.0f channels on average)", nt,
-                          blocks_.size(), (double)sum / nt);
+    if (windowed_) {  // key channels below the side's width: how many heads have them, and how many on average
+        auto narrow = [&](int attn_side_view::*part, const char* what, const char* unit) {
+            int n = 0;
+            long sum = 0;
+            for (const auto& b : blocks_) {
+                const int c = b.k->view(0).*part;
+                if (c > 0) n++, sum += c;
+            }
+            if (n == 0) return;
+            std::snprintf(buf, sizeof buf, "; %s in %d of %zu heads (%.0f%s on average)", what, n, blocks_.size(),
+                          (double)sum / n, unit);
             prec += buf;
-        }
-        int nm = 0;
-        long msum = 0;
-        for (const auto& b : blocks_) {
-            const int m = b.k->view(0).mid;
-            if (m > 0) nm++, msum += m;
-        }
-        if (nm > 0) {
-            std::snprintf(buf, sizeof buf, "; 2-bit key channels in %d of %zu heads (%.0f on average)", nm,
-                          blocks_.size(), (double)msum / nm);
-            prec += buf;
-        }
-        int nz = 0;
-        long zsum = 0;
-        for (const auto& b : blocks_) {
-            const int z = b.k->view(0).zero;
-            if (z > 0) nz++, zsum += z;
-        }
-        if (nz > 0) {
-            std::snprintf(buf, sizeof buf, "; 0-bit key channels (group means) in %d of %zu heads (%.0f on average)",
-                          nz, blocks_.size(), (double)zsum / nz);
-            prec += buf;
-        }
+        };
+        narrow(&attn_side_view::tail, "1-bit key tails", " channels");
+        narrow(&attn_side_view::mid, "2-bit key channels", "");
+        narrow(&attn_side_view::zero, "0-bit key channels (group means)", "");
     }
     if (p_.sinks > 0) {
         std::snprintf(buf, sizeof buf, "; first %d tokens also exact (f32, %d channels)", p_.sinks, p_.sink_dim);
