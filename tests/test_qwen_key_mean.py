@@ -9,7 +9,7 @@ measured ppl 32.9 against 1.65 (KLD 3.05) on the text below. The shift q.mean
 is the same for every key of a query, so the attention is unchanged.
 
 Steps: `zack calibrate` (1,024 tokens of the Apache licence, no sensitivity
-pass), then
+pass, no value codebooks), then
 - the .zack holds blk.N.zack.kmean, F32 [d, n_kv], for every layer (read with
   the gguf package), and layer 0's mean key projected on its own first pca
   direction (blk.0.zack.rqk) is far larger than the keys' spread along the
@@ -71,7 +71,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="zack_key_mean_") as tmp:
         z = os.path.join(tmp, "q.zack")
         p = zack("calibrate", "-q", "-t", "2", "-m", MODEL, "--corpus", CORPUS, "--tokens", "1024", "--ctx", "512",
-                 "--sens-tokens", "0", "--fit-tokens", "0", "-o", z)
+                 "--sens-tokens", "0", "--fit-tokens", "0", "--value-codes", "0", "-o", z)
         check(p.returncode == 0, f"calibrate exits 0 ({p.stderr.strip()[-300:]})")
         if p.returncode != 0:
             return 1
