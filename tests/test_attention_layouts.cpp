@@ -12,7 +12,10 @@
 // means, after such a tail (then 1/2 of the channels; a 2-bit part of 32, the
 // one-pass form, from r 64) or alone, and 4-bit keys with 2-bit channels before
 // such a tail and 0-bit channels, or alone (3/4 of what those leave: 3 channels
-// to 96, past the 2-bit kernel's 64-channel form). Both paths are held to the double reference:
+// to 96, past the 2-bit kernel's 64-channel form; such 4-bit rows take one
+// pass over all their parts, each part in the 16-byte form (4-bit parts of 18
+// to 32 channels, 2-bit ones of 36 to 96, tails of 68 and 96) and in the 8-byte
+// one (1 to 16, 2 to 30, 2 to 64)). Both paths are held to the double reference:
 //   reference path (kernel_attention_range_ref, float dot products over the
 //     dequantized codes): float rounding, relative L2 < 2e-5;
 //   fast path: float rounding (< 2e-5) where neither side is KIVI; with a KIVI

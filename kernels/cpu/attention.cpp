@@ -25,10 +25,10 @@ range_scratch scratch_split(float* p, int G, int64_t n, int r_k, int r_v, int ra
     s.vrow = s.krow + r_k;
     s.qs = s.vrow + r_v;
     s.bias = s.qs + (int64_t)G * r_k;
-    s.qb = s.bias + G;
+    s.qb = s.bias + 4 * G;
     s.msum = s.qb + (int64_t)G * rank;
     s.qd = s.msum + (int64_t)G * kv_n_blocks(r_v, KV_Q4_VBLOCK);
-    s.pw = s.qd + G;
+    s.pw = s.qd + 3 * G;
     s.kmin = s.pw + 6 * KV_Q8_WCHUNK;
     s.qpad = s.kmin + r_k;
     s.qmid = s.qpad + G * scratch_qpad(r_k);
@@ -137,9 +137,9 @@ void attention_range(const attn_kv_view& kv, int64_t s0, int64_t s1, const attn_
 
 int64_t kernel_attention_scratch(int n_group, int64_t n, int r_k, int r_v, int gear_rank) {
     const int64_t rq = scratch_qpad(r_k);
-    return n_group * n + r_k + r_v + (int64_t)n_group * (r_k + 1 + gear_rank + kv_n_blocks(r_v, KV_Q4_VBLOCK)) +
-           n_group + 6 * KV_Q8_WCHUNK + r_k + 2 * n_group * rq + n_group * KV_KEY_TAIL_QSTRIDE +
-           n_group * std::max<int64_t>(rq, KV_KEY_TAIL_QSTRIDE) / 4 + (int64_t)vq_hist_heads(n_group) * (KV_VQ_CELLS_PER_CH * r_v + n) +
+    return n_group * n + r_k + r_v + (int64_t)n_group * (r_k + 4 + gear_rank + kv_n_blocks(r_v, KV_Q4_VBLOCK)) +
+           3 * n_group + 6 * KV_Q8_WCHUNK + r_k + 2 * n_group * rq + n_group * KV_KEY_TAIL_QSTRIDE +
+           n_group * (2 * rq + KV_KEY_TAIL_QSTRIDE) / 4 + (int64_t)vq_hist_heads(n_group) * (KV_VQ_CELLS_PER_CH * r_v + n) +
            r_v + 16;
 }
 

@@ -37,16 +37,16 @@ struct range_scratch {
     float* krow;  // [r_k]
     float* vrow;  // [r_v]
     float* qs;    // [G x r_k] folded query (KIVI keys, float path)
-    float* bias;  // [G]
+    float* bias;  // [4 x G]: the scores' (the first G), then the parts' of 4-bit keys in one pass
     float* qb;    // [G x rank] q . B[:, i] (GEAR keys), then p^T A (GEAR values)
     float* msum;  // [G x value blocks] sum of p m_b (KIVI values)
-    int8_t* qi;   // [G x max(row chunks(r_k), KV_KEY_TAIL_QSTRIDE)] int8 folded query in code order,
-                  // zero-padded (KIVI keys)
+    int8_t* qi;   // [G x (2 row chunks(r_k) + KV_KEY_TAIL_QSTRIDE)] int8 folded query in code order,
+                  // zero-padded (KIVI keys; 4-bit keys in one pass: the three parts' one after another)
     float* qpad;  // [G x row chunks(r_k)] the query times the softmax scale, zero past r_k (KIVI keys)
     float* qmid;  // [G x row chunks(r_k)] the 2-bit channels' of 4-bit keys, likewise
     float* qtail; // [G x KV_KEY_TAIL_QSTRIDE] a 1-bit key tail's scaled query channels (or, in one
                   // pass with the 2-bit part, all r_k of them), zero past them
-    float* qd;    // [G] its scales
+    float* qd;    // [3 x G] its scales (4-bit keys in one pass: the 4-bit, 2-bit and tail parts')
     float* pw;    // [6 x KV_Q8_WCHUNK] 8-bit value weights p_j d_s of a chunk of slots (rows j < 4), its scales
     float* kmin;  // [r_k] a key group's mins (float path), then its 0-bit channels' min codes
     float* hist;  // [KV_VQ_CELLS_PER_CH x r_v x vq_hist_heads(G)] value weights per (group, code, head)
@@ -148,6 +148,20 @@ struct kivi_tail_kernels {
                    int64_t n, const int8_t* qi, const float* qd, const float* bias, float* sc);
 };
 const kivi_tail_kernels* q2_tail_kernels();
+// 4-bit keys whose rows have 2-bit channels and/or a 1-bit tail, in one pass
+// (attention_q4_parts.cpp), for h4 <= max_h4 4-bit and mid <= max_mid 2-bit
+// channels: each part's folded query from its own width's fold (qi4 [G x 64
+// nrc4] as q4's, qim [G x 128 nrm] as q2's, qit [G x 128] as the tail's), qd
+// [3 x G] their scales (4-bit, 2-bit, tail), bias [G] the sum of the parts' and
+// the 0-bit channels' biases; scores written as kivi_int_kernels::scores does.
+// nullptr without AVX2.
+struct kivi_parts_kernels {
+    int max_h4, max_mid;
+    void (*scores)(int G, int h4, int mid, int tail, const uint8_t* codes, int rb, int64_t a, int64_t b,
+                   int64_t pf_end, int64_t s0, int64_t n, const int8_t* qi4, const int8_t* qim, const int8_t* qit,
+                   const float* qd, const float* bias, float* sc);
+};
+const kivi_parts_kernels* q4_parts_kernels();
 
 // ---- helpers of several layouts ----
 

@@ -10,7 +10,6 @@
 // bytes a 16-byte load takes past the tail meet zeros. Two slots share a
 // vector, one per lane, as the 2-bit kernel does for short rows.
 #include <cstdint>
-#include <cstring>
 
 #include "kernels/cpu/attention_kivi.h"
 #include "kernels/cpu/attention_layout.h"
@@ -29,11 +28,16 @@ struct q1_pack {
     static constexpr int chunk = 128;
     static void pack(const float* qs, __m256 vid, int nrc, int r, int8_t* dst) {
         (void)nrc;  // one chunk: r <= KV_KEY_TAIL_MAX
-        alignas(32) int8_t b[128];
+        alignas(32) int8_t b[128];  // zero past r, as qs is
         for (int h = 0; h < 4; h++) _mm256_store_si256((__m256i*)(b + 32 * h), kivi_round_int8(qs + 32 * h, vid));
+        // plane p: b[p tb, p tb + tb) then zeros, by a masked 16-byte copy (p tb + 16 <= 128 as
+        // tb <= 16): a variable-length memcpy and a memset a plane cost more than the rest
         const int tb = kv_tail_bytes(r);
-        std::memset(dst, 0, 128);
-        for (int p = 0; p < k_q1_planes && p * tb < r; p++) std::memcpy(dst + 16 * p, b + p * tb, (size_t)tb);
+        const __m128i keep = _mm_cmpgt_epi8(_mm_set1_epi8((char)tb), _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                                                                    11, 12, 13, 14, 15));
+        for (int p = 0; p < k_q1_planes; p++)
+            _mm_storeu_si128((__m128i*)(dst + 16 * p),
+                             _mm_and_si128(_mm_loadu_si128((const __m128i*)(b + p * tb)), keep));
     }
 };
 
