@@ -58,7 +58,7 @@ inline __m256i part_sub(__m256i x, int i) {
     return _mm256_and_si256(_mm256_srl_epi16(x, _mm_cvtsi32_si128(BITS * i)), m);
 }
 
-// Query bytes of sub-vector i of half m, and the distance between the subs.
+// Offset of the query bytes of sub-vector i of half m in a head's folded query.
 template <int BITS>
 inline int part_qoff(int m, int i) {
     if (BITS == 4) return 64 * (m >> 1) + 16 * (m & 1) + 32 * i;
