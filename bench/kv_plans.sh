@@ -18,6 +18,7 @@
 #   bash bench/kv_plans.sh code
 #   bash bench/kv_plans.sh tails       # codes below 2 bits, simulated (a patched copy; needs ppl's files)
 #   bash bench/kv_plans.sh decompose   # one plan's KL with its keys, values, early or late layers exact
+#   bash bench/kv_plans.sh layers      # one plan's KL with each layer exact in turn (29 runs)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 zack="${ZACK:-$here/build/zack}"
@@ -119,5 +120,52 @@ PY
                 --kv-plan "$plan" --json "$out/decompose_${part}.json"
         done
         ;;
-    *) sed -n '2,21p' "$0"; exit 2 ;;
+    layers)
+        # What each layer's compression costs end to end (needs ppl's base4k.bin; BASE=FILE.bin to
+        # use another text): the plan at target ${PLAN:-0.1} (or PLAN=FILE.json) with one layer's
+        # heads exact (16-bit keys and values, full rank), for every layer; the KL each removes
+        # against the plan's own.
+        # bench/experiments/plan_layer_gains.cpp turns the table into per-layer loss weights.
+        n_layer=$(python3 - "$z" "${PLAN:-0.1}" "$out" <<'PY'
+import json, sys
+if sys.argv[2].endswith(".json"):  # a plan file
+    p = json.load(open(sys.argv[2]))
+else:  # the .zack's recorded plan nearest that target
+    import gguf
+    f = gguf.GGUFReader(sys.argv[1]).fields["zack.plans"]
+    plans = [json.loads(bytes(f.parts[i]).decode()) for i in f.data]
+    p = min(plans, key=lambda q: abs(q["target"] - float(sys.argv[2])))
+L, KV, D = p["model"]["n_layer"], p["model"]["n_kv"], p["model"]["head_dim"]
+json.dump(p, open(f"{sys.argv[3]}/layers_plan.json", "w"))
+for l in range(L):
+    q = json.loads(json.dumps(p))
+    q["bits"] = 16
+    for h in range(l * KV, (l + 1) * KV):
+        q["bits_k"][h] = q["bits_v"][h] = 16
+        for t in ("tails_k", "zeros_k", "mids_k"):
+            if q.get(t): q[t][h] = 0
+        for t in ("ranks_k", "ranks_v"):
+            if q.get(t): q[t][h] = D
+    json.dump(q, open(f"{sys.argv[3]}/layers_L{l}.json", "w"))
+print(L)
+PY
+)
+        base="${BASE:-$out/base4k.bin}"
+        for part in plan $(seq 0 $((n_layer - 1)) | sed 's/^/L/'); do
+            "$zack" eval -m "$z" --task ppl --kl-divergence-base "$base" --kl-divergence -t "$threads" \
+                --kv-plan "$out/layers_$part.json" --json "$out/layers_$part.out.json" > /dev/null
+        done
+        python3 - "$out" "$n_layer" <<'PY'
+import json, sys
+def kld(name):
+    r = json.load(open(f"{sys.argv[1]}/layers_{name}.out.json"))["runs"][0]
+    return r["detail"]["vs_baseline"]["kld_mean"]
+k0 = kld("plan")
+print(f"plan: KLD {k0:.5f}\nlayer  KLD with it exact  removes")
+for l in range(int(sys.argv[2])):
+    k = kld(f"L{l}")
+    print(f"{l:5d}  {k:17.5f}  {k0 - k:7.5f}")
+PY
+        ;;
+    *) sed -n '2,22p' "$0"; exit 2 ;;
 esac
