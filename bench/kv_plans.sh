@@ -35,6 +35,31 @@ corpora() {
     cat /usr/share/doc/nodejs/api/url.md /usr/share/doc/nodejs/api/child_process.md > "$out/heldout_node.md"
 }
 
+# Python both plan-editing modes start with: plan(zack, spec) loads a plan file (spec ends in .json)
+# or the .zack's recorded plan nearest a target; exact(q, h, keys, values) makes head h's keys and/or
+# values 16-bit at full rank (no tail, 0-bit or 2-bit channels).
+plan_py='
+import json, sys
+def plan(zack, spec):
+    if spec.endswith(".json"):
+        return json.load(open(spec))
+    import gguf
+    f = gguf.GGUFReader(zack).fields["zack.plans"]
+    plans = [json.loads(bytes(f.parts[i]).decode()) for i in f.data]
+    return min(plans, key=lambda q: abs(q["target"] - float(spec)))
+def exact(q, h, keys=True, values=True):
+    q["bits"] = 16
+    d = q["model"]["head_dim"]
+    if keys:
+        q["bits_k"][h] = 16
+        for t in ("tails_k", "zeros_k", "mids_k"):
+            if q.get(t): q[t][h] = 0
+        if q.get("ranks_k"): q["ranks_k"][h] = d
+    if values:
+        q["bits_v"][h] = 16
+        if q.get("ranks_v"): q["ranks_v"][h] = d
+'
+
 case "${1:-}" in
     calibrate)
         corpora
@@ -91,24 +116,13 @@ case "${1:-}" in
     decompose)
         # Where a plan's loss comes from (needs ppl's base4k.bin): the plan at target ${PLAN:-0.1} with one part
         # exact at a time (keys, values, the first half of the layers, the second), then the KL of each
-        python3 - "$z" "${PLAN:-0.1}" "$out" <<'PY'
-import json, sys
-import gguf
-f = gguf.GGUFReader(sys.argv[1]).fields["zack.plans"]
-plans = [json.loads(bytes(f.parts[i]).decode()) for i in f.data]
-p = min(plans, key=lambda q: abs(q["target"] - float(sys.argv[2])))
-nh = p["n_layer"] * p["n_kv"] if "n_layer" in p else len(p["bits_k"])
-def exact(q, h, keys=True, values=True):
-    if keys:
-        q["bits_k"][h] = 16
-        for t in ("tails_k", "zeros_k"):
-            if q.get(t): q[t][h] = 0
-    if values:
-        q["bits_v"][h] = 16
+        python3 - "$z" "${PLAN:-0.1}" "$out" <<PY
+$plan_py
+p = plan(sys.argv[1], sys.argv[2])
+nh = len(p["bits_k"])
 for name, keys, values, heads in (("keys", True, False, range(nh)), ("values", False, True, range(nh)),
                                   ("early", True, True, range(nh // 2)), ("late", True, True, range(nh // 2, nh))):
     q = json.loads(json.dumps(p))
-    q["bits"] = 16
     for h in heads:
         exact(q, h, keys, values)
     json.dump(q, open(f"{sys.argv[3]}/decompose_{name}_exact.json", "w"))
@@ -126,26 +140,15 @@ PY
         # heads exact (16-bit keys and values, full rank), for every layer; the KL each removes
         # against the plan's own.
         # bench/experiments/plan_layer_gains.cpp turns the table into per-layer loss weights.
-        n_layer=$(python3 - "$z" "${PLAN:-0.1}" "$out" <<'PY'
-import json, sys
-if sys.argv[2].endswith(".json"):  # a plan file
-    p = json.load(open(sys.argv[2]))
-else:  # the .zack's recorded plan nearest that target
-    import gguf
-    f = gguf.GGUFReader(sys.argv[1]).fields["zack.plans"]
-    plans = [json.loads(bytes(f.parts[i]).decode()) for i in f.data]
-    p = min(plans, key=lambda q: abs(q["target"] - float(sys.argv[2])))
-L, KV, D = p["model"]["n_layer"], p["model"]["n_kv"], p["model"]["head_dim"]
+        n_layer=$(python3 - "$z" "${PLAN:-0.1}" "$out" <<PY
+$plan_py
+p = plan(sys.argv[1], sys.argv[2])
+L, KV = p["model"]["n_layer"], p["model"]["n_kv"]
 json.dump(p, open(f"{sys.argv[3]}/layers_plan.json", "w"))
 for l in range(L):
     q = json.loads(json.dumps(p))
-    q["bits"] = 16
     for h in range(l * KV, (l + 1) * KV):
-        q["bits_k"][h] = q["bits_v"][h] = 16
-        for t in ("tails_k", "zeros_k", "mids_k"):
-            if q.get(t): q[t][h] = 0
-        for t in ("ranks_k", "ranks_v"):
-            if q.get(t): q[t][h] = D
+        exact(q, h)
     json.dump(q, open(f"{sys.argv[3]}/layers_L{l}.json", "w"))
 print(L)
 PY
