@@ -185,7 +185,22 @@ plan_inputs plan_inputs::from_model(const model& m) {
         for (const zack_layer& zl : z.layers) sc.insert(sc.end(), zl.kscore, zl.kscore + (size_t)KV * D);
         in.wide = keybasis_wide_rows(D, sc.size() / D, sc.data());
     }
+    if (!z.sens_layer_gain.empty())
+        in.weigh_layers(std::vector<double>(z.sens_layer_gain.begin(), z.sens_layer_gain.end()));
     return in;
+}
+
+void plan_inputs::weigh_layers(const std::vector<double>& gain) {
+    const rank_curves& c = curves;
+    if ((int)gain.size() != c.n_layer)
+        ZK_THROW("layer gains: %zu for a model of %d layers", gain.size(), c.n_layer);
+    for (double g : gain)
+        if (!(g > 0 && std::isfinite(g))) ZK_THROW("layer gains: %g is not a positive factor", g);
+    const size_t nh = (size_t)c.n_layer * c.n_kv, ng = c.grid.size();
+    for (size_t i = 0; i < q.size(); i++) q[i] *= gain[(i % nh) / c.n_kv];  // [n_p x n_p x n_layer x n_kv]
+    for (auto* v : {&curves.loss_k[0], &curves.loss_k[1], &curves.loss_k[2], &curves.loss_v})
+        for (size_t i = 0; i < v->size(); i++) (*v)[i] *= gain[i / ng / c.n_kv];  // [n_layer x n_kv x n_grid]
+    layer_gain = gain;
 }
 
 bool plan_inputs::per_head() const {
@@ -317,6 +332,24 @@ double plan_predicted_loss(const plan_inputs& in, const kv_plan& p) {
         loss += in.head_qloss(code, bv, h);
     }
     return loss;
+}
+
+kv_plan plan_with_layer_exact(const kv_plan& p, int layer) {
+    if (layer < 0 || layer >= p.n_layer) ZK_THROW("plan: layer %d is outside 0..%d", layer, p.n_layer - 1);
+    kv_plan q = p;
+    const size_t nh = (size_t)p.n_layer * p.n_kv;
+    if (q.bits_k.empty()) q.bits_k.assign(nh, p.bits), q.bits_v.assign(nh, p.bits);
+    for (size_t h = (size_t)layer * p.n_kv; h < (size_t)(layer + 1) * p.n_kv; h++) {
+        q.bits_k[h] = q.bits_v[h] = 16;
+        for (std::vector<int>* t : {&q.tails_k, &q.zeros_k, &q.mids_k})
+            if (!t->empty()) (*t)[h] = 0;
+        for (std::vector<int>* r : {&q.ranks_k, &q.ranks_v})
+            if (!r->empty()) (*r)[h] = p.head_dim;
+    }
+    q.bits = 16;
+    q.kv_fraction = plan_bytes(q) / plan_f16_bytes(q.n_layer, q.n_kv, q.head_dim);
+    q.loss = -1;
+    return q;
 }
 
 static_assert(k_plan_tail_code == k_sens_tail_code, "one code for 1-bit key tails");

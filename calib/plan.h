@@ -139,6 +139,11 @@ struct plan_inputs {
     // [k_plan_n_wide][n_layer x n_kv] every head's widths for the widths codes
     // (from the .zack's blk.N.zack.kscore; empty without it).
     key_wide_rows wide;
+    // Measured per-layer corrections of the losses (calib/layer_gain.h), [n_layer]
+    // or empty: every loss of layer l (each precision pair's, each rank curve's)
+    // counts gain[l] times. weigh_layers applies them once; what it was given is kept here.
+    std::vector<double> layer_gain;
+    void weigh_layers(const std::vector<double>& gain);
     static plan_inputs from_model(const model& m);  // throws when the .zack has no curves
     // Every pair measured: plans choose a precision per head.
     bool per_head() const;
@@ -188,6 +193,9 @@ kv_plan plan_for_target(const model& m, double target, double rank_weight = -1, 
 double plan_predicted_loss(const plan_inputs& in, int bits, const std::vector<int>& ranks_k,
                            const std::vector<int>& ranks_v, const std::vector<int>& kbasis);
 double plan_predicted_loss(const plan_inputs& in, const kv_plan& p);
+// The plan with every head of one layer exact: 16-bit keys and values at full
+// rank, without tails or narrower channels (its other heads unchanged).
+kv_plan plan_with_layer_exact(const kv_plan& p, int layer);
 
 // --kv-plan SPEC: a plan file (JSON), or the target of a plan the .zack
 // recorded ("0.1"). Throws with a one-line reason (no such file or plan, made

@@ -6,51 +6,19 @@
 #include <string>
 
 #include "calib/alloc.h"
-#include "engine/eval/eval_stats.h"
+#include "calib/plan_kl.h"
 #include "engine/model.h"
-#include "engine/session.h"
-#include "engine/vocab.h"
 #include "ggml-like/error.h"
 
 namespace zk {
 
-namespace {
-
-// Windows of up to n_ctx tokens (BOS first where the vocabulary adds one) from
-// the end of the documents taken as one text, n_tokens in all at most.
-std::vector<std::vector<int32_t>> tail_windows(const model& m, const std::vector<std::vector<int32_t>>& docs,
-                                               int64_t n_tokens, int64_t n_ctx) {
-    const vocab& voc = *m.voc;
-    const bool bos = voc.add_bos() && voc.bos() >= 0;
-    const int64_t body = n_ctx - (bos ? 1 : 0);
-    std::vector<int32_t> text;
-    for (const auto& d : docs) text.insert(text.end(), d.begin(), d.end());
-    std::vector<std::vector<int32_t>> out;
-    int64_t got = 0;
-    for (int64_t end = (int64_t)text.size(); end > 0 && got < n_tokens;) {
-        const int64_t take = std::min<int64_t>({body, end, n_tokens - got - (bos ? 1 : 0)});
-        if (take < 2) break;
-        std::vector<int32_t> w;
-        if (bos) w.push_back(voc.bos());
-        w.insert(w.end(), text.begin() + (end - take), text.begin() + end);
-        got += (int64_t)w.size();
-        end -= take;
-        out.push_back(std::move(w));
-    }
-    return out;
+double calib_fit_target(const plan_inputs& in, double at) {
+    const rank_curves& c = in.curves;
+    const double f16 = plan_f16_bytes(c.n_layer, c.n_kv, c.d);
+    const double f2 = plan_bytes(c.n_layer, c.n_kv, c.d, 2, {}, {}) / f16;
+    const double f4 = plan_bytes(c.n_layer, c.n_kv, c.d, 4, {}, {}) / f16;
+    return f2 + at * (f4 - f2);
 }
-
-// The logits of the last n_score positions of window w (the rest is prefilled
-// without logits): [min(n_score, size) x n_vocab]; *first gets their first position.
-const float* window_logits(session& s, const std::vector<int32_t>& w, int64_t n_score, int64_t* first) {
-    const int64_t n = (int64_t)w.size(), k = std::min(n_score, n);
-    s.reset();
-    if (n > k) s.decode(w.data(), n - k);
-    *first = n - k;
-    return s.decode(w.data() + (n - k), k, true);
-}
-
-}  // namespace
 
 rank_fit calib_fit_rank_weight(const model& zm, const plan_inputs& in, const std::vector<std::vector<int32_t>>& docs,
                                const rank_fit_params& p) {
@@ -61,37 +29,14 @@ rank_fit calib_fit_rank_weight(const model& zm, const plan_inputs& in, const std
     if (p.at.empty()) ZK_THROW("the rank-weight fit needs a target to measure plans at");
     for (double a : p.at)
         if (!(a >= 0 && a <= 1)) ZK_THROW("the rank-weight fit: target point %g is outside [0, 1]", a);
-    const std::vector<std::vector<int32_t>> wins = tail_windows(zm, docs, p.n_tokens, p.n_ctx);
-    if (wins.empty()) ZK_THROW("the rank-weight fit: the corpus has no window of 2 tokens");
-    size_t longest = 2;
+    const kl_windows kw(zm, docs, p.n_tokens, p.n_ctx, p.n_score, p.n_threads);
     rank_fit f;
-    for (const auto& w : wins) longest = std::max(longest, w.size()), f.window_tokens += (int64_t)w.size();
-    session_params base;
-    base.n_ctx = (int64_t)longest;
-    base.n_threads = p.n_threads;
+    f.window_tokens = kw.window_tokens();
+    f.tokens = kw.tokens();
 
     // the targets: fractions `at` of the way from the 2-bit cache to the 4-bit one
-    const rank_curves& c = in.curves;
-    const double f16 = plan_f16_bytes(c.n_layer, c.n_kv, c.d);
-    const double f2 = plan_bytes(c.n_layer, c.n_kv, c.d, 2, {}, {}) / f16;
-    const double f4 = plan_bytes(c.n_layer, c.n_kv, c.d, 4, {}, {}) / f16;
-    for (double a : p.at) f.targets.push_back(f2 + a * (f4 - f2));
+    for (double a : p.at) f.targets.push_back(calib_fit_target(in, a));
 
-    // the full cache's log-probabilities at the scored positions, window by window
-    const int nv = zm.hp.n_vocab;
-    std::vector<std::vector<float>> base_lp;
-    {
-        session s(zm, base);
-        for (const auto& w : wins) {
-            int64_t first = 0;
-            const float* lg = window_logits(s, w, p.n_score, &first);
-            const int64_t k = (int64_t)w.size() - first - 1;  // transitions scored
-            std::vector<float> lp((size_t)std::max<int64_t>(k, 0) * nv);
-            for (int64_t t = 0; t < k; t++) eval_log_softmax(lg + t * nv, nv, &lp[(size_t)t * nv]);
-            base_lp.push_back(std::move(lp));
-            f.tokens += std::max<int64_t>(k, 0);
-        }
-    }
     // one plan's mean KL (plans already measured are not run again)
     std::vector<std::pair<nlohmann::json, double>> seen;
     auto plan_kl = [&](const kv_plan& pl) {
@@ -99,19 +44,9 @@ rank_fit calib_fit_rank_weight(const model& zm, const plan_inputs& in, const std
         key.erase("loss"), key.erase("target"), key.erase("source");
         for (const auto& [k, v] : seen)
             if (k == key) return v;
-        session_params sp = base;
-        plan_apply(pl, zm, sp);
-        session s(zm, sp);
-        eval_kl_stats st;
-        for (size_t i = 0; i < wins.size(); i++) {
-            const auto& w = wins[i];
-            int64_t first = 0;
-            const float* lg = window_logits(s, w, p.n_score, &first);
-            const int64_t k = (int64_t)w.size() - first - 1;
-            for (int64_t t = 0; t < k; t++) st.add(&base_lp[i][(size_t)t * nv], lg + t * nv, nv, w[first + t + 1]);
-        }
-        seen.emplace_back(key, st.kld_mean());
-        return st.kld_mean();
+        const double kl = kw.plan_kl(zm, pl);
+        seen.emplace_back(key, kl);
+        return kl;
     };
     plan_inputs pin = in;
     double best = INFINITY;

@@ -67,6 +67,9 @@ struct rank_fit {
 // (curves and the loss of every precision pair, 2-bit among them); docs: token
 // documents (no BOS), the windows taken from their end. Throws zk::error when
 // the inputs lack the 2-bit losses or the documents have no window.
+// The fraction of the f16 cache `at` of the way from the 2-bit cache's bytes to the 4-bit one's.
+double calib_fit_target(const plan_inputs& in, double at);
+
 rank_fit calib_fit_rank_weight(const model& zm, const plan_inputs& in, const std::vector<std::vector<int32_t>>& docs,
                                const rank_fit_params& p);
 

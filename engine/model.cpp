@@ -154,6 +154,13 @@ void model_load_sensitivity(model& m) {
     z.sens_rank_weight = f.get_float("zack.sens.rank_weight", 1.0);
     if (!(z.sens_rank_weight > 0 && z.sens_rank_weight < 1e6))
         ZK_THROW("%s: zack.sens.rank_weight %g is not a positive weight", f.path().c_str(), z.sens_rank_weight);
+    if (f.find("zack.sens.layer_gain")) {
+        z.sens_layer_gain = float_array(f, "zack.sens.layer_gain", (size_t)m.hp.n_layer);
+        for (size_t i = 0; i < z.sens_layer_gain.size(); i++)
+            if (!(z.sens_layer_gain[i] > 0))
+                ZK_THROW("%s: zack.sens.layer_gain[%zu] = %g is not a positive factor", f.path().c_str(), i,
+                         z.sens_layer_gain[i]);
+    }
 }
 
 // The value codebooks of a .zack (engine/kv_vq.h), when it has them: for each

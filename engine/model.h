@@ -133,6 +133,9 @@ struct zack_info {
     // What a unit of rank loss costs against a unit of quantization loss in a
     // plan (calib/plan.h, plan_inputs::rank_weight); 1 in files without it.
     double sens_rank_weight = 1.0;
+    // Per-layer corrections of the measured losses, measured end to end
+    // (calib/layer_gain.h, zack.sens.layer_gain [n_layer]); empty in files without them.
+    std::vector<float> sens_layer_gain;
     // Value codebooks (engine/kv_vq.h; blk.N.zack.vq, .vq_gain), for
     // vector-coded values: vq.heads empty in files without them. vq_dec owns the
     // decoding centroids (the file's centroids times the per-channel gains).

@@ -251,6 +251,21 @@ void session::check_tokens(const int32_t* tokens, int64_t n) const {
 }
 
 const float* session::decode(const int32_t* tokens, int64_t n, bool logits_all) {
+    return decode_rows(tokens, n, logits_all, 0, nullptr);
+}
+
+const float* session::decode_from(int first_layer, const float* x, const int32_t* tokens, int64_t n,
+                                  bool logits_all) {
+    if (first_layer < 0 || first_layer >= m_.hp.n_layer)
+        ZK_THROW("decode_from: layer %d is outside 0..%d", first_layer, m_.hp.n_layer - 1);
+    if (be_->device() != backend_device::CPU)
+        ZK_THROW("device %s: decoding from a layer's inputs needs activations in host memory; use device cpu",
+                 backend_device_name(be_->device()));
+    return decode_rows(tokens, n, logits_all, first_layer, x);
+}
+
+const float* session::decode_rows(const int32_t* tokens, int64_t n, bool logits_all, int first_layer,
+                                  const float* x) {
     const model_hparams& hp = m_.hp;
     check_tokens(tokens, n);
     if (logits_all && (int64_t)logits_.size() < n * hp.n_vocab) logits_.resize(n * hp.n_vocab);
@@ -260,7 +275,7 @@ const float* session::decode(const int32_t* tokens, int64_t n, bool logits_all) 
         float* out = logits_all ? logits_.data() + done * hp.n_vocab : (last ? logits_.data() : nullptr);
         evict_before(c);
         const forward_seq seq{this, 0, c};
-        forward(&seq, 1, tokens + done, logits_all, out, *fb_, *be_);
+        forward(&seq, 1, tokens + done, logits_all, out, *fb_, *be_, first_layer, x ? x + done * hp.n_embd : nullptr);
     }
     evict_after(n);
     return logits_.data();
@@ -330,7 +345,7 @@ backend_seq session::view(int64_t row0, int64_t n) {
 }
 
 void session::forward(const forward_seq* seqs, int n_seqs, const int32_t* tokens, bool logits_all,
-                      float* logits_out, forward_buffers& fb, backend& be) {
+                      float* logits_out, forward_buffers& fb, backend& be, int first_layer, const float* x_in) {
     ZK_ASSERT(n_seqs >= 1 && n_seqs <= fb.max_seqs && be.host_pool().size() <= fb.n_threads);
     const model& m = seqs[0].s->m_;
     const model_hparams& hp = m.hp;
@@ -352,11 +367,12 @@ void session::forward(const forward_seq* seqs, int n_seqs, const int32_t* tokens
         n += sq.n;
         compressed |= sq.s->compressed_;
     }
-    arch_block_embed(m, tokens, n, fb, be);
+    arch_block_embed(m, tokens, n, fb, be);  // also the RoPE tables
+    if (x_in) std::copy(x_in, x_in + n * E, fb.x.data());  // host buffers (decode_from)
 
     float* x = fb.x.data();
     float* xn = fb.xn.data();
-    for (int il = 0; il < hp.n_layer; il++) {
+    for (int il = first_layer; il < hp.n_layer; il++) {
         for (int i = 0; i < n_seqs; i++)
             if (seqs[i].s->observer_) seqs[i].s->observer_->on_layer_input(il, seqs[i].n, x + seqs[i].row0 * E);
         // attention sub-layer

@@ -114,6 +114,16 @@ public:
     // cache. Returns the logits of the last token [n_vocab], or with logits_all
     // those of every token [n x n_vocab]. Throws if the context would overflow.
     const float* decode(const int32_t* tokens, int64_t n, bool logits_all = false);
+    // decode() from layer `first_layer` on: x [n x n_embd] is the residual
+    // stream entering that layer for these tokens (what a session_observer's
+    // on_layer_input saw of them, chunk by chunk), and the layers below it
+    // neither run nor cache anything. With the same chunks and the same cache
+    // in the layers it runs, the logits are decode()'s bit for bit. What it is
+    // for: measuring a change confined to layers >= first_layer without
+    // running the prefix again (calib/layer_gain.h). Host memory only: throws
+    // on a device backend, and when first_layer is outside [0, n_layer).
+    const float* decode_from(int first_layer, const float* x, const int32_t* tokens, int64_t n,
+                             bool logits_all = false);
 
     int64_t n_past() const { return n_past_; }
     int64_t n_ctx() const { return params_.n_ctx; }
@@ -144,8 +154,12 @@ private:
     // by sequence, the logits of its last row, or of all its rows with
     // logits_all: [rows x n_vocab]. Eviction is the caller's (evict_before /
     // evict_after).
+    // first_layer > 0: the layers below it are skipped and x_in [rows x n_embd]
+    // (host memory) is the residual stream entering first_layer (decode_from).
     static void forward(const forward_seq* seqs, int n_seqs, const int32_t* tokens, bool logits_all,
-                        float* logits_out, forward_buffers& fb, backend& be);
+                        float* logits_out, forward_buffers& fb, backend& be, int first_layer = 0,
+                        const float* x_in = nullptr);
+    const float* decode_rows(const int32_t* tokens, int64_t n, bool logits_all, int first_layer, const float* x);
     // What the backend's attention needs of this session's rows [row0, row0 + n).
     backend_seq view(int64_t row0, int64_t n);
     // Throws unless n tokens are valid ids and fit in the context.

@@ -22,6 +22,7 @@
 #include "calib/ranks.h"
 #include "calib/plan.h"
 #include "calib/codebook.h"
+#include "calib/layer_gain.h"
 #include "calib/rank_fit.h"
 #include "calib/sensitivity.h"
 #include "calib/sha256.h"
@@ -80,6 +81,16 @@ void options_add_calibrate(CLI::App& app, calibrate_opts& o) {
                    "tokens set aside from the end of the corpus (at most a third) on which the weight of rank "
                    "losses against quantization losses in KV plans is chosen end to end (0 = none: weight 1)")
         ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
+    app.add_option("--gain-tokens", o.gain_tokens,
+                   "tokens set aside from the end of the corpus (the larger of this and --fit-tokens, at most a "
+                   "third of it) on which each layer's cost in KV plans is measured end to end: a plan run with each "
+                   "layer exact in turn, in windows of up to 2048 tokens (0 = none: plans add up the sensitivity "
+                   "pass's losses as they are)")
+        ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
+    app.add_option("--gain-target", o.gain_target,
+                   "the plan (fraction of the f16 cache) the layer gains are measured at (default: the least "
+                   "--kv-target, else the rank-weight fit's)")
+        ->check(CLI::Range(0.0, 1.0));
     app.add_option("--kv-target", o.kv_targets,
                    "record KV plans (precision + ranks) predicted for these fractions of the f16 cache, each in "
                    "(0, 1]; run/bench/eval --kv-plan F uses one")
@@ -151,11 +162,12 @@ int cmd_calibrate(const calibrate_opts& o) {
     std::fprintf(stderr, "zack calibrate: %s\n", model_describe(*m).c_str());
 
     std::string corpus_desc;
+    const int64_t held_tokens = std::max(o.fit_tokens, o.gain_tokens);  // the fit's and the gains' windows
     if (texts.empty()) {
         corpus_gen_params gp;
         // A small margin: the text is re-tokenized and each window adds a BOS.
         // ... and the text the rank-weight fit sets aside (below), up to half as much again
-        gp.n_tokens = o.n_tokens + o.n_tokens / 32 + 64 + (o.sens_tokens > 0 ? std::min(o.fit_tokens, o.n_tokens / 2) : 0);
+        gp.n_tokens = o.n_tokens + o.n_tokens / 32 + 64 + (o.sens_tokens > 0 ? std::min(held_tokens, o.n_tokens / 2) : 0);
         gp.seed = o.seed;
         gp.sampling = o.gen;
         gp.max_per_sample = o.gen_len;
@@ -170,20 +182,21 @@ int cmd_calibrate(const calibrate_opts& o) {
         corpus_desc = "files: " + join_names(o.corpus);
     }
     std::vector<std::vector<int32_t>> docs = corpus_tokenize(*m, texts);
-    // The rank-weight fit measures on the end of the corpus, which the statistics and the
-    // sensitivity pass then never see (in-sample, rank cuts look cheaper than they are):
-    // at most a third of it, and none below 256 tokens.
+    // The rank-weight fit and the layer gains measure on the end of the corpus, which the
+    // statistics and the sensitivity pass then never see (in-sample, rank cuts look cheaper
+    // than they are): at most a third of it, and none below 256 tokens.
     std::vector<std::vector<int32_t>> fit_docs;
-    if (o.fit_tokens > 0 && o.sens_tokens > 0) {
+    if (held_tokens > 0 && o.sens_tokens > 0) {
         int64_t total = 0;
         for (const auto& d : docs) total += (int64_t)d.size();
-        const int64_t n_fit = std::min<int64_t>(o.fit_tokens, total / 3);
+        const int64_t n_fit = std::min<int64_t>(held_tokens, total / 3);
         if (n_fit >= 256)
             fit_docs = corpus_take_tail(docs, n_fit);
         else
             std::fprintf(stderr, "zack calibrate: note: a corpus of %lld tokens is too short to set %lld aside for the "
-                         "rank-weight fit; plans weigh rank and quantization losses 1:1\n",
-                         (long long)total, (long long)o.fit_tokens);
+                         "rank-weight fit and the layer gains; plans weigh rank and quantization losses 1:1, and "
+                         "layers as the sensitivity pass measured them\n",
+                         (long long)total, (long long)held_tokens);
     }
 
     calib_params cp;
@@ -268,27 +281,50 @@ int cmd_calibrate(const calibrate_opts& o) {
     wp.rank_align = o.rank_align;
     if (!fit_docs.empty() && zack_calibration_fits_rank_weight(c)) {
         wp.source_sha256 = sha256_file_hex(m->file->path());  // for both files written
-        // the weight of rank losses in plans, end to end on the .zack itself: written
-        // first to a temporary file next to the output, loaded, measured, removed
-        const auto t_fit = std::chrono::steady_clock::now();
+        // the fit and the gains run the .zack itself: written first to a temporary
+        // file next to the output, loaded, measured, removed
         const file_scratch fit_file(out_target, "rankfit");
         zack_file_write(*m, c, wp, fit_file.path());
         const auto zm = model_load(fit_file.path());
-        rank_fit_params fp;
-        fp.n_tokens = o.fit_tokens;
-        fp.n_ctx = std::min<int64_t>(o.fit_tokens, 3072);
-        fp.n_score = fp.n_ctx / 4;
-        fp.n_threads = n_threads;
-        fp.progress = !o.quiet;
         plan_inputs fit_in = zack_calibration_plan_inputs(c);
         fit_in.kivi_keys = o.kv_kivi_keys;  // fitted on the kind of plan the file records
-        const rank_fit f = calib_fit_rank_weight(*zm, fit_in, fit_docs, fp);
-        c.sens.rank_weight = f.weight;
-        std::fprintf(stderr,
-                     "zack calibrate: rank losses weigh %.3g x quantization losses in KV plans (%d passes over %lld "
-                     "tokens in %.1f s)\n",
-                     f.weight, f.runs, (long long)f.window_tokens,
-                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fit).count());
+        double fit_target = 0;
+        if (o.fit_tokens > 0) {
+            // the weight of rank losses in plans, end to end
+            const auto t_fit = std::chrono::steady_clock::now();
+            rank_fit_params fp;
+            fp.n_tokens = o.fit_tokens;
+            fp.n_ctx = std::min<int64_t>(o.fit_tokens, 3072);
+            fp.n_score = fp.n_ctx / 4;
+            fp.n_threads = n_threads;
+            fp.progress = !o.quiet;
+            const rank_fit f = calib_fit_rank_weight(*zm, fit_in, fit_docs, fp);
+            c.sens.rank_weight = fit_in.rank_weight = f.weight;
+            fit_target = f.targets[0];
+            std::fprintf(stderr,
+                         "zack calibrate: rank losses weigh %.3g x quantization losses in KV plans (%d passes over "
+                         "%lld tokens in %.1f s)\n",
+                         f.weight, f.runs, (long long)f.window_tokens,
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fit).count());
+        }
+        if (o.gain_tokens > 0) {
+            // each layer's cost, end to end, at the plan the file is for
+            layer_gain_params gp;
+            gp.n_tokens = o.gain_tokens;
+            gp.n_ctx = std::min<int64_t>(o.gain_tokens, 2048);
+            gp.n_score = gp.n_ctx / 2;
+            gp.target = o.gain_target > 0 ? o.gain_target
+                        : !o.kv_targets.empty() ? *std::min_element(o.kv_targets.begin(), o.kv_targets.end())
+                        : fit_target > 0 ? fit_target : calib_fit_target(fit_in, rank_fit_params{}.at[0]);
+            gp.n_threads = n_threads;
+            gp.progress = !o.quiet;
+            const layer_gains g = calib_measure_layer_gains(*zm, fit_in, fit_docs, gp);
+            c.sens.layer_gain = g.gain;
+            std::fprintf(stderr,
+                         "zack calibrate: %d of %d layers cost other than their measured losses say in KV plans "
+                         "(plan %.3f, KLD %.5f over %lld tokens)\n",
+                         g.moved(), (int)g.gain.size(), gp.target, g.kl, (long long)g.window_tokens);
+        }
     }
     for (double t : o.kv_targets) {
         plan_inputs in = zack_calibration_plan_inputs(c);

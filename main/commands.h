@@ -70,6 +70,8 @@ struct calibrate_opts {
     int sens_stride = 4;
     int64_t vq_rows = 12288;    // value codebooks: training rows a head (0 = none; calib/codebook.h)
     int64_t fit_tokens = 3072;  // the rank-weight fit (calib/rank_fit.h); 0 = none (weight 1)
+    int64_t gain_tokens = 4096;  // the layer gains (calib/layer_gain.h); 0 = none
+    double gain_target = 0;      // the plan they are measured at; 0 = the least --kv-target, else the fit's
     bool quiet = false;
 };
 void options_add_calibrate(CLI::App& app, calibrate_opts& o);

@@ -90,11 +90,14 @@ def main():
     # (test_gemma_cli.py runs the fit through the CLI; test_alloc_model checks what it chooses)
     # 1024 tokens: 4 rows a centroid for the 8 x 256 value codebooks
     # the plan it records keeps KIVI keys for --kv-select (--kv-kivi-keys)
+    # layer gains on one short window, at the recorded plan's target
     p = run(["-m", MODEL, "-o", out, "--corpus", CORPUS, "--tokens", "1024", "--ctx", "256", "--sens-tokens", "256",
-             "--fit-tokens", "0", "--kv-target", "0.2", "--kv-kivi-keys"])
+             "--fit-tokens", "0", "--gain-tokens", "512", "--kv-target", "0.2", "--kv-kivi-keys"])
     check(p.returncode == 0, f"calibrate exits 0 (got {p.returncode}: {p.stderr.strip()[-300:]})")
     if p.returncode != 0:
         return 1
+    m = re.search(r"(\d+) of (\d+) layers cost other than .* \(plan 0\.200, KLD ([0-9.]+) over 512 tokens\)", p.stderr)
+    check(m is not None, f"calibrate reports the layer gains at plan 0.2 on 512 tokens: {p.stderr.strip()[-300:]}")
     check("90%" in p.stdout and "eps" in p.stdout, "summary printed on stdout")
 
     src = gguf.GGUFReader(MODEL)
@@ -325,6 +328,11 @@ def main():
             # the codes shrink rows towards their cell centres; the gains undo it (>= 1 on average)
             check(((gain >= 0.25) & (gain <= 4)).all() and gain.mean() > 1.0,
                   f"layer {il} {name} gains in range ({gain.mean():.3f})")
+    gains = np.asarray(field(z, "zack.sens.layer_gain"), dtype=np.float64)
+    check(gains.shape == (L,) and ((gains >= 0.25) & (gains <= 8)).all(), f"zack.sens.layer_gain: {L} gains in [1/4, 8]")
+    if m:
+        check(int(m.group(2)) == L and int(m.group(1)) == int((gains != 1).sum()),
+              f"the gains that are not 1 are the layers reported ({m.group(1)} of {m.group(2)})")
     qb = list(field(z, "zack.sens.qbits"))
     q = np.asarray(field(z, "zack.sens.q"), dtype=np.float64).reshape(len(qb), len(qb), L * KV)
     for code in (1, 0):

@@ -27,6 +27,7 @@ public:
     void add(const float* base_lp, const float* logits, int n_vocab, int32_t tok);
     int64_t count() const { return n_; }
     double kld_mean() const { return n_ ? sum_kld_ / n_ : 0; }
+    const std::vector<double>& kld() const { return kld_; }  // every position's, in order
     double same_top() const { return n_ ? (double)n_same_ / n_ : 0; }
     double rms_dp() const;
     // Every figure (means with uncertainties, percentiles, PPL(Q) and PPL(base)).
