@@ -12,6 +12,10 @@
 // is printed: the column that `bash bench/kv_plans.sh layers` measures end to
 // end; their ratio (clipped to [1/4, 8]) is what the entry used as GAINS.
 //
+// zack calibrate now measures such gains itself (calib/layer_gain.h) and a
+// .zack with zack.sens.layer_gain has them applied by plan_inputs::from_model
+// before GAINS multiply on top; a build from before that commit ignores them.
+//
 // Build from a configured tree (build/):
 //   c++ -I. -O1 -march=native -std=gnu++17 bench/experiments/plan_layer_gains.cpp \
 //       build/libzack_core.a -lopenblas -llapack -lpthread -o /tmp/plan_layer_gains
