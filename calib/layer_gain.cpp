@@ -11,24 +11,6 @@
 
 namespace zk {
 
-namespace {
-
-// Keeps the residual stream entering every layer of one window, [n_layer][window x n_embd].
-struct layer_inputs : session_observer {
-    std::vector<std::vector<float>> x;
-    int64_t n_embd;
-    layer_inputs(int n_layer, int64_t e) : x((size_t)n_layer), n_embd(e) {}
-    void clear() {
-        for (auto& v : x) v.clear();
-    }
-    void on_layer_input(int layer, int64_t n, const float* in) override {
-        x[(size_t)layer].insert(x[(size_t)layer].end(), in, in + n * n_embd);
-    }
-    void on_qkv(int, int64_t, const int32_t*, const float*, const float*, const float*) override {}
-};
-
-}  // namespace
-
 layer_gains calib_measure_layer_gains(const model& zm, const plan_inputs& in,
                                       const std::vector<std::vector<int32_t>>& docs, const layer_gain_params& p) {
     if (!zm.zack.present) ZK_THROW("the layer gains need a .zack model");
@@ -54,7 +36,7 @@ layer_gains calib_measure_layer_gains(const model& zm, const plan_inputs& in,
     // layer exact in turn runs from its own
     eval_kl_stats st_plan;
     std::vector<eval_kl_stats> st((size_t)L);
-    layer_inputs keep(L, zm.hp.n_embd);
+    calib_layer_inputs keep(L, zm.hp.n_embd);
     session_params sp = kw.base();
     plan_apply(r.plan, zm, sp);
     for (size_t w = 0; w < kw.size(); w++) {

@@ -33,10 +33,27 @@
 #include <vector>
 
 #include "calib/plan.h"
+#include "engine/session.h"
 
 namespace zk {
 
 struct model;
+
+// Keeps the residual stream entering every layer of a pass, x[l] [rows x
+// n_embd] in the order the rows arrive: what session::decode_from(l, ...)
+// takes to run the same rows from layer l on.
+struct calib_layer_inputs : session_observer {
+    std::vector<std::vector<float>> x;
+    int64_t n_embd;
+    calib_layer_inputs(int n_layer, int64_t e) : x((size_t)n_layer), n_embd(e) {}
+    void clear() {
+        for (auto& v : x) v.clear();
+    }
+    void on_layer_input(int layer, int64_t n, const float* in) override {
+        x[(size_t)layer].insert(x[(size_t)layer].end(), in, in + n * n_embd);
+    }
+    void on_qkv(int, int64_t, const int32_t*, const float*, const float*, const float*) override {}
+};
 
 struct layer_gain_params {
     int64_t n_tokens = 6144;  // tokens, in windows of n_ctx (calib/plan_kl.h)

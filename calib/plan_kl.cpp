@@ -59,6 +59,11 @@ kl_windows::kl_windows(const model& zm, const std::vector<std::vector<int32_t>>&
     for (const auto& w : wins_) longest = std::max(longest, w.size()), window_tokens_ += (int64_t)w.size();
     base_.n_ctx = (int64_t)longest;
     base_.n_threads = n_threads;
+    // the scored positions arrive in prefill chunks of up to 256 tokens; with
+    // hold their queries would read the whole chunk at full precision, more
+    // than the 96-127 rows a decode step does, so the plans' measured error
+    // would miss what decoding loses. Quantized as appended, they read fewer.
+    base_.prefill_hold = false;
     session s(zm, base_);
     for (const auto& w : wins_) {
         int64_t first = 0;

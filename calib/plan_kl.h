@@ -5,7 +5,9 @@
 // taken from the end of the documents read as one text, n_tokens in all at
 // most; in each, the last n_score positions are scored (the rest is context,
 // prefilled without logits) against the full cache's log-probabilities, which
-// the constructor computes once.
+// the constructor computes once. The windows are decoded without
+// session_params::prefill_hold: their chunks are quantized as they are
+// appended, as before it existed.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -96,11 +96,14 @@ public:
     // q~ = q R and k~ = k R of compressed sequences' heads, in place in fb.q, fb.k.
     virtual void project_qk(const backend_seq* seqs, int n_seqs, const model_hparams& hp, int il,
                             forward_buffers& fb) = 0;
-    // Appends every sequence's new k, v rows (fb.k, fb.v) to its cache.
+    // Appends every sequence's new k, v rows (fb.k, fb.v) to its cache; a
+    // prefill segment with hold (kv_append_holds).
     virtual void kv_append(const backend_seq* seqs, int n_seqs, const model_hparams& hp, int il,
                            forward_buffers& fb) = 0;
     // fb.attn [rows x n_head x head_dim] <- attention of every row against its
-    // own sequence's cache (which already holds the row's key and value).
+    // own sequence's cache (which already holds the row's key and value): a
+    // prefill segment reads kv_cache::view_attend (its own rows and the window
+    // before it at full precision), a decode segment view().
     virtual void attention(const backend_seq* seqs, int n_seqs, const model_hparams& hp, int il,
                            forward_buffers& fb) = 0;
     // The pass over seqs is done (its logits fetched, if any): a backend that

@@ -55,12 +55,14 @@ void backend_cpu::kv_append(const backend_seq* seqs, int n_seqs, const model_hpa
                             forward_buffers& fb) {
     const int64_t D = hp.head_dim, KV = hp.n_head_kv, n_tasks = n_seqs * KV;
     // V needs no work before this: W_v is folded, so a rank-r_v head keeps the
-    // first r_v channels of v.
+    // first r_v channels of v. A prefill chunk's queries attend to its own rows
+    // at full precision (kv_cache::view_attend; decode segments read view()).
     auto append = [&](int64_t task) {
         const backend_seq& sq = seqs[task / KV];
         const int g = (int)(task % KV);
         sq.cache->append(il, g, sq.n, fb.k.data() + (sq.row0 * KV + g) * D, KV * D,
-                         fb.v.data() + (sq.row0 * KV + g) * D, KV * D, fb.pos.data() + sq.row0);
+                         fb.v.data() + (sq.row0 * KV + g) * D, KV * D, fb.pos.data() + sq.row0,
+                         kv_append_holds(sq));
     };
     // Storing rows is cheap and runs here; a group quantized is not (a
     // 128-dim KIVI key head searches 81 clipped grids a channel: every layer's
@@ -319,13 +321,14 @@ void backend_cpu::attention(const backend_seq* seqs, int n_seqs, const model_hpa
     auto run_task = [&](const attn_task& tk, int ith) {
         const backend_seq& sq = seqs[tk.seq];
         const backend_seq& s = sq;
-        const attn_kv_view kv = s.cache->view(il, tk.g);
+        const int64_t nc = fb.seg_nc[tk.seq];
+        // a prefill token reads its chunk's rows at full precision (kv_append_holds)
+        const attn_kv_view kv = kv_append_holds(s) && nc == 0 ? s.cache->view_attend(il, tk.g) : s.cache->view(il, tk.g);
         const bool observe = s.policy->needs_attention();
         const float* q_seg = fb.q.data() + sq.row0 * H * D + tk.g * G * D;
         const int32_t* pos_seg = fb.pos.data() + sq.row0;
         float* pb = fb.part.data() + tk.part;
         float* scratch = fb.score.data() + ith * score_stride;
-        const int64_t nc = fb.seg_nc[tk.seq];
         if (nc > 0) {
             const int64_t n = sq.n, cap = s.cache->capacity();
             attn_partial p{pb, pb + n * G, pb + 2 * n * G};

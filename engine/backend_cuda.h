@@ -172,6 +172,10 @@ private:
     bool kv_append_device(const backend_seq& s, const model_hparams& hp, int il, forward_buffers& fb);
     // The host block (c, il, g) has caught up with its mirror: mark it synced.
     void mirror_caught_up(const kv_cache& c, int il, int g);
+    // What a prefill chunk's queries attend to (kv_cache::view_attend) on the
+    // device: the mirror's arrays, with the rows the host cache kept aside for
+    // the chunk copied into held at *at (bytes, advanced).
+    cuda::cuda_kv_head held_head(const kv_cache& c, int il, int g, uint8_t* held, size_t* at);
 
     thread_pool pool_;
     cuda::cuda_device_info dev_;
@@ -195,6 +199,7 @@ private:
     size_t staged_ = 0;
     std::vector<float> h_stage_;
     cuda::device_array<uint8_t> d_flush_;  // a flush's window rows in transit
+    cuda::device_array<uint8_t> d_held_;   // a prefill chunk's rows kept aside (held_head)
     struct head_plan {
         kv_append_plan plan;
         cuda::cuda_kv_head head;

@@ -127,7 +127,8 @@ bool backend_cuda::kv_append_device(const backend_seq& s, const model_hparams& h
     const int64_t D = hp.head_dim, KV = hp.n_head_kv;
     kv_cache& c = *s.cache;
     const kv_cache_params& p = c.params();
-    if (s.n > k_matvec_max_tok || p.gear || p.scores) return false;
+    // a prefill chunk of a windowed block keeps rows aside on the host (kv_append_holds)
+    if (s.n > k_matvec_max_tok || p.gear || p.scores || (kv_cache_windowed(p) && kv_append_holds(s))) return false;
     if (p.sinks > 0 && fb.pos[s.row0] < p.sinks) return false;  // sink rows are written on the host
     std::vector<cuda_kv_mirror>& ms = mirrors_[c.id()];
     if (ms.empty()) return false;
@@ -224,6 +225,40 @@ void backend_cuda::mirror_caught_up(const kv_cache& c, int il, int g) {
     m.edits = b.edits;
     m.n_quant = b.n_quant;
     m.n_used = b.n_used;
+}
+
+namespace {
+
+// Bytes of the rows view_attend reads from the host cache's held arrays, each
+// rounded up to 256 (the device copies' alignment).
+size_t held_bytes(const kv_cache& c, int il, int g) {
+    const attn_kv_view v = c.view_attend(il, g);
+    const size_t elt = c.type() == dtype::F32 ? sizeof(float) : sizeof(uint16_t);
+    size_t n = 0;
+    for (bool keys : {true, false})
+        if (c.held_rows(g, (keys ? v.k : v.v).rows))
+            n += ((size_t)cuda_kv_side_extent_of(v, keys).rows * elt + 255) / 256 * 256;
+    return n;
+}
+
+}  // namespace
+
+cuda_kv_head backend_cuda::held_head(const kv_cache& c, int il, int g, uint8_t* held, size_t* at) {
+    cuda_kv_mirror& m = mirrors_[c.id()][(size_t)il * c.n_head_kv() + g];
+    // the mirror holds the block after the append: the groups it quantized
+    // only add codes past the held view's, and group starts past its count
+    return cuda_kv_head_from_view(c.view_attend(il, g), [&](const void* host, size_t bytes, const char* name) -> void* {
+        if (void* d = shared_array(c, host, name)) return d;
+        if (c.held_rows(g, host)) {
+            uint8_t* d = held + *at;
+            up_.add(d, host, bytes);
+            *at += (bytes + 255) / 256 * 256;
+            return d;
+        }
+        cuda_kv_mirror::array* a = mirror_find(m, name);
+        ZK_ASSERT(a && a->d.size() >= bytes);  // mirror_sync copied the block after the append
+        return a->d.data();
+    });
 }
 
 void backend_cuda::pass_end(const backend_seq*, int, const model_hparams& hp, forward_buffers& fb) {
@@ -332,7 +367,8 @@ void backend_cuda::kv_append(const backend_seq* seqs, int n_seqs, const model_hp
         const backend_seq& sq = seqs[i];
         for (int g = 0; g < KV; g++) {
             sq.cache->append(il, g, sq.n, h_k_.data() + (sq.row0 * KV + g) * D, KV * D,
-                             h_v_.data() + (sq.row0 * KV + g) * D, KV * D, fb.pos.data() + sq.row0);
+                             h_v_.data() + (sq.row0 * KV + g) * D, KV * D, fb.pos.data() + sq.row0,
+                             kv_append_holds(sq));
             mirror_sync(*sq.cache, il, g);
         }
     }
@@ -412,6 +448,15 @@ void backend_cuda::attention(const backend_seq* seqs, int n_seqs, const model_hp
     // compressed heads write their first r_v channels (max(r_v, sink_dim));
     // W_o's folded rows for the rest must see zeros
     if (compressed) cuda_memset(fb.attn.data(), 0, (size_t)(n * H * D) * sizeof(float));
+    // a prefill chunk's queries read the rows kept aside for them (kv_cache::view_attend;
+    // a decode step's host append waits for pass_end, so the host's block may
+    // still hold the last chunk's: asked only of segments that held)
+    auto holds = [&](const backend_seq& s, int g) { return kv_append_holds(s) && s.cache->held(il, g); };
+    size_t held = 0, held_at = 0;
+    for (int i = 0; i < n_seqs; i++)
+        for (int g = 0; g < KV; g++)
+            if (holds(seqs[i], g)) held += held_bytes(*seqs[i].cache, il, g);
+    uint8_t* held_base = held > 0 ? cuda_grow(d_held_, held, "rows held for a prefill chunk") : nullptr;
     items_.clear();
     for (int i = 0; i < n_seqs; i++) {
         const backend_seq& s = seqs[i];
@@ -419,7 +464,7 @@ void backend_cuda::attention(const backend_seq* seqs, int n_seqs, const model_hp
             std::vector<cuda_kv_mirror>& ms = mirrors_[s.cache->id()];
             ZK_ASSERT(!ms.empty());  // kv_append made it
             cuda_attn_item it;
-            it.kv = ms[(size_t)il * KV + g].head;
+            it.kv = holds(s, g) ? held_head(*s.cache, il, g, held_base, &held_at) : ms[(size_t)il * KV + g].head;
             it.q = dptr<const float>(fb.q.data() + (s.row0 * H + g * G) * D);
             it.q_stride = H * D;
             it.q_head_stride = D;

@@ -86,8 +86,14 @@ struct backend_seq {
     int64_t n_ctx = 0;   // the sequence's context (positions run up to it)
     int n_threads = 1;   // the sequence's own thread count: it sets a decode segment's split
     bool prefill_tiled = true;
+    bool prefill_hold = true;  // session_params::prefill_hold
     bool compressed() const { return proj_q != nullptr; }
 };
+
+// Whether sequence s's segment appends with hold (kv_cache::append): a prefill
+// chunk, whose queries then read kv_cache::view_attend. Every backend asks
+// this, so they attend to the same rows.
+inline bool kv_append_holds(const backend_seq& s) { return s.prefill_hold && s.n > k_session_decode_max_tok; }
 
 // An attention task of a forward pass: (sequence, KV head, slot range) for a
 // decode segment, (sequence, KV head, token) for a prefill segment.

@@ -286,6 +286,7 @@ kv_cache::kv_cache(int n_layer, int n_head_kv, int64_t capacity, const kv_cache_
         std::iota(ramp_.begin(), ramp_.end(), 0);
         for (auto& b : blocks_) b.pos = ramp_.data();
     }
+    held_.resize((size_t)n_head_kv_);
     if (windowed_) {  // one slice per KV head: appends to the heads of a layer may run at once
         scratch_head_ = 2 * (size_t)p.group * r_max + (p.gear ? kvq_gear_work(p.group, r_max) : 0);
         scratch_.resize((size_t)n_head_kv_ * scratch_head_);
@@ -436,8 +437,27 @@ void kv_cache::flush_group(kv_block& b, int head) {
     b.group_start[b.n_groups] = (int32_t)b.n_quant;
 }
 
+namespace {
+
+// A quantizing side's window rows [0, nw) then the n new rows x[t * stride],
+// in the cache's type, into out (view_attend's rows); a rows side keeps none.
+void hold_side(const kv_side& side, int64_t n_quant, int64_t nw, dtype type, int r, const float* x,
+               int64_t stride, int64_t n, std::vector<uint8_t>& out) {
+    if (side.layout() == KV_LAYOUT_ROWS) {
+        out.clear();
+        return;
+    }
+    const size_t row = (size_t)r * kv_elem_size(type);
+    // 64 bytes on: the kernels' vector loads of a row's last channels stay inside
+    if (out.size() < (size_t)(nw + n) * row + 64) out.resize((size_t)(nw + n) * row + 64);
+    if (nw > 0) std::memcpy(out.data(), side.view(n_quant).rows, (size_t)nw * row);
+    for (int64_t t = 0; t < n; t++) kv_store_row(type, x + t * stride, out.data() + (size_t)(nw + t) * row, r);
+}
+
+}  // namespace
+
 void kv_cache::append(int layer, int head, int64_t n_tok, const float* k_rows, int64_t k_stride,
-                      const float* v_rows, int64_t v_stride, const int32_t* pos) {
+                      const float* v_rows, int64_t v_stride, const int32_t* pos, bool hold) {
     kv_block& b = block(layer, head);
     if (b.n_used + n_tok > b.capacity)
         ZK_THROW("KV cache is full (%lld of %lld slots used, %lld more needed)", (long long)b.n_used,
@@ -448,6 +468,15 @@ void kv_cache::append(int layer, int head, int64_t n_tok, const float* k_rows, i
                 ZK_THROW("KV cache block (%d, %d): slot %lld would hold position %d; a cache without eviction "
                          "holds consecutive positions from %lld, below its capacity of %zu",
                          layer, head, (long long)s, pos[t], (long long)b.pos_base, ramp_.size());
+    kv_held& h = held_[(size_t)head];
+    h.layer = -1;
+    if (hold && b.windowed) {
+        const int64_t nw = b.n_used - b.n_quant;
+        hold_side(*b.k, b.n_quant, nw, p_.type, b.r_k, k_rows, k_stride, n_tok, h.k);
+        hold_side(*b.v, b.n_quant, nw, p_.type, b.r_v, v_rows, v_stride, n_tok, h.v);
+        h.n_quant = b.n_quant;
+        h.n_groups = b.n_groups;
+    }
     // a quantizing side of a block without a window quantizes every token at once
     const bool at_once = !b.windowed && (b.k->layout() != KV_LAYOUT_ROWS || b.v->layout() != KV_LAYOUT_ROWS);
     for (int64_t t = 0; t < n_tok; t++) {
@@ -466,6 +495,34 @@ void kv_cache::append(int layer, int head, int64_t n_tok, const float* k_rows, i
         if (at_once) b.n_quant = b.n_used;
         if (b.windowed && b.n_used - b.n_quant == residual_) flush_group(b, head);
     }
+    if (hold && b.windowed) {
+        h.layer = layer;
+        h.n_used = b.n_used;
+        h.edits = b.edits;
+    }
+}
+
+bool kv_cache::held(int layer, int head) const {
+    const kv_held& h = held_[(size_t)head];
+    const kv_block& b = block(layer, head);
+    return h.layer == layer && h.n_used == b.n_used && h.edits == b.edits;
+}
+
+attn_kv_view kv_cache::view_attend(int layer, int head) const {
+    attn_kv_view v = view(layer, head);
+    if (!held(layer, head)) return v;
+    const kv_block& b = block(layer, head);
+    const kv_held& h = held_[(size_t)head];
+    if (b.k->layout() != KV_LAYOUT_ROWS) {
+        v.k = b.k->view(h.n_quant);
+        v.k.rows = h.k.data();
+    }
+    if (b.v->layout() != KV_LAYOUT_ROWS) {
+        v.v = b.v->view(h.n_quant);
+        v.v.rows = h.v.data();
+    }
+    v.n_groups = h.n_groups;  // group_start[n_groups] is the n_quant before the append: flushes only add groups
+    return v;
 }
 
 bool kv_cache::append_flushes(int layer, int head, int64_t n_tok) const {

@@ -22,6 +22,8 @@
 //       holds `residual` tokens its oldest `group` tokens are quantized (an
 //       8-bit side of such a block then too). Optional GEAR on KIVI sides: per
 //       quantized group a rank-k f16 correction plus ~2% f16 sparse outliers.
+//       A prefill chunk's own queries see its rows before they are quantized
+//       (append's hold, view_attend), as KIVI's prefill does.
 // Exact sinks (kv_cache_params::sinks > 0): the tokens at positions < sinks are
 // also kept as f32 rows of sink_dim channels (the full head dim), whatever the
 // rank and precision; attention uses those rows for them (kernels/attention.h).
@@ -210,13 +212,34 @@ public:
     // of positions < sinks must have sink_dim channels. Appends (and compacts)
     // on different KV heads may run at once: each head re-packs in its own
     // scratch.
+    // hold: the rows are a prefill chunk whose own queries attend to the block
+    // next (view_attend): a windowed block then keeps aside, for them, its
+    // residual window as it was before this call followed by the chunk's rows,
+    // all at full precision, while the append quantizes groups as it always
+    // does. Why: KIVI's prefill attends before it quantizes; quantizing first
+    // gave a chunk's early queries fewer exact neighbours than a decode step
+    // has: on Qwen2.5-Coder-1.5B at 4K, a quarter to a third of a 10% plan's
+    // KL (bench/RESULTS.md, 2026-12-03 "prefill chunks").
     void append(int layer, int head, int64_t n_tok, const float* k_rows, int64_t k_stride,
-                const float* v_rows, int64_t v_stride, const int32_t* pos);
+                const float* v_rows, int64_t v_stride, const int32_t* pos, bool hold = false);
     // Whether append(layer, head, n_tok, ...) quantizes a group (a KIVI or
     // vector-coded side's residual window fills): the appends worth spreading
     // over threads.
     bool append_flushes(int layer, int head, int64_t n_tok) const;
     attn_kv_view view(int layer, int head) const;
+    // What the queries of the chunk last appended to block (layer, head) with
+    // hold attend to: view() with the groups that chunk quantized read from
+    // the rows kept aside instead (slots [0, n_quant before the append) in
+    // their codes, every later slot a full-precision row: the window then,
+    // then the chunk). Equals view() when the block's last change was not
+    // such an append (or the block has no window).
+    attn_kv_view view_attend(int layer, int head) const;
+    // Whether view_attend(layer, head) reads rows kept aside, and whether p is
+    // one of those arrays (the CUDA backend copies them to the device).
+    bool held(int layer, int head) const;
+    bool held_rows(int head, const void* p) const {
+        return p && (p == held_[(size_t)head].k.data() || p == held_[(size_t)head].v.data());
+    }
     // What append(layer, head, n_tok, ...) will do (kv_append_plan), by the
     // same rules; throws as append does when the block is full.
     kv_append_plan append_plan(int layer, int head, int64_t n_tok) const;
@@ -271,6 +294,19 @@ private:
     std::vector<int64_t> layer_cap_;  // [n_layer] a layer's own capacity, 0 = the cache's
     std::vector<kv_block> blocks_;
     std::vector<int32_t> ramp_;   // [capacity_] 0, 1, 2, ...: the positions of a cache without eviction
+    // The rows an append with hold keeps aside, per KV head (appends to a
+    // layer's heads may run at once): the block (layer, head) they serve while
+    // its n_used and edits are still these, its counts before that append, and
+    // each quantizing side's window rows then plus the chunk's, [rows x r] of
+    // the cache's type. Scratch: not counted in bytes_allocated; it grows to
+    // the longest chunk once.
+    struct kv_held {
+        int layer = -1;
+        int64_t n_used = 0, n_quant = 0, n_groups = 0;
+        uint64_t edits = 0;
+        std::vector<uint8_t> k, v;
+    };
+    std::vector<kv_held> held_;
     std::vector<float> scratch_;  // re-packing: [n_head_kv x scratch_head_]
     size_t scratch_head_ = 0;     // a head's: [2 x group x r] floats + GEAR work
 };

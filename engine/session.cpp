@@ -341,6 +341,7 @@ backend_seq session::view(int64_t row0, int64_t n) {
     v.n_ctx = params_.n_ctx;
     v.n_threads = params_.n_threads;
     v.prefill_tiled = params_.prefill_tiled;
+    v.prefill_hold = params_.prefill_hold;
     return v;
 }
 

@@ -65,6 +65,11 @@ struct session_params {
     // rounding (grown by the 8-bit activations); off, both paths are one
     // arithmetic (tests compare policies bit for bit that way).
     bool prefill_tiled = true;
+    // A prefill chunk's queries attend to its own keys and values at full
+    // precision before a quantized cache's window quantizes them (kv_cache::
+    // append's hold), as KIVI's prefill does. Off, a chunk's appends quantize
+    // first: what calibration's KL windows measure (calib/plan_kl.h).
+    bool prefill_hold = true;
     // Sliding-window layers (model_hparams::n_swa) hold only their window and
     // the next chunk, dropping older slots (session::window_drop), as
     // llama.cpp's SWA cache does; off, they keep every token behind the mask.

@@ -274,17 +274,6 @@ TEST(AllocModel, FittedRankWeightPlansAreNoWorse) {
 
 namespace {
 
-// Keeps the residual stream entering every layer, [n_layer][rows x n_embd].
-struct keep_inputs : session_observer {
-    std::vector<std::vector<float>> x;
-    int64_t e;
-    keep_inputs(int n_layer, int64_t n_embd) : x((size_t)n_layer), e(n_embd) {}
-    void on_layer_input(int layer, int64_t n, const float* in) override {
-        x[(size_t)layer].insert(x[(size_t)layer].end(), in, in + n * e);
-    }
-    void on_qkv(int, int64_t, const int32_t*, const float*, const float*, const float*) override {}
-};
-
 // The logits of a prompt in two calls (a prefill, then rows with logits), from layer `from` on.
 std::vector<float> two_calls(session& s, const std::vector<int32_t>& ids, int64_t n0, int from, const float* x) {
     const int64_t n = (int64_t)ids.size(), E = s.mdl().hp.n_embd, V = s.mdl().hp.n_vocab;
@@ -315,7 +304,7 @@ TEST(AllocModel, DecodeFromALayerIsTheSameArithmetic) {
     sp.n_ctx = 300;
     sp.n_batch = 128;  // several chunks, one of them partial
     plan_apply(p, m, sp);
-    keep_inputs keep(L, m.hp.n_embd);
+    calib_layer_inputs keep(L, m.hp.n_embd);
     std::vector<float> ref;
     {
         session s(m, sp);

@@ -13,6 +13,7 @@
 
 #include "engine/evict/evict.h"
 #include "engine/kv_cache.h"
+#include "engine/kv_layout.h"
 #include "engine/kv_quant.h"
 #include "ggml-like/dtype.h"
 #include "ggml-like/error.h"
@@ -663,6 +664,81 @@ TEST(KvAppendPlan, CountsAndStepsMatchAppend) {
         if (f.bk <= 4 || f.bv <= 4) {
             EXPECT_GT(flushes, 3) << f.bk << "/" << f.bv;
         }
+    }
+}
+
+// ---- a prefill chunk attends before its groups are quantized ----
+
+// append(..., hold): the chunk's queries read (view_attend) the groups that
+// were quantized before the call in their codes and every later slot, the
+// window then and the chunk's own rows, at full precision (f16 rows), while
+// the block itself quantizes as always. Checked through the reference kernel
+// against float attention over exactly those rows (1e-5), for every layout
+// pair with a window (4- and 2-bit keys or values, 8-bit beside KIVI), at
+// queries inside the chunk (causal) and at its end; an append without hold
+// (a decode step) drops what was kept aside.
+TEST(KvHold, ChunkReadsItsOwnRowsAtFullPrecision) {
+    struct cfg {
+        int bk, bv;
+    };
+    const int rk = 36, rv = 28, G = 2, n1 = 150, n2 = 100;
+    for (const cfg f : {cfg{4, 4}, cfg{2, 2}, cfg{4, 16}, cfg{16, 2}, cfg{8, 4}}) {
+        SCOPED_TRACE(std::to_string(f.bk) + "/" + std::to_string(f.bv));
+        kv_cache_params p;
+        p.bits_k = {f.bk};
+        p.bits_v = {f.bv};
+        p.residual = 64;
+        kv_cache c(1, 1, 512, p, {rk}, {rv});
+        const int n = n1 + n2 + 1;
+        const std::vector<float> K = make_rows(n, rk, 41, false), V = make_rows(n, rv, 42, false);
+        std::vector<int32_t> pos(n);
+        for (int t = 0; t < n; t++) pos[t] = t;
+        c.append(0, 0, n1, K.data(), rk, V.data(), rv, pos.data(), true);
+        // what the second chunk must see: slots quantized now as they read now,
+        // the rest (window and chunk) as f16 rows of the originals
+        const kv_block& b = c.block(0, 0);
+        const int64_t nq = b.n_quant, ng = b.n_groups;
+        std::vector<float> Ks((size_t)(n1 + n2) * rk), Vs((size_t)(n1 + n2) * rv);
+        for (int64_t s = 0; s < n1 + n2; s++) {
+            float* ks = &Ks[(size_t)s * rk];
+            float* vs = &Vs[(size_t)s * rv];
+            if (s < nq) {
+                c.read_slot(0, 0, s, ks, vs);
+                continue;
+            }
+            uint8_t buf[4 * 64];
+            kv_store_row(dtype::F16, &K[(size_t)s * rk], buf, rk);
+            kv_load_row(dtype::F16, buf, ks, rk);
+            kv_store_row(dtype::F16, &V[(size_t)s * rv], buf, rv);
+            kv_load_row(dtype::F16, buf, vs, rv);
+        }
+        c.append(0, 0, n2, &K[(size_t)n1 * rk], rk, &V[(size_t)n1 * rv], rv, &pos[n1], true);
+        ASSERT_TRUE(c.held(0, 0));
+        ASSERT_GT(b.n_quant, nq + p.group);  // the chunk's append quantized groups
+        const attn_kv_view kv = c.view_attend(0, 0);
+        EXPECT_EQ(kv.n_slots, n1 + n2);
+        EXPECT_EQ(kv.n_groups, ng);
+        if (f.bk != 16) EXPECT_EQ(kv.k.n_quant, nq);
+        if (f.bv != 16) EXPECT_EQ(kv.v.n_quant, nq);
+        std::mt19937 g(5);
+        std::normal_distribution<float> N(0, 1);
+        std::vector<float> q((size_t)G * rk);
+        for (auto& x : q) x = N(g);
+        for (int32_t qpos : {n1, n1 + 40, n1 + n2 - 1}) {
+            std::vector<float> want((size_t)G * rv), got((size_t)G * rv), m(G), l(G), acc((size_t)G * rv);
+            ref_attention(q.data(), G, Ks.data(), Vs.data(), pos.data(), n1 + n2, rk, rv, qpos, 0.125f, want.data());
+            std::vector<float> scratch(kernel_attention_scratch(G, kv.n_slots, rk, rv, 0));
+            const attn_q_view qv{q.data(), 0, rk, G, 1, &qpos, 0.125f};
+            const attn_partial pt{m.data(), l.data(), acc.data()};
+            kernel_attention_range_ref(kv, 0, qpos + 1, qv, pt, scratch.data());
+            kernel_attention_merge(&pt, 1, 1, G, rv, got.data(), 0, rv);
+            EXPECT_LT(max_abs_diff(got, want), 1e-5) << "query at " << qpos;
+        }
+        // a decode step's append: view_attend is view() again
+        c.append(0, 0, 1, &K[(size_t)(n1 + n2) * rk], rk, &V[(size_t)(n1 + n2) * rv], rv, &pos[n1 + n2]);
+        EXPECT_FALSE(c.held(0, 0));
+        EXPECT_EQ(c.view_attend(0, 0).n_groups, c.view(0, 0).n_groups);
+        EXPECT_EQ(c.view_attend(0, 0).k.rows, c.view(0, 0).k.rows);
     }
 }
 

@@ -300,6 +300,38 @@ TEST(BackendCuda, PrefillMatchesCpu) {
     }
 }
 
+// A prefill chunk attends to its own rows at full precision before the window
+// quantizes them (kv_cache::view_attend; the device reads them from the rows
+// the host cache kept aside): a 50-token chunk over a 4-bit cache (window of
+// 32 at this capacity: the append quantizes a group of the chunk) gives the
+// f16 cache's last logits on each device up to the kernels' float order
+// (both caches' rows are f16; no exact sinks). Fed in 4-token pieces, whose
+// queries read the quantized group, it differs by more. (PrefillMatchesCpu's
+// 4-bit case is the same chunk on both devices against each other.)
+TEST(BackendCuda, PrefillChunkReadsItsOwnRows) {
+    install_cuda();
+    const model& m = tiny_f32();
+    const std::vector<int32_t> text = random_tokens(80, m.hp.n_vocab);
+    for (backend_device d : {backend_device::CPU, backend_device::CUDA}) {
+        session_params sp = params(64);
+        sp.device = d;
+        sp.evict.n_sink = 0;
+        const auto f16 = run(m, sp, text, 50, 0);
+        sp.kv.bits = 4;
+        const auto chunk = run(m, sp, text, 50, 0);
+        sp.n_batch = 4;
+        const auto pieces = run(m, sp, text, 50, 0);
+        const int64_t V = m.hp.n_vocab;
+        const auto [ec, mag] = diff(chunk[0].data(), f16[0].data(), V);
+        const double ep = diff(pieces[0].data(), f16[0].data(), V).err;
+        const char* dev = d == backend_device::CUDA ? "cuda" : "cpu";
+        std::printf("%s: 4-bit against f16, max |dlogit| / max |logit|: one chunk %.2e, 4-token pieces %.2e\n", dev,
+                    ec / mag, ep / mag);
+        EXPECT_LE(ec, 1e-4 * mag) << dev;
+        EXPECT_GE(ep, 1e-3 * mag) << dev;
+    }
+}
+
 // StreamingLLM eviction: the host cache is compacted between steps and the
 // device mirror copies the blocks whole again
 TEST(BackendCuda, EvictingCacheMatchesCpu) {
