@@ -49,6 +49,9 @@ void window_mask_logits(float* lg, int64_t stride, int64_t rows, int64_t lo) {
         for (int64_t s = 0; s < lo; s++) lg[r * stride + s] = -INFINITY;
 }
 
+// A row tail shorter than this goes through the per-token tasks.
+constexpr int64_t k_min_tail = 64;
+
 }  // namespace
 
 void backend_cpu::kv_append(const backend_seq* seqs, int n_seqs, const model_hparams& hp, int il,
@@ -117,47 +120,43 @@ void backend_cpu::project_qk(const backend_seq* seqs, int n_seqs, const model_hp
     pool_.parallel_for(n * KV, 1, [&body](int64_t b, int64_t e, int ith) { body(b, e, ith); });
 }
 
-// Attention of every row against its own sequence's cache. A decode segment
-// (<= k_session_decode_max_tok tokens) gets (head, slot range) tasks, merged
-// per head afterwards (flash-decoding); a prefill segment gets a task per
-// (head, token). All tasks of the pass share one longest-first schedule.
-bool backend_cpu::attention_prefill(const backend_seq& sq, const model_hparams& hp, int il,
-                                    forward_buffers& fb) {
-    const backend_seq& s = sq;
-    const int64_t D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv, G = hp.n_group();
-    if (sq.n <= k_session_decode_max_tok || s.policy->needs_attention() || !s.prefill_tiled) return false;
-    // the tiled kernel masks causally only: a local layer whose window has
-    // moved on takes the per-token tasks, which start at the window
-    if (hp.layer_is_swa(il) && s.n_past + sq.n > hp.n_swa) return false;
+namespace {
+
+// The tiled kernel (kernels/attention_prefill.h) over view_of(g), a view of
+// rows only, of every KV head g, for a prefill segment alone in its pass: the
+// attention output into fb.attn, or (partial) each head's partials into
+// fb.tail_part. Tasks are (KV head, block of fb.prefill_tokens tokens), longest
+// first; every block of a head reads the same keys, transposed once here.
+template <class ViewOf>
+void prefill_tiled_run(thread_pool& pool, const backend_seq& s, const model_hparams& hp, int il,
+                       forward_buffers& fb, const ViewOf& view_of, bool partial) {
+    const int64_t D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv, G = hp.n_group(), n = s.n;
     const int64_t kb = kernel_prefill_key_block();
     int64_t kt_size = 0, nblk = 0;  // per head: floats of the transposed keys, key blocks
     for (int g = 0; g < KV; g++) {
-        const attn_kv_view kv = s.cache->view(il, (int)g);
-        if (!kernel_prefill_supported(kv)) return false;
+        const attn_kv_view kv = view_of(g);
         kt_size = std::max(kt_size, kernel_prefill_keys_size(kv.n_slots, kv.r_k));
         nblk = std::max(nblk, (kv.n_slots + kb - 1) / kb);
     }
     if ((int64_t)fb.prefill_kt.size() < KV * kt_size) fb.prefill_kt.resize((size_t)(KV * kt_size));
-    // Compressed heads write only their first r_v channels; W_o's folded rows
-    // for the rest must see zeros.
-    if (s.compressed()) std::memset(fb.attn.data() + sq.row0 * H * D, 0, sizeof(float) * sq.n * H * D);
-    // every query block of the chunk reads the same keys: transpose them once
-    pool_.parallel_for(KV * nblk, 4, [&](int64_t b, int64_t e, int) {
+    auto transpose = [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; i++) {
-            const attn_kv_view kv = s.cache->view(il, (int)(i / nblk));
+            const attn_kv_view kv = view_of((int)(i / nblk));
             const int64_t blk = i % nblk;
             if (blk * kb < kv.n_slots)
                 kernel_prefill_keys(kv, blk, blk + 1, fb.prefill_kt.data() + (i / nblk) * kt_size);
         }
-    });
-    // tasks: (KV head, block of prefill_tokens tokens), longest first
+    };
+    // one reference captured: std::function keeps it without allocating
+    pool.parallel_for(KV * nblk, 4, [&transpose](int64_t b, int64_t e, int) { transpose(b, e); });
     const int64_t nt = fb.prefill_tokens;
     fb.tasks.clear();
     for (int g = 0; g < KV; g++) {
-        const kv_block& b = s.cache->block(il, g);
-        for (int64_t t0 = 0; t0 < sq.n; t0 += nt) {
-            const int64_t last = std::min(sq.n, t0 + nt) - 1;
-            fb.tasks.push_back({std::min(b.n_used, s.n_past + last + 1) * (b.r_k + b.r_v), 0, g, t0, 0});
+        const attn_kv_view kv = view_of(g);
+        for (int64_t t0 = 0; t0 < n; t0 += nt) {
+            const int32_t last = fb.pos[s.row0 + std::min(n, t0 + nt) - 1];
+            const int64_t seen = std::upper_bound(kv.pos, kv.pos + kv.n_slots, last) - kv.pos;
+            fb.tasks.push_back({seen * (kv.r_k + kv.r_v), 0, g, t0, 0});
         }
     }
     std::sort(fb.tasks.begin(), fb.tasks.end(), [](const attn_task& a, const attn_task& b) {
@@ -167,23 +166,94 @@ bool backend_cpu::attention_prefill(const backend_seq& sq, const model_hparams& 
     const float scale = hp.score_scale();
     auto run = [&](int64_t i, int ith) {
         const attn_task& tk = fb.tasks[i];
-        const attn_kv_view kv = s.cache->view(il, tk.g);
-        const int64_t t0 = tk.c, n = std::min(nt, sq.n - t0);
-        const attn_q_view q{fb.q.data() + (sq.row0 + t0) * H * D + tk.g * G * D, H * D, D, (int)G, n,
-                            fb.pos.data() + sq.row0 + t0, scale};
-        kernel_attention_prefill(kv, fb.prefill_kt.data() + tk.g * kt_size, q,
-                                 fb.attn.data() + (sq.row0 + t0) * H * D + tk.g * G * D, H * D, D,
-                                 fb.prefill_scratch.data() + ith * fb.prefill_scratch_stride);
+        const attn_kv_view kv = view_of(tk.g);
+        const int64_t t0 = tk.c, nb = std::min(nt, n - t0);
+        const attn_q_view q{fb.q.data() + (s.row0 + t0) * H * D + tk.g * G * D, H * D, D, (int)G, nb,
+                            fb.pos.data() + s.row0 + t0, scale};
+        float* kt = fb.prefill_kt.data() + tk.g * kt_size;
+        float* scratch = fb.prefill_scratch.data() + ith * fb.prefill_scratch_stride;
+        if (partial) {
+            float* base = fb.tail_part.data() + tk.g * n * G * (2 + D);
+            const attn_partial p{base + t0 * G, base + n * G + t0 * G, base + 2 * n * G + t0 * G * kv.r_v};
+            kernel_attention_prefill_partial(kv, kt, q, p, scratch);
+        } else {
+            kernel_attention_prefill(kv, kt, q, fb.attn.data() + (s.row0 + t0) * H * D + tk.g * G * D, H * D, D,
+                                     scratch);
+        }
     };
-    pool_.parallel_for((int64_t)fb.tasks.size(), 1, [&run](int64_t b, int64_t e, int ith) {
+    pool.parallel_for((int64_t)fb.tasks.size(), 1, [&run, &fb](int64_t b, int64_t e, int ith) {
         for (int64_t i = b; i < e; i++) run(i, ith);
     });
+}
+
+}  // namespace
+
+// Attention of every row against its own sequence's cache. A decode segment
+// (<= k_session_decode_max_tok tokens) gets (head, slot range) tasks, merged
+// per head afterwards (flash-decoding); a prefill segment gets a task per
+// (head, token). All tasks of the pass share one longest-first schedule.
+bool backend_cpu::attention_prefill(const backend_seq& sq, const model_hparams& hp, int il,
+                                    forward_buffers& fb) {
+    const backend_seq& s = sq;
+    const int64_t D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv;
+    if (!prefill_tiles(s, hp, il)) return false;
+    for (int g = 0; g < KV; g++)
+        if (!kernel_prefill_supported(s.cache->view(il, g))) return false;
+    // Compressed heads write only their first r_v channels; W_o's folded rows
+    // for the rest must see zeros.
+    if (s.compressed()) std::memset(fb.attn.data() + sq.row0 * H * D, 0, sizeof(float) * sq.n * H * D);
+    auto view_of = [&](int g) { return s.cache->view(il, g); };
+    prefill_tiled_run(pool_, s, hp, il, fb, view_of, false);
     return true;
+}
+
+// A prefill segment over a cache with quantized slots, which the tiled kernel
+// does not read: each KV head's row tail (the residual window and, holding,
+// the chunk's own rows; kernel_prefill_row_tail) goes through it as partials,
+// which the per-token tasks merge with theirs over the slots before it (the
+// 4-bit codes). fb.tail_lo[g] is where head g's tail starts; fb.tail_lo is left
+// empty (nothing done) where this does not apply.
+void backend_cpu::attention_prefill_tails(const backend_seq& s, const model_hparams& hp, int il,
+                                          forward_buffers& fb) {
+    const int64_t KV = hp.n_head_kv;
+    fb.tail_lo.clear();
+    if (!prefill_tiles(s, hp, il)) return;
+    const bool holds = kv_append_holds(s);
+    auto view_of = [&](int g) {
+        int64_t lo = 0;
+        return kernel_prefill_row_tail(holds ? s.cache->view_attend(il, g) : s.cache->view(il, g), &lo);
+    };
+    int64_t most = 0;
+    for (int g = 0; g < KV; g++) {
+        const attn_kv_view kv = view_of(g);
+        if (!kernel_prefill_supported(kv)) return;
+        most = std::max(most, kv.n_slots);
+    }
+    // a short tail (a decode-sized window, no held chunk) is not worth a pass
+    if (most < k_min_tail) return;
+    for (int g = 0; g < KV; g++) {
+        int64_t lo = 0;
+        kernel_prefill_row_tail(holds ? s.cache->view_attend(il, g) : s.cache->view(il, g), &lo);
+        fb.tail_lo.push_back(lo);
+    }
+    prefill_tiled_run(pool_, s, hp, il, fb, view_of, true);
+}
+
+// Whether a segment's prefill attention may take the tiled kernel: a prefill
+// segment whose policy needs no attention logits, and not a local layer whose
+// window has moved on (the kernel masks causally only; the per-token tasks
+// start at the window).
+bool backend_cpu::prefill_tiles(const backend_seq& s, const model_hparams& hp, int il) {
+    if (s.n <= k_session_decode_max_tok || s.policy->needs_attention() || !s.prefill_tiled) return false;
+    return !(hp.layer_is_swa(il) && s.n_past + s.n > hp.n_swa);
 }
 
 void backend_cpu::attention(const backend_seq* seqs, int n_seqs, const model_hparams& hp, int il,
                             forward_buffers& fb) {
     if (n_seqs == 1 && attention_prefill(seqs[0], hp, il, fb)) return;
+    fb.tail_lo.clear();
+    if (n_seqs == 1) attention_prefill_tails(seqs[0], hp, il, fb);
+    const bool tails = !fb.tail_lo.empty();
     const int64_t D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv, G = hp.n_group();
     const float scale = hp.score_scale();  // of the original head dim, also when compressed
     const int64_t n_swa = hp.layer_is_swa(il) ? hp.n_swa : 0;
@@ -306,7 +376,9 @@ void backend_cpu::attention(const backend_seq* seqs, int n_seqs, const model_hpa
             fb.seg_nc[i] = 0;
             for (int g = 0; g < KV; g++)
                 for (int64_t t = 0; t < sq.n; t++) {
-                    fb.tasks.push_back({cost(g, std::min(cache.block(il, g).n_used, s.n_past + t + 1)), i, g, t, part});
+                    int64_t slots = std::min(cache.block(il, g).n_used, s.n_past + t + 1);
+                    if (tails) slots = std::min(slots, fb.tail_lo[(size_t)g]);
+                    fb.tasks.push_back({cost(g, slots), i, g, t, part});
                     part += G * (2 + D);
                 }
         }
@@ -372,18 +444,23 @@ void backend_cpu::attention(const backend_seq* seqs, int n_seqs, const model_hpa
         p.logits = lg;
         p.logits_stride = fb.cap;
         const attn_q_view q{q_seg + t * H * D, H * D, D, (int)G, 1, pos_seg + t, scale};
-        const int64_t s1 = std::min(kv.n_slots, s.n_past + t + 1);
+        // (with tails, the tiled kernel's partials cover the slots from tail_lo on)
+        const int64_t s1 = std::min(std::min(kv.n_slots, s.n_past + t + 1), tails ? fb.tail_lo[(size_t)tk.g] : kv.n_slots);
         const int64_t lo = std::min(window_first_slot(kv, n_swa, pos_seg[t]), s1);
         if (lg && lo > 0) window_mask_logits(lg, fb.cap, G, lo);
         kernel_attention_range(kv, lo, s1, q, p, scratch);
-        attn_partial parts[2] = {p, p};
+        attn_partial parts[3] = {p, p, p};
         int n_parts = 1;
+        if (tails) {
+            float* base = fb.tail_part.data() + tk.g * sq.n * G * (2 + D);
+            parts[n_parts++] = attn_partial{base + t * G, base + sq.n * G + t * G, base + 2 * sq.n * G + t * G * kv.r_v};
+        }
         const attn_kv_view kvs = window_sinks(kv, lo);
         if (kvs.n_sink_slots > 0) {
             float* sb = fb.sink_part.data() + (size_t)ith * fb.sink_part_stride;
-            parts[n_parts++] = attn_partial{sb, sb + G, sb + 2 * G, lg ? lg + (kvs.pos - kv.pos) : nullptr, fb.cap,
-                                            kv.sink_dim};
-            kernel_attention_sinks(kvs, q, parts[1]);
+            parts[n_parts] = attn_partial{sb, sb + G, sb + 2 * G, lg ? lg + (kvs.pos - kv.pos) : nullptr, fb.cap,
+                                          kv.sink_dim};
+            kernel_attention_sinks(kvs, q, parts[n_parts++]);
         }
         kernel_attention_merge(parts, n_parts, 1, (int)G, kv.r_v,
                                fb.attn.data() + (sq.row0 + t) * H * D + tk.g * G * D, H * D, D);

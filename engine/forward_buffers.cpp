@@ -61,6 +61,8 @@ forward_buffers::forward_buffers(const model_hparams& hp, int64_t n_rows_, int m
     prefill_tokens = kernel_prefill_tokens((int)G);
     prefill_scratch_stride = kernel_prefill_scratch((int)G, prefill_tokens, (int)D, (int)D);
     prefill_scratch.resize((size_t)n_threads * prefill_scratch_stride);
+    tail_part.resize((size_t)(R * KV * G * (2 + D)));
+    tail_lo.reserve((size_t)KV);
 }
 
 void forward_buffers::reserve_select(const kv_select_sizes& s) {

@@ -170,6 +170,12 @@ struct forward_buffers {
     int64_t prefill_scratch_stride = 0;
     int prefill_tokens = 1;
     std::vector<float> prefill_kt;
+    // A prefill chunk over quantized slots (backend_cpu::attention_prefill_tails):
+    // per KV head the first slot of the row tail the tiled kernel took (tail_lo;
+    // empty: none this pass), and its partials, per head [n x group] m, then l,
+    // then [n x group x r_v] acc, at g x n x group x (2 + head_dim).
+    std::vector<int64_t> tail_lo;
+    std::vector<float> tail_part;
     // Decode-time key-group selection (engine/kv_select.h): per-thread scratch
     // and partials [n_threads x stride], and per (sequence, KV head) of the pass
     // the runs of slots the step attends to (sel_n: how many, 0 = every slot;

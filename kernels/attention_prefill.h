@@ -20,11 +20,17 @@
 
 namespace zk {
 
+// The row tail of a block: slots [lo, n_slots) where both sides hold
+// full-precision rows and no exact sink is (lo = max(k.n_quant, v.n_quant,
+// n_sink_slots)), as a view of KV_LAYOUT_ROWS sides; *lo is set. A KIVI
+// block's residual window, or what a prefill chunk reads of its own rows
+// (kv_cache::view_attend), goes to the tiled kernel through it.
+attn_kv_view kernel_prefill_row_tail(const attn_kv_view& kv, int64_t* lo);
 // Slots per key block of the transposed copy.
 int kernel_prefill_key_block();
 // True when this build has the kernel and the block is one it handles: keys and
-// values in KV_LAYOUT_ROWS (no quantized slots), no exact sinks, r_v a multiple of the
-// vector width.
+// values in KV_LAYOUT_ROWS (no quantized slots), no exact sinks. A block with
+// quantized slots serves through a view of its row tail (kv_view_row_tail).
 bool kernel_prefill_supported(const attn_kv_view& kv);
 // Floats of the transposed copy of n_slots slots of r_k channels.
 int64_t kernel_prefill_keys_size(int64_t n_slots, int r_k);
@@ -41,5 +47,10 @@ int64_t kernel_prefill_scratch(int n_group, int64_t n_tok, int r_k, int r_v);
 // the n_tok given to kernel_prefill_scratch.
 void kernel_attention_prefill(const attn_kv_view& kv, const float* kt, const attn_q_view& q, float* out,
                               int64_t out_stride, int64_t out_head_stride, float* scratch);
+// The same, unnormalised, as the partial of the slots of kv (attn_partial's
+// layout: rows t x n_group + j; acc rows of acc_dim or r_v floats; no logits),
+// for kernel_attention_merge with the partials of the slots before them.
+void kernel_attention_prefill_partial(const attn_kv_view& kv, const float* kt, const attn_q_view& q,
+                                      const attn_partial& out, float* scratch);
 
 }  // namespace zk

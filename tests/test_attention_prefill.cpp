@@ -2,8 +2,10 @@
 // precision reference of causal softmax attention on the same (f16-rounded or
 // f32) rows, and against the decode kernel (kernel_attention_range + merge),
 // for the group sizes of the supported models (1, 3 SmolLM2, 6 Qwen2.5-1.5B,
-// 7 Qwen2.5-0.5B), head dims 64 and 128, compressed ranks, slot counts that end
-// mid key block and positions with gaps (an evicted cache).
+// 7 Qwen2.5-0.5B), head dims 64 and 128, compressed ranks (multiples of 4, not
+// all of the vector width), slot counts that end mid key block and positions
+// with gaps (an evicted cache); and the partial of a row tail (the slots past a
+// block's quantized ones) merged with the decode kernel's over the slots before.
 //
 // Tolerance: 2e-6 x (largest |v| of the head) + 1e-6 x |ref|: float sums of up
 // to a few hundred terms and the SIMD exp (relative error ~2e-7).
@@ -62,11 +64,8 @@ TEST_P(AttnPrefill, MatchesReferenceAndDecodeKernel) {
     kv.n_slots = n;
     kv.r_k = rk;
     kv.r_v = rv;
-    if (!kernel_prefill_supported(kv)) {
-        // only ranks that are not a multiple of the vector width are refused
-        EXPECT_NE(rv % 8, 0) << pc;
-        return;
-    }
+    // every rank (multiples of 4 included) on a build with the kernel
+    ASSERT_TRUE(kernel_prefill_supported(kv)) << pc;
     std::vector<float> kt((size_t)kernel_prefill_keys_size(n, rk), NAN);
     const int64_t nblk = (n + kernel_prefill_key_block() - 1) / kernel_prefill_key_block();
     kernel_prefill_keys(kv, 0, nblk / 2, kt.data());  // in two calls, as threads would
@@ -86,6 +85,34 @@ TEST_P(AttnPrefill, MatchesReferenceAndDecodeKernel) {
         const attn_q_view qv{q.data(), (int64_t)G * D, D, G, nt, qpos.data(), scale};
         std::vector<float> out((size_t)nt * G * rv, NAN), scratch((size_t)kernel_prefill_scratch(G, nt, rk, rv));
         kernel_attention_prefill(kv, kt.data(), qv, out.data(), (int64_t)G * rv, rv, scratch.data());
+
+        // The slots from lo on as the partial of the tiled kernel over the row
+        // tail (kernel_prefill_row_tail; lo given as sinks, which only sets
+        // where the tail starts), merged with the decode kernel's over [0, lo).
+        std::vector<float> split((size_t)nt * G * rv);
+        {
+            attn_kv_view cut = kv;
+            cut.n_sink_slots = n / 3;
+            int64_t lo = -1;
+            const attn_kv_view tail = kernel_prefill_row_tail(cut, &lo);
+            ASSERT_EQ(lo, n / 3);
+            ASSERT_EQ(tail.n_slots, n - lo);
+            std::vector<float> ktt((size_t)kernel_prefill_keys_size(tail.n_slots, rk));
+            kernel_prefill_keys(tail, 0, (tail.n_slots + kernel_prefill_key_block() - 1) / kernel_prefill_key_block(),
+                                ktt.data());
+            std::vector<float> tm((size_t)nt * G), tl((size_t)nt * G), tacc((size_t)nt * G * rv, NAN);
+            const attn_partial tp{tm.data(), tl.data(), tacc.data()};
+            kernel_attention_prefill_partial(tail, ktt.data(), qv, tp, scratch.data());
+            std::vector<float> hm((size_t)G), hl((size_t)G), hacc((size_t)G * rv);
+            std::vector<float> hscratch((size_t)kernel_attention_scratch(G, n, rk, rv, 0));
+            for (int t = 0; t < nt; t++) {
+                const attn_q_view q1{q.data() + (int64_t)t * G * D, (int64_t)G * D, D, G, 1, &qpos[t], scale};
+                const attn_partial parts[2] = {{hm.data(), hl.data(), hacc.data()},
+                                               {tm.data() + t * G, tl.data() + t * G, tacc.data() + (int64_t)t * G * rv}};
+                kernel_attention_range(kv, 0, lo, q1, parts[0], hscratch.data());
+                kernel_attention_merge(parts, 2, 1, G, rv, split.data() + (int64_t)t * G * rv, 0, rv);
+            }
+        }
 
         std::vector<float> dec((size_t)nt * G * rv);
         std::vector<float> dscratch((size_t)kernel_attention_scratch(G, n, rk, rv, 0));
@@ -121,6 +148,8 @@ TEST_P(AttnPrefill, MatchesReferenceAndDecodeKernel) {
                     ASSERT_NEAR(got, ref, tol) << pc << " nt " << nt << " token " << t << " head " << j << " ch " << c;
                     ASSERT_NEAR(got, dec[((int64_t)t * G + j) * rv + c], tol)
                         << pc << " (decode kernel) nt " << nt << " token " << t << " head " << j << " ch " << c;
+                    ASSERT_NEAR(split[((int64_t)t * G + j) * rv + c], ref, tol)
+                        << pc << " (row tail from slot n/3) nt " << nt << " token " << t << " head " << j << " ch " << c;
                 }
             }
     }
@@ -132,6 +161,7 @@ INSTANTIATE_TEST_SUITE_P(
                       prefill_case{7, 64, 64, dtype::F16, 200, false}, prefill_case{3, 64, 64, dtype::F16, 97, false},
                       prefill_case{1, 64, 64, dtype::F32, 33, false}, prefill_case{6, 128, 128, dtype::F16, 150, true},
                       prefill_case{3, 36, 48, dtype::F16, 70, false}, prefill_case{2, 20, 16, dtype::F32, 1, false},
-                      prefill_case{4, 44, 12, dtype::F16, 50, false},
+                      prefill_case{4, 44, 12, dtype::F16, 50, false}, prefill_case{6, 92, 100, dtype::F16, 130, false},
+                      prefill_case{2, 128, 4, dtype::F32, 40, true},
                       // Gemma 3 270M: 4 query heads on one KV head of 256
                       prefill_case{4, 256, 256, dtype::F16, 300, false}));

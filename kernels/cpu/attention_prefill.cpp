@@ -29,6 +29,26 @@
 
 namespace zk {
 
+attn_kv_view kernel_prefill_row_tail(const attn_kv_view& kv, int64_t* lo) {
+    const int64_t at = std::min(kv.n_slots, std::max({kv.k.n_quant, kv.v.n_quant, kv.n_sink_slots}));
+    const size_t elem = kv.type == dtype::F16 ? 2 : 4;
+    auto side = [&](const attn_side_view& sv, int r) {
+        attn_side_view o;  // KV_LAYOUT_ROWS, nothing quantized
+        if (sv.rows) o.rows = (const uint8_t*)sv.rows + (size_t)(at - sv.n_quant) * r * elem;
+        return o;
+    };
+    attn_kv_view t{};
+    t.type = kv.type;
+    t.pos = kv.pos + at;
+    t.n_slots = kv.n_slots - at;
+    t.r_k = kv.r_k;
+    t.r_v = kv.r_v;
+    t.k = side(kv.k, kv.r_k);
+    t.v = side(kv.v, kv.r_v);
+    *lo = at;
+    return t;
+}
+
 #ifdef ZK_SIMD_AVX2
 
 namespace {
@@ -150,12 +170,22 @@ void values_tile(const float* p, const T* V, int64_t ns, int r_v, int c0, const 
         ZK_UNROLL for (int k = 0; k < CWN; k++) F::store(o + i * r_v + c0 + k * W, acc[i][k]);
 }
 
-// A row group of the value sums over all channel stripes (r_v % W == 0).
+inline float elem_f32(float x) { return x; }
+inline float elem_f32(uint16_t x) { return _cvtsh_ss(x); }
+
+// A row group of the value sums over all channel stripes; the last r_v % W
+// channels (ranks are multiples of 4, not of W) one at a time.
 template <int RGN, typename T>
 void values_rows(const float* p, const T* V, int64_t ns, int r_v, const float* corr, float* o) {
     int c0 = 0;
     for (; c0 + F::CW * W <= r_v; c0 += F::CW * W) values_tile<RGN, F::CW>(p, V, ns, r_v, c0, corr, o);
-    for (; c0 < r_v; c0 += W) values_tile<RGN, 1>(p, V, ns, r_v, c0, corr, o);
+    for (; c0 + W <= r_v; c0 += W) values_tile<RGN, 1>(p, V, ns, r_v, c0, corr, o);
+    for (int i = 0; i < RGN; i++)
+        for (int c = c0; c < r_v; c++) {
+            float a = corr[i] * o[i * r_v + c];
+            for (int64_t s = 0; s < ns; s++) a += p[i * B + s] * elem_f32(V[s * r_v + c]);
+            o[i * r_v + c] = a;
+        }
 }
 
 template <int RGN, typename T>
@@ -168,7 +198,7 @@ void values_rows_n(int n, const float* p, const T* V, int64_t ns, int r_v, const
 
 template <typename T>
 void prefill(const attn_kv_view& kv, const float* kt, const attn_q_view& q, float* out, int64_t out_stride,
-             int64_t out_head_stride, float* scratch) {
+             int64_t out_head_stride, const attn_partial* part, float* scratch) {
     const int G = q.n_group, rk = kv.r_k, rv = kv.r_v;
     const int64_t nt = q.n_tok, M = nt * G;
     float* qs = scratch;                 // [M x rk]
@@ -220,6 +250,13 @@ void prefill(const attn_kv_view& kv, const float* kt, const attn_q_view& q, floa
         for (int64_t m = 0; m < M; m += F::RG2)
             values_rows_n<F::RG2>((int)std::min<int64_t>(F::RG2, M - m), sp + m * B, V + s0 * rv, ns, rv, corr + m, o + m * rv);
     }
+    if (part) {  // unnormalised, in attn_partial's layout (rows m = t G + j, as here)
+        std::memcpy(part->m, mx, sizeof(float) * M);
+        std::memcpy(part->l, l, sizeof(float) * M);
+        const int d = part->acc_dim > 0 ? part->acc_dim : rv;
+        for (int64_t m = 0; m < M; m++) std::memcpy(part->acc + m * d, o + m * rv, sizeof(float) * rv);
+        return;
+    }
     for (int64_t t = 0; t < nt; t++)
         for (int j = 0; j < G; j++) {
             const int64_t m = t * G + j;
@@ -235,7 +272,7 @@ int kernel_prefill_key_block() { return B; }
 
 bool kernel_prefill_supported(const attn_kv_view& kv) {
     return (kv.type == dtype::F16 || kv.type == dtype::F32) && kv.k.layout == KV_LAYOUT_ROWS && kv.v.layout == KV_LAYOUT_ROWS &&
-           kv.n_sink_slots == 0 && kv.r_k >= 1 && kv.r_v >= 1 && kv.r_v % W == 0;
+           kv.n_sink_slots == 0 && kv.r_k >= 1 && kv.r_v >= 1;
 }
 
 int64_t kernel_prefill_keys_size(int64_t n_slots, int r_k) { return (n_slots + B - 1) / B * B * (int64_t)r_k; }
@@ -278,9 +315,18 @@ void kernel_attention_prefill(const attn_kv_view& kv, const float* kt, const att
                               int64_t out_stride, int64_t out_head_stride, float* scratch) {
     ZK_ASSERT(kernel_prefill_supported(kv));
     if (kv.type == dtype::F16)
-        prefill<uint16_t>(kv, kt, q, out, out_stride, out_head_stride, scratch);
+        prefill<uint16_t>(kv, kt, q, out, out_stride, out_head_stride, nullptr, scratch);
     else
-        prefill<float>(kv, kt, q, out, out_stride, out_head_stride, scratch);
+        prefill<float>(kv, kt, q, out, out_stride, out_head_stride, nullptr, scratch);
+}
+
+void kernel_attention_prefill_partial(const attn_kv_view& kv, const float* kt, const attn_q_view& q,
+                                      const attn_partial& out, float* scratch) {
+    ZK_ASSERT(kernel_prefill_supported(kv) && !out.logits);
+    if (kv.type == dtype::F16)
+        prefill<uint16_t>(kv, kt, q, nullptr, 0, 0, &out, scratch);
+    else
+        prefill<float>(kv, kt, q, nullptr, 0, 0, &out, scratch);
 }
 
 #else  // no AVX2: kernel_prefill_supported says no, the callers use kernel_attention_range
@@ -293,6 +339,9 @@ int kernel_prefill_tokens(int) { return 1; }
 int64_t kernel_prefill_scratch(int, int64_t, int, int) { return 0; }
 void kernel_attention_prefill(const attn_kv_view&, const float*, const attn_q_view&, float*, int64_t, int64_t, float*) {
     ZK_THROW("kernel_attention_prefill: not in this build");
+}
+void kernel_attention_prefill_partial(const attn_kv_view&, const float*, const attn_q_view&, const attn_partial&, float*) {
+    ZK_THROW("kernel_attention_prefill_partial: not in this build");
 }
 
 #endif
