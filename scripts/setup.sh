@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what zack needs on a fresh Debian 12 machine, builds it and fetches the
-# models the tests use (the default SmolLM2 and Qwen2.5-Coder 1.5B and 0.5B, 1.7 GB
-# in all). Safe to re-run: every step skips work that is already done.
+# models the tests use (the default SmolLM2, Gemma 3 270M and Qwen2.5-Coder 1.5B
+# and 0.5B, 2 GB in all). Safe to re-run: every step skips work that is already done.
 #   apt:  build tools (Ninja), OpenBLAS/LAPACK, CLI11, nlohmann-json, GoogleTest, Google Benchmark,
 #         bubblewrap (the sandbox that runs model-written code in `zack eval --task code`),
 #         clang with its sanitizer and libFuzzer runtimes and llvm-symbolizer (.ci/sanitize.sh,
@@ -10,6 +10,15 @@
 #         tests and bench scripts
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# --then SCRIPT: a bash script to run after the build, while the Qwen models
+# still download (see the fetch below).
+then_script=""
+if [ "${1:-}" = "--then" ] && [ $# -eq 2 ] && [ -f "$2" ]; then
+    then_script="$2"
+elif [ $# -gt 0 ]; then
+    echo "setup: usage: setup.sh [--then SCRIPT] (a bash script that exists; got: $*)" >&2
+    exit 2
+fi
 cd "$here"
 
 apt_pkgs=(build-essential cmake python3 python3-pip libopenblas-dev liblapack-dev libcli11-dev
@@ -54,13 +63,29 @@ if ! lcpp_ok; then
 fi
 
 # The models are fetched while zack builds: the fetch waits mostly on pip's
-# downloads and the disk, the build on the CPUs.
-bash "$here/scripts/fetch_model.sh" smollm2 qwen2.5-coder-1.5b qwen2.5-coder-0.5b gemma3-270m >/dev/null &
-fetch_pid=$!
+# downloads and the disk, the build on the CPUs. The default model and Gemma
+# (the small ones) come first on their own, so that `--then SCRIPT`
+# (scripts/test.sh: the sanitizer stage, which needs only those two) runs after
+# the build while the Qwen models (1.6 GB; from 5 to 10 minutes on CI's link)
+# still download.
+fetch_pids=()
+trap '[ ${#fetch_pids[@]} -eq 0 ] || kill "${fetch_pids[@]}" 2>/dev/null || true' EXIT
+bash "$here/scripts/fetch_model.sh" smollm2 gemma3-270m >/dev/null &
+small_pid=$!
+bash "$here/scripts/fetch_model.sh" qwen2.5-coder-1.5b qwen2.5-coder-0.5b >/dev/null &
+big_pid=$!
+fetch_pids=("$small_pid" "$big_pid")
 build="${ZACK_BUILD_DIR:-$here/build}"
 source "$here/scripts/cmake_generator.sh"
 # shellcheck disable=SC2046  # the generator's two words
 cmake $(cmake_generator "$build") -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release >&2
 cmake --build "$build" -j"$(nproc)" >&2
-wait "$fetch_pid" || { echo "setup: fetching the models failed (see the line above)" >&2; exit 1; }
+wait "$small_pid" || { echo "setup: fetching the models failed (see the line above)" >&2; exit 1; }
+fetch_pids=("$big_pid")
+if [ -n "$then_script" ]; then
+    echo "setup: running $then_script while the larger models download" >&2
+    bash "$then_script"
+fi
+wait "$big_pid" || { echo "setup: fetching the models failed (see the line above)" >&2; exit 1; }
+fetch_pids=()
 echo "setup: done; try: $build/zack run -m models/SmolLM2-135M-Instruct.Q4_1.gguf" >&2

@@ -15,8 +15,9 @@ tests/data/qwen_ref/*.txt (Python code and English prose, used byte for byte):
      per text (8-bit activation blocks: Q8_K, 256 values with an f32 scale,
      before k-quant weights, Q8_0 before Q5_0/Q8_0; f16 Q/K/V and
      probabilities), see ref_forward.act_rounding;
-  4. `zack run -m MODEL --raw -p TEXT -n 32 --temp 0` must print exactly the text
-     of G (up to an end-of-generation token, where it stops).
+  4. `zack run -m MODEL --raw -p TEXT -n 32 --temp 0` on the first text must
+     print exactly the text of G (up to an end-of-generation token, where it
+     stops).
 
 Checks, with the figures that set their bounds
 ----------------------------------------------
@@ -25,8 +26,10 @@ Perplexity (ppl = exp(mean NLL of each next token), the first token unscored).
     itself (llama-cpp-python 0.3.36, built for AVX2 by scripts/setup.sh: the
     same arithmetic on every CI machine) on the first 512 tokens of four
     files of tests/data/tokenizer (Python, prose, a licence, C: 2,044 tokens
-    scored). Measured: 1.5B -0.10% in all (per file -0.70% .. +0.65%), 0.5B
-    +0.28% (-0.10% .. +0.52%); on the first 1,024 tokens (twice the time),
+    scored; zack's side from one `tool_logits --nll 1` run over the four,
+    checked against nll() of its own logits on the first short text).
+    Measured: 1.5B -0.10% in all (per file -0.70% .. +0.65%), 0.5B +0.28%
+    (-0.10% .. +0.52%); on the first 1,024 tokens (twice the time),
     1.5B +0.07% (-0.24% .. +0.58%), 0.5B +0.08% (-0.13% .. +0.32%).
     Why not on the short texts below against the numpy rounding reference:
     8-bit activations make the 1.5B's perplexity chaotic in the float order
@@ -113,6 +116,24 @@ def zack_logits_greedy(tool, model, ids, n_vocab, tmp, n_greedy=GREEDY_N):
     return a.reshape(len(ids), n_vocab), g
 
 
+def zack_nll(tool, model, seqs, tmp):
+    """zack's NLL of every next token of each sequence, end to end (tool_logits
+    --nll: the model loaded once, ref_ppl.nll's arithmetic in C++)."""
+    ids_file, out_file = Path(tmp) / "seqs.txt", Path(tmp) / "nll.f64"
+    ids_file.write_text("".join(" ".join(str(i) for i in ids) + "\n" for ids in seqs))
+    if out_file.exists():
+        out_file.unlink()
+    r = subprocess.run([str(tool), str(model), str(ids_file), str(out_file), "--threads", "2", "--nll", "1"],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise Fail(f"tool_logits --nll exited {r.returncode}: {r.stderr.strip()[-500:]}")
+    a = np.fromfile(out_file, dtype="<f8")
+    want = sum(len(ids) - 1 for ids in seqs)
+    if a.size != want or not np.all(np.isfinite(a)) or np.any(a < 0):
+        raise Fail(f"tool_logits --nll wrote {a.size} values (expected {want}, finite, >= 0)")
+    return a
+
+
 def zack_run_text(zbin, model, text) -> bytes:
     cmd = [zbin, "run", "-m", str(model), "--raw", "-p", text, "-n", str(GREEDY_N), "--temp", "0", "-t", "2"]
     r = subprocess.run(cmd, capture_output=True, timeout=300)
@@ -178,13 +199,14 @@ def check_ppl_llamacpp(name, model, tool, n_vocab, tmp):
     llm = llama_cpp.Llama(model_path=str(model), n_ctx=PPL_TOKENS, n_batch=512, n_threads=2, n_threads_batch=2,
                           logits_all=True, verbose=False)
     nz, nl, parts = [], [], []
-    for f in PPL_FILES:
-        ids = ref_tokenizer.encode(model, (PPL_DIR / f).read_bytes().decode("utf-8"))[:PPL_TOKENS]
-        z, _ = zack_logits_greedy(tool, model, ids, n_vocab, tmp, n_greedy=0)
+    seqs = [ref_tokenizer.encode(model, (PPL_DIR / f).read_bytes().decode("utf-8"))[:PPL_TOKENS] for f in PPL_FILES]
+    z_all = zack_nll(tool, model, seqs, tmp)
+    for f, ids in zip(PPL_FILES, seqs):
         llm.reset()
         llm.eval(ids)
         lc = np.array(llm.scores[:len(ids)], dtype=np.float32)
-        nz.append(nll(z[:-1], ids[1:]))
+        nz.append(z_all[:len(ids) - 1])
+        z_all = z_all[len(ids) - 1:]
         nl.append(nll(lc[:-1], ids[1:]))
         parts.append(f"{f} {np.exp(nz[-1].mean()) / np.exp(nl[-1].mean()) - 1:+.2%}")
     del llm
@@ -254,13 +276,23 @@ def check_model(name, model, tool, zbin, texts, tmp):
         errors.append(f"{name}: {stats['flips_zack']} argmax flips against the exact reference, more than "
                       f"2x the rounding reference's {stats['flips_round']} + 2")
 
-    for p, text in texts:
+    # tool_logits --nll (the llama.cpp check below) is ref_ppl.nll of the same logits
+    first = texts[0][0].name
+    zn = zack_nll(tool, model, [ids[first]], tmp)
+    dn = float(np.abs(zn - nll(zack[first][0][:-1], ids[first][1:])).max())
+    print(f"  tool_logits --nll against nll() of its logits on {first}: max |diff| {dn:.2e}")
+    if dn > 1e-5:
+        errors.append(f"{name}: tool_logits --nll differs from nll() of the logits by {dn:.2e}")
+
+    for k, (p, text) in enumerate(texts):
         n = len(ids[p.name])
         g = zack[p.name][1]
         lines, errs = check_greedy(f"{name}/{p.name}", exact[p.name][n - 1:n - 1 + GREEDY_N], g)
         errors += errs
         print(f"  greedy after {p.name} ({n} tokens): " + "\n    ".join(lines))
         print(f"    {ref_tokenizer.decode(model, g)!r}")
+        if k > 0:  # the CLI once per model: the greedy ids above are the same code's
+            continue
         want = expected_run_output(model, g)
         got = zack_run_text(zbin, model, text)
         if got != want:
