@@ -43,8 +43,9 @@ private:
     // A prefill segment alone in its pass, with the tiled kernel
     // (kernels/attention_prefill.h); false, doing nothing, where it does not apply.
     bool attention_prefill(const backend_seq& sq, const model_hparams& hp, int il, forward_buffers& fb);
-    // The same over the row tails of a cache with quantized slots, as partials
-    // the per-token tasks merge (fb.tail_lo, fb.tail_part).
+    // The same for a cache with quantized slots, dequantized once for the chunk,
+    // as partials the per-token tasks merge with the exact sinks' (fb.tail_lo,
+    // fb.tail_part).
     void attention_prefill_tails(const backend_seq& s, const model_hparams& hp, int il, forward_buffers& fb);
     static bool prefill_tiles(const backend_seq& s, const model_hparams& hp, int il);
 

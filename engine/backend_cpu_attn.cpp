@@ -10,6 +10,7 @@
 #include "engine/backend_cpu.h"
 #include "engine/evict/evict.h"
 #include "engine/kv_cache.h"
+#include "engine/kv_layout.h"
 #include "engine/kv_select.h"
 #include "ggml-like/error.h"
 #include "kernels/attention.h"
@@ -48,9 +49,6 @@ void window_mask_logits(float* lg, int64_t stride, int64_t rows, int64_t lo) {
     for (int64_t r = 0; r < rows; r++)
         for (int64_t s = 0; s < lo; s++) lg[r * stride + s] = -INFINITY;
 }
-
-// A row tail shorter than this goes through the per-token tasks.
-constexpr int64_t k_min_tail = 64;
 
 }  // namespace
 
@@ -208,34 +206,95 @@ bool backend_cpu::attention_prefill(const backend_seq& sq, const model_hparams& 
 }
 
 // A prefill segment over a cache with quantized slots, which the tiled kernel
-// does not read: each KV head's row tail (the residual window and, holding,
-// the chunk's own rows; kernel_prefill_row_tail) goes through it as partials,
-// which the per-token tasks merge with theirs over the slots before it (the
-// 4-bit codes). fb.tail_lo[g] is where head g's tail starts; fb.tail_lo is left
-// empty (nothing done) where this does not apply.
+// does not read: each KV head's slots, the quantized ones dequantized
+// (kv_cache::read_quant) and the rows (the residual window and, holding, the
+// chunk's own rows) copied, become f16 rows in fb.deq once for the chunk, and
+// every slot past the exact sinks goes through the tiled kernel as partials,
+// which the per-token tasks merge with the sinks'. One pass over the codes a
+// chunk, where the per-token kernel made one a token: on Qwen2.5-Coder-1.5B at
+// 2K the attention of the 4-bit cache and of a 10% plan then takes the f16
+// cache's time (it took 1.1x and 1.6x; bench/RESULTS.md). The rows are
+// rounded to f16 as the f16 cache's are; the per-token kernel's int8 query
+// rounding is not made. fb.tail_lo[g] is where head g's tiled slots start (its
+// exact sinks end); fb.tail_lo is left empty (nothing done) where this does
+// not apply.
 void backend_cpu::attention_prefill_tails(const backend_seq& s, const model_hparams& hp, int il,
                                           forward_buffers& fb) {
     const int64_t KV = hp.n_head_kv;
     fb.tail_lo.clear();
     if (!prefill_tiles(s, hp, il)) return;
     const bool holds = kv_append_holds(s);
+    auto cache_view = [&](int g) { return holds ? s.cache->view_attend(il, g) : s.cache->view(il, g); };
+    // Rows in f16, as the f16 cache's; f32 for a cache of f32 rows, and where a
+    // side is 8-bit (its codes carry more than f16 would keep of them).
+    dtype type = dtype::F16;
+    int64_t stride = 0;  // bytes of one head's rows in fb.deq (and 64 of padding after each side)
+    for (int g = 0; g < KV; g++) {
+        const attn_kv_view kv = cache_view(g);
+        if (kv.type == dtype::F32 || kv.k.layout == KV_LAYOUT_Q8 || kv.v.layout == KV_LAYOUT_Q8) type = dtype::F32;
+        stride = std::max(stride, kv.n_slots * (kv.r_k + kv.r_v) + 32);
+    }
+    const size_t elem = kv_elem_size(type);
+    stride *= (int64_t)elem;
+    fb_grow_to(fb.deq, KV * stride / (int64_t)sizeof(float));
+    // head g as rows [n_slots x r_k] then [n_slots x r_v] of `type`; the sinks' slots are left unwritten
+    auto rows_view = [&](int g) {
+        const attn_kv_view kv = cache_view(g);
+        attn_kv_view f{};
+        f.type = type;
+        f.pos = kv.pos;
+        f.n_slots = kv.n_slots;
+        f.r_k = kv.r_k;
+        f.r_v = kv.r_v;
+        const uint8_t* base = (const uint8_t*)fb.deq.data() + g * stride;
+        f.k.rows = base;
+        f.v.rows = base + (size_t)(kv.n_slots * kv.r_k + 16) * elem;
+        f.n_sink_slots = kv.n_sink_slots;
+        return f;
+    };
     auto view_of = [&](int g) {
         int64_t lo = 0;
-        return kernel_prefill_row_tail(holds ? s.cache->view_attend(il, g) : s.cache->view(il, g), &lo);
+        return kernel_prefill_row_tail(rows_view(g), &lo);
     };
-    int64_t most = 0;
-    for (int g = 0; g < KV; g++) {
-        const attn_kv_view kv = view_of(g);
-        if (!kernel_prefill_supported(kv)) return;
-        most = std::max(most, kv.n_slots);
-    }
-    // a short tail (a decode-sized window, no held chunk) is not worth a pass
-    if (most < k_min_tail) return;
-    for (int g = 0; g < KV; g++) {
-        int64_t lo = 0;
-        kernel_prefill_row_tail(holds ? s.cache->view_attend(il, g) : s.cache->view(il, g), &lo);
-        fb.tail_lo.push_back(lo);
-    }
+    for (int g = 0; g < KV; g++)
+        if (!kernel_prefill_supported(view_of(g))) return;
+    constexpr int64_t slice = 256;  // slots a task
+    int64_t n_slices = 0;
+    for (int g = 0; g < KV; g++) n_slices = std::max(n_slices, (cache_view(g).n_slots + slice - 1) / slice);
+    fb_grow_to(fb.deq_tmp, (int64_t)fb.n_threads * slice * hp.head_dim);
+    auto fill = [&](int64_t b, int64_t e, int ith) {
+        float* tmp = fb.deq_tmp.data() + (size_t)ith * slice * hp.head_dim;
+        for (int64_t i = b; i < e; i++) {
+            const int g = (int)(i / n_slices);
+            const attn_kv_view kv = cache_view(g);
+            const attn_kv_view f = rows_view(g);
+            const int64_t a = std::max((i % n_slices) * slice, kv.n_sink_slots);
+            const int64_t z = std::min(kv.n_slots, (i % n_slices + 1) * slice);
+            for (int side = 0; side < 2 && a < z; side++) {
+                const attn_side_view& sv = side == 0 ? kv.k : kv.v;
+                const int r = side == 0 ? kv.r_k : kv.r_v;
+                uint8_t* X = (uint8_t*)(side == 0 ? f.k.rows : f.v.rows);
+                const size_t row = (size_t)r * elem, src_row = (size_t)r * kv_elem_size(kv.type);
+                const int64_t q = std::clamp(sv.n_quant, a, z);
+                if (a < q) {
+                    s.cache->read_quant(il, g, side == 0, a, q, tmp);
+                    for (int64_t t = a; t < q; t++) kv_store_row(type, tmp + (t - a) * r, X + t * row, r);
+                }
+                for (int64_t t = q; t < z; t++) {
+                    const uint8_t* src = (const uint8_t*)sv.rows + (size_t)(t - sv.n_quant) * src_row;
+                    if (kv.type == type) {
+                        std::memcpy(X + t * row, src, row);
+                    } else {
+                        kv_load_row(kv.type, src, tmp, r);
+                        kv_store_row(type, tmp, X + t * row, r);
+                    }
+                }
+            }
+        }
+    };
+    // one reference captured: std::function keeps it without allocating
+    pool_.parallel_for(KV * n_slices, 1, [&fill](int64_t b, int64_t e, int ith) { fill(b, e, ith); });
+    for (int g = 0; g < KV; g++) fb.tail_lo.push_back(cache_view(g).n_sink_slots);
     prefill_tiled_run(pool_, s, hp, il, fb, view_of, true);
 }
 

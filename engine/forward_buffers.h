@@ -171,11 +171,16 @@ struct forward_buffers {
     int prefill_tokens = 1;
     std::vector<float> prefill_kt;
     // A prefill chunk over quantized slots (backend_cpu::attention_prefill_tails):
-    // per KV head the first slot of the row tail the tiled kernel took (tail_lo;
-    // empty: none this pass), and its partials, per head [n x group] m, then l,
+    // per KV head the first slot the tiled kernel took (tail_lo, past the exact
+    // sinks; empty: none this pass), and its partials, per head [n x group] m, then l,
     // then [n x group x r_v] acc, at g x n x group x (2 + head_dim).
     std::vector<int64_t> tail_lo;
     std::vector<float> tail_part;
+    // ... and every head's slots as f16 (or f32) rows ([n_head_kv x n_slots x
+    // (r_k + r_v)], grown with the context, doubling), dequantized through
+    // per-thread f32 scratch (deq_tmp, [n_threads x 256 x head_dim]).
+    std::vector<float> deq;
+    std::vector<float> deq_tmp;
     // Decode-time key-group selection (engine/kv_select.h): per-thread scratch
     // and partials [n_threads x stride], and per (sequence, KV head) of the pass
     // the runs of slots the step attends to (sel_n: how many, 0 = every slot;

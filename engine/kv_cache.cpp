@@ -619,6 +619,40 @@ void kv_cache::read_slot(int layer, int head, int64_t s, float* k, float* v) con
     b.v->read(s, b.n_quant, gr, v);
 }
 
+void kv_cache::read_quant(int layer, int head, bool key, int64_t s0, int64_t s1, float* X) const {
+    const kv_block& b = block(layer, head);
+    ZK_ASSERT(0 <= s0 && s0 <= s1 && s1 <= b.n_quant);
+    const kv_side& side = key ? *b.k : *b.v;
+    const int r = key ? b.r_k : b.r_v;
+    if (!side.regroups()) {  // codes of their own a slot (rows, Q8, vector codes)
+        for (int64_t s = s0; s < s1; s++) side.read(s, b.n_quant, kv_group_ref{-1, 0, 0}, X + (s - s0) * r);
+        return;
+    }
+    ZK_ASSERT(b.windowed);
+    // a group cut by the range goes through G (groups of up to 64 tokens of 256
+    // channels on the stack; larger ones, not a default, allocate)
+    float G_stack[64 * 256];
+    std::vector<float> G_heap;
+    float* G = G_stack;
+    if ((size_t)p_.group * r > sizeof(G_stack) / sizeof(float)) {
+        G_heap.resize((size_t)p_.group * r);
+        G = G_heap.data();
+    }
+    int64_t g = std::upper_bound(b.group_start.begin(), b.group_start.begin() + b.n_groups + 1, (int32_t)s0) -
+                b.group_start.begin() - 1;
+    for (int64_t s = s0; s < s1; g++) {
+        const kv_group_ref gr{g, b.group_start[g], b.group_start[g + 1] - b.group_start[g]};
+        const int64_t e = std::min<int64_t>(s1, gr.s0 + gr.n);
+        if (s == gr.s0 && e == gr.s0 + gr.n) {
+            side.read_group(gr, X + (s - s0) * r);
+        } else {
+            side.read_group(gr, G);
+            std::memcpy(X + (s - s0) * r, G + (s - gr.s0) * r, sizeof(float) * (size_t)((e - s) * r));
+        }
+        s = e;
+    }
+}
+
 // ---- eviction ----
 
 // Merges groups g and g + 1 (adjacent slots, together at most `group` tokens)

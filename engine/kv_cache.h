@@ -251,6 +251,13 @@ public:
     void compact(int layer, int head, const uint8_t* keep);
     // Keys and values of slot s as the attention kernel sees them (tests, re-packing).
     void read_slot(int layer, int head, int64_t s, float* k, float* v) const;
+    // Slots [s0, s1) of one side (key: keys, else values) of block (layer, head)
+    // dequantized, X [(s1 - s0) x r] f32 (GEAR's correction included). Every slot
+    // must be below the block's n_quant: the codes of view() and of view_attend(),
+    // whose first n_quant slots are the block's. Reads whole KIVI groups (a
+    // group's codes share its grids); a group the range cuts goes through the
+    // stack.
+    void read_quant(int layer, int head, bool key, int64_t s0, int64_t s1, float* X) const;
 
     void clear();
     // Bytes held by every block's arrays (what is allocated).

@@ -22,9 +22,9 @@ namespace zk {
 
 // The row tail of a block: slots [lo, n_slots) where both sides hold
 // full-precision rows and no exact sink is (lo = max(k.n_quant, v.n_quant,
-// n_sink_slots)), as a view of KV_LAYOUT_ROWS sides; *lo is set. A KIVI
-// block's residual window, or what a prefill chunk reads of its own rows
-// (kv_cache::view_attend), goes to the tiled kernel through it.
+// n_sink_slots)), as a view of KV_LAYOUT_ROWS sides; *lo is set. The engine
+// hands a dequantized block (all rows, exact sinks first) to the tiled kernel
+// through it; the sinks' partial is merged after (kernel_attention_sinks).
 attn_kv_view kernel_prefill_row_tail(const attn_kv_view& kv, int64_t* lo);
 // Slots per key block of the transposed copy.
 int kernel_prefill_key_block();

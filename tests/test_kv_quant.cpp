@@ -894,3 +894,48 @@ TEST(KvParams, BadValuesRejected) {
     e.budget = 100;
     EXPECT_THROW(evict_validate_params(e, 4096), zk::error);
 }
+
+// kv_cache::read_quant (what a prefill chunk's tiled attention reads of the
+// quantized slots) is read_slot's dequantization, whole groups and ranges that
+// cut groups alike, for KIVI keys and values (with GEAR's correction, with a
+// 1-bit tail and 0-bit channels), 8-bit rows and a block without a window.
+TEST(KvReadQuant, IsWhatTheKernelReads) {
+    struct cfg {
+        int bk, bv;
+        bool gear;
+        int tail, zero;
+    };
+    const int rk = 36, rv = 28, n = 230;
+    for (const cfg f : {cfg{4, 4, false, 0, 0}, cfg{2, 2, true, 0, 0}, cfg{4, 2, false, 8, 4}, cfg{8, 8, false, 0, 0},
+                        cfg{8, 4, false, 0, 0}}) {
+        SCOPED_TRACE(std::to_string(f.bk) + "/" + std::to_string(f.bv) + (f.gear ? " gear" : "") + " tail " +
+                     std::to_string(f.tail) + " zero " + std::to_string(f.zero));
+        kv_cache_params p;
+        p.bits_k = {f.bk};
+        p.bits_v = {f.bv};
+        p.residual = 64;
+        p.gear = f.gear;
+        p.key_tail = f.tail;
+        p.key_zero = f.zero;
+        kv_cache c(1, 1, 512, p, {rk}, {rv});
+        const std::vector<float> K = make_rows(n, rk, 51, false), V = make_rows(n, rv, 52, false);
+        std::vector<int32_t> pos(n);
+        for (int t = 0; t < n; t++) pos[t] = t;
+        c.append(0, 0, 150, K.data(), rk, V.data(), rv, pos.data());
+        c.append(0, 0, n - 150, &K[(size_t)150 * rk], rk, &V[(size_t)150 * rv], rv, &pos[150]);
+        const int64_t nq = c.block(0, 0).n_quant;
+        ASSERT_GT(nq, 100);
+        std::vector<float> ks(rk), vs(rv);
+        for (auto [s0, s1] : {std::pair<int64_t, int64_t>{0, nq}, {5, nq - 3}, {33, 34}}) {
+            std::vector<float> Kq((size_t)(s1 - s0) * rk), Vq((size_t)(s1 - s0) * rv);
+            c.read_quant(0, 0, true, s0, s1, Kq.data());
+            c.read_quant(0, 0, false, s0, s1, Vq.data());
+            for (int64_t s = s0; s < s1; s++) {
+                c.read_slot(0, 0, s, ks.data(), vs.data());
+                for (int i = 0; i < rk; i++) ASSERT_EQ(Kq[(size_t)(s - s0) * rk + i], ks[i]) << "key slot " << s;
+                for (int i = 0; i < rv; i++) ASSERT_EQ(Vq[(size_t)(s - s0) * rv + i], vs[i]) << "value slot " << s;
+            }
+        }
+        EXPECT_THROW(c.read_quant(0, 0, true, 0, nq + 1, std::vector<float>((size_t)(nq + 1) * rk).data()), error);
+    }
+}
