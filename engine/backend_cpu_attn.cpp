@@ -228,7 +228,7 @@ void backend_cpu::attention_prefill_tails(const backend_seq& s, const model_hpar
     // Rows in f16, as the f16 cache's; f32 for a cache of f32 rows, and where a
     // side is 8-bit (its codes carry more than f16 would keep of them).
     dtype type = dtype::F16;
-    int64_t stride = 0;  // bytes of one head's rows in fb.deq (and 64 of padding after each side)
+    int64_t stride = 0;  // one head's rows in fb.deq, 16 elements of padding after each side (then bytes)
     for (int g = 0; g < KV; g++) {
         const attn_kv_view kv = cache_view(g);
         if (kv.type == dtype::F32 || kv.k.layout == KV_LAYOUT_Q8 || kv.v.layout == KV_LAYOUT_Q8) type = dtype::F32;
@@ -504,7 +504,7 @@ void backend_cpu::attention(const backend_seq* seqs, int n_seqs, const model_hpa
         p.logits_stride = fb.cap;
         const attn_q_view q{q_seg + t * H * D, H * D, D, (int)G, 1, pos_seg + t, scale};
         // (with tails, the tiled kernel's partials cover the slots from tail_lo on)
-        const int64_t s1 = std::min(std::min(kv.n_slots, s.n_past + t + 1), tails ? fb.tail_lo[(size_t)tk.g] : kv.n_slots);
+        const int64_t s1 = std::min({kv.n_slots, s.n_past + t + 1, tails ? fb.tail_lo[(size_t)tk.g] : kv.n_slots});
         const int64_t lo = std::min(window_first_slot(kv, n_swa, pos_seg[t]), s1);
         if (lg && lo > 0) window_mask_logits(lg, fb.cap, G, lo);
         kernel_attention_range(kv, lo, s1, q, p, scratch);
