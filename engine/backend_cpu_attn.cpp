@@ -221,7 +221,6 @@ bool backend_cpu::attention_prefill(const backend_seq& sq, const model_hparams& 
 void backend_cpu::attention_prefill_tails(const backend_seq& s, const model_hparams& hp, int il,
                                           forward_buffers& fb) {
     const int64_t KV = hp.n_head_kv;
-    fb.tail_lo.clear();
     if (!prefill_tiles(s, hp, il)) return;
     const bool holds = kv_append_holds(s);
     auto cache_view = [&](int g) { return holds ? s.cache->view_attend(il, g) : s.cache->view(il, g); };
@@ -310,7 +309,7 @@ bool backend_cpu::prefill_tiles(const backend_seq& s, const model_hparams& hp, i
 void backend_cpu::attention(const backend_seq* seqs, int n_seqs, const model_hparams& hp, int il,
                             forward_buffers& fb) {
     if (n_seqs == 1 && attention_prefill(seqs[0], hp, il, fb)) return;
-    fb.tail_lo.clear();
+    fb.tail_lo.clear();  // (attention_prefill_tails fills it where it applies)
     if (n_seqs == 1) attention_prefill_tails(seqs[0], hp, il, fb);
     const bool tails = !fb.tail_lo.empty();
     const int64_t D = hp.head_dim, H = hp.n_head, KV = hp.n_head_kv, G = hp.n_group();
