@@ -85,7 +85,7 @@ void options_add_calibrate(CLI::App& app, calibrate_opts& o) {
                    "tokens set aside from the end of the corpus (the larger of this and --fit-tokens, at most a "
                    "third of it) on which each layer's cost in KV plans is measured end to end: a plan run with each "
                    "layer exact in turn, in windows of up to 2048 tokens (0 = none: plans add up the sensitivity "
-                   "pass's losses as they are)")
+                   "pass's losses as they are; default: 4096 with --kv-target or --gain-target, else 0)")
         ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
     app.add_option("--gain-target", o.gain_target,
                    "the plan (fraction of the f16 cache) the layer gains are measured at (default: the least "
@@ -162,7 +162,9 @@ int cmd_calibrate(const calibrate_opts& o) {
     std::fprintf(stderr, "zack calibrate: %s\n", model_describe(*m).c_str());
 
     std::string corpus_desc;
-    const int64_t held_tokens = std::max(o.fit_tokens, o.gain_tokens);  // the fit's and the gains' windows
+    const int64_t gain_tokens =
+        o.gain_tokens >= 0 ? o.gain_tokens : !o.kv_targets.empty() || o.gain_target > 0 ? 4096 : 0;
+    const int64_t held_tokens = std::max(o.fit_tokens, gain_tokens);  // the fit's and the gains' windows
     if (texts.empty()) {
         corpus_gen_params gp;
         // A small margin: the text is re-tokenized and each window adds a BOS.
@@ -307,11 +309,11 @@ int cmd_calibrate(const calibrate_opts& o) {
                          f.weight, f.runs, (long long)f.window_tokens,
                          std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fit).count());
         }
-        if (o.gain_tokens > 0) {
+        if (gain_tokens > 0) {
             // each layer's cost, end to end, at the plan the file is for
             layer_gain_params gp;
-            gp.n_tokens = o.gain_tokens;
-            gp.n_ctx = std::min<int64_t>(o.gain_tokens, 2048);
+            gp.n_tokens = gain_tokens;
+            gp.n_ctx = std::min<int64_t>(gain_tokens, 2048);
             gp.n_score = gp.n_ctx / 2;
             gp.target = o.gain_target > 0 ? o.gain_target
                         : !o.kv_targets.empty() ? *std::min_element(o.kv_targets.begin(), o.kv_targets.end())

@@ -70,7 +70,10 @@ struct calibrate_opts {
     int sens_stride = 4;
     int64_t vq_rows = 12288;    // value codebooks: training rows a head (0 = none; calib/codebook.h)
     int64_t fit_tokens = 3072;  // the rank-weight fit (calib/rank_fit.h); 0 = none (weight 1)
-    int64_t gain_tokens = 4096;  // the layer gains (calib/layer_gain.h); 0 = none
+    // the layer gains (calib/layer_gain.h); 0 = none; -1: 4096 where the file records
+    // plans (--kv-target) or --gain-target names one, else none (18 of the 24 minutes
+    // of a 16K-token calibration of the 1.5B, for plans the user may never make)
+    int64_t gain_tokens = -1;
     double gain_target = 0;      // the plan they are measured at; 0 = the least --kv-target, else the fit's
     bool quiet = false;
 };

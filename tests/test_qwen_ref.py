@@ -58,6 +58,8 @@ Later steps are then checked on zack's own tokens. (zack's continuations are
 identical on both models and texts; llama.cpp's on the 1.5B code text is not:
 see the report of issue #15.)
 
+Argument: a model name (qwen2.5-coder-1.5b or qwen2.5-coder-0.5b) checks that one
+alone; ctest runs the two as test_qwen_ref_1.5b and test_qwen_ref_0.5b.
 Env: ZACK_MODEL_QWEN15, ZACK_MODEL_QWEN05 (GGUFs), ZACK_BUILD (tests/tool_logits),
 ZACK_BIN (zack). A missing model, tool or llama_cpp fails the test.
 """
@@ -305,6 +307,12 @@ def check_model(name, model, tool, zbin, texts, tmp):
 
 
 def main() -> int:
+    # one model a run when named (ctest runs the two as two tests, side by side)
+    names = [n for n, _ in MODELS]
+    only = sys.argv[1] if len(sys.argv) > 1 else None
+    if len(sys.argv) > 2 or (only and only not in names):
+        print(f"FAIL: usage: test_qwen_ref.py [{'|'.join(names)}] (got {' '.join(sys.argv[1:])})")
+        return 1
     build = os.environ.get("ZACK_BUILD")
     if not build:
         print("FAIL: ZACK_BUILD is not set (run through ctest, or export ZACK_BUILD=<build dir>)")
@@ -331,6 +339,8 @@ def main() -> int:
         print("reference selftest: " + ("; ".join(problems) if problems else "ok"))
         errors += [f"reference selftest: {p}" for p in problems]
         for name, var in MODELS:
+            if only and name != only:
+                continue
             model = os.environ.get(var)
             if not model or not Path(model).is_file():
                 errors.append(f"{name}: model file not found: {var}={model!r} "
