@@ -36,9 +36,9 @@ build_quiet() {
     }
 }
 
-# Both trees: RelWithDebInfo at -O1. The ASan tree compiles zack_core and zack_cli
-# a batch of files at a time (ZACK_UNITY; the library's ~85 files under ASan:
-# 228 -> 173 s of CPU); the TSan tree one file at a time (below).
+# Both trees: RelWithDebInfo at -O1, zack_core and zack_cli compiled a batch of
+# files at a time (ZACK_UNITY; the library's ~85 files under ASan: 228 -> 173 s
+# of CPU).
 flags=(-DZACK_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
        -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only")
 # Subsets of the slow binaries (the rest of each runs in the plain build's ctest):
@@ -111,10 +111,7 @@ stamp "fuzz targets passed"
 # --- ThreadSanitizer
 build=build-tsan
 # shellcheck disable=SC2046
-# one object a file here (ZACK_UNITY=OFF: the plain build and the ASan one are unity
-# builds): zack_core's files each compile on their own, so that a file which does
-# not include what it uses fails CI
-CC=clang CXX=clang++ cmake $(cmake_generator "$build") -S . -B "$build" -DZACK_TSAN=ON -DZACK_UNITY=OFF "${flags[@]}" \
+CC=clang CXX=clang++ cmake $(cmake_generator "$build") -S . -B "$build" -DZACK_TSAN=ON -DZACK_UNITY=ON "${flags[@]}" \
     >/dev/null
 build_quiet "$build" test_threads
 stamp "TSan build done"
