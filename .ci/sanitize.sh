@@ -36,10 +36,9 @@ build_quiet() {
     }
 }
 
-# Both trees: RelWithDebInfo at -O1, zack_core and zack_cli compiled a batch of
-# files at a time (ZACK_UNITY; the library's ~85 files under ASan: 228 -> 173 s
-# of CPU).
-flags=(-DZACK_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# ZACK_UNITY: zack_core and zack_cli compiled a batch of files at a time (the
+# library's ~85 files under ASan: 228 -> 173 s of CPU).
+flags=(-DZACK_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZACK_UNITY=ON
        -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only")
 # Subsets of the slow binaries (the rest of each runs in the plain build's ctest):
 # one real-model case of test_evict and test_calib_model, the sampler without its
@@ -75,8 +74,7 @@ done
 # --- ASan + UBSan (and the fuzz targets, from the same build)
 build=build-fuzz
 # shellcheck disable=SC2046  # the generator's two words
-CC=clang CXX=clang++ cmake $(cmake_generator "$build") -S . -B "$build" -DZACK_FUZZ=ON -DZACK_UNITY=ON "${flags[@]}" \
-    >/dev/null
+CC=clang CXX=clang++ cmake $(cmake_generator "$build") -S . -B "$build" -DZACK_FUZZ=ON "${flags[@]}" >/dev/null
 build_quiet "$build" "${gtests[@]}" test_fuzz_regress fuzz_seeds \
     fuzz_gguf fuzz_zack fuzz_tokenizer fuzz_chat fuzz_eval fuzz_cli
 stamp "ASan + UBSan build done"
@@ -111,8 +109,7 @@ stamp "fuzz targets passed"
 # --- ThreadSanitizer
 build=build-tsan
 # shellcheck disable=SC2046
-CC=clang CXX=clang++ cmake $(cmake_generator "$build") -S . -B "$build" -DZACK_TSAN=ON -DZACK_UNITY=ON "${flags[@]}" \
-    >/dev/null
+CC=clang CXX=clang++ cmake $(cmake_generator "$build") -S . -B "$build" -DZACK_TSAN=ON "${flags[@]}" >/dev/null
 build_quiet "$build" test_threads
 stamp "TSan build done"
 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" OPENBLAS_NUM_THREADS=1 \

@@ -86,7 +86,8 @@ void options_add_calibrate(CLI::App& app, calibrate_opts& o) {
                    "third of it) on which each layer's cost in KV plans is measured end to end: a plan run with each "
                    "layer exact in turn, in windows of up to 2048 tokens (0 = none: plans add up the sensitivity "
                    "pass's losses as they are; default: 4096 with --kv-target or --gain-target, else 0)")
-        ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
+        ->check(CLI::Range(int64_t(0), int64_t(1) << 20))
+        ->default_str("auto");  // -1 inside: resolved in cmd_calibrate
     app.add_option("--gain-target", o.gain_target,
                    "the plan (fraction of the f16 cache) the layer gains are measured at (default: the least "
                    "--kv-target, else the rank-weight fit's)")
@@ -163,7 +164,7 @@ int cmd_calibrate(const calibrate_opts& o) {
 
     std::string corpus_desc;
     const int64_t gain_tokens =
-        o.gain_tokens >= 0 ? o.gain_tokens : !o.kv_targets.empty() || o.gain_target > 0 ? 4096 : 0;
+        o.gain_tokens >= 0 ? o.gain_tokens : !o.kv_targets.empty() || o.gain_target > 0 ? o.gain_tokens_with_plans : 0;
     const int64_t held_tokens = std::max(o.fit_tokens, gain_tokens);  // the fit's and the gains' windows
     if (texts.empty()) {
         corpus_gen_params gp;

@@ -74,6 +74,7 @@ struct calibrate_opts {
     // plans (--kv-target) or --gain-target names one, else none (18 of the 24 minutes
     // of a 16K-token calibration of the 1.5B, for plans the user may never make)
     int64_t gain_tokens = -1;
+    static constexpr int64_t gain_tokens_with_plans = 4096;  // what -1 means where plans are recorded
     double gain_target = 0;      // the plan they are measured at; 0 = the least --kv-target, else the fit's
     bool quiet = false;
 };
