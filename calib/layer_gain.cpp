@@ -11,16 +11,30 @@
 
 namespace zk {
 
-layer_gains calib_measure_layer_gains(const model& zm, const plan_inputs& in,
-                                      const std::vector<std::vector<int32_t>>& docs, const layer_gain_params& p) {
+namespace {
+
+void check_inputs(const model& zm, const plan_inputs& in, const layer_gain_params& p) {
     if (!zm.zack.present) ZK_THROW("the layer gains need a .zack model");
     if (!in.layer_gain.empty()) ZK_THROW("the layer gains are measured on plan inputs without gains");
     if (!(p.lo > 0 && p.lo <= 1 && p.hi >= 1)) ZK_THROW("layer gains: the clip [%g, %g] must hold 1", p.lo, p.hi);
+}
+
+}  // namespace
+
+layer_gains calib_measure_layer_gains(const model& zm, const plan_inputs& in,
+                                      const std::vector<std::vector<int32_t>>& docs, const layer_gain_params& p) {
+    check_inputs(zm, in, p);  // before the full cache's pass
+    const kl_windows kw(zm, docs, p.n_tokens, p.n_ctx, p.n_score, p.n_threads);
+    return calib_measure_layer_gains(zm, in, kw, p);
+}
+
+layer_gains calib_measure_layer_gains(const model& zm, const plan_inputs& in, const kl_windows& kw,
+                                      const layer_gain_params& p) {
+    check_inputs(zm, in, p);
     const int L = zm.hp.n_layer;
     const auto t0 = std::chrono::steady_clock::now();
     layer_gains r;
     r.plan = plan_for_target(in, p.target);
-    const kl_windows kw(zm, docs, p.n_tokens, p.n_ctx, p.n_score, p.n_threads);
     r.tokens = kw.tokens();
     r.window_tokens = kw.window_tokens();
 

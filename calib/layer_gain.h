@@ -38,6 +38,7 @@
 namespace zk {
 
 struct model;
+class kl_windows;
 
 // Keeps the residual stream entering every layer of a pass, x[l] [rows x
 // n_embd] in the order the rows arrive: what session::decode_from(l, ...)
@@ -90,5 +91,9 @@ struct layer_gains {
 // the target has no plan or the documents have no window.
 layer_gains calib_measure_layer_gains(const model& zm, const plan_inputs& in,
                                       const std::vector<std::vector<int32_t>>& docs, const layer_gain_params& p);
+// The same on windows already run with the full cache (their baseline kept):
+// p's n_tokens, n_ctx and n_score are kw's, not read here.
+layer_gains calib_measure_layer_gains(const model& zm, const plan_inputs& in, const kl_windows& kw,
+                                      const layer_gain_params& p);
 
 }  // namespace zk

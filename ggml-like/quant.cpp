@@ -358,7 +358,7 @@ float dot_ref_q5_0(const block_q5_0* w, const block_q8_0* a, int64_t nb) {
         int q[32], sumi = 0;
         q5_unpack(w[i].qh, w[i].qs, q);
         for (int j = 0; j < 32; j++) sumi += (q[j] - 16) * a[i].qs[j];
-        sum += (float)sumi * (fp16_to_fp32(w[i].d) * fp16_to_fp32(a[i].d));
+        sum = std::fma(fp16_to_fp32(w[i].d) * fp16_to_fp32(a[i].d), (float)sumi, sum);  // see quant_pack_dot_ref
     }
     return sum;
 }
@@ -392,7 +392,7 @@ float dot_ref_q8_0(const block_q8_0* w, const block_q8_0* a, int64_t nb) {
     for (int64_t i = 0; i < nb; i++) {
         int sumi = 0;
         for (int j = 0; j < 32; j++) sumi += w[i].qs[j] * a[i].qs[j];
-        sum += (float)sumi * (fp16_to_fp32(w[i].d) * fp16_to_fp32(a[i].d));
+        sum = std::fma(fp16_to_fp32(w[i].d) * fp16_to_fp32(a[i].d), (float)sumi, sum);  // see quant_pack_dot_ref
     }
     return sum;
 }
@@ -411,8 +411,8 @@ float dot_ref_q4_K(const block_q4_K* w, const block_q8_K* a, int64_t nb) {
             isum += sc * s;
             msum += m * (a[i].bsums[2 * j] + a[i].bsums[2 * j + 1]);
         }
-        sum += fp16_to_fp32(w[i].d) * a[i].d * (float)isum -
-               fp16_to_fp32(w[i].dmin) * a[i].d * (float)msum;
+        sum = std::fma(fp16_to_fp32(w[i].d) * a[i].d, (float)isum, sum);  // see quant_pack_dot_ref
+        sum = std::fma(-(fp16_to_fp32(w[i].dmin) * a[i].d), (float)msum, sum);
     }
     return sum;
 }
@@ -482,7 +482,7 @@ float dot_ref_q6_K(const block_q6_K* w, const block_q8_K* a, int64_t nb) {
                 isum += w[i].scales[8 * h + g] * s;
             }
         }
-        sum += fp16_to_fp32(w[i].d) * a[i].d * (float)isum;
+        sum = std::fma(fp16_to_fp32(w[i].d) * a[i].d, (float)isum, sum);  // see quant_pack_dot_ref
     }
     return sum;
 }

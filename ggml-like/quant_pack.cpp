@@ -4,6 +4,7 @@
 #include "ggml-like/quant_pack.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "ggml-like/error.h"
@@ -347,6 +348,10 @@ void quant_pack_quantize(dtype t, const float* x, void* dst, int64_t n_cols) {
 // ---------------------------------------------------------------- dots
 
 // Integer sums as dot_ref_q4_K / dot_ref_q6_K in quant.cpp, scaled in the same order.
+// Both add each block with an explicit fused multiply-add: left to the compiler
+// (-ffp-contract=fast), `sum += d * da * isum` is contracted or not per call site,
+// and a unity build decided differently from one object a file, so the two
+// references, which tests compare bit for bit, differed in the last bits.
 float quant_pack_dot_ref(dtype t, int64_t n_cols, const void* group, int r, const void* a) {
     check_type(t, "quant_pack_dot_ref");
     if (!is_kquant(t)) {  // as dot_ref_q8_0 / dot_ref_q5_0, block by block
@@ -359,7 +364,7 @@ float quant_pack_dot_ref(dtype t, int64_t n_cols, const void* group, int r, cons
             int sumi = 0;
             for (int e = 0; e < 32; e++) sumi += q32_value(t, blk, r, 32 * h + e) * x[ib].qs[e];
             const uint16_t d = t == dtype::Q8_0 ? ((const block_q8_0p*)blk)->d[h][r] : ((const block_q5_0p*)blk)->d[h][r];
-            sum += (float)sumi * (fp16_to_fp32(d) * x[ib].d);
+            sum = std::fma(fp16_to_fp32(d) * x[ib].d, (float)sumi, sum);
         }
         return sum;
     }
@@ -379,7 +384,8 @@ float quant_pack_dot_ref(dtype t, int64_t n_cols, const void* group, int r, cons
                 isum += p.sc[j][r] * s;
                 msum += p.m[j / 2][r][j % 2] * x[ib].s32[j];
             }
-            sum += fp16_to_fp32(p.d[r]) * x[ib].d * (float)isum - fp16_to_fp32(p.dmin[r]) * x[ib].d * (float)msum;
+            sum = std::fma(fp16_to_fp32(p.d[r]) * x[ib].d, (float)isum, sum);
+            sum = std::fma(-(fp16_to_fp32(p.dmin[r]) * x[ib].d), (float)msum, sum);
         } else {
             const block_q6_Kp& p = ((const block_q6_Kp*)group)[ib];
             int isum = 0;
@@ -393,7 +399,7 @@ float quant_pack_dot_ref(dtype t, int64_t n_cols, const void* group, int r, cons
                 }
                 isum += p.sc[n][r] * s;
             }
-            sum += fp16_to_fp32(p.d[r]) * x[ib].d * (float)isum;
+            sum = std::fma(fp16_to_fp32(p.d[r]) * x[ib].d, (float)isum, sum);
         }
     }
     return sum;

@@ -90,14 +90,15 @@ def main():
     # (test_gemma_cli.py runs the fit through the CLI; test_alloc_model checks what it chooses)
     # 1024 tokens: 4 rows a centroid for the 8 x 256 value codebooks
     # the plan it records keeps KIVI keys for --kv-select (--kv-kivi-keys)
-    # layer gains on one short window, at the recorded plan's target
+    # layer gains on one short window, at the recorded plan's target (256 tokens: at 512 they
+    # were 75 of this calibration's 96 s; what they are worth is measured on the 1.5B)
     p = run(["-m", MODEL, "-o", out, "--corpus", CORPUS, "--tokens", "1024", "--ctx", "256", "--sens-tokens", "256",
-             "--fit-tokens", "0", "--gain-tokens", "512", "--kv-target", "0.2", "--kv-kivi-keys"])
+             "--fit-tokens", "0", "--gain-tokens", "256", "--kv-target", "0.2", "--kv-kivi-keys"])
     check(p.returncode == 0, f"calibrate exits 0 (got {p.returncode}: {p.stderr.strip()[-300:]})")
     if p.returncode != 0:
         return 1
-    m = re.search(r"(\d+) of (\d+) layers cost other than .* \(plan 0\.200, KLD ([0-9.]+) over 512 tokens\)", p.stderr)
-    check(m is not None, f"calibrate reports the layer gains at plan 0.2 on 512 tokens: {p.stderr.strip()[-300:]}")
+    m = re.search(r"(\d+) of (\d+) layers cost other than .* \(plan 0\.200, KLD ([0-9.]+) over 256 tokens\)", p.stderr)
+    check(m is not None, f"calibrate reports the layer gains at plan 0.2 on 256 tokens: {p.stderr.strip()[-300:]}")
     check("90%" in p.stdout and "eps" in p.stdout, "summary printed on stdout")
 
     src = gguf.GGUFReader(MODEL)

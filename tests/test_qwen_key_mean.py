@@ -52,8 +52,11 @@ def tensor(r, name):
     return None
 
 
-def ppl_run(zfile, flags, out):
-    p = zack("eval", "-m", zfile, "--task", "ppl", "-f", HELDOUT, "-c", "512", "--limit", "1", "-t", "2", *flags,
+def ppl_run(zfile, flags, out, base, save):
+    """One `zack eval --task ppl` of zfile with flags; the uncompressed baseline is
+    computed and saved to base when save, else read back from it (the same tokens)."""
+    data = ["-f", HELDOUT, "-c", "512", "--limit", "1"] if save else ["--kl-divergence"]
+    p = zack("eval", "-m", zfile, "--task", "ppl", *data, "--kl-divergence-base", base, "-t", "2", *flags,
              "--json", out)
     if p.returncode != 0:
         print(p.stderr[-2000:])
@@ -93,8 +96,10 @@ def main():
               f"RMS of q and k along direction 1 {spread:.2f}")
         check(abs(along[0]) > 20 * spread, "layer 0's keys have a constant part far above the spread of the rest")
 
-        f16 = ppl_run(z, ["--kv-rate", "0.1"], os.path.join(tmp, "a.json"))
-        q8 = ppl_run(z, ["--kv-rate", "0.1", "--kv-bits", "8"], os.path.join(tmp, "b.json"))
+        # the baseline's forward pass once: the second eval reads its log-probabilities back
+        base = os.path.join(tmp, "base.bin")
+        f16 = ppl_run(z, ["--kv-rate", "0.1"], os.path.join(tmp, "a.json"), base, True)
+        q8 = ppl_run(z, ["--kv-rate", "0.1", "--kv-bits", "8"], os.path.join(tmp, "b.json"), base, False)
         check(f16 is not None and q8 is not None, "both evals run")
         if f16 is None or q8 is None:
             return 1
