@@ -145,16 +145,15 @@ heldout_base heldout_baseline(const model& m, int64_t n) {
 
 // The 384 held-out tokens' baseline of the calibrated model, computed once for
 // every test that measures plans on it.
-const heldout_base& heldout_384(const model& m) {
-    static const heldout_base h = heldout_baseline(m, 384);
-    EXPECT_EQ(&m, calibrated().m.get());
+const heldout_base& heldout_384() {
+    static const heldout_base h = heldout_baseline(*calibrated().m, 384);
     return h;
 }
 
 TEST(AllocModel, SensitivityBeatsSigmaAndUniform) {
     const model& m = *calibrated().m;
     ASSERT_FALSE(m.zack.sens_grid.empty());
-    const heldout_base& hb = heldout_384(m);
+    const heldout_base& hb = heldout_384();
     for (double rate : {0.3, 0.5}) {
         double kl[3];
         for (int a = 0; a < 3; a++) {
@@ -261,7 +260,7 @@ TEST(AllocModel, FittedRankWeightPlansAreNoWorse) {
     EXPECT_GE(f.runs, 2);
     EXPECT_LE(f.runs, 1 + (int)(fp.weights.size() * fp.at.size()));
 
-    const heldout_base& hb = heldout_384(m);
+    const heldout_base& hb = heldout_384();
     double sum[2] = {0, 0};
     for (double t : f.targets)
         for (int k = 0; k < 2; k++) {
@@ -431,7 +430,7 @@ TEST(AllocModel, LayerGainsMeasureWhatALayerCosts) {
         }
     }
 
-    const heldout_base& hb = heldout_384(m);
+    const heldout_base& hb = heldout_384();
     double kl[2];
     for (int k = 0; k < 2; k++) {
         const kv_plan p = plan_for_target(k ? w : in, gp.target);
