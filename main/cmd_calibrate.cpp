@@ -11,8 +11,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
+#include <exception>
 #include <fstream>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -279,6 +282,21 @@ int cmd_calibrate(const calibrate_opts& o) {
             if (!books[code].heads.empty()) sens.vq[code] = &books[code];
         }
         c.sens = calib_sensitivity(*m, c, docs, sp, sens);
+        // Whether each plan asked for fits is known now: a plan's size depends on its heads'
+        // options, which the rank-weight fit and the layer gains (most of the time left) only
+        // re-weigh. So an infeasible --kv-target or --gain-target fails here, not at the end.
+        plan_inputs in = zack_calibration_plan_inputs(c);
+        in.kivi_keys = o.kv_kivi_keys;
+        std::vector<std::pair<const char*, double>> asked;
+        for (double t : o.kv_targets) asked.emplace_back("--kv-target", t);
+        if (o.gain_target > 0 && gain_tokens > 0) asked.emplace_back("--gain-target", o.gain_target);
+        for (const auto& [flag, t] : asked) {
+            try {
+                (void)plan_for_target(in, t);
+            } catch (const std::exception& e) {
+                ZK_THROW("%s %g: %s", flag, t, e.what());
+            }
+        }
     }
     zack_write_params wp;
     wp.rank_align = o.rank_align;

@@ -305,6 +305,17 @@ def main():
     p = run(["-m", MODEL, "-o", os.path.join(tmp, "e.zack"), "--corpus", CORPUS, "--kv-kivi-keys"])
     check(p.returncode != 0 and "goes with --kv-target" in p.stderr and len(p.stderr.strip().splitlines()) == 1,
           f"calibrate --kv-kivi-keys alone: {p.stderr.strip()!r}")
+    # a plan that cannot fit is refused once the sensitivity pass has measured the heads' options,
+    # before the layer gains (and the rank-weight fit) run: no gains line, no output file
+    listed = sorted(os.listdir(tmp))
+    for flags, what in ((["--kv-target", "0.3,0.01"], "--kv-target 0.01: no plan fits 1.0%"),
+                        (["--gain-target", "0.015"], "--gain-target 0.015: no plan fits 1.5%")):
+        o = os.path.join(tmp, "f.zack")
+        p = run(["-m", MODEL, "-o", o, "--corpus", CORPUS, "--tokens", "256", "--ctx", "256", "--sens-tokens", "256",
+                 "--fit-tokens", "0", "--gain-tokens", "256", "--value-codes", "0", *flags])
+        err = p.stderr.strip().splitlines()
+        check(p.returncode != 0 and err and err[-1].startswith("zack: error: " + what) and "layers cost" not in
+              p.stderr and sorted(os.listdir(tmp)) == listed, f"calibrate {flags}: {p.stderr.strip()[-300:]!r}")
     p = subprocess.run([ZACK, "run", "-m", MODEL, "-p", "hi", "--kv-rate", "0.5"], capture_output=True, text=True)
     check(p.returncode != 0 and ".zack" in p.stderr, f"--kv-rate on a plain GGUF is refused: {p.stderr.strip()!r}")
 

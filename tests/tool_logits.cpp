@@ -27,6 +27,7 @@
 #include "engine/model.h"
 #include "engine/session.h"
 #include "ggml-like/error.h"
+#include "ggml-like/file_out.h"
 
 int main(int argc, char** argv) {
     if (argc < 4) {
@@ -81,10 +82,9 @@ int main(int argc, char** argv) {
                     out.push_back(std::log(sum) + (double)mx - (double)row[ids[t + 1]]);
                 }
             }
-            FILE* f = std::fopen(argv[3], "wb");
-            if (!f) ZK_THROW("%s: cannot write", argv[3]);
-            const bool ok = std::fwrite(out.data(), sizeof(double), out.size(), f) == out.size();
-            if (std::fclose(f) != 0 || !ok) ZK_THROW("%s: write failed", argv[3]);
+            zk::file_out f(argv[3]);  // a temporary name, renamed when complete
+            f.write(out.data(), out.size() * sizeof(double));
+            f.commit();
             return 0;
         }
         std::ifstream in(argv[2]);
@@ -97,11 +97,11 @@ int main(int argc, char** argv) {
         zk::session s(*m, sp);
         const float* logits = s.decode(ids.data(), (int64_t)ids.size(), true);
         const int64_t n_vocab = m->hp.n_vocab;
-        FILE* f = std::fopen(argv[3], "wb");
-        if (!f) ZK_THROW("%s: cannot write", argv[3]);
-        const size_t n = ids.size() * (size_t)n_vocab;
-        const bool ok = std::fwrite(logits, sizeof(float), n, f) == n;
-        if (std::fclose(f) != 0 || !ok) ZK_THROW("%s: write failed", argv[3]);
+        {
+            zk::file_out f(argv[3]);
+            f.write(logits, ids.size() * (size_t)n_vocab * sizeof(float));
+            f.commit();
+        }
         const float* last = logits + (ids.size() - 1) * (size_t)n_vocab;
         for (int64_t k = 0; k < n_greedy; k++) {
             int32_t best = 0;
