@@ -317,6 +317,10 @@ session_params options_session_params(const model_opts& o) {
     p.evict.n_recent = o.kv_recent;
     p.evict.crush = o.kv_crush;
     p.evict.crush_anchor = o.kv_crush_anchor;
+    // before the cache's own check, which would ask for --kv-bits 4 or 2, which a plan refuses
+    if (o.kv_gear && (o.kv_target > 0 || !o.kv_plan.empty()))
+        ZK_THROW("--kv-gear does not combine with a KV plan (a plan chooses each head's codes, and GEAR's correction "
+                 "is not among them): drop --kv-gear, or use it with --kv-bits 4 or 2");
     kv_cache_validate_params(p.kv);
     evict_validate_params(p.evict, p.n_ctx);
     return p;

@@ -385,6 +385,11 @@ def main():
     p = subprocess.run([ZACK, "run", "-m", out, "-p", "hi", "-n", "1", "--kv-plan", pf], capture_output=True, text=True)
     check(p.returncode != 0 and "key precision" in p.stderr and len(p.stderr.strip().splitlines()) == 1,
           f"vector-coded keys refused: {p.stderr.strip()!r}")
+    # GEAR is not a plan option: one line that says so (not a request for --kv-bits, which plans refuse)
+    p = subprocess.run([ZACK, "run", "-m", out, "-p", "hi", "-n", "1", "--kv-target", "0.3", "--kv-gear"],
+                       capture_output=True, text=True)
+    check(p.returncode != 0 and p.stderr.strip().startswith("zack: error: --kv-gear does not combine with a KV plan")
+          and len(p.stderr.strip().splitlines()) == 1, f"--kv-gear with a plan refused: {p.stderr.strip()!r}")
 
     # default corpus: generated text, reproducible with the same seed
     outs = []

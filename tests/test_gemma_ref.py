@@ -20,11 +20,21 @@ perplexity and greedy continuations.
    and the first 700 tokens of code_textwrap.py.txt; both past the 512-token
    sliding window of the local layers), BOS + the reference's ids; logits of
    every position from tests/tool_logits and from llama.cpp (n_ctx 1024,
-   logits_all). |ppl_zack / ppl_llamacpp - 1| <= 0.5% per text. Measured when
-   this test was written: prose 675 tokens 22.1869 vs 22.1599 (-0.12%), code 700
-   tokens 11.1844 vs 11.1704 (-0.13%). Without the window (every layer global)
-   zack's perplexity past position 512 goes up ~13x, so this also checks the
-   window.
+   logits_all). |ppl_zack / ppl_llamacpp - 1| <= 0.5% on the two texts together
+   (their NLLs pooled), <= 1% on each. Why not 0.5% each: 8-bit activation
+   blocks make the per-text figure move with the float summation order alone.
+   Measured 2026-12-04 on prose (675 tokens; bench/gemma_ppl_refs.py gives the
+   exact float32 numpy forward 22.1440 and the same forward with llama.cpp's
+   rounding 22.1660, llama.cpp 22.1659): zack reads 22.0540 fed a token at a
+   time, 22.0677 in chunks of 64 to 512 (this test's: 256), 22.2678 in one
+   chunk of 675, i.e. -0.41% .. +0.56% of the exact figure with the same logits error
+   (mean max|zack - exact| / max|exact| 0.038 in all three; llama.cpp's 0.039);
+   without the packed weight tiles (other summation orders, the same integer
+   sums) prose reads 22.1221 and code 11.2203 (11.1718 packed). When the test
+   was written (2026-11-24) prose read -0.12% and code -0.13% against llama.cpp;
+   on 2026-12-04 -0.44% and +0.29%, together -0.07%. Without the window
+   (every layer global) zack's perplexity past position 512 goes up ~13x, so
+   this also checks the window.
 3. Greedy. After the first 600 tokens of the prose text (so the decode steps'
    local layers see a window that has moved on), zack's 32 greedy ids
    G (tool_logits --greedy) must be llama.cpp's greedy continuation: at every
@@ -61,7 +71,8 @@ import ref_ppl  # noqa: E402
 HERE = Path(__file__).resolve().parent
 TOK_DIR = HERE / "data" / "tokenizer"
 PPL_TEXTS = (("prose_handwritten.txt", 700), ("code_textwrap.py.txt", 700))
-PPL_TOL = 0.005
+PPL_TOL = 0.005       # the two texts together
+PPL_TOL_TEXT = 0.01   # each text
 GREEDY_PROMPT = 600
 GREEDY_N = 32
 NEAR_TIE = 0.05
@@ -194,6 +205,7 @@ def main() -> int:
     ref = llama_cpp.Llama(str(model), n_ctx=1024, n_batch=1024, logits_all=True, verbose=False, n_threads=2)
     bos = 2
     with tempfile.TemporaryDirectory(prefix="zack_gemma_ref_") as tmp:
+        sums = np.zeros(3)  # NLL sums of zack and llama.cpp, scored tokens
         for name, n_max in PPL_TEXTS:
             text = (TOK_DIR / name).read_bytes().decode("utf-8")
             ids = ([bos] + encode_plain(tk, text))[:n_max]
@@ -201,14 +213,22 @@ def main() -> int:
             ref.reset()
             ref.eval(ids)
             r = np.array(ref.scores[:len(ids)], dtype=np.float32)
-            pz, pr = float(np.exp(nll(z, ids).mean())), float(np.exp(nll(r, ids).mean()))
+            nz, nr = nll(z, ids), nll(r, ids)
+            sums += (nz.sum(), nr.sum(), len(nz))
+            pz, pr = float(np.exp(nz.mean())), float(np.exp(nr.mean()))
             rel = float((np.abs(z - r).max(-1) / np.abs(r).max(-1)).mean())
             agree = float((z.argmax(-1) == r.argmax(-1)).mean())
             print(f"perplexity {name} ({len(ids)} tokens): zack {pz:.4f}, llama.cpp {pr:.4f} ({pz / pr - 1:+.3%}); "
                   f"mean max|diff|/max|logit| {rel:.4f}, argmax agreement {agree:.1%}")
-            if abs(pz / pr - 1) > PPL_TOL:
+            if abs(pz / pr - 1) > PPL_TOL_TEXT:
                 fail(f"{name}: perplexity {pz:.4f} is {pz / pr - 1:+.3%} from llama.cpp's {pr:.4f} "
-                     f"(bound {PPL_TOL:.1%})")
+                     f"(bound {PPL_TOL_TEXT:.1%} a text)")
+        pz, pr = float(np.exp(sums[0] / sums[2])), float(np.exp(sums[1] / sums[2]))
+        print(f"perplexity of the {len(PPL_TEXTS)} texts together ({int(sums[2])} scored tokens): zack {pz:.4f}, "
+              f"llama.cpp {pr:.4f} ({pz / pr - 1:+.3%})")
+        if abs(pz / pr - 1) > PPL_TOL:
+            fail(f"perplexity of the texts together {pz:.4f} is {pz / pr - 1:+.3%} from llama.cpp's {pr:.4f} "
+                 f"(bound {PPL_TOL:.1%})")
 
         # greedy continuation
         text = (TOK_DIR / PPL_TEXTS[0][0]).read_bytes().decode("utf-8")
