@@ -5,9 +5,10 @@
 # glibc's nor CUDA's (OpenBLAS, LAPACK, gfortran). The GPU machine then runs
 # bench/gpu/run_device.sh with .devrun carried along.
 #
-#   ZACK_KEEP_BASE=1 bash bench/gpu/pack.sh   keeps the zack of the pack already
-#   in .devrun as .devrun/zack_base: run_device.sh's `compare` mode benches the
-#   two builds interleaved on the same machine (pack once before a change, once after).
+#   ZACK_KEEP_BASE=1 bash bench/gpu/pack.sh   keeps the zack and bench_cuda_attention
+#   of the pack already in .devrun as .devrun/*_base: run_device.sh's `compare` and
+#   `attn_compare` modes bench the two builds interleaved on the same machine (pack
+#   once before a change, once after).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$here"
@@ -20,12 +21,15 @@ cmake --build "$build" -j"$(nproc)" --target $targets bench_cuda_attention >&2
 base=""
 if [ "${ZACK_KEEP_BASE:-0}" = 1 ]; then
     [ -f .devrun/zack ] || { echo "pack.sh: ZACK_KEEP_BASE=1 but no earlier pack in .devrun" >&2; exit 1; }
-    base=$(mktemp)
-    cp .devrun/zack "$base"
+    base=$(mktemp -d)
+    cp .devrun/zack .devrun/bench_cuda_attention "$base/"
 fi
 rm -rf .devrun
 mkdir -p .devrun/lib
-[ -n "$base" ] && mv "$base" .devrun/zack_base && chmod +x .devrun/zack_base
+if [ -n "$base" ]; then
+    for b in zack bench_cuda_attention; do mv "$base/$b" ".devrun/${b}_base"; done
+    rmdir "$base"
+fi
 for t in $targets bench_cuda_attention; do
     f=$(find "$build" -name "$t" -type f -perm -u+x | head -1)
     strip -o ".devrun/$t" "$f"

@@ -4,9 +4,12 @@
 # tests, bench_cuda_attention, and the shared libraries the machine may lack).
 # Everything lands in $OUT (default /tmp/zack_gpu): logs and JSON.
 #
-#   bash bench/gpu/run_device.sh [tests|backend|profile|bench|sanitize|all|compare|ncu]
+#   bash bench/gpu/run_device.sh [tests|backend|profile|bench|sanitize|all|compare|attn_compare|ncu|ncu_attn|batch]
 #   (compare: the packed baseline build .devrun/zack_base against .devrun/zack,
-#   decode on synthetic models, interleaved; ZACK_KEEP_BASE=1 bench/gpu/pack.sh packs it)
+#   decode on synthetic models, interleaved; attn_compare: the same for
+#   bench_cuda_attention; ZACK_KEEP_BASE=1 bench/gpu/pack.sh packs the baseline;
+#   ncu_attn: the fast decode-attention kernel under Nsight Compute, what bounds it;
+#   batch: decode of 8 sequences together against one, end to end)
 #   (SDPA=0: without PyTorch's SDPA; CPU=0: backend without the machine's CPU beside the GPU)
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -35,7 +38,7 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
     mkdir -p "$logs"
     for t in "$bin"/gpu_*; do
         n=$(basename "$t")
-        if timeout 300 "$t" > "$logs/$n.log" 2>&1; then
+        if timeout "${TEST_TIMEOUT:-300}" "$t" > "$logs/$n.log" 2>&1; then
             echo "PASS $n ($(grep -c '^\[       OK' "$logs/$n.log") tests, ${SECONDS}s)"
         else
             rc=$?
@@ -80,6 +83,41 @@ if [ "$what" = compare ]; then
         timeout 120 "$bin/$z" bench --shape llama-8b --device cuda -p 0 -n 32 -d 0 --kv-bits 16 -r 1 2>&1 |
             grep -E "^\| tg|error" | tee -a "$out/compare_llama8b.md"
     done
+fi
+
+if [ "$what" = attn_compare ]; then
+    # the decode-attention micro-benchmark of two builds, alternating, twice
+    [ -x "$bin/bench_cuda_attention_base" ] || { echo "attn_compare: no $bin/bench_cuda_attention_base"; exit 1; }
+    for r in 1 2; do
+        for z in bench_cuda_attention_base bench_cuda_attention; do
+            echo "== $z, round $r"
+            timeout 60 "$bin/$z" --shape llama-8b --ctx 8192,32768 --batch 1,32 --layouts f16,q4,q2,r64q4 2>&1 |
+                tee -a "$out/attn_compare.md"
+        done
+    done
+fi
+
+if [ "$what" = ncu_attn ]; then
+    # the fast decode kernel at 32K, batch 8, llama-8b shape, f16 and 4-bit:
+    # throughput against the device's peaks, where the warps wait, what they issue
+    ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    for lay in f16 q4; do
+        timeout 60 "$ncu" --clock-control none --kernel-name regex:attn_decode_fast --launch-skip 2 --launch-count 1 \
+            --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+            --section WarpStateStats --section Occupancy --section LaunchStats --section InstructionStats \
+            "$bin/bench_cuda_attention" --shape llama-8b --ctx 32768 --batch 8 --layouts "$lay" --reps 3 \
+            > "$out/ncu_attn_$lay.txt" 2>&1
+        echo "ncu_attn $lay: exit $?"
+        grep -E "Duration|Throughput|Issue Slots|Executed Ipc|Registers|Achieved Occupancy|Stall|Warp Cycles|No Eligible|One or More" \
+            "$out/ncu_attn_$lay.txt" | head -40
+    done
+fi
+
+if [ "$what" = batch ]; then
+    # the 1.5B's shape decoding 8 sequences together against one, at 4K each,
+    # f16 and 4-bit caches (each sequence prefilled alone first)
+    timeout "${BATCH_TIMEOUT:-200}" "$bin/zack" bench --shape qwen2.5-1.5b --device cuda -p 0 -n 32 -d 4096 -b 1,8 \
+        --kv-bits 16,4 -r 1 2> /tmp/zack_gpu_logs/batch.err | tee "$out/batch_qwen1.5b.md"
 fi
 
 if [ "$what" = ncu ]; then

@@ -13,8 +13,13 @@
 //      online softmax per query row (warp shuffles);
 //   3. values: the warp reads the staged value rows one slot at a time, a lane
 //      per 4 channels, weighted by the probabilities (broadcast).
-// KIVI keys' per-channel scales and mins of a group are read from global
-// memory (the same 16 bytes for every lane of a group: one L1 line).
+// KIVI keys' per-channel scales and mins: when a chunk's slots lie in at most
+// two groups (always, unless eviction shortened groups), the warp decodes the
+// two groups' grid codes to f32 once into its stage (kd, in the room f16 key
+// rows would take), and a lane's key element costs a code extraction and one
+// FMA; otherwise each lane decodes its group's codes from global memory per
+// element (the same 16 bytes for every lane of a group: one L1 line), as the
+// generic kernel does. Either way the same f32 values: the same scores.
 #include "kernels/cuda/attention_decode_fast.h"
 
 #include <cmath>
@@ -105,15 +110,23 @@ __device__ __forceinline__ void warp_stage_u16(sptr<unsigned char> dst, dptr<con
 // A warp's staged chunk: key rows [n x kstride] bytes, value rows [n x vrow]
 // bytes, per-slot scales (8-bit keys; 8-bit values; KIVI values' grid codes)
 // [n x nb] 16-bit each, KIVI values: the steps of each slot's group [n x 2] f16.
+//   kd: KIVI keys' grid codes of the chunk's first and last groups decoded, per
+//   group [2 x k_fast_rank] f32 (scales, then mins), groups k_kd_stride apart.
 struct staged {
     sptr<unsigned char> k, v, ks, vs, vm;
+    sptr<float> kd;
     int kstride, vrow, nbk, nbv;
 };
+// 2 x k_fast_rank floats, and 4 more so that lanes reading the two groups'
+// entries of one channel (16-byte loads) fall in different banks.
+constexpr int k_kd_stride = 2 * k_fast_rank + 4;
 
 // Channels c .. c + 7 of key row sl of the chunk. g: the slot's KIVI group.
-template <int KR>
+// PRE: the chunk's groups are decoded in st.kd, sel says which of the two
+// holds the slot's group.
+template <int KR, bool PRE>
 __device__ __forceinline__ void key8(const cuda_kv_head& kv, const staged& st, int r, int64_t s, int sl, int32_t g,
-                                     int c, float (&x)[8]) {
+                                     int sel, int c, float (&x)[8]) {
     if constexpr (KR == FR_SINK) {
         const int64_t o = (int64_t)kv.pos[s] * kv.sink_dim + c;
         const cu_f4 a = cu_load<cu_f4>(kv.sink_k, o), b = cu_load<cu_f4>(kv.sink_k, o + 4);
@@ -135,10 +148,20 @@ __device__ __forceinline__ void key8(const cuda_kv_head& kv, const staged& st, i
             // KIVI keys: per channel grid codes and the group's steps; channel c + j
             // in bits (j bits) of the little-endian code word
             constexpr int bits = KR == FR_Q4 ? 4 : 2;
+            const uint32_t cw = (uint32_t)w;
+            if constexpr (PRE) {
+                const sptr<cu_f4> sm = sptr_cast<cu_f4>(st.kd + sel * k_kd_stride + c);
+                const cu_f4 s0 = sm[0], s1 = sm[1], m0 = sm[k_fast_rank / 4], m1 = sm[k_fast_rank / 4 + 1];
+                ZK_UNROLL
+                for (int j = 0; j < 8; j++) {
+                    const float code = (float)((cw >> (bits * j)) & ((1u << bits) - 1));
+                    x[j] = (j < 4 ? s0.x[j] : s1.x[j - 4]) * code + (j < 4 ? m0.x[j] : m1.x[j - 4]);
+                }
+                return;
+            }
             const cuda_kv_side& d = kv.k;
             const cu_v16 gc = cu_load<cu_v16>(d.scale, (int64_t)g * r + c);
             const float ds = h2f(d.min[(int64_t)g * KV_GRID_STEPS]), dm = h2f(d.min[(int64_t)g * KV_GRID_STEPS + 1]);
-            const uint32_t cw = (uint32_t)w;
             ZK_UNROLL
             for (int j = 0; j < 8; j++) {
                 const float code = (float)((cw >> (bits * j)) & ((1u << bits) - 1));
@@ -218,6 +241,61 @@ __device__ __forceinline__ void stage_chunk(const cuda_kv_head& kv, int rk, int 
     }
 }
 
+// The KIVI key grid codes of groups ga and gb decoded to f32 into st.kd (ga
+// first, gb k_kd_stride floats on; each scales then mins, rk channels).
+__device__ __forceinline__ void stage_key_groups(const cuda_kv_head& kv, int rk, int32_t ga, int32_t gb,
+                                                 const staged& st) {
+    const cuda_kv_side& d = kv.k;
+    for (int i = (int)(threadIdx.x % 32); i < 2 * rk; i += 32) {
+        const int h = i >= rk ? 1 : 0, c = i - h * rk;
+        const int64_t g = h ? gb : ga;
+        const uint32_t gc = d.scale[g * rk + c];
+        st.kd[h * k_kd_stride + c] = kv_grid_scale(gc, h2f(d.min[g * KV_GRID_STEPS]));
+        st.kd[h * k_kd_stride + k_fast_rank + c] = kv_grid_min(gc, h2f(d.min[g * KV_GRID_STEPS + 1]));
+    }
+}
+
+// sc[p][r] = q_r . k of this lane's slots c0 + lane + 32 p (rows < `rows`;
+// slots past n score 0). gs: the slots' KIVI groups; PRE: the chunk's groups
+// are decoded in st.kd, ga the first.
+template <int P, int KR, bool PRE>
+__device__ __forceinline__ void chunk_scores(const cuda_kv_head& kv, const staged& st, sptr<cu_f4> q4, int rk,
+                                             int rows, int64_t c0, int n, const int32_t (&gs)[P], int32_t ga,
+                                             float (&sc)[P][k_R]) {
+    const int lane = (int)(threadIdx.x % 32);
+    ZK_UNROLL
+    for (int p = 0; p < P; p++) {
+        ZK_UNROLL
+        for (int r = 0; r < k_R; r++) sc[p][r] = 0.0f;
+    }
+    for (int c = 0; c < rk; c += 8) {
+        float kx[P][8];
+        ZK_UNROLL
+        for (int p = 0; p < P; p++) {
+            if (lane + 32 * p < n) {
+                key8<KR, PRE>(kv, st, rk, c0 + lane + 32 * p, lane + 32 * p, gs[p], gs[p] == ga ? 0 : 1, c, kx[p]);
+            } else {
+                ZK_UNROLL
+                for (int j = 0; j < 8; j++) kx[p][j] = 0.0f;
+            }
+        }
+        ZK_UNROLL
+        for (int r = 0; r < k_R; r++) {
+            if (r >= rows) break;
+            const cu_f4 qa = q4[(r * rk + c) / 4], qb = q4[(r * rk + c) / 4 + 1];
+            ZK_UNROLL
+            for (int p = 0; p < P; p++) {
+                float d = sc[p][r];
+                ZK_UNROLL
+                for (int j = 0; j < 4; j++) d += qa.x[j] * kx[p][j];
+                ZK_UNROLL
+                for (int j = 0; j < 4; j++) d += qb.x[j] * kx[p][4 + j];
+                sc[p][r] = d;
+            }
+        }
+    }
+}
+
 // Shared memory of a block (bytes):
 //   qs   [k_R x k_fast_rank] f32 scaled queries, row r at r * rk
 //   qpos [k_R] int32          the position each row's token sees up to
@@ -227,8 +305,12 @@ __device__ __forceinline__ void stage_chunk(const cuda_kv_head& kv, int rk, int 
 // are written over the first warps' stages.
 __host__ __device__ constexpr int fast_stage_bytes(int chunk) {
     // key rows padded (f16 at rank 128: 272 bytes), value rows, three 16-bit
-    // arrays of k_fast_rank / 32 a slot (the third holds the 2 value steps)
+    // arrays of k_fast_rank / 32 a slot (the third holds the 2 value steps);
+    // with KIVI keys (rows of at most rank / 2 + 4 bytes) the two decoded
+    // groups (kd) fit after the arrays, in the room f16 key rows would take
     static_assert(k_fast_rank / 32 >= KV_GRID_STEPS, "the value steps fit the third scale array");
+    static_assert(32 * (2 * k_fast_rank + 16 - (k_fast_rank / 2 + 4)) >= 16 + 4 * 2 * k_kd_stride,
+                  "the decoded key groups fit in a chunk's stage");
     return chunk * ((2 * k_fast_rank + 16) + 2 * k_fast_rank + 3 * 2 * (k_fast_rank / 32));
 }
 struct fast_smem {
@@ -279,6 +361,10 @@ __device__ void fast_task(const cuda_attn_item& it, const cuda_attn_task& task, 
     st.ks = st.v + (int64_t)k_chunk * st.vrow;
     st.vs = st.ks + (int64_t)k_chunk * 2 * st.nbk;
     st.vm = st.vs + (int64_t)k_chunk * 2 * st.nbv;
+    if constexpr (kivi_keys) {  // after the value steps, 16-byte aligned (the stage is)
+        const int64_t used = (st.vm - st.k) + (int64_t)k_chunk * 2 * KV_GRID_STEPS;
+        st.kd = sptr_cast<float>(st.k + (used + 15) / 16 * 16);
+    }
 
     int32_t g_run = 0;
     if (kivi_keys || kivi_values) g_run = kv_group_of(kv, task.s0);
@@ -286,43 +372,25 @@ __device__ void fast_task(const cuda_attn_item& it, const cuda_attn_task& task, 
         const int n = (int)cu_min<int64_t>(k_chunk, task.s1 - c0);
         if (kivi_keys || kivi_values) g_run = group_from(kv, g_run, c0);
         stage_chunk<KR, VR>(kv, rk, rv, c0, n, g_run, st);
-        __syncwarp();  // the chunk staged
-
-        // scores of this lane's slots c0 + lane + 32 p
-        float sc[P][k_R];
+        // the groups of this lane's slots c0 + lane + 32 p; whether the chunk's
+        // slots lie in at most two groups (warp-uniform), whose codes are then decoded once
         int32_t gs[P];
         ZK_UNROLL
-        for (int p = 0; p < P; p++) {
+        for (int p = 0; p < P; p++)
             gs[p] = kivi_keys && lane + 32 * p < n ? group_from(kv, g_run, c0 + lane + 32 * p) : g_run;
-            ZK_UNROLL
-            for (int r = 0; r < k_R; r++) sc[p][r] = 0.0f;
+        bool pre = false;
+        if constexpr (kivi_keys) {
+            const int32_t g_last = group_from(kv, g_run, c0 + n - 1);
+            pre = g_last <= g_run + 1;
+            if (pre) stage_key_groups(kv, rk, g_run, g_last, st);
         }
-        for (int c = 0; c < rk; c += 8) {
-            float kx[P][8];
-            ZK_UNROLL
-            for (int p = 0; p < P; p++) {
-                if (lane + 32 * p < n) {
-                    key8<KR>(kv, st, rk, c0 + lane + 32 * p, lane + 32 * p, gs[p], c, kx[p]);
-                } else {
-                    ZK_UNROLL
-                    for (int j = 0; j < 8; j++) kx[p][j] = 0.0f;
-                }
-            }
-            ZK_UNROLL
-            for (int r = 0; r < k_R; r++) {
-                if (r >= rows) break;
-                const cu_f4 qa = q4[(r * rk + c) / 4], qb = q4[(r * rk + c) / 4 + 1];
-                ZK_UNROLL
-                for (int p = 0; p < P; p++) {
-                    float d = sc[p][r];
-                    ZK_UNROLL
-                    for (int j = 0; j < 4; j++) d += qa.x[j] * kx[p][j];
-                    ZK_UNROLL
-                    for (int j = 0; j < 4; j++) d += qb.x[j] * kx[p][4 + j];
-                    sc[p][r] = d;
-                }
-            }
-        }
+        __syncwarp();  // the chunk staged
+
+        float sc[P][k_R];
+        if (pre)
+            chunk_scores<P, KR, true>(kv, st, q4, rk, rows, c0, n, gs, g_run, sc);
+        else
+            chunk_scores<P, KR, false>(kv, st, q4, rk, rows, c0, n, gs, g_run, sc);
         // causal mask, then the chunk's online softmax per row (the warp's state)
         int32_t ps[P];
         ZK_UNROLL
