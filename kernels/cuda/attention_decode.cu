@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(k_attn_block, 3)
         attn_softmax_chunk(sc, n, rows, m_run, l_run, fsc, k_nw);
 
         // the chunk's values, dequantized once
-        kv_stage_chunk(kv, kv.v, false, sink, rv, c0, n, sg, st, vt, k_attn_block);
+        kv_stage_chunk(kv, kv.v, false, sink, rv, c0, n, sg, st, vt, rv, k_attn_block);
         __syncthreads();  // values staged
 
         // acc = acc * f + P V over the chunk

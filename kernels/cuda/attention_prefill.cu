@@ -42,8 +42,10 @@ __device__ __forceinline__ int tile_width(const cuda_kv_head& kv) {
 }
 
 // One tile. Shared memory (floats unless noted): qs [rows x qd] scaled
-// queries, kt [32 x qd] and vt [32 x width] the chunk's keys and values
-// (dequantized), sc [rows x 32], acc [rows x width], m_run, l_run, fsc [rows],
+// queries, kt [32 x (qd + 1)] and vt [32 x width] the chunk's keys and values
+// (dequantized; key rows an odd number of floats apart, so that the 32 lanes of
+// a warp scoring one query row against the chunk's 32 slots read 32 different
+// banks: rows qd apart put them all in one bank, a 32-way conflict), sc [rows x 32], acc [rows x width], m_run, l_run, fsc [rows],
 // sg, st [32] int32 (slot -> KIVI group, index in it). Two passes over the
 // visible slots: the exact sink rows (sink_dim channels), then the cache's
 // (r_k / r_v channels, in their layouts).
@@ -59,7 +61,7 @@ __global__ void __launch_bounds__(k_pf_block, 4)
 
     ZK_SHARED_DYNAMIC(smem);
     sptr<float> qs = smem_take<float>(smem, (int64_t)rows * qd, "qs");
-    sptr<float> kt = smem_take<float>(smem, (int64_t)k_ch * qd, "kt");
+    sptr<float> kt = smem_take<float>(smem, (int64_t)k_ch * (qd + 1), "kt");
     sptr<float> vt = smem_take<float>(smem, (int64_t)k_ch * W, "vt");
     sptr<float> sc = smem_take<float>(smem, (int64_t)rows * k_ch, "sc");
     sptr<float> acc = smem_take<float>(smem, (int64_t)rows * W, "acc");
@@ -82,19 +84,20 @@ __global__ void __launch_bounds__(k_pf_block, 4)
         const bool sink = pass == 0;
         const int64_t a = sink ? 0 : kv.n_sink_slots, b = sink ? cu_min(kv.n_sink_slots, e) : e;
         const int ck = sink ? kv.sink_dim : kv.r_k, cv = sink ? kv.sink_dim : kv.r_v;
+        const int kld = ck | 1;  // the staged key rows' stride (odd: above)
         for (int64_t c0 = a; c0 < b; c0 += k_ch) {
             const int n = (int)cu_min<int64_t>(k_ch, b - c0);
             if (!sink) kv_chunk_groups(kv, c0, n, sg, st);
             __syncthreads();  // queries (first chunk) and the chunk's groups in
-            kv_stage_chunk(kv, kv.k, true, sink, ck, c0, n, sg, st, kt, k_pf_block);
-            kv_stage_chunk(kv, kv.v, false, sink, cv, c0, n, sg, st, vt, k_pf_block);
+            kv_stage_chunk(kv, kv.k, true, sink, ck, c0, n, sg, st, kt, kld, k_pf_block);
+            kv_stage_chunk(kv, kv.v, false, sink, cv, c0, n, sg, st, vt, cv, k_pf_block);
             __syncthreads();  // keys and values in
 
             for (int i = tid; i < rows * k_ch; i += k_pf_block) {
                 const int r = i / k_ch, sl = i % k_ch;
                 if (sl >= n) continue;
                 float d = 0;
-                for (int c = 0; c < ck; c++) d += qs[r * qd + c] * kt[sl * ck + c];
+                for (int c = 0; c < ck; c++) d += qs[r * qd + c] * kt[sl * kld + c];
                 sc[i] = kv.pos[c0 + sl] <= it.q_pos[(row0 + r) / G] ? d : -INFINITY;
             }
             __syncthreads();  // scores written
@@ -119,7 +122,7 @@ __global__ void __launch_bounds__(k_pf_block, 4)
 size_t tile_smem(int rows, const cuda_kv_head& kv) {
     const int qd = kv.n_sink_slots > 0 ? std::max(kv.r_k, kv.sink_dim) : kv.r_k;
     const int W = kv.n_sink_slots > 0 ? std::max(kv.r_v, kv.sink_dim) : kv.r_v;
-    return sizeof(float) * ((size_t)rows * (qd + k_ch + W + 3) + (size_t)k_ch * (qd + W)) +
+    return sizeof(float) * ((size_t)rows * (qd + k_ch + W + 3) + (size_t)k_ch * (qd + 1 + W)) +
            2 * sizeof(int32_t) * k_ch + 64;  // + alignment slack of the carving
 }
 

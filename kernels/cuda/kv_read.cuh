@@ -155,20 +155,20 @@ __device__ inline void kv_chunk_groups(const cuda_kv_head& kv, int64_t c0, int n
     }
 }
 
-// Stages rows [c0, c0 + n) of side d (r channels) as f32 into dst [n x r]
-// (row sl at sl * r), dequantized with GEAR's corrections; sink: the exact f32
-// rows of sink_dim = r channels instead (keys: sink_k). sg/st from
+// Stages rows [c0, c0 + n) of side d (r channels) as f32 into dst [n x ld]
+// (row sl at sl * ld, ld >= r), dequantized with GEAR's corrections; sink: the
+// exact f32 rows of sink_dim = r channels instead (keys: sink_k). sg/st from
 // kv_chunk_groups, already visible. Every thread of the block calls it (it has
 // a barrier when the side has sparse corrections); the caller's barrier
 // publishes dst.
 __device__ inline void kv_stage_chunk(const cuda_kv_head& kv, const cuda_kv_side& d, bool keys, bool sink, int r,
-                                      int64_t c0, int n, sptr<int32_t> sg, sptr<int32_t> st, sptr<float> dst,
+                                      int64_t c0, int n, sptr<int32_t> sg, sptr<int32_t> st, sptr<float> dst, int ld,
                                       int n_threads) {
     const int tid = threadIdx.x;
     if (sink) {
         dptr<const float> rows = keys ? kv.sink_k : kv.sink_v;
         for (int i = tid; i < n * r; i += n_threads)
-            dst[i] = rows[(int64_t)kv.pos[c0 + i / r] * kv.sink_dim + i % r];
+            dst[(i / r) * ld + i % r] = rows[(int64_t)kv.pos[c0 + i / r] * kv.sink_dim + i % r];
         return;
     }
     const bool kivi = kv_is_kivi(d.layout);
@@ -177,13 +177,13 @@ __device__ inline void kv_stage_chunk(const cuda_kv_head& kv, const cuda_kv_side
         const int64_t s = c0 + sl;
         const bool grouped = kivi && s < d.n_quant;
         const kv_row_at w = kv_row(d, kv.type, keys, r, s, grouped ? (int32_t)sg[sl] : 0, grouped ? (int)st[sl] : 0);
-        dst[i] = kv_row_elem(d, w, kv.group, r, c);
+        dst[sl * ld + c] = kv_row_elem(d, w, kv.group, r, c);
     }
     if (kivi && d.gear_nout > 0) {
         __syncthreads();  // dense part written
         // sparse corrections: a thread per slot, each touching its own row
         if (tid < n && c0 + tid < d.n_quant)
-            kv_gear_sparse(d, r, sg[tid], st[tid], [&](int c, float x) { dst[tid * r + c] += x; });
+            kv_gear_sparse(d, r, sg[tid], st[tid], [&](int c, float x) { dst[tid * ld + c] += x; });
     }
 }
 
