@@ -43,9 +43,10 @@ __device__ __forceinline__ int tile_width(const cuda_kv_head& kv) {
 
 // One tile. Shared memory (floats unless noted): qs [rows x qd] scaled
 // queries, kt [32 x (qd + 1)] and vt [32 x width] the chunk's keys and values
-// (dequantized; key rows an odd number of floats apart, so that the 32 lanes of
-// a warp scoring one query row against the chunk's 32 slots read 32 different
-// banks: rows qd apart put them all in one bank, a 32-way conflict), sc [rows x 32], acc [rows x width], m_run, l_run, fsc [rows],
+// (dequantized; key rows an odd number of floats apart, so that the 32 lanes
+// of a warp scoring one query row against the chunk's 32 slots read 32
+// different banks: rows qd apart put them all in one bank, a 32-way
+// conflict), sc [rows x 32], acc [rows x width], m_run, l_run, fsc [rows],
 // sg, st [32] int32 (slot -> KIVI group, index in it). Two passes over the
 // visible slots: the exact sink rows (sink_dim channels), then the cache's
 // (r_k / r_v channels, in their layouts).
