@@ -242,11 +242,13 @@ __device__ __forceinline__ void stage_chunk(const cuda_kv_head& kv, int rk, int 
 }
 
 // The KIVI key grid codes of groups ga and gb decoded to f32 into st.kd (ga
-// first, gb k_kd_stride floats on; each scales then mins, rk channels).
+// first, gb k_kd_stride floats on; each scales then mins, rk channels); ga
+// alone when gb is ga (every slot then selects the first).
 __device__ __forceinline__ void stage_key_groups(const cuda_kv_head& kv, int rk, int32_t ga, int32_t gb,
                                                  const staged& st) {
     const cuda_kv_side& d = kv.k;
-    for (int i = (int)(threadIdx.x % 32); i < 2 * rk; i += 32) {
+    const int n = (gb == ga ? 1 : 2) * rk;
+    for (int i = (int)(threadIdx.x % 32); i < n; i += 32) {
         const int h = i >= rk ? 1 : 0, c = i - h * rk;
         const int64_t g = h ? gb : ga;
         const uint32_t gc = d.scale[g * rk + c];
