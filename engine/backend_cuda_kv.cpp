@@ -10,6 +10,7 @@
 #include "engine/backend_cuda.h"
 #include "engine/kv_cache.h"
 #include "ggml-like/error.h"
+#include "kernels/cuda/attention_decode_fast.h"
 #include "kernels/cuda/kv_append.h"
 #include "kernels/cuda/project.h"
 
@@ -486,7 +487,9 @@ void backend_cuda::attention(const backend_seq* seqs, int n_seqs, const model_hp
     };
     queue(d_items_, items_, "attention items");
     if (max_tok <= k_matvec_max_tok) {
-        const cuda_attn_plan plan = cuda_attn_plan_make(items_, 2 * dev_.sm_count);
+        int rows = 1;
+        for (const cuda_attn_item& it : items_) rows = std::max(rows, it.n_tok * it.n_group);
+        const cuda_attn_plan plan = cuda_attn_plan_make(items_, cuda_attn_fast_blocks_per_sm(rows) * dev_.sm_count);
         cuda_attn_plan_device dp;
         queue(d_tasks_, plan.tasks, "attention tasks");
         queue(d_parts_, plan.parts, "attention parts");

@@ -4,11 +4,13 @@
 # tests, bench_cuda_attention, and the shared libraries the machine may lack).
 # Everything lands in $OUT (default /tmp/zack_gpu): logs and JSON.
 #
-#   bash bench/gpu/run_device.sh [tests|backend|profile|bench|sanitize|all|compare|attn_compare|ncu|ncu_attn|batch]
+#   bash bench/gpu/run_device.sh [tests|backend|profile|bench|sanitize|all|compare|attn_compare|prefill_compare|ncu|ncu_attn|ncu_src|batch]
 #   (compare: the packed baseline build .devrun/zack_base against .devrun/zack,
 #   decode on synthetic models, interleaved; attn_compare: the same for
-#   bench_cuda_attention; ZACK_KEEP_BASE=1 bench/gpu/pack.sh packs the baseline;
+#   bench_cuda_attention; prefill_compare: prefill at depth 0 and 8K of the two;
+#   ZACK_KEEP_BASE=1 bench/gpu/pack.sh packs the baseline;
 #   ncu_attn: the fast decode-attention kernel under Nsight Compute, what bounds it;
+#   ncu_src: its hottest instructions (bench/gpu/ncu_source_top.py);
 #   batch: decode of 8 sequences together against one, end to end)
 #   (SDPA=0: without PyTorch's SDPA; CPU=0: backend without the machine's CPU beside the GPU)
 set -uo pipefail
@@ -88,12 +90,26 @@ fi
 if [ "$what" = attn_compare ]; then
     # the decode-attention micro-benchmark of two builds, alternating, twice
     [ -x "$bin/bench_cuda_attention_base" ] || { echo "attn_compare: no $bin/bench_cuda_attention_base"; exit 1; }
-    for r in 1 2; do
-        for z in bench_cuda_attention_base bench_cuda_attention; do
-            echo "== $z, round $r"
-            timeout 60 "$bin/$z" --shape llama-8b --ctx 8192,32768 --batch 1,32 --layouts f16,q4,q2,r64q4 2>&1 |
-                tee -a "$out/attn_compare.md"
+    # (ATTN_SHAPES: the shapes, default llama-8b; qwen2.5-1.5b has 6 query rows a KV head)
+    for shape in ${ATTN_SHAPES:-llama-8b}; do
+        for r in 1 2; do
+            for z in bench_cuda_attention_base bench_cuda_attention; do
+                echo "== $z, $shape, round $r"
+                timeout 60 "$bin/$z" --shape "$shape" --ctx 8192,32768 --batch 1,32 --layouts f16,q4,q2,r64q4 2>&1 |
+                    tee -a "$out/attn_compare.md"
+            done
         done
+    done
+fi
+
+if [ "$what" = prefill_compare ]; then
+    # prefill of two builds, one after the other: pp512 at depth 0 and 8K, the
+    # 1.5B's shape, f16 and 4-bit caches (the depth's own fill is a prefill too)
+    [ -x "$bin/zack_base" ] || { echo "prefill_compare: no $bin/zack_base"; exit 1; }
+    for z in zack_base zack; do
+        echo "== $z, qwen2.5-1.5b prefill"
+        timeout "${PREFILL_TIMEOUT:-120}" "$bin/$z" bench --shape qwen2.5-1.5b --device cuda -p 512 -n 0 -d 0,8192 \
+            --kv-bits 16,4 -r 1 2>&1 | grep -E "^\| (pp|test)|error" | tee -a "$out/prefill_compare.md"
     done
 fi
 
@@ -110,6 +126,23 @@ if [ "$what" = ncu_attn ]; then
         echo "ncu_attn $lay: exit $?"
         grep -E "Duration|Throughput|Issue Slots|Executed Ipc|Registers|Achieved Occupancy|Stall|Warp Cycles|No Eligible|One or More" \
             "$out/ncu_attn_$lay.txt" | head -40
+    done
+fi
+
+if [ "$what" = ncu_src ]; then
+    # the fast decode kernel's instructions at 32K, batch 8 (NCU_LAYOUTS, default
+    # q4): executions per opcode and the hottest instructions by stall samples
+    ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    for lay in ${NCU_LAYOUTS:-q4}; do
+        rep=/tmp/zack_gpu_logs/src_$lay
+        timeout 120 "$ncu" --clock-control none --kernel-name regex:attn_decode_fast --launch-skip 2 --launch-count 1 \
+            --section SourceCounters --section WarpStateStats -f -o "$rep" \
+            "$bin/bench_cuda_attention" --shape llama-8b --ctx 32768 --batch 8 --layouts "$lay" --reps 3 > "$rep.log" 2>&1
+        echo "ncu_src $lay: exit $?"
+        timeout 120 "$ncu" --import "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.csv" 2> "$rep.err"
+        echo "ncu_src $lay import: exit $? ($(wc -c < "$rep.csv") bytes; $(head -c 300 "$rep.err"))"
+        python3 "$here/bench/gpu/ncu_source_top.py" "$rep.csv" --top 80 > "$out/ncu_src_$lay.txt" 2>&1
+        head -45 "$out/ncu_src_$lay.txt"
     done
 fi
 

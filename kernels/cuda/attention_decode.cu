@@ -234,6 +234,7 @@ cuda_attn_plan cuda_attn_plan_make(const std::vector<cuda_attn_item>& items, int
         plan.max_rows = std::max(plan.max_rows, rows);
         const int64_t a = kv.n_sink_slots, n = kv.n_slots - a;
         const bool fast = allow_fast && cuda_attn_fast_item(it);
+        if (fast) plan.max_fast_rows = std::max(plan.max_fast_rows, rows);
         auto add = [&](int sink, int64_t s0, int64_t s1, int64_t cost, int acc_dim, int rk) {
             plan.tasks.push_back({i, sink, s0, s1, plan.partial_floats, cost});
             plan.parts.push_back({plan.partial_floats, acc_dim});
@@ -284,7 +285,8 @@ void cuda_attention_decode(dptr<const cuda_attn_item> items, int n_items, const 
                            const cuda_attn_plan_device& dplan, dptr<float> partials, cuda_stream stream) {
     if (n_items == 0) return;
     if (dplan.n_tasks != (int)plan.tasks.size()) ZK_THROW("CUDA decode attention: the device plan is not the plan's");
-    cuda_attention_decode_fast(items, dplan.tasks, plan.n_fast, plan.fast_variant, partials, stream);
+    cuda_attention_decode_fast(items, dplan.tasks, plan.n_fast, plan.fast_variant, plan.max_fast_rows, partials,
+                               stream);
     if (dplan.n_tasks > plan.n_fast) {
         if (plan.smem_bytes > 48 * 1024) ZK_SET_MAX_DYNAMIC_SMEM(attn_decode_kernel, plan.smem_bytes);
         ZK_LAUNCH(attn_decode_kernel, dim3(dplan.n_tasks - plan.n_fast), dim3(k_attn_block), plan.smem_bytes, stream,

@@ -81,6 +81,7 @@ struct cuda_attn_plan {
     std::vector<cuda_attn_part> parts;   // item i's parts: [item_parts[i], item_parts[i + 1])
     std::vector<int32_t> item_parts;     // [n_items + 1]
     int max_rows = 1;                    // query rows of the widest item (the merge's grid)
+    int max_fast_rows = 1;               // ... of the widest item the fast kernel takes
     int64_t partial_floats = 0;          // scratch the partials need
     size_t smem_bytes = 0;               // dynamic shared memory per block of the generic kernel
 };

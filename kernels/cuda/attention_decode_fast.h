@@ -33,11 +33,18 @@ constexpr int k_fast_rank = 128;  // widest key / value / sink row
 // item's description alone).
 bool cuda_attn_fast_item(const cuda_attn_item& it);
 
-// Runs tasks [0, n_tasks) of `tasks` (all of fast items) into partials.
-// variant 0: 4 warps a block, chunks of 32 slots (a slot per lane); 1: 2 warps,
-// chunks of 64 (two slots per lane).
+// Blocks of variant 0 an SM holds at once for items of at most `rows` query
+// rows (its launch bounds, checked by the occupancy the device reports): 3 for
+// 4 rows (168 registers, 73 KiB of shared memory a block), 2 for 8. A plan for
+// that many blocks an SM fills the GPU in one wave.
+int cuda_attn_fast_blocks_per_sm(int rows);
+
+// Runs tasks [0, n_tasks) of `tasks` (all of fast items, none of more than
+// max_rows query rows) into partials. variant 0: 4 warps a block, chunks of 32
+// slots (a slot per lane), compiled for 4 and for 8 rows (max_rows chooses);
+// 1: 2 warps, chunks of 64 (two slots per lane), 8 rows.
 void cuda_attention_decode_fast(dptr<const cuda_attn_item> items, dptr<const cuda_attn_task> tasks, int n_tasks,
-                                int variant, dptr<float> partials, cuda_stream stream);
+                                int variant, int max_rows, dptr<float> partials, cuda_stream stream);
 
 }  // namespace cuda
 }  // namespace zk

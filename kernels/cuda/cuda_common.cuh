@@ -69,11 +69,14 @@ using sptr = T*;
 #define ZK_SHARED_DYNAMIC(name)                              \
     extern __shared__ __align__(16) unsigned char zk_smem_[]; \
     unsigned char* name = zk_smem_
+// (the pointer moves by offsets, never through an integer: nvcc then knows it
+// points into shared memory and emits LDS / STS with 32-bit addresses; a
+// pointer rebuilt from an integer is generic, each access a 64-bit LD / ST)
 template <class T>
 __device__ __forceinline__ T* smem_take(unsigned char*& cur, int64_t n, const char* = nullptr) {
-    const uintptr_t a = ((uintptr_t)cur + alignof(T) - 1) & ~(uintptr_t)(alignof(T) - 1);
-    T* p = (T*)a;
-    cur = (unsigned char*)(p + n);
+    const size_t pad = (alignof(T) - (size_t)((uintptr_t)cur % alignof(T))) % alignof(T);
+    T* p = reinterpret_cast<T*>(cur + pad);
+    cur = reinterpret_cast<unsigned char*>(p + n);
     return p;
 }
 #define ZK_LAUNCH(kernel, grid, block, smem, stream, ...)                               \
@@ -121,6 +124,7 @@ constexpr unsigned k_full_mask = 0xffffffffu;
 struct alignas(16) cu_v16 { uint32_t w[4]; };
 struct alignas(8) cu_v8 { uint32_t w[2]; };
 struct alignas(16) cu_f4 { float x[4]; };
+struct alignas(8) cu_f2 { float x[2]; };
 template <class V, class T>
 __device__ __forceinline__ V cu_load(dptr<const T> p, int64_t i) {
     return dptr_cast<const V>(p + i)[0];

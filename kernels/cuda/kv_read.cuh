@@ -89,6 +89,37 @@ __device__ __forceinline__ float kv_grid_min(uint32_t grid, float dm) {
     return dm * (float)(int8_t)(uint8_t)((grid >> 8) & 0xffu);
 }
 
+// KIVI codes without integer-to-float conversions (those issue at a quarter
+// of the FMA rate on sm_80 / sm_90, with a longer latency, and the fast decode
+// kernel converted one a key element and one a value element): a code
+// (0 <= code < 128) set into bits 16.. of the mantissa of 0.5f reads as the
+// float f = 0.5 + code / 256, exactly, and a grid's s code + m is then
+// S f + M with S = 256 s (exact) and M = m - 128 s (kv_grid_fold): one FMA,
+// M rounded once (|M| is at most |m| + 128 |s|: an error of a few f32 ulps
+// of the grid's range, far below its step s).
+__device__ __forceinline__ float kv_code_f(uint32_t code) { return __uint_as_float(0x3F000000u | (code << 16)); }
+// Byte b (0-3) of w, a code below 128, as kv_code_f does: one byte permute.
+__device__ __forceinline__ float kv_byte_f(uint32_t w, int b) {
+    return __uint_as_float(__byte_perm(w, 0x3F000000u, 0x7054u | ((uint32_t)b << 8)));
+}
+// The 8 4-bit codes of a little-endian word (code j in bits 4j..4j+3) as floats.
+__device__ __forceinline__ void kv_nibbles_f(uint32_t w, float (&f)[8]) {
+    const uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
+    ZK_UNROLL
+    for (int b = 0; b < 4; b++) f[2 * b] = kv_byte_f(lo, b), f[2 * b + 1] = kv_byte_f(hi, b);
+}
+// The n (<= 8) 2-bit codes of w (code j in bits 2j, 2j + 1) as floats.
+template <int N>
+__device__ __forceinline__ void kv_crumbs_f(uint32_t w, float (&f)[N]) {
+    ZK_UNROLL
+    for (int j = 0; j < N; j++) f[j] = kv_code_f((w >> (2 * j)) & 3u);
+}
+// (S, M) of a grid (scale s, min m) for the codes of kv_code_f.
+__device__ __forceinline__ void kv_grid_fold(float s, float m, float& S, float& M) {
+    S = 256.0f * s;
+    M = __fmaf_rn(-128.0f, s, m);
+}
+
 // GEAR's low-rank part of element (t, c) of group g: sum_i A[t, i] B[c, i].
 __device__ inline float kv_gear_lowrank(const cuda_kv_side& d, int group, int r, int32_t g, int t, int c) {
     const int k = d.gear_rank;

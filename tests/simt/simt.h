@@ -390,6 +390,14 @@ inline int __float_as_int(float x) { return (int)(uint32_t)simt::to_bits(x); }
 inline unsigned __float_as_uint(float x) { return (uint32_t)simt::to_bits(x); }
 inline float __uint_as_float(unsigned x) { return simt::from_bits<float>(x); }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
+// byte n of the result: byte (s >> 4n) & 7 of the 8 bytes y:x (x bytes 0-3, y 4-7); PRMT's default mode
+// (a selector's bit 3, sign replication there, is not modelled: kernels keep it clear)
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    const uint64_t v = (uint64_t)y << 32 | x;
+    unsigned r = 0;
+    for (int n = 0; n < 4; n++) r |= (unsigned)((v >> (8 * ((s >> (4 * n)) & 7u))) & 0xFFu) << (8 * n);
+    return r;
+}
 // c + the dot product of a's and b's four signed bytes (DP4A)
 inline int __dp4a(int a, int b, int c) {
     for (int i = 0; i < 4; i++) c += (int)(int8_t)((uint32_t)a >> (8 * i)) * (int)(int8_t)((uint32_t)b >> (8 * i));

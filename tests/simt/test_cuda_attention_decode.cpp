@@ -120,27 +120,40 @@ TEST(CudaAttentionDecodeSplit, RangesOfOneSlot) {
 
 // The fast kernel (attention_decode_fast.h): every task of a batch it takes
 // whole, at every layout pair, against the double reference and the CPU twin's
-// reference path with the generic kernel's tolerances.
+// reference path with the generic kernel's tolerances: the batch (up to 8
+// query rows: the kernel's 8-row build) in both variants, and its items of at
+// most 4 rows with a 4-row one of the 1.5B's head shape (the 4-row build).
 TEST_P(CudaAttentionDecode, FastKernelMatchesCpuTwinAndReference) {
     const layout lay = GetParam();
-    const std::vector<item_spec> specs = fast_batch_specs();
+    std::vector<item_spec> specs = fast_batch_specs();
+    specs.push_back({128, 128, 300, 4, 1, 4, 1.0f, 32});  // four rows, sinks, the window
     std::vector<test_item> items;
     for (size_t i = 0; i < specs.size(); i++) items.push_back(build_item(specs[i], lay, 2000 + 31 * (uint32_t)i));
-    std::vector<test_item*> ptrs;
-    for (auto& t : items) ptrs.push_back(&t);
-    for (const int P : {0, 1}) {  // the kernel's two variants (warps x slots per lane)
+    auto check = [&](const std::vector<size_t>& which, int P, int want_rows) {
+        std::vector<test_item*> ptrs;
+        for (size_t i : which) ptrs.push_back(&items[i]);
         const gpu_result r = run_gpu(ptrs, 40, 8, false, P);
         EXPECT_EQ(r.plan.n_fast, (int)r.plan.tasks.size()) << "every task on the fast kernel";
-        for (size_t i = 0; i < items.size(); i++) {
+        EXPECT_EQ(r.plan.max_fast_rows, want_rows);
+        for (size_t k = 0; k < which.size(); k++) {
             std::vector<float> lg;
-            const std::vector<float> ref = reference(items[i]), twin = cpu_twin(items[i], lg);
-            const double e_ref = rel_err(r.out[i], ref), e_twin = rel_err(r.out[i], twin);
-            EXPECT_LE(e_ref, 2e-6) << lay.name() << " variant " << P << " item " << i;
-            EXPECT_LE(e_twin, 1e-5) << lay.name() << " variant " << P << " item " << i;
-            std::printf("fast variant %d %s item %zu: vs reference %.2e, vs CPU twin (ref path) %.2e\n", P,
-                        lay.name().c_str(), i, e_ref, e_twin);
+            const test_item& it = items[which[k]];
+            const std::vector<float> ref = reference(it), twin = cpu_twin(it, lg);
+            const double e_ref = rel_err(r.out[k], ref), e_twin = rel_err(r.out[k], twin);
+            EXPECT_LE(e_ref, 2e-6) << lay.name() << " variant " << P << " item " << which[k];
+            EXPECT_LE(e_twin, 1e-5) << lay.name() << " variant " << P << " item " << which[k];
+            std::printf("fast variant %d, %d rows, %s item %zu: vs reference %.2e, vs CPU twin (ref path) %.2e\n", P,
+                        want_rows, lay.name().c_str(), which[k], e_ref, e_twin);
         }
+    };
+    std::vector<size_t> all, small;
+    for (size_t i = 0; i < specs.size(); i++) {
+        all.push_back(i);
+        if (specs[i].n_group * specs[i].n_tok <= 4) small.push_back(i);
     }
+    ASSERT_GE(small.size(), 4u);
+    for (const int P : {0, 1}) check(all, P, 8);  // the kernel's two variants (warps x slots per lane)
+    check(small, 0, 4);
 }
 
 // The plan: ranges cover every non-sink slot once, cost about the same across

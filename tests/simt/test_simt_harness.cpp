@@ -6,6 +6,7 @@
 // the test; kernels/cuda's own kernels are tested in test_simt_kernels_*.cpp.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "ggml-like/dtype.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/kv_read.cuh"
 
 using namespace zk::cuda;
 
@@ -204,6 +206,56 @@ TEST(SimtHarness, HalfConversionsMatchTheCpuBitForBit) {
         xs.push_back(std::ldexp((float)(rng() % 4096) / 4096.0f, (int)(rng() % 40) - 30));
     }
     for (float f : xs) ASSERT_EQ(__half_as_ushort(__float2half_rn(f)), zk::fp32_to_fp16(f)) << f;
+}
+
+// ---------------------------------------------------------------- byte permutes, KIVI codes as floats
+
+__global__ void k_byte_perm(dptr<unsigned> out) {
+    const unsigned x = 0x03020100u, y = 0x07060504u;
+    out[0] = __byte_perm(x, y, 0x5140u);
+    out[1] = __byte_perm(x, y, 0x7654u);
+    out[2] = __byte_perm(x, y, 0x0123u);
+    out[3] = __byte_perm(x, y, 0x2637u);
+}
+
+TEST(SimtHarness, BytePermFollowsCuda) {
+    device_array<unsigned> out(4, "out");
+    ZK_LAUNCH(k_byte_perm, dim3(1), dim3(1), 0, nullptr, out.ptr());
+    const std::vector<unsigned> h = out.download();
+    EXPECT_EQ(h[0], 0x05010400u);
+    EXPECT_EQ(h[1], 0x07060504u);
+    EXPECT_EQ(h[2], 0x00010203u);
+    EXPECT_EQ(h[3], 0x02060307u);
+}
+
+// kv_read.cuh's codes as floats without conversions: out[c] = kv_code_f(c),
+// then the 8 nibbles and 8 crumbs of word w, then the folded grid (s, m).
+__global__ void k_code_floats(uint32_t w, float s, float m, dptr<float> out) {
+    for (uint32_t c = 0; c < 128; c++) out[c] = kv_code_f(c);
+    for (int b = 0; b < 4; b++) out[128 + b] = kv_byte_f(w & 0x7F7F7F7Fu, b);
+    float f[8];
+    kv_nibbles_f(w, f);
+    for (int j = 0; j < 8; j++) out[132 + j] = f[j];
+    kv_crumbs_f<8>(w, f);
+    for (int j = 0; j < 8; j++) out[140 + j] = f[j];
+    kv_grid_fold(s, m, out[148], out[149]);
+}
+
+TEST(SimtHarness, KiviCodesAsFloatsAreExact) {
+    device_array<float> out(150, "out");
+    const uint32_t w = 0xC3A5F01Eu;
+    const float s = 0.0371f, m = -0.2913f;
+    ZK_LAUNCH(k_code_floats, dim3(1), dim3(1), 0, nullptr, w, s, m, out.ptr());
+    const std::vector<float> h = out.download();
+    for (int c = 0; c < 128; c++) EXPECT_EQ(h[c], 0.5f + (float)c / 256.0f) << c;
+    for (int b = 0; b < 4; b++) EXPECT_EQ(h[128 + b], 0.5f + (float)((w >> (8 * b)) & 0x7Fu) / 256.0f) << b;
+    for (int j = 0; j < 8; j++) EXPECT_EQ(h[132 + j], 0.5f + (float)((w >> (4 * j)) & 15u) / 256.0f) << j;
+    for (int j = 0; j < 8; j++) EXPECT_EQ(h[140 + j], 0.5f + (float)((w >> (2 * j)) & 3u) / 256.0f) << j;
+    // S f + M against s code + m: within a few ulps of the grid's range
+    for (int code = 0; code < 16; code++) {
+        const float x = std::fma(h[148], h[code], h[149]), want = s * (float)code + m;
+        EXPECT_NEAR(x, want, 8 * 16 * s * 1.2e-7) << code;
+    }
 }
 
 // ---------------------------------------------------------------- checks that must fire
