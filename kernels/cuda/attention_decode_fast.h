@@ -17,7 +17,10 @@
 // shared memory) with its own online softmax in registers, and accumulates the
 // values a lane per 4 channels; the block's warps are combined once at the end
 // (attention_decode_fast.cu has the details). Arithmetic in f32 throughout, as
-// the generic kernel (its tolerances hold); only the order of the sums differs.
+// the generic kernel (its tolerances hold); the order of the sums differs, and
+// KIVI codes are read as floats without conversions against grids folded for
+// them (kv_read.cuh: a few ulps of a grid's range). A launch is compiled for 4
+// or 8 query rows (the widest item's, rounded up).
 #pragma once
 #include <cstddef>
 
