@@ -157,7 +157,7 @@ __device__ __forceinline__ void key8(const cuda_kv_head& kv, const staged& st, i
                 const cu_f4 s0 = sm[0], s1 = sm[1], m0 = sm[k_fast_rank / 4], m1 = sm[k_fast_rank / 4 + 1];
                 float f[8];
                 if constexpr (bits == 4)
-                    kv_nibbles_f(cw, f);
+                    kv_nibbles_f<8>(cw, f);
                 else
                     kv_crumbs_f<8>(cw, f);
                 ZK_UNROLL
@@ -201,13 +201,10 @@ __device__ __forceinline__ void val4(const cuda_kv_head& kv, const staged& st, i
             const cu_f2 g = sptr_cast<cu_f2>(st.vd)[sl * st.nbv + c / KV_Q4_VBLOCK];
             const float S = g.x[0], M = g.x[1];
             float f[4];
-            if constexpr (VR == FR_Q4) {
-                const uint32_t w = sptr_cast<uint16_t>(row + c / 2)[0];
-                const uint32_t lo = w & 0x0F0Fu, hi = (w >> 4) & 0x0F0Fu;
-                f[0] = kv_byte_f(lo, 0), f[1] = kv_byte_f(hi, 0), f[2] = kv_byte_f(lo, 1), f[3] = kv_byte_f(hi, 1);
-            } else {
+            if constexpr (VR == FR_Q4)
+                kv_nibbles_f<4>(sptr_cast<uint16_t>(row + c / 2)[0], f);
+            else
                 kv_crumbs_f<4>(row[c / 4], f);
-            }
             ZK_UNROLL
             for (int j = 0; j < 4; j++) x[j] = S * f[j] + M;
         }

@@ -102,11 +102,14 @@ __device__ __forceinline__ float kv_code_f(uint32_t code) { return __uint_as_flo
 __device__ __forceinline__ float kv_byte_f(uint32_t w, int b) {
     return __uint_as_float(__byte_perm(w, 0x3F000000u, 0x7054u | ((uint32_t)b << 8)));
 }
-// The 8 4-bit codes of a little-endian word (code j in bits 4j..4j+3) as floats.
-__device__ __forceinline__ void kv_nibbles_f(uint32_t w, float (&f)[8]) {
+// The N (4 or 8) 4-bit codes of a little-endian word (code j in bits 4j..4j+3)
+// as floats.
+template <int N>
+__device__ __forceinline__ void kv_nibbles_f(uint32_t w, float (&f)[N]) {
+    static_assert(N == 4 || N == 8, "a 16- or 32-bit word of codes");
     const uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
     ZK_UNROLL
-    for (int b = 0; b < 4; b++) f[2 * b] = kv_byte_f(lo, b), f[2 * b + 1] = kv_byte_f(hi, b);
+    for (int b = 0; b < N / 2; b++) f[2 * b] = kv_byte_f(lo, b), f[2 * b + 1] = kv_byte_f(hi, b);
 }
 // The n (<= 8) 2-bit codes of w (code j in bits 2j, 2j + 1) as floats.
 template <int N>

@@ -229,20 +229,24 @@ TEST(SimtHarness, BytePermFollowsCuda) {
 }
 
 // kv_read.cuh's codes as floats without conversions: out[c] = kv_code_f(c),
-// then the 8 nibbles and 8 crumbs of word w, then the folded grid (s, m).
+// then the 8 nibbles and 8 crumbs of word w, the folded grid (s, m), the 4
+// nibbles of w's low half.
 __global__ void k_code_floats(uint32_t w, float s, float m, dptr<float> out) {
     for (uint32_t c = 0; c < 128; c++) out[c] = kv_code_f(c);
     for (int b = 0; b < 4; b++) out[128 + b] = kv_byte_f(w & 0x7F7F7F7Fu, b);
     float f[8];
-    kv_nibbles_f(w, f);
+    kv_nibbles_f<8>(w, f);
     for (int j = 0; j < 8; j++) out[132 + j] = f[j];
     kv_crumbs_f<8>(w, f);
     for (int j = 0; j < 8; j++) out[140 + j] = f[j];
     kv_grid_fold(s, m, out[148], out[149]);
+    float f4[4];
+    kv_nibbles_f<4>(w & 0xFFFFu, f4);
+    for (int j = 0; j < 4; j++) out[150 + j] = f4[j];
 }
 
 TEST(SimtHarness, KiviCodesAsFloatsAreExact) {
-    device_array<float> out(150, "out");
+    device_array<float> out(154, "out");
     const uint32_t w = 0xC3A5F01Eu;
     const float s = 0.0371f, m = -0.2913f;
     ZK_LAUNCH(k_code_floats, dim3(1), dim3(1), 0, nullptr, w, s, m, out.ptr());
@@ -251,6 +255,7 @@ TEST(SimtHarness, KiviCodesAsFloatsAreExact) {
     for (int b = 0; b < 4; b++) EXPECT_EQ(h[128 + b], 0.5f + (float)((w >> (8 * b)) & 0x7Fu) / 256.0f) << b;
     for (int j = 0; j < 8; j++) EXPECT_EQ(h[132 + j], 0.5f + (float)((w >> (4 * j)) & 15u) / 256.0f) << j;
     for (int j = 0; j < 8; j++) EXPECT_EQ(h[140 + j], 0.5f + (float)((w >> (2 * j)) & 3u) / 256.0f) << j;
+    for (int j = 0; j < 4; j++) EXPECT_EQ(h[150 + j], h[132 + j]) << j;  // a 16-bit word's four
     // S f + M against s code + m: within a few ulps of the grid's range
     for (int code = 0; code < 16; code++) {
         const float x = std::fma(h[148], h[code], h[149]), want = s * (float)code + m;
