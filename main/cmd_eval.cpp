@@ -315,6 +315,20 @@ int cmd_eval(CLI::App& app, eval_opts& eo) {
     rep.task = task->name();
     rep.target = eo.target;
 
+    // The configuration given on the command line is resolved before the baseline runs, so
+    // that a flag it cannot take (a plan the .zack did not record, ranks on a plain GGUF)
+    // fails at once rather than after the baseline's minutes; sweeps and --target keep
+    // going past unavailable configurations, so only a lone run is checked.
+    const bool strict = !eo.sweep && eo.target <= 0;
+    eval_config user = user_config(app);
+    if (strict && !user.flags.empty()) {
+        try {
+            builder.params(user);
+        } catch (const config_unavailable& e) {
+            ZK_THROW("%s: %s", user.cli().c_str(), e.what());
+        }
+    }
+
     // Baseline: no compression flags, or the saved one (--kl-divergence).
     if (task->has_stored_baseline()) {
         eval_point& b = rep.baseline;
@@ -339,7 +353,6 @@ int cmd_eval(CLI::App& app, eval_opts& eo) {
         b.kv_fraction = b.bytes_per_token * b.score.tokens_kept / ref_bpt;
     }
 
-    const bool strict = !eo.sweep && eo.target <= 0;
     eval_run_cache runs([&](const eval_config& c) {
         eval_point p;
         p.cfg = c;
@@ -364,7 +377,6 @@ int cmd_eval(CLI::App& app, eval_opts& eo) {
         return p;
     });
 
-    eval_config user = user_config(app);
     if (eo.kld && user.flags.empty()) {  // the model as given, against the saved baseline
         const size_t sl = eo.mo.model_path.find_last_of('/');
         user.name = "-m " + (sl == std::string::npos ? eo.mo.model_path : eo.mo.model_path.substr(sl + 1));

@@ -116,6 +116,15 @@ def test_malformed():
     check(j["baseline"]["n_items"] == 3, "malformed: the 3 good items are scored")
     p = run(["--task", "ppl", "--data", os.path.join(DATA, "empty.txt")], ok=False)
     check(p.returncode != 0 and "empty.txt" in p.stderr, "empty file: error names the file")
+    # A configuration the model cannot take fails before the baseline runs (on a real model a
+    # baseline takes minutes): one line naming the flag, no baseline progress line.
+    p = subprocess.run([BIN, "eval", "-m", MODEL, "-t", "2", "--task", "ppl", "--data",
+                        os.path.join(DATA, "gpl3_preamble.txt"), "-c", "64", "--limit", "1", "--kv-plan", "0.13"],
+                       capture_output=True, text=True, timeout=600)
+    err = p.stderr.strip().splitlines()
+    check(p.returncode != 0 and err and err[-1].startswith("zack: error: --kv-plan 0.13: ")
+          and "plain GGUF" in err[-1], "bad configuration: one error line naming the flag (%s)" % err[-1:])
+    check(not any(l.startswith("[baseline]") for l in err), "bad configuration: refused before the baseline ran")
 
 
 def test_target_vs_sweep():
