@@ -41,12 +41,7 @@ def levels_of(blk, bits):
     if bits == 0:
         return blk.mean(0), np.ones(C), 0
     if bits == 1:
-        lo, hi = blk.min(0), blk.max(0)
-        for _ in range(10):
-            a = blk > (lo + hi) / 2
-            na, nb = a.sum(0), (~a).sum(0)
-            hi = np.where(na > 0, (blk * a).sum(0) / np.maximum(na, 1), hi)
-            lo = np.where(nb > 0, (blk * ~a).sum(0) / np.maximum(nb, 1), lo)
+        lo, hi = kq.two_levels(blk)
         return lo, np.maximum(hi - lo, 1e-12), 1
     mn, mx = blk.min(0), blk.max(0)
     R, top = mx - mn, 2 ** bits - 1

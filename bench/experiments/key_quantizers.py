@@ -301,14 +301,20 @@ def q_clipped(blk, bits):
     return best
 
 
-def q_two_means(blk):
-    """1 bit a channel: Lloyd's two levels from the range's ends (kvq_key_levels_1bit). blk [n, C]."""
+def two_levels(blk):
+    """Lloyd's two levels (lo, hi) [C] of each channel of blk [n, C], from the range's ends (kvq_key_levels_1bit)."""
     lo, hi = blk.min(0), blk.max(0)
     for _ in range(10):
         a = blk > (lo + hi) / 2
         na, nb = a.sum(0), (~a).sum(0)
         hi = np.where(na > 0, (blk * a).sum(0) / np.maximum(na, 1), hi)
         lo = np.where(nb > 0, (blk * ~a).sum(0) / np.maximum(nb, 1), lo)
+    return lo, hi
+
+
+def q_two_means(blk):
+    """1 bit a channel: each value at the nearer of its channel's two_levels. blk [n, C]."""
+    lo, hi = two_levels(blk)
     return np.where(blk > (lo + hi) / 2, hi, lo)
 
 
