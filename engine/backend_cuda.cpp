@@ -92,21 +92,6 @@ backend_cuda::backend_cuda(int n_threads) : pool_(n_threads), dev_(cuda_device_q
 
 backend_cuda::~backend_cuda() = default;
 
-void backend_cuda::cache_check(const kv_cache_params& p) const {
-    if (p.key_tail > 0 || std::any_of(p.tails_k.begin(), p.tails_k.end(), [](int t) { return t > 0; }))
-        ZK_THROW("device cuda: 1-bit key tails (--kv-key-tail, a plan's tails_k) are not on the GPU yet; use device "
-                 "cpu");
-    if (p.key_zero > 0 || std::any_of(p.zeros_k.begin(), p.zeros_k.end(), [](int t) { return t > 0; }))
-        ZK_THROW("device cuda: 0-bit key channels (--kv-key-zero, a plan's zeros_k) are not on the GPU yet; use "
-                 "device cpu");
-    if (p.key_mid > 0 || std::any_of(p.mids_k.begin(), p.mids_k.end(), [](int t) { return t > 0; }))
-        ZK_THROW("device cuda: 2-bit channels in 4-bit keys (--kv-key-mid, a plan's mids_k) are not on the GPU yet; "
-                 "use device cpu");
-    if (kv_cache_vq(p))
-        ZK_THROW("device cuda: vector-coded values (a plan's value precision 1 or 0) are not on the GPU yet; use "
-                 "device cpu");
-}
-
 std::unique_ptr<forward_buffers> backend_cuda::buffers_create(const model_hparams& hp, int64_t n_rows, int max_seqs,
                                                               int n_threads, int64_t cap, int gear_rank,
                                                               bool observe) {

@@ -121,7 +121,6 @@ public:
     std::unique_ptr<forward_buffers> buffers_create(const model_hparams& hp, int64_t n_rows, int max_seqs,
                                                     int n_threads, int64_t cap, int gear_rank,
                                                     bool observe) override;
-    void cache_check(const kv_cache_params& p) const override;
 
     void embed(const weight_view& table, const int32_t* tokens, int64_t n, float scale, float* x) override;
     void matmul(const weight_view& w, const float* x, int64_t n_tok, float* y, forward_buffers& fb) override;

@@ -601,7 +601,12 @@ void launch_fast(dptr<const cuda_attn_item> items, dptr<const cuda_attn_task> ta
 
 bool cuda_attn_fast_item(const cuda_attn_item& it) {
     const cuda_kv_head& kv = it.kv;
-    auto side_ok = [](const cuda_kv_side& d) { return d.gear_rank == 0 && d.gear_nout == 0; };
+    // no GEAR, keys in one width and no vector codes (a plan's 2/1/0-bit key
+    // parts and coded values: the generic kernel)
+    auto side_ok = [](const cuda_kv_side& d) {
+        return d.gear_rank == 0 && d.gear_nout == 0 && d.tail == 0 && d.zero == 0 && d.mid == 0 &&
+               d.layout != KV_LAYOUT_VQ;
+    };
     auto width_ok = [](int r) { return r >= 8 && r <= k_fast_rank && r % 8 == 0; };
     return kv.type == CUDA_KV_F16 && side_ok(kv.k) && side_ok(kv.v) && !it.logits &&
            it.n_tok * it.n_group <= k_fast_rows && width_ok(kv.r_k) && width_ok(kv.r_v) &&

@@ -4,7 +4,8 @@
 // per query row), same merge.
 //
 // It takes an item when: the full-precision rows are f16; neither side has
-// GEAR; no logits are asked for (eviction policies read them from the generic
+// GEAR, nor the keys a plan's 2/1/0-bit parts, nor the values vector codes
+// (kv_head.h); no logits are asked for (eviction policies read them from the generic
 // kernel); at most k_fast_rows query rows (tokens x query heads); ranks and the
 // sink width multiples of 8 and at most k_fast_rank. A task then reads each
 // side in one layout only (the plan cuts ranges at a windowed block's n_quant,

@@ -31,6 +31,11 @@ cuda_kv_side side_from_view(const attn_kv_view& v, bool keys, const cuda_kv_uplo
     d.codes = up_array<uint8_t>(up, s.codes, e.codes, keys ? "k codes" : "v codes");
     d.scale = up_array<uint16_t>(up, s.scale, e.scale, keys ? "k scales" : "v scales");
     d.min = up_array<uint16_t>(up, s.min, e.min, keys ? "k mins" : "v mins");
+    if (keys && is_kivi(s.layout)) d.tail = s.tail, d.zero = s.zero, d.mid = s.mid;
+    if (s.layout == KV_LAYOUT_VQ) {
+        d.vq_c = s.vq.c, d.vq_k = s.vq.K, d.vq_bits = s.vq.bits;
+        d.vq_book = up_array<float>(up, s.vq.book, e.book, keys ? "k book" : "v book");
+    }
     if (e.gear_a > 0 || e.gear_out > 0) {
         d.gear_rank = s.gear.rank;
         d.gear_nout = s.gear.n_out;
@@ -53,9 +58,17 @@ cuda_kv_side_extent cuda_kv_side_extent_of(const attn_kv_view& v, bool keys) {
     if (s.layout == KV_LAYOUT_Q8) {
         e.codes = nq * r;
         e.scale = nq * kv_n_blocks(r, KV_Q8_BLOCK);
+    } else if (s.layout == KV_LAYOUT_VQ) {
+        if (s.vq.c < 1 || r % s.vq.c != 0 || s.vq.K < 2 || s.vq.K > KV_VQ_MAX_K || s.vq.bits < 1 || s.vq.bits > 8)
+            ZK_THROW("CUDA KV head: vector codes of %d channels, %d centroids, %d bits on a side of %d channels",
+                     s.vq.c, s.vq.K, s.vq.bits, r);
+        e.codes = nq * kv_vq_row_bytes(r / s.vq.c, s.vq.bits);
+        e.scale = nq;
+        e.book = (int64_t)r * s.vq.K;
     } else if (is_kivi(s.layout)) {
-        e.codes = nq * kv_kivi_row_bytes(kivi_bits(s.layout), r);
-        e.scale = keys ? v.n_groups * r : nq * kv_n_blocks(r, KV_Q4_VBLOCK);
+        const int bits = kivi_bits(s.layout);
+        e.codes = nq * (keys ? kv_key_row_bytes(bits, r, s.tail, s.zero, s.mid) : kv_kivi_row_bytes(bits, r));
+        e.scale = keys ? v.n_groups * kv_key_grid_words(r, s.zero) : nq * kv_n_blocks(r, KV_Q4_VBLOCK);
         e.min = v.n_groups * KV_GRID_STEPS;
         if (s.gear.rank > 0 || s.gear.n_out > 0) {
             e.gear_a = v.n_groups * v.group * s.gear.rank;
@@ -89,6 +102,18 @@ void cuda_kv_head_check(const cuda_kv_head& kv, const char* who, int item) {
         if ((d.gear_rank != 0 || d.gear_nout != 0) && (!is_kivi(d.layout) || d.gear_rank < 0 || d.gear_nout < 0))
             ZK_THROW("%s: item %d: GEAR rank %d, %d outliers on %s in layout %d", who, item, d.gear_rank, d.gear_nout,
                      names[i], d.layout);
+        const int r = i == 0 ? kv.r_k : kv.r_v;
+        if (d.layout == KV_LAYOUT_VQ && (i != 1 || d.vq_c < 1 || r % d.vq_c != 0 || d.vq_k < 2 ||
+                                         d.vq_k > KV_VQ_MAX_K || d.vq_bits < 1 || d.vq_bits > 8 ||
+                                         (1 << d.vq_bits) < d.vq_k || (d.n_quant > 0 && !d.vq_book)))
+            ZK_THROW("%s: item %d: vector-coded %s of %d channels: %d channels a code, %d centroids of %d bits", who,
+                     item, names[i], r, d.vq_c, d.vq_k, d.vq_bits);
+        const bool parts = d.tail != 0 || d.zero != 0 || d.mid != 0;
+        if (parts && (i != 0 || !is_kivi(d.layout) || d.tail < 0 || d.zero < 0 || d.mid < 0 ||
+                      d.tail > KV_KEY_TAIL_MAX || d.tail + d.zero + d.mid > r ||
+                      (d.mid > 0 && d.layout != KV_LAYOUT_Q4) || d.gear_rank != 0 || d.gear_nout != 0))
+            ZK_THROW("%s: item %d: %s in layout %d (rank %d, GEAR rank %d) with %d 2-bit, %d 1-bit, %d 0-bit channels",
+                     who, item, names[i], d.layout, r, d.gear_rank, d.mid, d.tail, d.zero);
     }
     if (is_kivi(kv.k.layout) && is_kivi(kv.v.layout) && kv.k.n_quant != kv.v.n_quant)
         ZK_THROW("%s: item %d: KIVI keys and values with %lld and %lld quantized slots", who, item,

@@ -36,13 +36,26 @@ struct cuda_kv_side {
     dptr<const float> rows32{};
     dptr<const uint16_t> rows16{};
     // Q8: int8 codes (as bytes) [n_quant x r]; KIVI: [n_quant x kv_kivi_row_bytes(bits, r)],
-    // channel c in bits bits * (c % (8 / bits)) of byte c * bits / 8
+    // channel c in bits bits * (c % (8 / bits)) of byte c * bits / 8 (keys
+    // with parts below: rows of kv_key_row_bytes(bits, r, tail, zero, mid))
     dptr<const uint8_t> codes{};
     // scale: Q8 f16 scales [n_quant x blocks32(r)]; KIVI packed grid codes
-    // (kernels/attention.h), keys per (group, channel) [n_groups x r], values
-    // per (slot, block of 32 channels) [n_quant x blocks32(r)]. min: KIVI, the
+    // (kernels/attention.h), keys per (group, channel) [n_groups x r] (with
+    // 0-bit channels: [n_groups x kv_key_grid_words(r, zero)]), values per
+    // (slot, block of 32 channels) [n_quant x blocks32(r)]. min: KIVI, the
     // groups' f16 steps [n_groups x KV_GRID_STEPS].
     dptr<const uint16_t> scale{}, min{};
+    // KIVI keys of a plan (kernels/attention.h): after the row's h4 codes of
+    // `bits` bits, `mid` 2-bit ones (4-bit keys), then a 1-bit tail of `tail`
+    // channels, then `zero` channels with no codes (each its group's mean);
+    // h4 = r - mid - tail - zero. All 0 elsewhere; none with GEAR.
+    int tail = 0, zero = 0, mid = 0;
+    // KV_LAYOUT_VQ (values): codes rows of kv_vq_row_bytes(r / vq_c, vq_bits)
+    // bytes (code i at bit i vq_bits, little-endian), scale one f16 a slot
+    // [n_quant], vq_book the decoding centroids [r / vq_c x vq_k x vq_c]:
+    // v = scale_s book[g][code_g] (kernels/attention.h)
+    int vq_c = 0, vq_k = 0, vq_bits = 0;
+    dptr<const float> vq_book{};
     // GEAR (KIVI only; rank 0 and n_out 0: none): A [n_groups x group x rank],
     // B [n_groups x r x rank] f16; sparse corrections [n_groups x n_out]: index
     // t * r + c ascending (KV_GEAR_NONE pads the end) and f16 value
@@ -75,6 +88,7 @@ struct cuda_kv_side_extent {
     int64_t scale = 0;   // KIVI keys: grid codes; otherwise f16 scales
     int64_t min = 0;     // KIVI keys: the groups' steps; values: = scale's
     int64_t gear_a = 0, gear_b = 0, gear_out = 0;
+    int64_t book = 0;    // VQ: the decoding centroids, floats
 };
 cuda_kv_side_extent cuda_kv_side_extent_of(const attn_kv_view& v, bool keys);
 

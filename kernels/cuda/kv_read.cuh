@@ -42,9 +42,16 @@ __device__ __forceinline__ int64_t kv_grouped_slots(const cuda_kv_head& kv) {
     return kv_is_kivi(kv.k.layout) ? kv.k.n_quant : (kv_is_kivi(kv.v.layout) ? kv.v.n_quant : 0);
 }
 
+// Bytes of a KIVI key row of r channels in `bits` bits with its parts
+// (kv_head.h; kernels/attention.h kv_key_row_bytes).
+__device__ __forceinline__ int kv_key_bytes(const cuda_kv_side& d, int bits, int r) {
+    const int h4 = r - d.zero - d.tail - d.mid;
+    return (h4 * bits + 7) / 8 + (2 * d.mid + 7) / 8 + (d.tail + 7) / 8;
+}
+
 // Where slot s's row of one side lies, worked out once per slot and read per
 // channel by kv_row_elem.
-enum kv_row_kind : int { KV_ROW_F32, KV_ROW_F16, KV_ROW_Q8, KV_ROW_KIVI_K, KV_ROW_KIVI_V };
+enum kv_row_kind : int { KV_ROW_F32, KV_ROW_F16, KV_ROW_Q8, KV_ROW_KIVI_K, KV_ROW_KIVI_V, KV_ROW_VQ };
 struct kv_row_at {
     int kind;
     int bits;    // KIVI: 4 or 2
@@ -71,11 +78,15 @@ __device__ inline kv_row_at kv_row(const cuda_kv_side& d, int type, bool keys, i
         w.kind = KV_ROW_Q8;
         w.o = s * r;
         w.so = s * kv_blocks32(r);
+    } else if (d.layout == KV_LAYOUT_VQ) {
+        w.kind = KV_ROW_VQ;
+        w.o = s * (((r / d.vq_c) * d.vq_bits + 7) / 8);
+        w.so = s;
     } else {
         w.bits = kv_kivi_bits(d.layout);
         w.kind = keys ? KV_ROW_KIVI_K : KV_ROW_KIVI_V;
-        w.o = s * ((r * w.bits + 7) / 8);
-        w.so = keys ? (int64_t)g * r : s * kv_vblocks(r);
+        w.o = s * (keys ? kv_key_bytes(d, w.bits, r) : (r * w.bits + 7) / 8);
+        w.so = keys ? (int64_t)g * (r - d.zero + (d.zero + 1) / 2) : s * kv_vblocks(r);
         w.st = (int64_t)g * KV_GRID_STEPS;
     }
     return w;
@@ -139,10 +150,40 @@ __device__ inline float kv_row_elem(const cuda_kv_side& d, const kv_row_at& w, i
         case KV_ROW_F32: return d.rows32[w.o + c];
         case KV_ROW_F16: return h2f(d.rows16[w.o + c]);
         case KV_ROW_Q8: return (float)(int8_t)d.codes[w.o + c] * h2f(d.scale[w.so + c / KV_Q8_BLOCK]);
+        case KV_ROW_VQ: {  // scale_s book[g][code_g], channel c of code g = c / vq_c
+            const int g = c / d.vq_c, at = g * d.vq_bits;
+            uint32_t b = d.codes[w.o + (at >> 3)];
+            if ((at & 7) + d.vq_bits > 8) b |= (uint32_t)d.codes[w.o + (at >> 3) + 1] << 8;  // within the row
+            const int code = (int)((b >> (at & 7)) & ((1u << d.vq_bits) - 1));
+            return h2f(d.scale[w.so]) * d.vq_book[((int64_t)g * d.vq_k + code) * d.vq_c + c % d.vq_c];
+        }
         default: break;
     }
-    const int b = c * w.bits;
-    const int code = (d.codes[w.o + (b >> 3)] >> (b & 7)) & ((1 << w.bits) - 1);
+    int code;
+    if (w.kind == KV_ROW_KIVI_K && (d.tail | d.zero | d.mid)) {
+        // a plan's key row: h4 codes of `bits` bits, mid 2-bit, tail 1-bit
+        // (tail channel i: bit i / tb of byte i % tb), zero without codes
+        const int rc = r - d.zero, h = rc - d.tail, h4 = h - d.mid;
+        if (c >= rc) {  // 0-bit: the group's mean, dm x an int8 code stored after the rc grid codes
+            const int i = c - rc;
+            const uint32_t wd = d.scale[w.so + rc + i / 2];
+            return h2f(d.min[w.st + 1]) * (float)(int8_t)(uint8_t)((wd >> (8 * (i & 1))) & 0xffu);
+        }
+        const int64_t o4 = w.o + (h4 * w.bits + 7) / 8;  // first byte of the 2-bit part
+        if (c < h4) {
+            const int b = c * w.bits;
+            code = (d.codes[w.o + (b >> 3)] >> (b & 7)) & ((1 << w.bits) - 1);
+        } else if (c < h) {
+            const int j = c - h4;
+            code = (d.codes[o4 + j / 4] >> (2 * (j & 3))) & 3;
+        } else {
+            const int i = c - h, tb = (d.tail + 7) / 8;
+            code = (d.codes[o4 + (2 * d.mid + 7) / 8 + i % tb] >> (i / tb)) & 1;
+        }
+    } else {
+        const int b = c * w.bits;
+        code = (d.codes[w.o + (b >> 3)] >> (b & 7)) & ((1 << w.bits) - 1);
+    }
     float x;
     const uint32_t gc = d.scale[w.so + (w.kind == KV_ROW_KIVI_K ? c : c / KV_Q4_VBLOCK)];
     x = kv_grid_scale(gc, h2f(d.min[w.st])) * (float)code + kv_grid_min(gc, h2f(d.min[w.st + 1]));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/kv_cache.h"
+#include "engine/kv_vq.h"
 #include "kernels/attention.h"
 #include "kernels/cuda/attention_decode.h"
 #include "kernels/cuda/cuda_device.h"
@@ -23,7 +24,7 @@ namespace cuda_test {
 using namespace zk::cuda;
 
 // The layouts of a block's two sides by precision: 16 (rows of the item's
-// type), 8, 4 or 2 bits.
+// type), 8, 4 or 2 bits; values also 1 and 0, vector codes (4 x 64, 8 x 256).
 struct layout {
     int bits_k, bits_v;
     bool kivi() const { return bits_k == 4 || bits_k == 2 || bits_v == 4 || bits_v == 2; }
@@ -45,6 +46,9 @@ struct item_spec {
     int group;     // KIVI group
     dtype type = dtype::F16;  // full-precision rows
     int gear = GEAR_OFF;      // on the KIVI sides, when the layout has one
+    // a plan's key parts on KIVI keys (kernels/attention.h): 2-bit (4-bit keys),
+    // 1-bit and 0-bit channels, each clamped to the rank as the cache does
+    int mid = 0, tail = 0, zero = 0;
 };
 
 constexpr int k_head_dim = 128;
@@ -61,6 +65,29 @@ inline std::vector<float> make_rows(int n, int d, std::mt19937& g) {
     }
     for (int i = 0; i < n * d / 200; i++) x[g() % (n * d)] += 6.0f * N(g);
     return x;
+}
+
+// Random decoding books of vector-coded values for one 128-channel head
+// (bits_v 1: 4 channels x 64 centroids; 0: 8 x 256, calibrate's two shapes):
+// centroids ~ N(0, 1) times gains in [0.9, 1.3].
+inline const kv_vq_books& test_vq_books(int code) {
+    struct holder {
+        std::vector<float> enc, gain, dec;
+        kv_vq_books b;
+        holder(int c, int K, uint32_t seed) {
+            std::mt19937 g(seed);
+            std::normal_distribution<float> N(0, 1);
+            std::uniform_real_distribution<float> U(0.9f, 1.3f);
+            enc.resize((size_t)k_head_dim * K), gain.resize(k_head_dim), dec.resize(enc.size());
+            for (float& x : enc) x = N(g);
+            for (float& x : gain) x = U(g);
+            kvq_vq_decoding_book(c, K, k_head_dim, enc.data(), gain.data(), dec.data());
+            b.c = c, b.K = K, b.d = k_head_dim;
+            b.heads.push_back(kv_vq_book{enc.data(), dec.data()});
+        }
+    };
+    static const holder h1(4, 64, 41), h0(8, 256, 42);
+    return code == 1 ? h1.b : h0.b;
 }
 
 // One item: its CPU cache, queries and the expected outputs.
@@ -86,6 +113,10 @@ inline test_item build_item(const item_spec& s, const layout& lay, uint32_t seed
     p.gear = lay.kivi() && s.gear != GEAR_OFF;
     p.gear_rank = s.gear == GEAR_RANK2 ? 2 : 0;
     p.group = s.group;
+    p.key_mid = lay.bits_k == 4 ? s.mid : 0;
+    p.key_tail = s.tail;
+    p.key_zero = s.zero;
+    if (lay.bits_v == 1 || lay.bits_v == 0) p.vq[lay.bits_v] = &test_vq_books(lay.bits_v);
     p.evicting = s.keep < 1.0f;
     p.sinks = s.sinks;
     p.sink_dim = s.sinks > 0 ? k_head_dim : 0;

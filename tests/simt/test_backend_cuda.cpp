@@ -29,6 +29,7 @@
 #include "calib/zack_file.h"
 #include "engine/backend_cuda.h"
 #include "engine/batch.h"
+#include "engine/kv_vq.h"
 #include "engine/model.h"
 #include "engine/model_synth.h"
 #include "engine/session.h"
@@ -228,6 +229,63 @@ TEST(BackendCuda, EveryCacheLayoutMatchesCpu) {
         sp.n_batch = 6;
         expect_same(m, sp, text, 54, 6, {bits == 16 ? 1e-4 : (bits == 2 ? 8e-2 : 3e-2), bits >= 8}, what.c_str());
     }
+}
+
+// Keys with a plan's parts (2-bit channels in 4-bit keys, a 1-bit tail, 0-bit
+// channels: kernels/attention.h) on the tiny f32 model's 16-dim heads: the
+// generic decode kernel and the prefill kernel read them (kv_read.cuh); groups
+// of 8 behind a window of 16, so that the steps flush groups, which the host
+// quantizes (backend_cuda::kv_append_device) and the device mirror copies
+// (kv_copy_check: byte for byte). Tolerances as for the 4- and 2-bit caches
+// above.
+TEST(BackendCuda, KeyPartsMatchCpu) {
+    const model& m = tiny_f32();
+    const std::vector<int32_t> text = random_tokens(80, m.hp.n_vocab);
+    struct kcase {
+        int bits, mid, tail, zero;
+    };
+    for (const kcase k : {kcase{4, 4, 4, 4}, kcase{2, 0, 6, 3}}) {
+        session_params sp = params(64);
+        sp.kv.bits = k.bits;
+        sp.kv.group = 8;
+        sp.kv.residual = 16;
+        sp.kv.key_mid = k.mid, sp.kv.key_tail = k.tail, sp.kv.key_zero = k.zero;
+        sp.n_batch = 6;
+        const std::string what = "tiny f32, " + std::to_string(k.bits) + "-bit keys with " + std::to_string(k.mid) +
+                                 "/" + std::to_string(k.tail) + "/" + std::to_string(k.zero) + " 2/1/0-bit channels";
+        expect_same(m, sp, text, 30, 24, {k.bits == 2 ? 8e-2 : 3e-2, false}, what.c_str());
+    }
+}
+
+// Vector-coded values (a plan's value precision 1) on the tiny f32 model:
+// random 4-channel books of 16 centroids for its four 16-dim heads, under
+// 4-bit keys with 2/1/0-bit parts (a 10% plan's kinds of head), groups of 8
+// behind a window of 16 (the steps flush groups, coded on the host; the mirror
+// equal byte for byte). Tolerance as for the 4-bit cache.
+TEST(BackendCuda, VectorCodedValuesMatchCpu) {
+    const model& m = tiny_f32();
+    const int d = (int)m.hp.head_dim, heads = (int)(m.hp.n_layer * m.hp.n_head_kv), K = 16;
+    std::mt19937 g(5);
+    std::normal_distribution<float> N(0, 1);
+    std::vector<float> enc((size_t)heads * d * K), gain((size_t)heads * d, 1.1f), dec(enc.size());
+    for (float& x : enc) x = N(g);
+    kv_vq_books books;
+    books.c = 4, books.K = K, books.d = d;
+    for (int h = 0; h < heads; h++) {
+        const size_t o = (size_t)h * d * K;
+        kvq_vq_decoding_book(4, K, d, enc.data() + o, gain.data() + (size_t)h * d, dec.data() + o);
+        books.heads.push_back(kv_vq_book{enc.data() + o, dec.data() + o});
+    }
+    const std::vector<int32_t> text = random_tokens(80, m.hp.n_vocab);
+    session_params sp = params(64);
+    sp.kv.bits_k.assign((size_t)heads, 4);
+    sp.kv.bits_v.assign((size_t)heads, 1);
+    sp.kv.vq[1] = &books;
+    sp.kv.group = 8;
+    sp.kv.residual = 16;
+    sp.kv.key_mid = 4, sp.kv.key_tail = 4, sp.kv.key_zero = 4;
+    sp.n_batch = 6;
+    expect_same(m, sp, text, 30, 24, {3e-2, false}, "tiny f32, 4 x 16 value codes, 4-bit keys with parts");
 }
 
 // The qwen2 architecture at tiny's size: Q/K/V biases (added on the device)

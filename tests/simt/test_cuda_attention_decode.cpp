@@ -156,6 +156,112 @@ TEST_P(CudaAttentionDecode, FastKernelMatchesCpuTwinAndReference) {
     check(small, 0, 4);
 }
 
+// Keys with a plan's parts (2-bit channels in 4-bit keys, a 1-bit tail, 0-bit
+// channels; kv_read.cuh reads them element by element): 4- and 2-bit keys
+// against 16-, 8- and 4-bit values, on the batch's shapes (ranks 4 .. 128,
+// sinks, eviction, multi-token steps; parts clamped to each rank as the cache
+// clamps them), with the generic kernel's tolerances. The fast kernel does not
+// take them (attention_decode_fast.h): without logits asked, every task still
+// runs on the generic kernel.
+TEST(CudaAttentionDecodeKeyParts, MatchesCpuTwinAndReference) {
+    struct parts {
+        int mid, tail, zero;
+    };
+    const parts cases[] = {{40, 24, 16}, {0, 8, 0}, {0, 0, 32}, {24, 0, 0}, {0, 70, 9}};
+    const int pairs[3][2] = {{4, 16}, {4, 4}, {2, 8}};  // key bits, value bits
+    bool fast_checked = false;
+    for (const auto& kvb : pairs)
+            for (const parts& pc : cases) {
+                const int bits_k = kvb[0], bits_v = kvb[1];
+                if (bits_k == 2 && pc.mid > 0) continue;  // 2-bit channels are in 4-bit keys only
+                const layout lay{bits_k, bits_v};
+                std::vector<item_spec> specs = decode_batch_specs();
+                std::vector<test_item> items;
+                for (size_t i = 0; i < specs.size(); i++) {
+                    specs[i].gear = GEAR_OFF;  // GEAR corrects neither part
+                    specs[i].mid = pc.mid, specs[i].tail = pc.tail, specs[i].zero = pc.zero;
+                    items.push_back(build_item(specs[i], lay, 3000 + 13 * (uint32_t)i));
+                }
+                std::vector<test_item*> ptrs;
+                for (auto& t : items) ptrs.push_back(&t);
+                // the parts reached the view of the widest item
+                const attn_kv_view v3 = items[3].cache->view(0, 0);
+                EXPECT_EQ(v3.k.mid + v3.k.tail + v3.k.zero, (bits_k == 4 ? pc.mid : 0) + pc.tail + pc.zero);
+                const std::string name =
+                    lay.name() + " mid " + std::to_string(pc.mid) + " tail " + std::to_string(pc.tail) + " zero " +
+                    std::to_string(pc.zero);
+                for (const bool logits : {true, false}) {
+                    if (!logits && fast_checked) continue;  // once: what the fast kernel would take, it does not
+                    fast_checked |= !logits;
+                    const gpu_result r = run_gpu(ptrs, 40, 8, logits);
+                    EXPECT_EQ(r.plan.n_fast, 0) << name;
+                    double worst[2] = {0, 0};
+                    for (size_t i = 0; i < items.size(); i++) {
+                        std::vector<float> ref_logits, twin_logits;
+                        const std::vector<float> ref = reference(items[i], &ref_logits);
+                        const std::vector<float> twin = cpu_twin(items[i], twin_logits, true);
+                        double e_ref = rel_err(r.out[i], ref), e_twin = rel_err(r.out[i], twin);
+                        if (logits) {
+                            e_ref = std::max(e_ref, rel_err(r.logits[i], ref_logits));
+                            e_twin = std::max(e_twin, rel_err(r.logits[i], twin_logits));
+                        }
+                        EXPECT_LE(e_ref, 2e-6) << name << " item " << i;
+                        EXPECT_LE(e_twin, 1e-5) << name << " item " << i;
+                        worst[0] = std::max(worst[0], e_ref);
+                        worst[1] = std::max(worst[1], e_twin);
+                    }
+                    if (logits)
+                        std::printf("[ measured ] key parts %s: vs reference %.2e, vs CPU twin (ref path) %.2e\n",
+                                    name.c_str(), worst[0], worst[1]);
+                }
+            }
+}
+
+// Vector-coded values (4 x 64 and 8 x 256 books; kv_read.cuh decodes a slot's
+// codes against its head's book) under 16-, 8- and 4-bit keys and under 4-bit
+// keys with a plan's 2/1/0-bit parts (what the 10% plans are), on the batch's
+// shapes with value ranks a multiple of 8 (a code's channels), GEAR off; the
+// generic kernel's tolerances, and the fast kernel takes none of them.
+TEST(CudaAttentionDecodeVectorCodes, MatchesCpuTwinAndReference) {
+    struct vcase {
+        int bits_k, bits_v, mid, tail, zero;
+    };
+    const vcase cases[] = {{16, 1, 0, 0, 0}, {8, 0, 0, 0, 0}, {4, 1, 0, 0, 0}, {4, 0, 40, 24, 16}};
+    for (const vcase& vc : cases) {
+        const layout lay{vc.bits_k, vc.bits_v};
+        std::vector<item_spec> specs = decode_batch_specs();
+        std::vector<test_item> items;
+        for (size_t i = 0; i < specs.size(); i++) {
+            item_spec& sp = specs[i];
+            sp.r_v = (sp.r_v + 7) / 8 * 8;
+            sp.gear = GEAR_OFF;
+            sp.mid = vc.mid, sp.tail = vc.tail, sp.zero = vc.zero;
+            items.push_back(build_item(sp, lay, 4000 + 11 * (uint32_t)i));
+        }
+        std::vector<test_item*> ptrs;
+        for (auto& t : items) ptrs.push_back(&t);
+        ASSERT_EQ(items[3].cache->view(0, 0).v.layout, KV_LAYOUT_VQ);
+        const std::string name = lay.name() + (vc.tail ? " with key parts" : "");
+        for (const bool logits : {true, false}) {
+            const gpu_result r = run_gpu(ptrs, 40, 8, logits);
+            EXPECT_EQ(r.plan.n_fast, 0) << name;
+            double worst[2] = {0, 0};
+            for (size_t i = 0; i < items.size(); i++) {
+                std::vector<float> lg;
+                const std::vector<float> ref = reference(items[i]), twin = cpu_twin(items[i], lg, true);
+                const double e_ref = rel_err(r.out[i], ref), e_twin = rel_err(r.out[i], twin);
+                EXPECT_LE(e_ref, 2e-6) << name << " item " << i;
+                EXPECT_LE(e_twin, 1e-5) << name << " item " << i;
+                worst[0] = std::max(worst[0], e_ref);
+                worst[1] = std::max(worst[1], e_twin);
+            }
+            if (logits)
+                std::printf("[ measured ] vector-coded values %s: vs reference %.2e, vs CPU twin (ref path) %.2e\n",
+                            name.c_str(), worst[0], worst[1]);
+        }
+    }
+}
+
 // The plan: ranges cover every non-sink slot once, cost about the same across
 // heads of unequal rank, and run longest first.
 TEST(CudaAttentionDecodeSplit, PlanGivesEqualWorkLongestFirst) {

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "kernels/attention_prefill.h"
@@ -45,11 +46,9 @@ std::vector<float> cpu_prefill(const test_item& it, bool& ran) {
     return out;
 }
 
-class CudaAttentionPrefill : public ::testing::TestWithParam<layout> {};
-
-TEST_P(CudaAttentionPrefill, MatchesCpuAndReference) {
-    const layout lay = GetParam();
-    const std::vector<item_spec> specs = {
+// The batch of the layout tests: one item per G = 1..7.
+std::vector<item_spec> prefill_specs() {
+    return {
         // r_k r_v len  G  tok sinks keep group type     gear
         {128, 96, 120, 1, 40, 0, 1.0f, 32, dtype::F16, GEAR_OFF},    // a prompt after an 80-token prefix
         {16, 16, 70, 2, 70, 0, 1.0f, 32, dtype::F32, GEAR_RANK2},    // a fresh prompt
@@ -59,6 +58,11 @@ TEST_P(CudaAttentionPrefill, MatchesCpuAndReference) {
         {36, 100, 100, 6, 12, 4, 0.6f, 8, dtype::F16, GEAR_RANK2},   // sinks and eviction
         {13, 7, 60, 7, 9, 0, 1.0f, 16, dtype::F16, GEAR_SPARSE},     // odd ranks, seven heads
     };
+}
+
+// The items of specs in `lay`, prefilled on the GPU in one launch, against the
+// reference and the CPU kernels; name labels the printed figures.
+void check_prefill(const layout& lay, const std::vector<item_spec>& specs, const std::string& name) {
     std::vector<test_item> items;
     for (size_t i = 0; i < specs.size(); i++) {
         items.push_back(build_item(specs[i], lay, 300 + 7 * (uint32_t)i));
@@ -103,10 +107,10 @@ TEST_P(CudaAttentionPrefill, MatchesCpuAndReference) {
         const std::vector<float> pf = cpu_prefill(t, ran);
         const double e_pf = ran ? rel_err(got, pf) : 0.0;
         n_prefill += ran;
-        EXPECT_LE(e_ref, 2e-6) << lay.name() << " item " << i;
-        EXPECT_LE(e_twin, 1e-5) << lay.name() << " item " << i;
-        EXPECT_LE(e_pf, 1e-5) << lay.name() << " item " << i;
-        EXPECT_LE(e_fast, tol_fast) << lay.name() << " item " << i;
+        EXPECT_LE(e_ref, 2e-6) << name << " item " << i;
+        EXPECT_LE(e_twin, 1e-5) << name << " item " << i;
+        EXPECT_LE(e_pf, 1e-5) << name << " item " << i;
+        EXPECT_LE(e_fast, tol_fast) << name << " item " << i;
         worst[0] = std::max(worst[0], e_ref);
         worst[1] = std::max(worst[1], e_twin);
         worst[2] = std::max(worst[2], e_pf);
@@ -114,7 +118,41 @@ TEST_P(CudaAttentionPrefill, MatchesCpuAndReference) {
     }
     std::printf("[ measured ] %s, %zu tiles: vs reference %.2e, vs range+merge (ref path) %.2e, vs CPU prefill %.2e "
                 "(%d items), vs range fast path %.2e\n",
-                lay.name().c_str(), plan.tasks.size(), worst[0], worst[1], worst[2], n_prefill, worst[3]);
+                name.c_str(), plan.tasks.size(), worst[0], worst[1], worst[2], n_prefill, worst[3]);
+}
+
+
+class CudaAttentionPrefill : public ::testing::TestWithParam<layout> {};
+
+TEST_P(CudaAttentionPrefill, MatchesCpuAndReference) { check_prefill(GetParam(), prefill_specs(), GetParam().name()); }
+
+// Keys with a plan's parts (2-bit channels in 4-bit keys, a 1-bit tail, 0-bit
+// channels; kv_read.cuh), clamped to each item's rank as the cache does; GEAR
+// off (it corrects neither).
+TEST(CudaAttentionPrefill, KeyParts) {
+    const int cases[3][3] = {{40, 24, 16}, {0, 70, 9}, {24, 0, 0}};  // mid, tail, zero
+    for (const layout lay : {layout{4, 16}, layout{4, 4}, layout{2, 8}})
+        for (const auto& pc : cases) {
+            if (lay.bits_k == 2 && pc[0] > 0) continue;  // 2-bit channels are in 4-bit keys only
+            std::vector<item_spec> specs = prefill_specs();
+            for (item_spec& s : specs) s.gear = GEAR_OFF, s.mid = pc[0], s.tail = pc[1], s.zero = pc[2];
+            check_prefill(lay, specs, lay.name() + " mid " + std::to_string(pc[0]) + " tail " +
+                                          std::to_string(pc[1]) + " zero " + std::to_string(pc[2]));
+        }
+}
+
+// Vector-coded values (4 x 64 and 8 x 256 books), under 16-bit keys and under
+// 4-bit keys with a plan's parts; value ranks rounded up to a multiple of 8.
+TEST(CudaAttentionPrefill, VectorCodedValues) {
+    for (const layout lay : {layout{16, 1}, layout{4, 0}}) {
+        std::vector<item_spec> specs = prefill_specs();
+        for (item_spec& s : specs) {
+            s.gear = GEAR_OFF;
+            s.r_v = (s.r_v + 7) / 8 * 8;
+            if (lay.bits_k == 4) s.mid = 40, s.tail = 24, s.zero = 16;
+        }
+        check_prefill(lay, specs, lay.name() + (lay.bits_k == 4 ? " with key parts" : ""));
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(KeyValue, CudaAttentionPrefill, ::testing::ValuesIn(all_layout_pairs()),
