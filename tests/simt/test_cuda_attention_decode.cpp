@@ -6,7 +6,8 @@
 // that mix ranks (4 .. 128, odd and uneven), lengths (1 .. 300 slots), G = 1..7
 // query heads per KV head, tokens per item, f16/f32 rows, GEAR (rank 2, and
 // outliers alone) on the KIVI sides, exact sinks and eviction (gaps,
-// shortened and merged KIVI groups), in ranges shorter than a chunk. In the
+// shortened and merged KIVI groups), in ranges shorter than a chunk; and a
+// plan's keys with 2/1/0-bit channels and vector-coded values. In the
 // harness build the kernels run under the SIMT harness (every access checked);
 // in the CUDA build the same test runs on the device.
 //

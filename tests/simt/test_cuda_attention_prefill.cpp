@@ -5,7 +5,8 @@
 // read_slot dequantizes it; items of several ranks (4 .. 128, odd), G = 1..7
 // query heads per KV head, f16 and f32 rows, a fresh prompt and a prompt after
 // a prefix, evicted slots and merged KIVI groups, exact sinks, GEAR on the
-// KIVI sides, many tiles per item. Tolerance (max |gpu - ref| / (1 + max
+// KIVI sides, many tiles per item; a plan's keys with 2/1/0-bit channels and
+// vector-coded values. Tolerance (max |gpu - ref| / (1 + max
 // |ref|)): 2e-6 vs the reference, 1e-5 vs the CPU kernels that dequantize to
 // float (prefill, range reference path); vs the range fast path 1e-5, with a
 // KIVI side 3e-2 (its int8 query rounding).
@@ -120,7 +121,6 @@ void check_prefill(const layout& lay, const std::vector<item_spec>& specs, const
                 "(%d items), vs range fast path %.2e\n",
                 name.c_str(), plan.tasks.size(), worst[0], worst[1], worst[2], n_prefill, worst[3]);
 }
-
 
 class CudaAttentionPrefill : public ::testing::TestWithParam<layout> {};
 
