@@ -10,7 +10,8 @@
 // benchmark per plan file listed in ZACK_BENCH_PLANS (comma-separated), G query
 // heads per KV head from ZACK_BENCH_GROUP (default 6, Qwen2.5-Coder-1.5B); the
 // counter us_per_layer is the time of one layer. Vector-coded values (value
-// precision 1) read random books of calibrate's size. With ZACK_BENCH_SELECT=N
+// precision 1 or 0) read random books of calibrate's size, 8 x 256 ones with
+// int8 copies where the build prefers them (ZACK_BENCH_VQ_INT8=0|1 forces). With ZACK_BENCH_SELECT=N
 // each plan also runs as BM_plan_attention/<plan>/<context>/select<N>: every
 // head selection applies to chooses its runs (KIVI keys: groups by their grid
 // estimates; other keys: pages by their exact mass) and attends to them as a
@@ -162,8 +163,13 @@ void run_plan_attention(benchmark::State& st, const kv_plan& pl, int64_t n, int 
     p.zeros_k = pl.zeros_k;
     p.mids_k = pl.mids_k;
     const size_t nh = (size_t)pl.n_layer * pl.n_kv;
-    // vector-coded values: random books of calibrate's size (the kernel's time does not depend on them)
-    std::vector<float> book[KV_VQ_CODES];
+    // vector-coded values: random books of calibrate's size (the kernel's time does not depend on them),
+    // with int8 copies of 8 x 256 books where a model has them (kernel_attention_vq_int8_faster);
+    // ZACK_BENCH_VQ_INT8=0 or 1 overrides that
+    const char* ie = std::getenv("ZACK_BENCH_VQ_INT8");
+    const bool vq_int8 = ie ? std::atoi(ie) != 0 : kernel_attention_vq_int8_faster();
+    std::vector<float> book[KV_VQ_CODES], book8_scale[KV_VQ_CODES];
+    std::vector<int8_t> book8[KV_VQ_CODES];
     kv_vq_books books[KV_VQ_CODES];
     for (int code = 0; code < KV_VQ_CODES; code++) {
         if (!kv_cache_vq(p, code)) continue;
@@ -171,8 +177,14 @@ void run_plan_attention(benchmark::State& st, const kv_plan& pl, int64_t n, int 
         std::mt19937 gb(3);
         std::normal_distribution<float> Nb(0, 1);
         for (auto& x : book[code]) x = Nb(gb);
+        book8[code].resize(book[code].size());
+        book8_scale[code].resize((size_t)pl.head_dim / k_vq_dim[code]);
+        kvq_vq_int8_book(k_vq_dim[code], k_vq_size[code], pl.head_dim, book[code].data(), book8[code].data(),
+                         book8_scale[code].data());
         books[code].c = k_vq_dim[code], books[code].K = k_vq_size[code], books[code].d = pl.head_dim;
-        books[code].heads.assign(nh, kv_vq_book{book[code].data(), book[code].data()});
+        books[code].heads.assign(nh, kv_vq_book{book[code].data(), book[code].data(),
+                                                vq_int8 ? book8[code].data() : nullptr,
+                                                vq_int8 ? book8_scale[code].data() : nullptr});
         p.vq[code] = &books[code];
     }
     const std::vector<int> full(nh, pl.head_dim);

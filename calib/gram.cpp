@@ -30,6 +30,12 @@ gram_accumulator::gram_accumulator(const model_hparams& hp, thread_pool* pool, g
     set_pool(pool);
 }
 
+void gram_accumulator::set_key_group(int group) {
+    if (group < 1 || group > 256) ZK_THROW("gram: key group %d is outside 1..256 tokens", group);
+    if (n_tokens_ > 0) ZK_THROW("gram: the key group is set before any token");
+    key_group_ = group;
+}
+
 void gram_accumulator::set_pool(thread_pool* pool) {
     pool_ = pool;
     // The products run on the pool's threads, each its own dsyrk: OpenBLAS's
@@ -80,12 +86,12 @@ void gram_accumulator::on_qkv(int layer, int64_t n, const int32_t* pos, const fl
         cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, D, (int)(n * G), 1.0, a.data() + n * D, D, 1.0,
                     c_q_.data() + at, D);
         // the groups' means: a run of consecutive positions in one group of
-        // k_gram_key_group is one row sqrt(n_g) kbar (its share of n_g kbar kbar^T)
+        // key_group_ is one row sqrt(n_g) kbar (its share of n_g kbar kbar^T)
         double* gm = a.data() + n * (G + 1) * D;
         int64_t n_groups = 0;
         for (int64_t t0 = 0; t0 < n;) {
             int64_t t1 = t0 + 1;
-            while (t1 < n && pos[t1] == pos[t1 - 1] + 1 && pos[t1] / k_gram_key_group == pos[t0] / k_gram_key_group)
+            while (t1 < n && pos[t1] == pos[t1 - 1] + 1 && pos[t1] / key_group_ == pos[t0] / key_group_)
                 t1++;
             double* row = gm + n_groups * D;
             for (int c = 0; c < D; c++) row[c] = 0;

@@ -38,7 +38,8 @@ struct calib_observer : session_observer {
 };
 
 enum class gram_v_stat { V, ATTN };
-// The token groups of C_kg: the KIVI key group (kv_cache_params::group's default).
+// The token groups of C_kg: the KIVI key group (kv_cache_params::group's default;
+// gram_accumulator::set_key_group for another).
 constexpr int k_gram_key_group = 32;
 const char* gram_v_stat_name(gram_v_stat s);
 gram_v_stat gram_v_stat_from_name(const std::string& name);  // "v" | "attn"; throws otherwise
@@ -53,6 +54,8 @@ public:
                 const float* v) override;
     void on_attn(int layer, int64_t n, const float* attn) override;
     gram_v_stat v_stat() const { return v_stat_; }
+    // The KIVI key group C_kg's token groups follow (default k_gram_key_group), before any token.
+    void set_key_group(int group);
 
     // Use `pool` (not owned; nullptr = the calling thread only) for later updates.
     void set_pool(thread_pool* pool) override;
@@ -75,6 +78,7 @@ private:
     int n_layer_, n_head_, n_kv_, d_;
     thread_pool* pool_;
     gram_v_stat v_stat_;
+    int key_group_ = k_gram_key_group;
     int64_t n_tokens_ = 0;
     std::vector<double> c_q_, c_k_;  // [n_layer x n_kv x d x d], upper triangles maintained by dsyrk
     std::vector<double> c_kg_;  // [n_layer x n_kv x d x d] group means' Gram, upper triangle

@@ -138,10 +138,16 @@ void keybasis_quant_scores(int d, const double* P, const double* Cq, const doubl
     }
 }
 
-key_widths keybasis_key_widths(int d, const float* score, double bits, int max_tail, bool two_bit) {
+key_widths keybasis_key_widths(int d, const float* score, double bits, int max_tail, bool two_bit, int group) {
     constexpr int n_w = 4;
     constexpr int width[n_w] = {0, 1, 2, 4};
-    constexpr double cost[n_w] = {0.25, 1.5, 2.5, 4.5}, f[n_w] = {1.0, 0.30, 0.08, 0.005};
+    if (group != 32 && group != 64)
+        ZK_THROW("per-head key widths: KIVI groups of %d tokens (their errors are measured for 32 and 64)", group);
+    // a 0-bit channel costs its 8-bit min code a group, the others two 8-bit grid codes
+    const double g = group;
+    const double cost[n_w] = {8 / g, 1 + 16 / g, 2 + 16 / g, 4 + 16 / g};
+    constexpr double f32[n_w] = {1.0, 0.30, 0.08, 0.005}, f64[n_w] = {1.0, 0.31, 0.09, 0.006};
+    const double* f = group == 32 ? f32 : f64;
     std::vector<int> lev((size_t)d, 0);
     double spent = d * cost[0];
     int n1 = 0;
@@ -179,7 +185,7 @@ key_widths keybasis_key_widths(int d, const float* score, double bits, int max_t
     return w;
 }
 
-key_wide_rows keybasis_wide_rows(int d, size_t n_heads, const float* score) {
+key_wide_rows keybasis_wide_rows(int d, size_t n_heads, const float* score, int group) {
     key_wide_rows out;
     for (auto& w : out) w.resize(n_heads);
     std::vector<int32_t> o;
@@ -189,14 +195,14 @@ key_wide_rows keybasis_wide_rows(int d, size_t n_heads, const float* score) {
         for (int j = 0; j < d; j++) sorted[(size_t)j] = score[h * d + (size_t)o[(size_t)j]];
         for (int w = 0; w < k_key_n_wide; w++)
             out[(size_t)w][h] = keybasis_key_widths(d, sorted.data(), k_key_wide_bits[w] * d,
-                                                    std::min(d, KV_KEY_TAIL_MAX), k_key_wide_two_bit[w]);
+                                                    std::min(d, KV_KEY_TAIL_MAX), k_key_wide_two_bit[w], group);
     }
     return out;
 }
 
-key_wide_rows keybasis_wide_rows(int d, const std::vector<double>& score) {
+key_wide_rows keybasis_wide_rows(int d, const std::vector<double>& score, int group) {
     const std::vector<float> f(score.begin(), score.end());
-    return keybasis_wide_rows(d, f.size() / (size_t)d, f.data());
+    return keybasis_wide_rows(d, f.size() / (size_t)d, f.data(), group);
 }
 
 }  // namespace zk

@@ -61,23 +61,28 @@ void keybasis_quant_scores(int d, const double* P, const double* Cq, const doubl
 
 // How many of a head's directions (in that order) take 4-bit codes, 2-bit
 // codes, a 1-bit tail and 0 bits, for a row of at most `bits` bits a token
-// (grids included: a 4-bit channel costs 4.5 bits, a 2-bit one 2.5, a 1-bit
-// one 1.5, a 0-bit one 0.25, the cache's layout with groups of 32):
-// water-filling the proxy, each step the channel widening that removes most of
-// score x f(width) per bit, f(0) = 1, f(1) = 0.30, f(2) = 0.08, f(4) = 0.005
-// (the pooled errors of those widths relative to 0 bits on Qwen2.5-Coder-1.5B's
-// keys: 0.27-0.32, 0.069-0.088 and 0.0042-0.0054 in every head measured). The
+// (grids included: with KIVI groups of 32 tokens a 4-bit channel costs 4.5
+// bits, a 2-bit one 2.5, a 1-bit one 1.5, a 0-bit one 0.25; with groups of 64,
+// 4.25, 2.25, 1.25 and 0.125): water-filling the proxy, each step the channel
+// widening that removes most of score x f(width) per bit, f(0) = 1 and, for
+// groups of 32, f(1) = 0.30, f(2) = 0.08, f(4) = 0.005 (the pooled errors of
+// those widths relative to 0 bits on Qwen2.5-Coder-1.5B's keys: 0.27-0.32,
+// 0.069-0.088 and 0.0042-0.0054 in every head measured), for groups of 64
+// 0.31, 0.09, 0.006 (0.28-0.34, 0.078-0.10, 0.0052-0.0069 relative to their own
+// 0 bits; bench/RESULTS.md "KIVI groups of 64 in plans"). The
 // gains per bit of the steps fall (0.56, 0.22, 0.04 x score), so the greedy
 // fill is the best split of the bits on the proxy. The proxy is one number a
 // direction times a shared f, so no direction gets fewer bits than one after
 // it: the counts say it all. At most max_tail 1-bit channels
-// (KV_KEY_TAIL_MAX). score [d], descending.
+// (KV_KEY_TAIL_MAX). score [d], descending. group: the cache's KIVI group,
+// 32 or 64 tokens (others throw: their f is not measured).
 struct key_widths {
     int n4 = 0, n2 = 0, n1 = 0, n0 = 0;
 };
 // two_bit false: without the 2-bit width (n2 = 0; the rows of .zack files
 // from before the 2-bit key channels).
-key_widths keybasis_key_widths(int d, const float* score, double bits, int max_tail, bool two_bit = true);
+key_widths keybasis_key_widths(int d, const float* score, double bits, int max_tail, bool two_bit = true,
+                                int group = 32);
 // The rows planned (calib/sensitivity.h k_sens_wide_code): 1.75 bits a channel
 // (the bytes of 2-bit keys with a 3/4 1-bit tail) and 2.5 (of 2-bit keys),
 // without the 2-bit width (rows 0 and 1: what older files measured) and with
@@ -88,9 +93,9 @@ constexpr bool k_key_wide_two_bit[k_key_n_wide] = {false, false, true, true};
 // keybasis_key_widths of every head for each row of k_key_wide_bits: [w][head].
 // score [n_heads x d] per pca direction, as a .zack stores it (f32), in any
 // order; the double form (a calibration in memory) rounds it to f32 first, so
-// that both give the counts a session's file gives.
+// that both give the counts a session's file gives. group: as for keybasis_key_widths.
 using key_wide_rows = std::array<std::vector<key_widths>, k_key_n_wide>;
-key_wide_rows keybasis_wide_rows(int d, size_t n_heads, const float* score);
-key_wide_rows keybasis_wide_rows(int d, const std::vector<double>& score);
+key_wide_rows keybasis_wide_rows(int d, size_t n_heads, const float* score, int group = 32);
+key_wide_rows keybasis_wide_rows(int d, const std::vector<double>& score, int group = 32);
 
 }  // namespace zk

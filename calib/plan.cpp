@@ -44,6 +44,7 @@ nlohmann::json kv_plan::to_json() const {
     j["budget"] = budget;
     j["loss"] = loss;
     j["source"] = source;
+    j["group"] = group;
     return j;
 }
 
@@ -76,6 +77,7 @@ kv_plan kv_plan::from_json(const nlohmann::json& j, const std::string& where) {
         p.budget = j.value("budget", (int64_t)0);
         p.loss = j.value("loss", -1.0);
         p.source = j.value("source", std::string());
+        p.group = j.value("group", 32);
     } catch (const nlohmann::json::exception& e) {
         ZK_THROW("%s: malformed plan (%s)", where.c_str(), e.what());
     }
@@ -83,6 +85,8 @@ kv_plan kv_plan::from_json(const nlohmann::json& j, const std::string& where) {
     if (!valid_bits(p.bits)) ZK_THROW("%s: plan bits %d is not 16, 8, 4 or 2", where.c_str(), p.bits);
     if (p.n_layer <= 0 || p.n_kv <= 0 || p.head_dim <= 0)
         ZK_THROW("%s: plan model shapes must be positive", where.c_str());
+    if (p.group < 1 || p.group > 256)
+        ZK_THROW("%s: plan group %d is outside 1..256 tokens", where.c_str(), p.group);
     const size_t nh = (size_t)p.n_layer * p.n_kv;
     if (p.ranks_k.size() != p.ranks_v.size() || (!p.ranks_k.empty() && p.ranks_k.size() != nh))
         ZK_THROW("%s: plan ranks must have %zu entries each (layers x KV heads) or none", where.c_str(), nh);
@@ -165,13 +169,14 @@ std::string kv_plan::describe() const {
     if (nz > 0) prec += ", 0-bit key channels in " + std::to_string(nz) + " heads";
     const long nm = std::count_if(mids_k.begin(), mids_k.end(), [](int t) { return t > 0; });
     if (nm > 0) prec += ", 2-bit channels in the 4-bit keys of " + std::to_string(nm) + " heads";
+    if (group != 32) prec += ", KIVI groups of " + std::to_string(group) + " tokens";
     std::snprintf(buf, sizeof buf, "%s, ZACK rate %.3f, %.1f%% of the f16 cache%s%s", prec.c_str(), rate,
                   100.0 * kv_fraction, evict == "none" ? "" : (", " + evict + " " + std::to_string(budget) + " tokens").c_str(),
                   loss >= 0 ? (", predicted loss " + std::to_string(loss)).c_str() : "");
     return buf;
 }
 
-plan_inputs plan_inputs::from_model(const model& m) {
+plan_inputs plan_inputs::from_model(const model& m, int group) {
     plan_inputs in;
     in.curves = rank_curves::from_model(m);
     const zack_info& z = m.zack;
@@ -183,11 +188,19 @@ plan_inputs plan_inputs::from_model(const model& m) {
         const int D = m.hp.head_dim, KV = m.hp.n_head_kv;
         std::vector<float> sc;
         for (const zack_layer& zl : z.layers) sc.insert(sc.end(), zl.kscore, zl.kscore + (size_t)KV * D);
-        in.wide = keybasis_wide_rows(D, sc.size() / D, sc.data());
+        in.kscore = std::move(sc);
     }
+    in.set_group(group > 0 ? group : z.sens_group);
     if (!z.sens_layer_gain.empty())
         in.weigh_layers(std::vector<double>(z.sens_layer_gain.begin(), z.sens_layer_gain.end()));
     return in;
+}
+
+void plan_inputs::set_group(int g) {
+    if (g < 1 || g > 256) ZK_THROW("plans: KIVI group %d is outside 1..256 tokens", g);
+    group = g;
+    const int d = curves.d;
+    if (!kscore.empty() && d > 0) wide = keybasis_wide_rows(d, kscore.size() / (size_t)d, kscore.data(), g);
 }
 
 void plan_inputs::weigh_layers(const std::vector<double>& gain) {
@@ -273,10 +286,10 @@ double plan_head_bytes(int bits_k, int bits_v, int group) {
 
 double plan_cache_bytes() { return sizeof(int32_t); }  // the positions, one ramp for every head
 
-int64_t plan_head_cost(int bits_k, int bits_v, int rank_k, int rank_v, int tail, int zero, int mid) {
-    return (int64_t)std::ceil(plan_side_bytes(bits_k, true, rank_k, 32, tail, zero, mid) +
-                              plan_side_bytes(bits_v, false, rank_v) +
-                              plan_head_bytes(bits_k, bits_v) - 1e-9);
+int64_t plan_head_cost(int bits_k, int bits_v, int rank_k, int rank_v, int tail, int zero, int mid, int group) {
+    return (int64_t)std::ceil(plan_side_bytes(bits_k, true, rank_k, group, tail, zero, mid) +
+                              plan_side_bytes(bits_v, false, rank_v, group) +
+                              plan_head_bytes(bits_k, bits_v, group) - 1e-9);
 }
 
 double plan_bytes(const kv_plan& p) {
@@ -284,19 +297,21 @@ double plan_bytes(const kv_plan& p) {
     double s = plan_cache_bytes();
     for (size_t h = 0; h < nh; h++) {
         const int bk = p.head_bits_k(h), bv = p.head_bits_v(h);
-        s += plan_side_bytes(bk, true, p.ranks_k.empty() ? p.head_dim : p.ranks_k[h], 32,
+        s += plan_side_bytes(bk, true, p.ranks_k.empty() ? p.head_dim : p.ranks_k[h], p.group,
                              p.tails_k.empty() || bk > 4 ? 0 : p.tails_k[h], p.zeros_k.empty() || bk > 4 ? 0 : p.zeros_k[h],
                              p.mids_k.empty() || bk != 4 ? 0 : p.mids_k[h]) +
-             plan_side_bytes(bv, false, p.ranks_v.empty() ? p.head_dim : p.ranks_v[h]) + plan_head_bytes(bk, bv);
+             plan_side_bytes(bv, false, p.ranks_v.empty() ? p.head_dim : p.ranks_v[h], p.group) +
+             plan_head_bytes(bk, bv, p.group);
     }
     return s;
 }
 
 double plan_bytes(int n_layer, int n_kv, int head_dim, int bits, const std::vector<int>& ranks_k,
-                  const std::vector<int>& ranks_v) {
+                  const std::vector<int>& ranks_v, int group) {
     const std::vector<int> full((size_t)n_layer * n_kv, head_dim);
     kv_cache_params kp;
     kp.bits = bits;
+    kp.group = group;
     // a small cache: the per-token bytes do not depend on the capacity
     kv_cache c(n_layer, n_kv, 256, kp, ranks_k.empty() ? full : ranks_k, ranks_v.empty() ? full : ranks_v);
     return c.bytes_per_token_exact();
@@ -406,7 +421,8 @@ kv_plan plan_per_head(const plan_inputs& in, double target) {
                             if (kv_bits_vq(bv) && c.grid[rv] % k_vq_dim[bv]) continue;
                             const double l = in.rank_weight * (c.loss_k[b][h * nr + rk] + c.loss_v[h * nr + rv]) + lq;
                             what[h].push_back({kbits, bv, b, c.grid[rk], c.grid[rv], tl, zr, md});
-                            items[h].push_back({plan_head_cost(kbits, bv, c.grid[rk], c.grid[rv], tl, zr, md), l});
+                            items[h].push_back(
+                                {plan_head_cost(kbits, bv, c.grid[rk], c.grid[rv], tl, zr, md, in.group), l});
                         }
                 }
             }
@@ -430,7 +446,7 @@ kv_plan plan_per_head(const plan_inputs& in, double target) {
     }
     const std::vector<int> pick = alloc_knapsack(items, budget);
     kv_plan p;
-    p.n_layer = c.n_layer, p.n_kv = c.n_kv, p.head_dim = c.d;
+    p.n_layer = c.n_layer, p.n_kv = c.n_kv, p.head_dim = c.d, p.group = in.group;
     p.bits_k.resize(nh), p.bits_v.resize(nh), p.ranks_k.resize(nh), p.ranks_v.resize(nh), p.kbasis.resize(nh);
     for (size_t h = 0; h < nh; h++) {
         const choice& ch = what[h][pick[h]];
@@ -470,7 +486,7 @@ kv_plan plan_for_target(const plan_inputs& in, double target) {
     const double f16 = plan_f16_bytes(c.n_layer, c.n_kv, c.d);
     const double max_rate = 1.0 - double(c.grid[0]) / c.d;
     auto bytes = [&](int bits, const std::vector<int>& k, const std::vector<int>& v) {
-        return plan_bytes(c.n_layer, c.n_kv, c.d, bits, k, v);
+        return plan_bytes(c.n_layer, c.n_kv, c.d, bits, k, v, in.group);
     };
     kv_plan best;
     bool found = false;
@@ -511,13 +527,13 @@ kv_plan plan_for_target(const plan_inputs& in, double target) {
     best.target = target;
     best.source = "predicted from the .zack's sensitivity curves";
     best.source_sha256 = in.source_sha256;
-    best.n_layer = c.n_layer, best.n_kv = c.n_kv, best.head_dim = c.d;
+    best.n_layer = c.n_layer, best.n_kv = c.n_kv, best.head_dim = c.d, best.group = in.group;
     return best;
 }
 
-kv_plan plan_for_target(const model& m, double target, double rank_weight, bool kivi_keys) {
+kv_plan plan_for_target(const model& m, double target, double rank_weight, bool kivi_keys, int group) {
     plan_validate_target(target);
-    plan_inputs in = plan_inputs::from_model(m);
+    plan_inputs in = plan_inputs::from_model(m, group);
     if (rank_weight > 0) in.rank_weight = rank_weight;
     in.kivi_keys = kivi_keys;
     return plan_for_target(in, target);
@@ -623,6 +639,7 @@ kv_plan plan_load(const model& m, const std::string& spec) {
 void plan_apply(const kv_plan& p, const model& m, session_params& sp) {
     plan_check_model(p, m, "plan");
     sp.kv.bits = p.bits;
+    sp.kv.group = p.group;
     sp.kv.bits_k = p.bits_k;
     sp.kv.bits_v = p.bits_v;
     if (!p.tails_k.empty()) sp.kv.tails_k = p.tails_k;

@@ -31,7 +31,8 @@
 //    "zeros_k": [...]   (optional, per head: 0-bit key channels after the tail, engine/kv_cache.h),
 //    "mids_k": [...]    (optional, per head: 2-bit channels of 4-bit keys before the tail, engine/kv_cache.h),
 //    "ranks_k": [...], "ranks_v": [...], "key_basis": [...]   (n_layer x n_kv, or [] = full rank),
-//    "evict": "none"|policy, "budget": tokens, "loss": predicted (or -1), "source": "..."}
+//    "evict": "none"|policy, "budget": tokens, "loss": predicted (or -1), "source": "...",
+//    "group": tokens   (optional, 32 when absent: the KIVI group the plan's bytes and key widths are for)}
 #pragma once
 #include <cstdint>
 #include <string>
@@ -94,6 +95,7 @@ struct kv_plan {
     std::vector<int> ranks_k, ranks_v, kbasis;  // [n_layer x n_kv]; empty = full rank
     std::string evict = "none";
     int64_t budget = 0;      // tokens kept by eviction (0 = none)
+    int group = 32;          // KIVI: tokens per key quantization group (kv_cache_params::group)
     double loss = -1;        // predicted loss (sensitivity units), -1 = not predicted
     std::string source;      // what made it ("calibrate --kv-target", "eval --target ppl", ...)
     // The model it is for.
@@ -137,14 +139,21 @@ struct plan_inputs {
     // (bench/RESULTS.md, 2026-12-01 "KIVI keys for selection").
     bool kivi_keys = false;
     // [k_plan_n_wide][n_layer x n_kv] every head's widths for the widths codes
-    // (from the .zack's blk.N.zack.kscore; empty without it).
+    // (from the .zack's blk.N.zack.kscore; empty without it), for KIVI groups of `group`.
     key_wide_rows wide;
+    std::vector<float> kscore;  // [n_layer x n_kv x d] the proxy the rows come from (empty without it)
+    // The KIVI group plans are made for: the calibration's (zack.sens.group, 32
+    // when absent). The measured losses are the calibration group's; another
+    // group (a session's --kv-group) changes the bytes and the key widths only.
+    int group = 32;
+    void set_group(int g);  // group = g, and the widths rows recomputed for it
     // Measured per-layer corrections of the losses (calib/layer_gain.h), [n_layer]
     // or empty: every loss of layer l (each precision pair's, each rank curve's)
     // counts gain[l] times. weigh_layers applies them once; what it was given is kept here.
     std::vector<double> layer_gain;
     void weigh_layers(const std::vector<double>& gain);
-    static plan_inputs from_model(const model& m);  // throws when the .zack has no curves
+    // throws when the .zack has no curves; group > 0: plans for that KIVI group, else the calibration's
+    static plan_inputs from_model(const model& m, int group = 0);
     // Every pair measured: plans choose a precision per head.
     bool per_head() const;
     // The measured loss of head h with keys at bits_k and values at bits_v (0 for
@@ -164,7 +173,7 @@ struct plan_inputs {
 // this precision and these ranks (engine/kv_cache.h's accounting; empty ranks = full).
 double plan_f16_bytes(int n_layer, int n_kv, int head_dim);
 double plan_bytes(int n_layer, int n_kv, int head_dim, int bits, const std::vector<int>& ranks_k,
-                  const std::vector<int>& ranks_v);
+                  const std::vector<int>& ranks_v, int group = 32);
 // Bytes per token one side (keys or values) of one head costs at a precision and
 // rank, in a cache without eviction scores: rows (16: f16), codes and scales
 // (8: per token; 4 and 2: KIVI, keys' scales per `group` tokens); what a head
@@ -181,14 +190,17 @@ double plan_bytes(const kv_plan& p);
 // What one head at these precisions and ranks costs in a plan's search: its
 // bytes per token rounded up to a whole byte (plans stay within their target,
 // less plan_cache_bytes; at most n_layer x n_kv bytes per token below it).
-int64_t plan_head_cost(int bits_k, int bits_v, int rank_k, int rank_v, int tail = 0, int zero = 0, int mid = 0);
+int64_t plan_head_cost(int bits_k, int bits_v, int rank_k, int rank_v, int tail = 0, int zero = 0, int mid = 0,
+                       int group = 32);
 
 // The predicted plan for target F in (0, 1] (see above). Throws when F is out
 // of range or nothing fits F (naming the least fraction a 4-bit cache at the
 // highest rate reaches).
 kv_plan plan_for_target(const plan_inputs& in, double target);
-// rank_weight > 0 overrides the .zack's (plan_inputs::rank_weight); kivi_keys: plan_inputs::kivi_keys.
-kv_plan plan_for_target(const model& m, double target, double rank_weight = -1, bool kivi_keys = false);
+// rank_weight > 0 overrides the .zack's (plan_inputs::rank_weight); kivi_keys: plan_inputs::kivi_keys;
+// group > 0: plan_inputs::from_model's.
+kv_plan plan_for_target(const model& m, double target, double rank_weight = -1, bool kivi_keys = false,
+                        int group = 0);
 // The predicted loss of a precision + ranks (rank curves + the precision's loss).
 double plan_predicted_loss(const plan_inputs& in, int bits, const std::vector<int>& ranks_k,
                            const std::vector<int>& ranks_v, const std::vector<int>& kbasis);

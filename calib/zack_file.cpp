@@ -40,7 +40,8 @@ plan_inputs zack_calibration_plan_inputs(const zack_calibration& c) {
     in.qbits = c.sens.qbits;
     in.q = c.sens.q;
     in.rank_weight = c.sens.rank_weight;
-    if (!c.k_score.empty()) in.wide = keybasis_wide_rows(c.d, c.k_score);
+    in.kscore.assign(c.k_score.begin(), c.k_score.end());
+    in.set_group(c.sens.group);
     if (!c.sens.layer_gain.empty()) in.weigh_layers(c.sens.layer_gain);
     return in;
 }
@@ -137,6 +138,7 @@ void zack_file_write(const model& src, const zack_calibration& c, const zack_wri
         }
         w.set("zack.sens.metric", gguf_value::make_str(c.sens.metric));
         w.set("zack.sens.rank_weight", gguf_value::make_f32((float)c.sens.rank_weight));
+        w.set("zack.sens.group", gguf_value::make_u32((uint32_t)c.sens.group));
         if (!c.sens.layer_gain.empty()) {
             ZK_ASSERT((int)c.sens.layer_gain.size() == L);
             w.set("zack.sens.layer_gain", gguf_value::make_arr_f32(to_f32(c.sens.layer_gain.data(), L)));

@@ -57,6 +57,7 @@ struct zack_sens_curves {
     int64_t queries = 0, tokens = 0;       // measured query tokens, tokens fed
     double rank_weight = 1;                // plan_inputs::rank_weight (calib/rank_fit.h fits it)
     std::vector<double> layer_gain;        // plan_inputs::layer_gain [n_layer] (calib/layer_gain.h); empty = none
+    int group = 32;                        // the KIVI group the losses were measured at (zack.sens.group)
 };
 
 // Rotations and singular values of every (layer, KV head).

@@ -142,14 +142,6 @@ bool backend_cuda::kv_append_device(const backend_seq& s, const model_hparams& h
         if (m.edits != b.edits || m.n_quant != b.n_quant || m.n_used != b.n_used) return false;
         head_plan& hp_g = head_plans_[(size_t)g];
         hp_g.plan = c.append_plan(il, g, s.n);  // throws, as append would, when the block is full
-        // keys with a plan's 2/1/0-bit parts and vector-coded values are
-        // coded on the host (kv_append.cu codes one width of grids); the steps
-        // between their flushes only write rows into the window, here as for
-        // any layout
-        const attn_kv_view kvv = c.view(il, g);
-        if (kvv.k.tail > 0 || kvv.k.zero > 0 || kvv.k.mid > 0 || kvv.v.layout == KV_LAYOUT_VQ)
-            for (const kv_append_step& st : hp_g.plan.steps)
-                if (st.flush) return false;
         // the head after the append, over the mirror's arrays, each with room
         bool room = true;
         hp_g.head = cuda_kv_head_from_view(c.view_after(il, g, hp_g.plan),
@@ -163,6 +155,14 @@ bool backend_cuda::kv_append_device(const backend_seq& s, const model_hparams& h
                                                return a->d.data();
                                            });
         if (!room) return false;
+        // keys with a plan's 2/1/0-bit parts and vector-coded values are
+        // coded on the host (kv_append.cu codes one width of grids); the steps
+        // between their flushes only write rows into the window, here as for
+        // any layout
+        const cuda_kv_side& hk = hp_g.head.k;
+        if (hk.tail > 0 || hk.zero > 0 || hk.mid > 0 || hp_g.head.v.layout == KV_LAYOUT_VQ)
+            for (const kv_append_step& st : hp_g.plan.steps)
+                if (st.flush) return false;
         // a windowed block's quantizing sides fill their window before a flush
         // empties it: it needs room for the fullest it gets
         int64_t window = 0;

@@ -55,6 +55,8 @@ public:
         v.vq.K = books_.K;
         v.vq.bits = books_.bits();
         v.vq.book = book_.dec;
+        v.vq.book8 = book_.dec8;
+        v.vq.book8_scale = book_.dec8_scale;
         return v;
     }
     size_t bytes_allocated() const override { return window_.size() + codes_.size() + 2 * scale_.size(); }

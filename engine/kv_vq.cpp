@@ -1,5 +1,6 @@
 #include "engine/kv_vq.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -93,6 +94,18 @@ void kvq_vq_decoding_book(int c, int K, int d, const float* enc, const float* ga
                 const size_t at = ((size_t)q * K + k) * c + j;
                 dec[at] = enc[at] * gain[q * c + j];
             }
+}
+
+void kvq_vq_int8_book(int c, int K, int d, const float* dec, int8_t* dec8, float* scale) {
+    const size_t per = (size_t)K * c;
+    for (int q = 0; q < d / c; q++) {
+        const float* x = dec + q * per;
+        float m = 0.0f;
+        for (size_t i = 0; i < per; i++) m = std::max(m, std::fabs(x[i]));
+        const float s = m / 127.0f, inv = m > 0 ? 127.0f / m : 0.0f;
+        scale[q] = s;
+        for (size_t i = 0; i < per; i++) dec8[q * per + i] = (int8_t)std::lrint(x[i] * inv);
+    }
 }
 
 void kvq_vq_encode_row(const kv_vq_books& b, const kv_vq_book& h, const float* x, int r, uint8_t* codes,

@@ -25,6 +25,10 @@ inline const char* kv_vq_file_name(int code) { return code == 1 ? "vq" : "vq0"; 
 struct kv_vq_book {
     const float* enc = nullptr;  // [d / c x K x c] the k-means centroids (rows coded at unit RMS over d channels)
     const float* dec = nullptr;  // [d / c x K x c] enc times the per-channel gain (what a code decodes to)
+    // dec in int8 for the integer value sums (kvq_vq_int8_book; optional: the
+    // kernel sums in float without it): [d / c x K x c] codes, [d / c] scales.
+    const int8_t* dec8 = nullptr;
+    const float* dec8_scale = nullptr;
 };
 
 struct kv_vq_books {
@@ -46,6 +50,14 @@ int kvq_vq_nearest(const float* y, const float* e, int K, int c);
 // One head's decoding centroids: dec[q][k][j] = enc[q][k][j] x gain[q c + j]
 // (enc, dec [d / c x K x c], gain [d]).
 void kvq_vq_decoding_book(int c, int K, int d, const float* enc, const float* gain, float* dec);
+
+// One head's decoding centroids in int8: per group q of c channels a scale
+// s_q = max |dec[q]| / 127 and dec8 = round(dec / s_q) (dec, dec8 [d / c x K x
+// c], scale [d / c]). kernels/cpu/attention_vq.cpp sums u8 weights times these
+// in integers; the rounding (at most s_q / 2 an element, 0.4% of the group's
+// largest) is small beside the codes' own error (a row's, 17-31% on
+// Qwen2.5-Coder-1.5B).
+void kvq_vq_int8_book(int c, int K, int d, const float* dec, int8_t* dec8, float* scale);
 
 // Codes row x [r] (r a multiple of c, at most d): its scale s = sqrt(sum x^2 / d),
 // the RMS the book was trained at over the channels the row keeps, as f16 in

@@ -152,6 +152,10 @@ void model_load_sensitivity(model& m) {
     }
     z.sens_metric = f.get_str("zack.sens.metric", "");
     z.sens_rank_weight = f.get_float("zack.sens.rank_weight", 1.0);
+    const int64_t sg = f.get_int("zack.sens.group", 32);
+    if (sg < 1 || sg > 256)
+        ZK_THROW("%s: zack.sens.group %lld is outside 1..256 tokens", f.path().c_str(), (long long)sg);
+    z.sens_group = (int)sg;
     if (!(z.sens_rank_weight > 0 && z.sens_rank_weight < 1e6))
         ZK_THROW("%s: zack.sens.rank_weight %g is not a positive weight", f.path().c_str(), z.sens_rank_weight);
     if (f.find("zack.sens.layer_gain")) {
@@ -182,9 +186,17 @@ void model_load_codebooks(model& m, int code) {
     }
     kv_vq_books& books = z.vq[code];
     std::vector<float>& dec_all = z.vq_dec[code];
+    std::vector<int8_t>& dec8_all = z.vq_dec8[code];
+    std::vector<float>& dec8_scale_all = z.vq_dec8_scale[code];
     books.c = c, books.K = K, books.d = (int)D;
     const size_t per_head = (size_t)D * K;  // D / c groups x K x c
     dec_all.resize((size_t)hp.n_layer * KV * per_head);
+    // int8 copies where this build sums 8 x 256 codes' values faster with them
+    const bool int8 = c == 8 && K == 256 && kernel_attention_vq_int8_faster();
+    if (int8) {
+        dec8_all.resize(dec_all.size());
+        dec8_scale_all.resize((size_t)hp.n_layer * KV * (D / c));
+    }
     for (int il = 0; il < hp.n_layer; il++) {
         const std::string p = "blk." + std::to_string(il) + ".zack.";
         const gguf_tensor& tb = need_tensor(f, p + name, {c, K, D / c, KV});
@@ -206,7 +218,14 @@ void model_load_codebooks(model& m, int code) {
             float* dec = dec_all.data() + h * per_head;
             const float* e = enc + g * per_head;
             kvq_vq_decoding_book(c, K, (int)D, e, gain + g * D, dec);
-            books.heads.push_back(kv_vq_book{e, dec});
+            int8_t* dec8 = nullptr;
+            float* dec8_scale = nullptr;
+            if (int8) {
+                dec8 = dec8_all.data() + h * per_head;
+                dec8_scale = dec8_scale_all.data() + h * (D / c);
+                kvq_vq_int8_book(c, K, (int)D, dec, dec8, dec8_scale);
+            }
+            books.heads.push_back(kv_vq_book{e, dec, dec8, dec8_scale});
         }
     }
 }

@@ -133,6 +133,8 @@ struct zack_info {
     // What a unit of rank loss costs against a unit of quantization loss in a
     // plan (calib/plan.h, plan_inputs::rank_weight); 1 in files without it.
     double sens_rank_weight = 1.0;
+    // The KIVI group (tokens) the losses were measured at (zack.sens.group; 32 in files without it).
+    int sens_group = 32;
     // Per-layer corrections of the measured losses, measured end to end
     // (calib/layer_gain.h, zack.sens.layer_gain [n_layer]); empty in files without them.
     std::vector<float> sens_layer_gain;
@@ -143,6 +145,10 @@ struct zack_info {
     // blk.N.zack.vq (4 x 64), vq[0] from blk.N.zack.vq0 (8 x 256).
     kv_vq_books vq[KV_VQ_CODES];
     std::vector<float> vq_dec[KV_VQ_CODES];
+    // vq_dec in int8 (kvq_vq_int8_book), [n_layer x n_kv x d x K]; empty where
+    // kernel_attention_vq_int8_faster() says the float sums are faster
+    std::vector<int8_t> vq_dec8[KV_VQ_CODES];
+    std::vector<float> vq_dec8_scale[KV_VQ_CODES];  // their scales [n_layer x n_kv x d / c]
     bool has_key_bases() const { return !layers.empty() && layers[0].kqa && layers[0].kqb && layers[0].kpair; }
 };
 

@@ -94,6 +94,15 @@
 
 #include "ggml-like/dtype.h"
 
+// The row sizes below are the CUDA kernels' too (kernels/cuda/kv_read.cuh):
+// host and device functions under nvcc, plain inline ones elsewhere (the SIMT
+// harness compiles the kernels as host C++).
+#ifdef __CUDACC__
+#define ZK_HOST_DEVICE __host__ __device__
+#else
+#define ZK_HOST_DEVICE
+#endif
+
 namespace zk {
 
 // The storage layout of one side (keys or values) of a block: its precision.
@@ -136,7 +145,7 @@ constexpr uint16_t KV_GEAR_NONE = 0xFFFF;  // unused sparse-correction slot
 constexpr int KV_VQ_MAX_K = 256;
 constexpr int KV_VQ_CELLS_PER_CH = 64;
 constexpr int KV_VQ_PAD = 2;
-inline int kv_vq_row_bytes(int n_codes, int bits) { return (n_codes * bits + 7) / 8; }
+inline ZK_HOST_DEVICE int kv_vq_row_bytes(int n_codes, int bits) { return (n_codes * bits + 7) / 8; }
 // Code i of a row of `bits`-bit codes.
 inline int kv_vq_code(const uint8_t* row, int i, int bits) {
     const int at = i * bits;
@@ -147,20 +156,20 @@ inline int kv_vq_code(const uint8_t* row, int i, int bits) {
 inline int kv_n_blocks(int r, int block) { return (r + block - 1) / block; }
 inline int kv_q4_row_bytes(int r) { return (r + 1) / 2; }
 // Bytes of a row of r KIVI codes of `bits` (4 or 2) bits.
-inline int kv_kivi_row_bytes(int bits, int r) { return (r * bits + 7) / 8; }
+inline ZK_HOST_DEVICE int kv_kivi_row_bytes(int bits, int r) { return (r * bits + 7) / 8; }
 // 1-bit key tails: at most KV_KEY_TAIL_MAX channels (tb <= 16 bytes, one
 // 128-bit lane of the integer kernel); bytes of a tail, and of a key row of r
 // channels whose last `tail` are 1-bit.
 constexpr int KV_KEY_TAIL_MAX = 128;
-inline int kv_tail_bytes(int tail) { return (tail + 7) / 8; }
+inline ZK_HOST_DEVICE int kv_tail_bytes(int tail) { return (tail + 7) / 8; }
 // ... with `mid` 2-bit channels before the tail (4-bit keys; 0 otherwise).
-inline int kv_key_row_bytes(int bits, int r, int tail, int zero = 0, int mid = 0) {
+inline ZK_HOST_DEVICE int kv_key_row_bytes(int bits, int r, int tail, int zero = 0, int mid = 0) {
     return kv_kivi_row_bytes(bits, r - tail - zero - mid) + kv_kivi_row_bytes(2, mid) + kv_tail_bytes(tail);
 }
 // 0-bit key channels: the last `zero` channels of a KIVI key row have no codes,
 // each is its group mean m_c; a group's grid is then r - zero packed grid codes
 // followed by the zero channels' int8 min codes, two a word.
-inline int kv_key_grid_words(int r, int zero) { return r - zero + (zero + 1) / 2; }
+inline ZK_HOST_DEVICE int kv_key_grid_words(int r, int zero) { return r - zero + (zero + 1) / 2; }
 // The int8 min codes of a group's 0-bit channels (grid: the group's
 // kv_key_grid_words(r, zero) words); channel r - zero + i has m = dm x codes[i].
 inline const int8_t* kv_key_zero_mins(const uint16_t* grid, int r, int zero) {
@@ -198,6 +207,10 @@ struct attn_side_view {
     struct {
         int c = 0, K = 0, bits = 0;
         const float* book = nullptr;
+        // the same in int8 (engine/kv_vq.h kvq_vq_int8_book): codes [r / c x K x
+        // c] and a scale a group [r / c]; null: the value sums stay in float
+        const int8_t* book8 = nullptr;
+        const float* book8_scale = nullptr;
     } vq;
 };
 
@@ -248,6 +261,12 @@ struct attn_partial {
 };
 
 // Floats of scratch kernel_attention_range needs for a range of n slots.
+// Whether this build's value sums over 8 x 256 vector codes are faster with
+// int8 decoding books (attn_side_view::vq.book8) than in float: with VNNI's
+// dpbusd (AVX-512 VNNI or AVX-VNNI), not with AVX2's maddubs + madd
+// (bench/RESULTS.md "integer value sums for vector codes"). Books built or not
+// by this; the kernel sums in integers whenever it is given them.
+bool kernel_attention_vq_int8_faster();
 int64_t kernel_attention_scratch(int n_group, int64_t n, int r_k, int r_v, int gear_rank);
 
 // Slots below kv.n_sink_slots are left to kernel_attention_sinks (their logits

@@ -102,6 +102,10 @@ void options_add_calibrate(CLI::App& app, calibrate_opts& o) {
     app.add_flag("--kv-kivi-keys", o.kv_kivi_keys,
                  "with --kv-target: plans keep every head's keys in 4- or 2-bit KIVI codes, whose grids --kv-select "
                  "chooses from (a head with 8- or 16-bit keys scores every slot to choose)");
+    app.add_option("--kv-group", o.kv_group,
+                   "KIVI group (tokens per key grid) the sensitivity pass measures and the plans are made for: 32 "
+                   "or 64")
+        ->check(CLI::IsMember({32, 64}));
     app.add_flag("-q,--quiet", o.quiet, "no progress lines");
 }
 
@@ -211,6 +215,7 @@ int cmd_calibrate(const calibrate_opts& o) {
     cp.n_threads = n_threads;
     cp.progress = !o.quiet;
     gram_accumulator acc(m->hp, nullptr, gram_v_stat_from_name(o.v_stat));
+    acc.set_key_group(o.kv_group);
     // value rows for the codebooks, spread evenly over the statistics pass
     value_sampler vs(m->hp, o.vq_rows, o.vq_rows > 0 ? std::max<int64_t>(1, o.n_tokens / o.vq_rows) : 1);
     calib_observer_tee tee(acc, vs);
@@ -275,6 +280,7 @@ int cmd_calibrate(const calibrate_opts& o) {
         sens_params sens;
         sens.query_stride = o.sens_stride;
         sens.ranks = sens_default_ranks(m->hp.head_dim, o.rank_align);
+        sens.group = o.kv_group;
         std::vector<float> vq_dec[KV_VQ_CODES];
         kv_vq_books books[KV_VQ_CODES];
         for (int code = 0; code < KV_VQ_CODES; code++) {
@@ -282,6 +288,7 @@ int cmd_calibrate(const calibrate_opts& o) {
             if (!books[code].heads.empty()) sens.vq[code] = &books[code];
         }
         c.sens = calib_sensitivity(*m, c, docs, sp, sens);
+        c.sens.group = o.kv_group;
         // Whether each plan asked for fits is known now: a plan's size depends on its heads'
         // options, which the rank-weight fit and the layer gains (most of the time left) only
         // re-weigh. So an infeasible --kv-target or --gain-target fails here, not at the end.

@@ -67,6 +67,7 @@ struct calibrate_opts {
     int64_t sens_tokens = 2048;  // sensitivity pass (0 = none)
     std::vector<double> kv_targets;  // plans to record (--kv-target)
     bool kv_kivi_keys = false;       // the plans keep KIVI keys for --kv-select (--kv-kivi-keys)
+    int kv_group = 32;               // the KIVI group the losses are measured at and plans made for (--kv-group)
     int sens_stride = 4;
     int64_t vq_rows = 12288;    // value codebooks: training rows a head (0 = none; calib/codebook.h)
     int64_t fit_tokens = 3072;  // the rank-weight fit (calib/rank_fit.h); 0 = none (weight 1)

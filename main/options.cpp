@@ -113,7 +113,9 @@ void options_add_kv(CLI::App& app, model_opts& o, bool lists_elsewhere) {
     if (!lists_elsewhere)
         app.add_option("--kv-bits", o.kv_bits, "KV cache precision: 16 (--kv-type rows), 8, or 4 or 2 (KIVI layout)")
             ->group(g);
-    app.add_option("--kv-group", o.kv_group, "4/2-bit: tokens per per-channel key quantization group")->group(g);
+    app.add_option("--kv-group", o.kv_group,
+                   "4/2-bit: tokens per per-channel key quantization group (default 32, or a KV plan's)")
+        ->check(CLI::Range(1, 256))->group(g);
     app.add_option("--kv-residual", o.kv_residual,
                    "4/2-bit: newest tokens kept in full precision, a multiple of the group (0 = 128 tokens, "
                    "or one group if larger)")->group(g);
@@ -296,7 +298,7 @@ session_params options_session_params(const model_opts& o) {
     }
     p.kv.type = dtype_from_name(kv_type);
     p.kv.bits = kv_bits;
-    p.kv.group = o.kv_group;
+    if (o.kv_group > 0) p.kv.group = o.kv_group;
     p.kv.residual = o.kv_residual;
     p.kv.gear = o.kv_gear;
     p.kv.key_tail = o.kv_key_tail;
@@ -452,9 +454,14 @@ void options_resolve_ranks(const model_opts& o, const model& m, session_params& 
         if (!m.zack.present)
             ZK_THROW("%s: KV plans need a .zack model; make one with: zack calibrate -m %s -o MODEL.zack",
                      m.file->path().c_str(), m.file->path().c_str());
+        // --kv-group with --kv-target: a plan for that group (its bytes and key widths; the
+        // losses stay the calibration's); with --kv-plan it must be the plan's
         const kv_plan plan =
-            o.kv_plan.empty() ? plan_for_target(m, o.kv_target, o.kv_rank_weight, o.kv_select > 0)
+            o.kv_plan.empty() ? plan_for_target(m, o.kv_target, o.kv_rank_weight, o.kv_select > 0, o.kv_group)
                                : plan_load(m, o.kv_plan);
+        if (o.kv_group > 0 && o.kv_group != plan.group)
+            ZK_THROW("--kv-group %d: the KV plan %s is for KIVI groups of %d tokens; drop --kv-group", o.kv_group,
+                     o.kv_plan.empty() ? "asked for" : o.kv_plan.c_str(), plan.group);
         if (plan.evict != "none" && o.kv_evict != "none")
             ZK_THROW("the KV plan sets eviction (%s): drop --kv-evict", plan.evict.c_str());
         plan_apply(plan, m, p);

@@ -40,7 +40,7 @@ struct model_opts {
     std::string kv_type = "f16";
     // KV cache precision and eviction (engine/kv_cache.h, engine/evict/evict.h)
     int kv_bits = 16;
-    int kv_group = 32;
+    int kv_group = 0;  // 0: 32, or a KV plan's
     int kv_residual = 0;
     bool kv_gear = false;
     int kv_key_tail = 0;

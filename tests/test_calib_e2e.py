@@ -391,6 +391,46 @@ def main():
     check(p.returncode != 0 and p.stderr.strip().startswith("zack: error: --kv-gear does not combine with a KV plan")
           and len(p.stderr.strip().splitlines()) == 1, f"--kv-gear with a plan refused: {p.stderr.strip()!r}")
 
+    # KIVI groups of 64 tokens: calibrate --kv-group 64 measures the losses and makes the plans for
+    # them (zack.sens.group, the plan's "group"); a session takes the group from its plan, runs the
+    # plan's bytes, and refuses another --kv-group with it in one line; --kv-target with --kv-group
+    # plans for that group on any .zack
+    o64 = os.path.join(tmp, "g64.zack")
+    p = run(["-m", MODEL, "-o", o64, "--corpus", CORPUS, "--tokens", "256", "--ctx", "256", "--sens-tokens", "256",
+             "--fit-tokens", "0", "--gain-tokens", "0", "--value-codes", "0", "--kv-target", "0.25", "--kv-group", "64"])
+    check(p.returncode == 0 and "KIVI groups of 64 tokens" in p.stderr,
+          f"calibrate --kv-group 64: {p.stderr.strip()[-300:]}")
+    if p.returncode == 0:
+        z64 = gguf.GGUFReader(o64)
+        check(int(field(z64, "zack.sens.group")) == 64, "zack.sens.group = 64")
+        rec = [json.loads(bytes(f.parts[i]).decode()) for f in [z64.fields["zack.plans"]] for i in f.data]
+        check(len(rec) == 1 and rec[0].get("group") == 64, f"the recorded plan is for groups of 64: {rec}")
+        js = os.path.join(tmp, "g64.eval.json")
+        p = subprocess.run([ZACK, "eval", "-m", o64, "--task", "ppl", "-f", CORPUS2, "-c", "512", "--limit", "1", "-t",
+                            "2", "-q", "--kv-plan", "0.25", "--json", js], capture_output=True, text=True)
+        check(p.returncode == 0, f"eval --kv-plan 0.25 on the groups-of-64 file: {p.stderr.strip()[-200:]}")
+        if p.returncode == 0 and rec:
+            got = json.load(open(js))["runs"][0]["kv"]["bytes_per_token"]
+            # eval reports whole bytes, rounded up (kv_cache::bytes_per_token)
+            want = rec[0]["kv_fraction"] * L * KV * 4 * D
+            check(want - 1e-6 <= got < want + 1,
+                  f"the session holds the plan's bytes at groups of 64: {got} vs {want:.2f} rounded up")
+        p = subprocess.run([ZACK, "run", "-m", o64, "-p", "hi", "-n", "1", "--kv-plan", "0.25", "--kv-group", "32"],
+                           capture_output=True, text=True)
+        check(p.returncode != 0 and "is for KIVI groups of 64 tokens" in p.stderr and
+              len(p.stderr.strip().splitlines()) == 1, f"--kv-group against the plan's: {p.stderr.strip()!r}")
+    p = subprocess.run([ZACK, "run", "-m", out, "-p", "hi", "-n", "1", "--temp", "0", "-v", "--kv-target", "0.3",
+                        "--kv-group", "64"], capture_output=True, text=True)
+    check(p.returncode == 0 and "KIVI groups of 64 tokens, ZACK rate" in p.stderr,
+          f"--kv-target with --kv-group 64: {p.stderr.strip()[-200:]!r}")
+    p = subprocess.run([ZACK, "run", "-m", out, "-p", "hi", "-n", "1", "--kv-target", "0.3", "--kv-group", "48"],
+                       capture_output=True, text=True)
+    check(p.returncode != 0 and "groups of 48 tokens" in p.stderr and len(p.stderr.strip().splitlines()) == 1,
+          f"--kv-target with --kv-group 48: {p.stderr.strip()!r}")
+    p = run(["-m", MODEL, "-o", os.path.join(tmp, "g48.zack"), "--corpus", CORPUS, "--kv-group", "48"])
+    check(p.returncode != 0 and "--kv-group" in p.stderr and not os.path.exists(os.path.join(tmp, "g48.zack")),
+          f"calibrate --kv-group 48 refused: {p.stderr.strip()!r}")
+
     # default corpus: generated text, reproducible with the same seed
     outs = []
     for i in range(2):

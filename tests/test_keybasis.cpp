@@ -211,6 +211,20 @@ TEST(KeyBasis, WidthsWaterFillByHand) {
     EXPECT_EQ(widths({8, 4, 2, 1}, 10.0, 128, false), (std::vector<int>{1, 0, 3, 0}));
     EXPECT_EQ(widths({8, 4, 0.01f, 0.001f}, 7.0, 128, false), (std::vector<int>{1, 0, 1, 2}));
     EXPECT_EQ(widths({8, 4, 2, 1}, 7.0, 2, false), (std::vector<int>{1, 0, 1, 2}));
+    // KIVI groups of 64: grids cost half as much a channel (0.125, 1.25, 2.25, 4.25 bits) and code
+    // worse (f = 1, 0.31, 0.09, 0.006). 7 bits (0.5 at 0 bits): ch0 to 1 bit (4.91 a bit, 1.625),
+    // ch1 to 1 (2.45, 2.75), ch0 to 2 (1.76, 3.75), ch2 to 1 (1.23, 4.875), ch1 to 2 (0.88, 5.875),
+    // ch3 to 1 (0.61, 7.0), where groups of 32 left ch3 at 0 bits
+    auto widths64 = [](std::vector<float> s, double bits) {
+        const zk::key_widths w = zk::keybasis_key_widths((int)s.size(), s.data(), bits, 128, true, 64);
+        return std::vector<int>{w.n4, w.n2, w.n1, w.n0};
+    };
+    EXPECT_EQ(widths64({8, 4, 2, 1}, 7.0), (std::vector<int>{0, 2, 2, 0}));
+    EXPECT_EQ(widths64({8, 4, 2, 1}, 6.0), (std::vector<int>{0, 2, 1, 1}));
+    {
+        const std::vector<float> s = {8, 4, 2, 1};
+        EXPECT_THROW(zk::keybasis_key_widths(4, s.data(), 7.0, 128, true, 48), zk::error);
+    }
     // per head in any order: the same counts as the sorted scores give
     const std::vector<float> two = {1, 8, 2, 4, /* head 2: */ 0.001f, 4, 8, 0.01f};
     const zk::key_wide_rows rows = zk::keybasis_wide_rows(4, 2, two.data());
@@ -229,6 +243,10 @@ TEST(KeyBasis, WidthsWaterFillByHand) {
     const zk::key_wide_rows again = zk::keybasis_wide_rows(4, std::vector<double>(two.begin(), two.end()));
     for (int w = 0; w < zk::k_key_n_wide; w++)
         for (int h = 0; h < 2; h++) EXPECT_EQ(counts(again[w][h]), counts(rows[w][h]));
+    // and for groups of 64, each head's counts are keybasis_key_widths's at 64
+    const zk::key_wide_rows rows64 = zk::keybasis_wide_rows(4, 2, two.data(), 64);
+    EXPECT_EQ(counts(rows64[2][0]), (std::vector<int>{0, 2, 2, 0}));
+    EXPECT_EQ(counts(rows64[2][0]), widths64({8, 4, 2, 1}, 7.0));
 }
 
 }  // namespace

@@ -188,9 +188,11 @@ TEST(PlanPerHead, BestOfEveryCombination) {
     for (int tails : {0, 1, 2, 3})  // none, 1-bit tails, tails with 0-bit channels, and per-head widths
     for (uint32_t seed = 1; seed <= 6; seed++)
     for (const double w : {1.0, 3.7})  // rank losses weighted against quantization losses
-    for (const bool kivi : {false, true}) {  // every precision for keys, or KIVI keys only (--kv-select)
+    for (const bool kivi : {false, true})  // every precision for keys, or KIVI keys only (--kv-select)
+    for (const int group : {32, 64}) {  // KIVI groups: what the grids cost
         zk::plan_inputs in = tiny_inputs(seed, 1, 2, d, grid);
         if (tails) in = with_tails(in, seed, tails >= 2, tails == 3);
+        in.set_group(group);  // (no proxy here: the widths rows stay the ones set by hand)
         ASSERT_TRUE(in.per_head());
         const std::vector<int> bits = in.qbits;
         in.rank_weight = w;
@@ -221,7 +223,7 @@ TEST(PlanPerHead, BestOfEveryCombination) {
                                                                       (in.qloss(bk, bv, h) - in.qloss(zk::k_plan_tail_code, bv, h))
                                                             : in.qloss(bk, bv, h)),
                                                     zk::plan_head_cost(wi >= 0 ? 4 : tl ? 2 : bk, bv, grid[rk], grid[rv],
-                                                                       tn, zr, md)});
+                                                                       tn, zr, md, group)});
                     }
             double best = std::numeric_limits<double>::infinity();
             for (const opt& a : o[0])
@@ -238,6 +240,7 @@ TEST(PlanPerHead, BestOfEveryCombination) {
             EXPECT_LE(p.kv_fraction, target + 1e-12);
             EXPECT_NEAR(p.kv_fraction, zk::plan_bytes(p) / f16, 1e-12);
             EXPECT_EQ(p.source_sha256, "abc");
+            EXPECT_EQ(p.group, group);
             for (size_t h = 0; h < p.tails_k.size(); h++)
                 if (p.tails_k[h] > 0) {
                     const int z = p.zeros_k.empty() ? 0 : p.zeros_k[h];
@@ -464,6 +467,26 @@ TEST(PlanFile, PerHeadRoundTripAndBadInput) {
     EXPECT_THROW(zk::kv_plan::from_json(badm([](nlohmann::json& b) { b["mids_k"][0] = 65; }), "t"), zk::error);
     if (not4 < m.bits_k.size()) {  // 2-bit channels in 2-, 8- or 16-bit keys
         EXPECT_THROW(zk::kv_plan::from_json(badm([&](nlohmann::json& b) { b["mids_k"][not4] = 4; }), "t"), zk::error);
+    }
+    // KIVI groups of 64: round trip, the bytes as such a cache counts them (grids and steps
+    // a group of 64), plans without the key read as groups of 32, and bad groups
+    zk::kv_plan g = m;
+    g.group = 64;
+    const nlohmann::json gj = g.to_json();
+    EXPECT_EQ(zk::kv_plan::from_json(gj, "t").group, 64);
+    EXPECT_NE(g.describe().find("KIVI groups of 64 tokens"), std::string::npos) << g.describe();
+    EXPECT_EQ(m.describe().find("KIVI groups"), std::string::npos) << m.describe();
+    km.group = 64;
+    const zk::kv_cache cg(g.n_layer, g.n_kv, 256, km, g.ranks_k, g.ranks_v);
+    EXPECT_NEAR(cg.bytes_per_token_exact(), zk::plan_bytes(g), 1e-9);
+    EXPECT_LT(zk::plan_bytes(g), zk::plan_bytes(m));
+    nlohmann::json old = gj;
+    old.erase("group");
+    EXPECT_EQ(zk::kv_plan::from_json(old, "t").group, 32);
+    for (const int bad_group : {0, -32, 257}) {
+        nlohmann::json b = gj;
+        b["group"] = bad_group;
+        EXPECT_THROW(zk::kv_plan::from_json(b, "t"), zk::error) << bad_group;
     }
 }
 

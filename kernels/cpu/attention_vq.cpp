@@ -107,6 +107,92 @@ void values_c8k256(const uint8_t* codes, int rb, int64_t a, int64_t b, int ng, c
     }
 }
 
+// The same sums in integers (8 x 256 books with an int8 copy, G <= 8): per
+// chunk of VQ_I8_CHUNK slots each head's weights w = p_j(s) scale_s are
+// rounded to u8 against one step D_j = max w / 127 (the KIVI value sums' rule:
+// an error of at most 1/254 of the chunk's largest weight), and per group
+// four slots' int8 centroids are interleaved channel by channel (bytes t, t+1,
+// t+2, t+3 of channel e in int32 lane e) so that one dpbusd (or, without VNNI,
+// maddubs + madd: the same integers) adds four slots' weighted centroids into
+// each of the group's 8 channel lanes. 6 heads: about 21 instructions for four
+// slots of a group against the float path's 52 (bench/RESULTS.md "integer
+// value sums for vector codes"). acc_j += D_j scale_g sum.
+constexpr int VQ_I8_CHUNK = 32;
+
+inline __m256i vq_dot4_add(__m256i acc, __m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(acc, u, s);
+#elif defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+    // u8 x s8 pairs stay within int16 (2 x 127 x 127 < 32767)
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+
+template <int G>
+void values_c8k256_i8(const uint8_t* codes, int rb, int64_t a, int64_t b, int ng, const int8_t* book8,
+                      const float* bscale, const float* pw, int Gp, int r, float* acc) {
+    ZK_ASSERT(Gp == 8);  // a slot's weights are one vector, a lane a head
+    alignas(32) uint32_t wq[VQ_I8_CHUNK / 4][8];  // per quad of slots, each head's four u8 weights
+    alignas(32) float dj[8];
+    const __m256 zero = _mm256_setzero_ps();
+    for (int64_t t0 = a; t0 < b; t0 += VQ_I8_CHUNK) {
+        const int n = (int)std::min<int64_t>(VQ_I8_CHUNK, b - t0), nq = (n + 3) / 4;
+        const float* pc = pw + (t0 - a) * 8;
+        __m256 m = zero;
+        for (int i = 0; i < n; i++) m = _mm256_max_ps(m, _mm256_loadu_ps(pc + i * 8));
+        _mm256_store_ps(dj, _mm256_div_ps(m, _mm256_set1_ps(127.0f)));
+        // 127 / m, 0 where a head's weights are all 0 (rounded as cvtps rounds: to nearest even)
+        const __m256 inv = _mm256_and_ps(_mm256_cmp_ps(m, zero, _CMP_GT_OQ),
+                                         _mm256_div_ps(_mm256_set1_ps(127.0f), _mm256_max_ps(m, _mm256_set1_ps(1e-30f))));
+        for (int q = 0; q < nq; q++) {
+            __m256i wd = _mm256_setzero_si256();
+            for (int i = 0; i < 4; i++) {
+                const __m256 w = 4 * q + i < n ? _mm256_loadu_ps(pc + (4 * q + i) * 8) : zero;
+                wd = _mm256_or_si256(wd, _mm256_slli_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(w, inv)), 8 * i));
+            }
+            _mm256_store_si256((__m256i*)wq[q], wd);
+        }
+        // the rows of a last quad past b: the chunk's last slot again (weight 0)
+        const uint8_t* rows[VQ_I8_CHUNK];
+        for (int i = 0; i < 4 * nq; i++) rows[i] = codes + (t0 + std::min(i, n - 1)) * rb;
+        for (int g = 0; g < ng; g++) {
+            const int8_t* bg = book8 + (size_t)g * 256 * 8;
+            __m256i s[G];
+            for (int j = 0; j < G; j++) s[j] = _mm256_setzero_si256();
+            for (int q = 0; q < nq; q++) {
+                const uint8_t* const* rq = rows + 4 * q;
+                const __m128i x0 = _mm_loadl_epi64((const __m128i*)(bg + rq[0][g] * 8));
+                const __m128i x1 = _mm_loadl_epi64((const __m128i*)(bg + rq[1][g] * 8));
+                const __m128i x2 = _mm_loadl_epi64((const __m128i*)(bg + rq[2][g] * 8));
+                const __m128i x3 = _mm_loadl_epi64((const __m128i*)(bg + rq[3][g] * 8));
+                const __m128i p01 = _mm_unpacklo_epi8(x0, x1), p23 = _mm_unpacklo_epi8(x2, x3);
+                const __m256i cent = _mm256_set_m128i(_mm_unpackhi_epi16(p01, p23), _mm_unpacklo_epi16(p01, p23));
+                for (int j = 0; j < G; j++)
+                    s[j] = vq_dot4_add(s[j], _mm256_set1_epi32((int)wq[q][j]), cent);
+            }
+            for (int j = 0; j < G; j++) {
+                float* o = acc + j * r + g * 8;
+                const __m256 f = _mm256_set1_ps(dj[j] * bscale[g]);
+                _mm256_storeu_ps(o, _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(s[j]), _mm256_loadu_ps(o)));
+            }
+        }
+    }
+}
+
+using values_i8_fn = void (*)(const uint8_t*, int, int64_t, int64_t, int, const int8_t*, const float*, const float*,
+                              int, int, float*);
+constexpr values_i8_fn k_values_c8k256_i8[9] = {nullptr,
+                                                values_c8k256_i8<1>,
+                                                values_c8k256_i8<2>,
+                                                values_c8k256_i8<3>,
+                                                values_c8k256_i8<4>,
+                                                values_c8k256_i8<5>,
+                                                values_c8k256_i8<6>,
+                                                values_c8k256_i8<7>,
+                                                values_c8k256_i8<8>};
+
 using values_regs_fn = void (*)(const uint8_t*, int, int64_t, int64_t, int, const float*, const float*, int, int,
                                 float*);
 constexpr values_regs_fn k_values_c4k64[9] = {nullptr,         values_c4k64<1>, values_c4k64<2>,
@@ -155,7 +241,10 @@ void vq_values(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t
     }
 #ifdef ZK_SIMD_AVX2
     if (regs) {
-        (c4 ? k_values_c4k64 : k_values_c8k256)[G](codes, rb, a, b, ng, book, pw, Gp, r, acc);
+        if (c8 && v.vq.book8)
+            k_values_c8k256_i8[G](codes, rb, a, b, ng, v.vq.book8, v.vq.book8_scale, pw, Gp, r, acc);
+        else
+            (c4 ? k_values_c4k64 : k_values_c8k256)[G](codes, rb, a, b, ng, book, pw, Gp, r, acc);
         return;
     }
 #endif
@@ -203,4 +292,13 @@ void vq_values(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64_t
     }
 
 }  // namespace attn
+
+bool kernel_attention_vq_int8_faster() {
+#if defined(ZK_SIMD_AVX2) && ((defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__))
+    return true;
+#else
+    return false;
+#endif
+}
+
 }  // namespace zk

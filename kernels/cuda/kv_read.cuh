@@ -42,13 +42,6 @@ __device__ __forceinline__ int64_t kv_grouped_slots(const cuda_kv_head& kv) {
     return kv_is_kivi(kv.k.layout) ? kv.k.n_quant : (kv_is_kivi(kv.v.layout) ? kv.v.n_quant : 0);
 }
 
-// Bytes of a KIVI key row of r channels in `bits` bits with its parts
-// (kv_head.h; kernels/attention.h kv_key_row_bytes).
-__device__ __forceinline__ int kv_key_bytes(const cuda_kv_side& d, int bits, int r) {
-    const int h4 = r - d.zero - d.tail - d.mid;
-    return (h4 * bits + 7) / 8 + (2 * d.mid + 7) / 8 + (d.tail + 7) / 8;
-}
-
 // Where slot s's row of one side lies, worked out once per slot and read per
 // channel by kv_row_elem.
 enum kv_row_kind : int { KV_ROW_F32, KV_ROW_F16, KV_ROW_Q8, KV_ROW_KIVI_K, KV_ROW_KIVI_V, KV_ROW_VQ };
@@ -80,13 +73,13 @@ __device__ inline kv_row_at kv_row(const cuda_kv_side& d, int type, bool keys, i
         w.so = s * kv_blocks32(r);
     } else if (d.layout == KV_LAYOUT_VQ) {
         w.kind = KV_ROW_VQ;
-        w.o = s * (((r / d.vq_c) * d.vq_bits + 7) / 8);
+        w.o = s * kv_vq_row_bytes(r / d.vq_c, d.vq_bits);
         w.so = s;
     } else {
         w.bits = kv_kivi_bits(d.layout);
         w.kind = keys ? KV_ROW_KIVI_K : KV_ROW_KIVI_V;
-        w.o = s * (keys ? kv_key_bytes(d, w.bits, r) : (r * w.bits + 7) / 8);
-        w.so = keys ? (int64_t)g * (r - d.zero + (d.zero + 1) / 2) : s * kv_vblocks(r);
+        w.o = s * (keys ? kv_key_row_bytes(w.bits, r, d.tail, d.zero, d.mid) : kv_kivi_row_bytes(w.bits, r));
+        w.so = keys ? (int64_t)g * kv_key_grid_words(r, d.zero) : s * kv_vblocks(r);
         w.st = (int64_t)g * KV_GRID_STEPS;
     }
     return w;
@@ -169,7 +162,7 @@ __device__ inline float kv_row_elem(const cuda_kv_side& d, const kv_row_at& w, i
             const uint32_t wd = d.scale[w.so + rc + i / 2];
             return h2f(d.min[w.st + 1]) * (float)(int8_t)(uint8_t)((wd >> (8 * (i & 1))) & 0xffu);
         }
-        const int64_t o4 = w.o + (h4 * w.bits + 7) / 8;  // first byte of the 2-bit part
+        const int64_t o4 = w.o + kv_kivi_row_bytes(w.bits, h4);  // first byte of the 2-bit part
         if (c < h4) {
             const int b = c * w.bits;
             code = (d.codes[w.o + (b >> 3)] >> (b & 7)) & ((1 << w.bits) - 1);
@@ -177,8 +170,8 @@ __device__ inline float kv_row_elem(const cuda_kv_side& d, const kv_row_at& w, i
             const int j = c - h4;
             code = (d.codes[o4 + j / 4] >> (2 * (j & 3))) & 3;
         } else {
-            const int i = c - h, tb = (d.tail + 7) / 8;
-            code = (d.codes[o4 + (2 * d.mid + 7) / 8 + i % tb] >> (i / tb)) & 1;
+            const int i = c - h, tb = kv_tail_bytes(d.tail);
+            code = (d.codes[o4 + kv_kivi_row_bytes(2, d.mid) + i % tb] >> (i / tb)) & 1;
         }
     } else {
         const int b = c * w.bits;

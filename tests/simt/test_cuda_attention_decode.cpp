@@ -157,6 +157,33 @@ TEST_P(CudaAttentionDecode, FastKernelMatchesCpuTwinAndReference) {
     check(small, 0, 4);
 }
 
+// A batch only the generic kernel takes (a plan's key parts, vector-coded
+// values): one launch (with or without logits), no task on the fast kernel,
+// every item's output (and logits) against the double reference (2e-6) and
+// the CPU twin's reference path (1e-5). Returns the worst of each.
+std::pair<double, double> check_generic_batch(std::vector<test_item>& items, const std::string& name, bool logits) {
+    std::vector<test_item*> ptrs;
+    for (auto& t : items) ptrs.push_back(&t);
+    const gpu_result r = run_gpu(ptrs, 40, 8, logits);
+    EXPECT_EQ(r.plan.n_fast, 0) << name;
+    std::pair<double, double> worst{0, 0};
+    for (size_t i = 0; i < items.size(); i++) {
+        std::vector<float> ref_logits, twin_logits;
+        const std::vector<float> ref = reference(items[i], &ref_logits);
+        const std::vector<float> twin = cpu_twin(items[i], twin_logits, true);
+        double e_ref = rel_err(r.out[i], ref), e_twin = rel_err(r.out[i], twin);
+        if (logits) {
+            e_ref = std::max(e_ref, rel_err(r.logits[i], ref_logits));
+            e_twin = std::max(e_twin, rel_err(r.logits[i], twin_logits));
+        }
+        EXPECT_LE(e_ref, 2e-6) << name << " item " << i;
+        EXPECT_LE(e_twin, 1e-5) << name << " item " << i;
+        worst.first = std::max(worst.first, e_ref);
+        worst.second = std::max(worst.second, e_twin);
+    }
+    return worst;
+}
+
 // Keys with a plan's parts (2-bit channels in 4-bit keys, a 1-bit tail, 0-bit
 // channels; kv_read.cuh reads them element by element): 4- and 2-bit keys
 // against 16-, 8- and 4-bit values, on the batch's shapes (ranks 4 .. 128,
@@ -172,50 +199,32 @@ TEST(CudaAttentionDecodeKeyParts, MatchesCpuTwinAndReference) {
     const int pairs[3][2] = {{4, 16}, {4, 4}, {2, 8}};  // key bits, value bits
     bool fast_checked = false;
     for (const auto& kvb : pairs)
-            for (const parts& pc : cases) {
-                const int bits_k = kvb[0], bits_v = kvb[1];
-                if (bits_k == 2 && pc.mid > 0) continue;  // 2-bit channels are in 4-bit keys only
-                const layout lay{bits_k, bits_v};
-                std::vector<item_spec> specs = decode_batch_specs();
-                std::vector<test_item> items;
-                for (size_t i = 0; i < specs.size(); i++) {
-                    specs[i].gear = GEAR_OFF;  // GEAR corrects neither part
-                    specs[i].mid = pc.mid, specs[i].tail = pc.tail, specs[i].zero = pc.zero;
-                    items.push_back(build_item(specs[i], lay, 3000 + 13 * (uint32_t)i));
-                }
-                std::vector<test_item*> ptrs;
-                for (auto& t : items) ptrs.push_back(&t);
-                // the parts reached the view of the widest item
-                const attn_kv_view v3 = items[3].cache->view(0, 0);
-                EXPECT_EQ(v3.k.mid + v3.k.tail + v3.k.zero, (bits_k == 4 ? pc.mid : 0) + pc.tail + pc.zero);
-                const std::string name =
-                    lay.name() + " mid " + std::to_string(pc.mid) + " tail " + std::to_string(pc.tail) + " zero " +
-                    std::to_string(pc.zero);
-                for (const bool logits : {true, false}) {
-                    if (!logits && fast_checked) continue;  // once: what the fast kernel would take, it does not
-                    fast_checked |= !logits;
-                    const gpu_result r = run_gpu(ptrs, 40, 8, logits);
-                    EXPECT_EQ(r.plan.n_fast, 0) << name;
-                    double worst[2] = {0, 0};
-                    for (size_t i = 0; i < items.size(); i++) {
-                        std::vector<float> ref_logits, twin_logits;
-                        const std::vector<float> ref = reference(items[i], &ref_logits);
-                        const std::vector<float> twin = cpu_twin(items[i], twin_logits, true);
-                        double e_ref = rel_err(r.out[i], ref), e_twin = rel_err(r.out[i], twin);
-                        if (logits) {
-                            e_ref = std::max(e_ref, rel_err(r.logits[i], ref_logits));
-                            e_twin = std::max(e_twin, rel_err(r.logits[i], twin_logits));
-                        }
-                        EXPECT_LE(e_ref, 2e-6) << name << " item " << i;
-                        EXPECT_LE(e_twin, 1e-5) << name << " item " << i;
-                        worst[0] = std::max(worst[0], e_ref);
-                        worst[1] = std::max(worst[1], e_twin);
-                    }
-                    if (logits)
-                        std::printf("[ measured ] key parts %s: vs reference %.2e, vs CPU twin (ref path) %.2e\n",
-                                    name.c_str(), worst[0], worst[1]);
-                }
+        for (const parts& pc : cases) {
+            const int bits_k = kvb[0], bits_v = kvb[1];
+            if (bits_k == 2 && pc.mid > 0) continue;  // 2-bit channels are in 4-bit keys only
+            const layout lay{bits_k, bits_v};
+            std::vector<item_spec> specs = decode_batch_specs();
+            std::vector<test_item> items;
+            for (size_t i = 0; i < specs.size(); i++) {
+                specs[i].gear = GEAR_OFF;  // GEAR corrects neither part
+                specs[i].mid = pc.mid, specs[i].tail = pc.tail, specs[i].zero = pc.zero;
+                items.push_back(build_item(specs[i], lay, 3000 + 13 * (uint32_t)i));
             }
+            // the parts reached the view of the widest item
+            const attn_kv_view v3 = items[3].cache->view(0, 0);
+            EXPECT_EQ(v3.k.mid + v3.k.tail + v3.k.zero, (bits_k == 4 ? pc.mid : 0) + pc.tail + pc.zero);
+            const std::string name =
+                lay.name() + " mid " + std::to_string(pc.mid) + " tail " + std::to_string(pc.tail) + " zero " +
+                std::to_string(pc.zero);
+            for (const bool logits : {true, false}) {
+                if (!logits && fast_checked) continue;  // once: what the fast kernel would take, it does not
+                fast_checked |= !logits;
+                const auto worst = check_generic_batch(items, name, logits);
+                if (logits)
+                    std::printf("[ measured ] key parts %s: vs reference %.2e, vs CPU twin (ref path) %.2e\n",
+                                name.c_str(), worst.first, worst.second);
+            }
+        }
 }
 
 // Vector-coded values (4 x 64 and 8 x 256 books; kv_read.cuh decodes a slot's
@@ -239,26 +248,13 @@ TEST(CudaAttentionDecodeVectorCodes, MatchesCpuTwinAndReference) {
             sp.mid = vc.mid, sp.tail = vc.tail, sp.zero = vc.zero;
             items.push_back(build_item(sp, lay, 4000 + 11 * (uint32_t)i));
         }
-        std::vector<test_item*> ptrs;
-        for (auto& t : items) ptrs.push_back(&t);
         ASSERT_EQ(items[3].cache->view(0, 0).v.layout, KV_LAYOUT_VQ);
         const std::string name = lay.name() + (vc.tail ? " with key parts" : "");
         for (const bool logits : {true, false}) {
-            const gpu_result r = run_gpu(ptrs, 40, 8, logits);
-            EXPECT_EQ(r.plan.n_fast, 0) << name;
-            double worst[2] = {0, 0};
-            for (size_t i = 0; i < items.size(); i++) {
-                std::vector<float> lg;
-                const std::vector<float> ref = reference(items[i]), twin = cpu_twin(items[i], lg, true);
-                const double e_ref = rel_err(r.out[i], ref), e_twin = rel_err(r.out[i], twin);
-                EXPECT_LE(e_ref, 2e-6) << name << " item " << i;
-                EXPECT_LE(e_twin, 1e-5) << name << " item " << i;
-                worst[0] = std::max(worst[0], e_ref);
-                worst[1] = std::max(worst[1], e_twin);
-            }
+            const auto worst = check_generic_batch(items, name, logits);
             if (logits)
                 std::printf("[ measured ] vector-coded values %s: vs reference %.2e, vs CPU twin (ref path) %.2e\n",
-                            name.c_str(), worst[0], worst[1]);
+                            name.c_str(), worst.first, worst.second);
         }
     }
 }
