@@ -75,7 +75,7 @@ sensitivity_observer::sensitivity_observer(const model& m, const zack_calibratio
                 zack_key_order(D_, sc.data() + h * D_, o);
                 std::copy(o.begin(), o.end(), korder_.begin() + h * D_);
             }
-            wides_ = keybasis_wide_rows(D_, (size_t)L_ * KV_, sc.data(), p_.group);
+            wides_ = keybasis_wide_rows(D_, (size_t)L_ * KV_, sc.data(), p_.widths_group);
         }
         for (int i = 0; i < k_sens_n_prec; i++)
             for (int j = 0; j < k_sens_n_prec; j++)

@@ -47,6 +47,10 @@ struct sens_params {
     // measured (16 = exact), so plans can mix them per head.
     bool quant = true;
     int group = 32, residual = 128, sinks = 4;
+    // The KIVI group the per-head key widths are chosen for (keybasis_wide_rows:
+    // 32 or 64, the groups whose errors are measured): the plans' group, which
+    // calibrate makes `group` too; tests simulate smaller groups with the widths of 32.
+    int widths_group = 32;
     // Vector-coded values (engine/kv_vq.h), measured as value precisions 1 and
     // 0 (vq[code]) with 8-, 4- and 2-bit keys and the tails when set (the
     // calibration's books, calib_codebooks_view; not owned).

@@ -280,7 +280,7 @@ int cmd_calibrate(const calibrate_opts& o) {
         sens_params sens;
         sens.query_stride = o.sens_stride;
         sens.ranks = sens_default_ranks(m->hp.head_dim, o.rank_align);
-        sens.group = o.kv_group;
+        sens.group = sens.widths_group = o.kv_group;
         std::vector<float> vq_dec[KV_VQ_CODES];
         kv_vq_books books[KV_VQ_CODES];
         for (int code = 0; code < KV_VQ_CODES; code++) {
