@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ggml-like/error.h"
 #include "kernels/cpu/attention_layout.h"
 
 namespace zk {
