@@ -177,14 +177,18 @@ void run_plan_attention(benchmark::State& st, const kv_plan& pl, int64_t n, int 
         std::mt19937 gb(3);
         std::normal_distribution<float> Nb(0, 1);
         for (auto& x : book[code]) x = Nb(gb);
-        book8[code].resize(book[code].size());
-        book8_scale[code].resize((size_t)pl.head_dim / k_vq_dim[code]);
-        kvq_vq_int8_book(k_vq_dim[code], k_vq_size[code], pl.head_dim, book[code].data(), book8[code].data(),
-                         book8_scale[code].data());
+        // int8 copies only of 8 x 256 books, as model_load_zack builds them (no kernel reads others)
+        const bool int8 = vq_int8 && k_vq_dim[code] == 8 && k_vq_size[code] == 256;
+        if (int8) {
+            book8[code].resize(book[code].size());
+            book8_scale[code].resize((size_t)pl.head_dim / k_vq_dim[code]);
+            kvq_vq_int8_book(k_vq_dim[code], k_vq_size[code], pl.head_dim, book[code].data(), book8[code].data(),
+                             book8_scale[code].data());
+        }
         books[code].c = k_vq_dim[code], books[code].K = k_vq_size[code], books[code].d = pl.head_dim;
         books[code].heads.assign(nh, kv_vq_book{book[code].data(), book[code].data(),
-                                                vq_int8 ? book8[code].data() : nullptr,
-                                                vq_int8 ? book8_scale[code].data() : nullptr});
+                                                int8 ? book8[code].data() : nullptr,
+                                                int8 ? book8_scale[code].data() : nullptr});
         p.vq[code] = &books[code];
     }
     const std::vector<int> full(nh, pl.head_dim);

@@ -351,9 +351,9 @@ TEST(AllocModel, LayerGainsMeasureWhatALayerCosts) {
     plan_inputs in = plan_inputs::from_model(m);
     ASSERT_TRUE(in.layer_gain.empty());
     layer_gain_params gp;
-    gp.n_tokens = 512;  // one window: the figures are what the test checks, not their quality
-    gp.n_ctx = 512;
-    gp.n_score = 256;
+    gp.n_tokens = 256;  // one window: the figures are what the test checks, not their quality
+    gp.n_ctx = 256;
+    gp.n_score = 128;
     gp.target = 0.2;
     gp.progress = false;
     const std::string dir = std::string(ZACK_SOURCE_DIR) + "/tests/data/tokenizer/";

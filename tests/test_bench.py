@@ -42,9 +42,10 @@ def main():
           "pp rows at batch 1, tg rows at each batch size")
     # Independent accounting from the GGUF shape: f16 K and V per layer and KV head, plus a 4-byte
     # position per token that every head of a cache without eviction shares (engine/kv_cache.h).
-    import gguf
-    rd = gguf.GGUFReader(MODEL)
-    f = lambda k: int(rd.fields[k].contents())
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "ref"))
+    import ref_gguf  # the header alone (gguf.GGUFReader parses the whole vocabulary: seconds)
+    meta = ref_gguf.metadata(MODEL)
+    f = lambda k: int(meta[k])
     n_layer, n_kv = f("llama.block_count"), f("llama.attention.head_count_kv")
     d = f("llama.embedding_length") // f("llama.attention.head_count")
     expect_per_tok = n_layer * n_kv * 2 * d * 2 + 4

@@ -32,6 +32,8 @@ try:
 except ImportError as e:  # never skip silently
     print(f"FAIL: python package gguf is required: {e}")
     sys.exit(1)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "ref"))
+import ref_gguf  # noqa: E402
 
 failures = []
 
@@ -92,6 +94,10 @@ def check_real_model(tmp, env, wanted):
         sys.exit(1)
     print(f"real model: {model}")
     reader = gguf.GGUFReader(model)
+    # ref_gguf (the reference forward pass's reader) places every tensor as gguf does
+    for diff in ref_gguf.differences_from_gguf(model, theirs=reader):
+        failures.append("ref_gguf: " + diff)
+        print("FAIL: ref_gguf: " + diff)
     by_type = {}
     for t in reader.tensors:
         by_type.setdefault(QT(t.tensor_type), []).append(t)

@@ -79,16 +79,12 @@ class Meta:
 
 
 def check_metadata_reader(path):
-    """ref_gguf.metadata against gguf.GGUFReader: every key, every value."""
-    ours = ref_gguf.metadata(str(path))
-    r = gguf.GGUFReader(str(path))
-    theirs = {k: f.contents() for k, f in r.fields.items() if not k.startswith("GGUF.")}
-    if set(ours) != set(theirs):
-        fail("ref_gguf.metadata(%s): keys %s differ from gguf's" % (path.name, sorted(set(ours) ^ set(theirs))))
-    bad = [k for k in theirs if k in ours and ours[k] != theirs[k]]
-    if bad:
-        fail("ref_gguf.metadata(%s): values of %s differ from gguf's" % (path.name, bad[:5]))
-    return len(theirs)
+    """ref_gguf against gguf.GGUFReader: every key and value, every tensor's place (ref_gguf.open_file
+    is what the reference forward pass and the model tests read)."""
+    ours = ref_gguf.open_file(str(path))
+    for d in ref_gguf.differences_from_gguf(str(path), ours):
+        fail("ref_gguf: " + d)
+    return len(ours.meta), len(ours.tensors)
 
 
 def build_reference(meta, pre):
@@ -270,8 +266,8 @@ def main():
         print("FAIL: test texts in %s hold under 50 KB" % DATA)
         return 1
 
-    summary = ["metadata reader: %d keys of %s as gguf.GGUFReader reads them" % (check_metadata_reader(model),
-                                                                                model.name)]
+    summary = ["header reader: %d keys and %d tensors of %s as gguf.GGUFReader reads them"
+               % (*check_metadata_reader(model), model.name)]
     with tempfile.TemporaryDirectory() as tmp:
         check_vocab("smollm2", model, ("smollm", "gpt2", "llama-bpe", "qwen2"), tool, files, texts, tmp,
                     summary)

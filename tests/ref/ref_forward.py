@@ -3,7 +3,9 @@
 
 This is the oracle that zack's C++ engine is compared against, so it is written
 to be obviously correct rather than fast: weights are dequantized to float32 with
-the `gguf` package (gguf.GGUFReader + gguf.quants.dequantize, nothing from zack),
+the `gguf` package (gguf.quants.dequantize; the file's header and tensor table
+read by ref_gguf, which test_dequant_ref and test_tokenizer_ref check against
+gguf.GGUFReader; nothing from zack),
 and every step of the decoder is plain numpy.
 
 Supported architectures: `llama` and `qwen2` (qwen2 adds q/k/v biases).
@@ -85,7 +87,7 @@ class HParams:
     rope_style: str    # "normal" (adjacent pairs) or "neox" (pairs offset d/2)
 
 
-def _field(reader: gguf.GGUFReader, key: str, default=None, required=True):
+def _field(reader, key: str, default=None, required=True):
     f = reader.fields.get(key)
     if f is None:
         if required and default is None:
@@ -94,7 +96,7 @@ def _field(reader: gguf.GGUFReader, key: str, default=None, required=True):
     return f.contents()
 
 
-def read_hparams(reader: gguf.GGUFReader, path: str = "") -> HParams:
+def read_hparams(reader, path: str = "") -> HParams:
     arch = _field(reader, "general.architecture")
     if arch not in SUPPORTED_ARCHS:
         raise ValueError(f"{path}: architecture '{arch}' not supported by the reference "
