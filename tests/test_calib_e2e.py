@@ -36,6 +36,7 @@ CORPUS = os.path.join(SRC, "tests", "data", "calib", "apache-2.0.txt")
 CORPUS2 = os.path.join(SRC, "tests", "data", "calib", "cc0-1.0.txt")
 
 failures = []
+_TMP_DIRS = []  # made by main(), removed at exit
 
 
 def check(cond, what):
@@ -85,6 +86,7 @@ def main():
             print(f"FAIL: {what} is not set or missing ({v!r}); run scripts/fetch_model.sh and build zack")
             return 1
     tmp = tempfile.mkdtemp(prefix="zack_calib_e2e_")
+    _TMP_DIRS.append(tmp)
     out = os.path.join(tmp, "a.zack")
     # a short sensitivity pass (the plans below need its curves) and no rank-weight fit
     # (test_gemma_cli.py runs the fit through the CLI; test_alloc_model checks what it chooses)
@@ -494,11 +496,11 @@ def main():
 
 
 if __name__ == "__main__":
-    _tmp_before = set(os.listdir(tempfile.gettempdir()))
+    # this run's own directory only: another run of this test beside it (two checkouts'
+    # CI on one machine) keeps its files
     try:
         rc = main()
     finally:
-        for n in set(os.listdir(tempfile.gettempdir())) - _tmp_before:
-            if n.startswith("zack_calib_e2e_"):
-                shutil.rmtree(os.path.join(tempfile.gettempdir(), n), ignore_errors=True)
+        for d in _TMP_DIRS:
+            shutil.rmtree(d, ignore_errors=True)
     sys.exit(rc)
