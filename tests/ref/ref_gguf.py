@@ -9,7 +9,8 @@
                   shapes and memory-mapped data laid out as GGUFReader lays
                   them out, from the header parsed here, so that a test reads a
                   large vocabulary's file in a second instead of 20-30 s
-                  (test_tokenizer_ref checks both against gguf.GGUFReader).
+                  (differences_from_gguf checks it against gguf.GGUFReader:
+                  test_tokenizer_ref, test_dequant_ref, test_calib_e2e).
 The data is still dequantized by gguf-py (gguf.quants) alone.
 """
 from __future__ import annotations
@@ -202,10 +203,10 @@ def differences_from_gguf(path: str, ours: GGUFFile | None = None, theirs=None) 
     ours = ours or open_file(path)
     r = theirs or gguf.GGUFReader(str(path))
     out = []
-    theirs = {k: f.contents() for k, f in r.fields.items() if not k.startswith("GGUF.")}
-    if set(ours.meta) != set(theirs):
-        out.append(f"keys {sorted(set(ours.meta) ^ set(theirs))[:5]} differ")
-    bad = [k for k in theirs if k in ours.meta and not _same_value(ours.meta[k], theirs[k])]
+    meta = {k: f.contents() for k, f in r.fields.items() if not k.startswith("GGUF.")}
+    if set(ours.meta) != set(meta):
+        out.append(f"keys {sorted(set(ours.meta) ^ set(meta))[:5]} differ")
+    bad = [k for k in meta if k in ours.meta and not _same_value(ours.meta[k], meta[k])]
     if bad:
         out.append(f"values of {bad[:5]} differ")
     if len(ours.tensors) != len(r.tensors):
