@@ -167,7 +167,6 @@ void run_plan_attention(benchmark::State& st, const kv_plan& pl, int64_t n, int 
     // with int8 copies of 8 x 256 books where a model has them (kernel_attention_vq_int8_faster);
     // ZACK_BENCH_VQ_INT8=0 or 1 overrides that
     const char* ie = std::getenv("ZACK_BENCH_VQ_INT8");
-    const bool vq_int8 = ie ? std::atoi(ie) != 0 : kernel_attention_vq_int8_faster();
     std::vector<float> book[KV_VQ_CODES], book8_scale[KV_VQ_CODES];
     std::vector<int8_t> book8[KV_VQ_CODES];
     kv_vq_books books[KV_VQ_CODES];
@@ -177,8 +176,9 @@ void run_plan_attention(benchmark::State& st, const kv_plan& pl, int64_t n, int 
         std::mt19937 gb(3);
         std::normal_distribution<float> Nb(0, 1);
         for (auto& x : book[code]) x = Nb(gb);
-        // int8 copies only of 8 x 256 books, as model_load_zack builds them (no kernel reads others)
-        const bool int8 = vq_int8 && k_vq_dim[code] == 8 && k_vq_size[code] == 256;
+        // int8 copies as model_load_zack builds them (only of 8 x 256 books: no kernel reads others)
+        const bool int8 = kernel_attention_vq_int8_shape(k_vq_dim[code], k_vq_size[code]) &&
+                          (ie ? std::atoi(ie) != 0 : kernel_attention_vq_int8_faster());
         if (int8) {
             book8[code].resize(book[code].size());
             book8_scale[code].resize((size_t)pl.head_dim / k_vq_dim[code]);

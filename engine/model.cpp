@@ -192,7 +192,7 @@ void model_load_codebooks(model& m, int code) {
     const size_t per_head = (size_t)D * K;  // D / c groups x K x c
     dec_all.resize((size_t)hp.n_layer * KV * per_head);
     // int8 copies where this build sums 8 x 256 codes' values faster with them
-    const bool int8 = c == 8 && K == 256 && kernel_attention_vq_int8_faster();
+    const bool int8 = kernel_attention_vq_int8_shape(c, K) && kernel_attention_vq_int8_faster();
     if (int8) {
         dec8_all.resize(dec_all.size());
         dec8_scale_all.resize((size_t)hp.n_layer * KV * (D / c));

@@ -267,6 +267,9 @@ struct attn_partial {
 // (bench/RESULTS.md "integer value sums for vector codes"). Books built or not
 // by this; the kernel sums in integers whenever it is given them.
 bool kernel_attention_vq_int8_faster();
+// The book shape the integer kernel takes (8 channels a code, 256 centroids);
+// books of that shape get int8 copies where the kernel is faster.
+inline bool kernel_attention_vq_int8_shape(int c, int K) { return c == 8 && K == 256; }
 int64_t kernel_attention_scratch(int n_group, int64_t n, int r_k, int r_v, int gear_rank);
 
 // Slots below kv.n_sink_slots are left to kernel_attention_sinks (their logits
