@@ -53,13 +53,6 @@ def field(r, key):
     return v
 
 
-def tensor(r, name):
-    for t in r.tensors:
-        if t.name == name:
-            return t
-    return None
-
-
 def deq(t):
     return dequantize(t.data, t.tensor_type).reshape(int(t.shape[-1]) if len(t.shape) == 2 else -1, -1)
 
@@ -135,18 +128,18 @@ def main():
     rv = np.zeros((L, KV, D, D))
     for il in range(L):
         for name, shape in (("rqk", [D, D, KV]), ("rv", [D, D, KV]), ("sigma_k", [D, KV]), ("sigma_v", [D, KV])):
-            t = tensor(z, f"blk.{il}.zack.{name}")
+            t = z.tensor(f"blk.{il}.zack.{name}")
             check(t is not None and list(t.shape) == shape and t.tensor_type == gguf.GGMLQuantizationType.F32,
                   f"blk.{il}.zack.{name} F32 {shape}")
         for name in ("rqk", "rv"):
-            R = np.asarray(tensor(z, f"blk.{il}.zack.{name}").data, dtype=np.float64).reshape(KV, D, D)
+            R = np.asarray(z.tensor(f"blk.{il}.zack.{name}").data, dtype=np.float64).reshape(KV, D, D)
             for g in range(KV):
                 err = np.abs(R[g].T @ R[g] - np.eye(D)).max()
                 check(err < 1e-5, f"layer {il} head {g} {name} orthonormal (err {err:.1e})")
             if name == "rv":
                 rv[il] = R
-        sig_k[il] = np.asarray(tensor(z, f"blk.{il}.zack.sigma_k").data).reshape(KV, D)
-        sig_v[il] = np.asarray(tensor(z, f"blk.{il}.zack.sigma_v").data).reshape(KV, D)
+        sig_k[il] = np.asarray(z.tensor(f"blk.{il}.zack.sigma_k").data).reshape(KV, D)
+        sig_v[il] = np.asarray(z.tensor(f"blk.{il}.zack.sigma_v").data).reshape(KV, D)
     for name, s in (("sigma_k", sig_k), ("sigma_v", sig_v)):
         check((s >= 0).all() and (np.diff(s, axis=-1) <= 0).all(), f"{name} non-negative and descending")
         check(s[..., 0].min() > 0, f"{name} largest value positive")
@@ -186,12 +179,12 @@ def main():
 
     # folded weights: W_v,g <- R^T W_v,g ; W_o[:, head i] <- W_o[:, head i] R_g
     for il in (0, L // 2, L - 1):
-        wv_s = deq(tensor(src, f"blk.{il}.attn_v.weight"))   # [KV*D, E]
-        wo_s = deq(tensor(src, f"blk.{il}.attn_output.weight"))  # [E, H*D]
-        tv_z = tensor(z, f"blk.{il}.attn_v.weight")
+        wv_s = deq(src.tensor(f"blk.{il}.attn_v.weight"))   # [KV*D, E]
+        wo_s = deq(src.tensor(f"blk.{il}.attn_output.weight"))  # [E, H*D]
+        tv_z = z.tensor(f"blk.{il}.attn_v.weight")
         check(tv_z.tensor_type == gguf.GGMLQuantizationType.Q8_0, "folded Q4_1 W_v stored as Q8_0")
         wv_z = deq(tv_z)
-        wo_z = deq(tensor(z, f"blk.{il}.attn_output.weight"))
+        wo_z = deq(z.tensor(f"blk.{il}.attn_output.weight"))
         want_v = np.concatenate([rv[il, g].T @ wv_s[g * D:(g + 1) * D] for g in range(KV)])
         want_o = np.concatenate([wo_s[:, i * D:(i + 1) * D] @ rv[il, i // G] for i in range(H)], axis=1)
         ev = np.abs(wv_z - want_v).max() / np.abs(want_v).max()
@@ -215,7 +208,7 @@ def main():
     for t in src.tensors:
         if t.name in folded:
             continue
-        u = tensor(z, t.name)
+        u = z.tensor(t.name)
         check(u is not None and u.tensor_type == t.tensor_type and np.array_equal(np.asarray(u.data), np.asarray(t.data)),
               f"tensor {t.name} unchanged")
 
@@ -328,7 +321,7 @@ def main():
         check(int(field(z, f"zack.{name}.dim")) == C and int(field(z, f"zack.{name}.size")) == K,
               f"zack.{name}.dim {C}, zack.{name}.size {K}")
         for il in range(L):
-            t, tg = tensor(z, f"blk.{il}.zack.{name}"), tensor(z, f"blk.{il}.zack.{name}_gain")
+            t, tg = z.tensor(f"blk.{il}.zack.{name}"), z.tensor(f"blk.{il}.zack.{name}_gain")
             check(t is not None and list(t.shape) == [C, K, D // C, KV], f"blk.{il}.zack.{name} [{C}, {K}, {D // C}, {KV}]")
             check(tg is not None and list(tg.shape) == [D, KV], f"blk.{il}.zack.{name}_gain [{D}, {KV}]")
             if t is None or tg is None:

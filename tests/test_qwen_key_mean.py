@@ -47,13 +47,6 @@ CORPUS = os.path.join(SRC, "tests", "data", "tokenizer", "license_Apache-2.0.txt
 HELDOUT = os.path.join(SRC, "tests", "data", "tokenizer", "code_xxmodule.c.txt")
 
 
-def tensor(r, name):
-    for t in r.tensors:
-        if t.name == name:
-            return t
-    return None
-
-
 def ppl_run(zfile, flags, out, base, save):
     """One `zack eval --task ppl` of zfile with flags; the uncompressed baseline is
     computed and saved to base when save, else read back from it (the same tokens)."""
@@ -83,12 +76,12 @@ def main():
 
         r = ref_gguf.open_file(z)  # the header parsed here (gguf.GGUFReader: 20 s for the vocabulary)
         n_layer = int(r.meta["qwen2.block_count"])
-        means = [tensor(r, f"blk.{il}.zack.kmean") for il in range(n_layer)]
+        means = [r.tensor(f"blk.{il}.zack.kmean") for il in range(n_layer)]
         check(all(t is not None and t.tensor_type == gguf.GGMLQuantizationType.F32 and list(t.shape) == [128, 2]
                   for t in means), "blk.N.zack.kmean: F32 [128, 2] in every layer")
         mu = np.asarray(means[0].data, dtype=np.float64).reshape(2, 128)
-        R = np.asarray(tensor(r, "blk.0.zack.rqk").data, dtype=np.float64).reshape(2, 128, 128)
-        sigma = np.asarray(tensor(r, "blk.0.zack.sigma_k").data, dtype=np.float64).reshape(2, 128)
+        R = np.asarray(r.tensor("blk.0.zack.rqk").data, dtype=np.float64).reshape(2, 128, 128)
+        sigma = np.asarray(r.tensor("blk.0.zack.sigma_k").data, dtype=np.float64).reshape(2, 128)
         along = mu[0] @ R[0]  # the mean key along head 0's pca directions (column j = direction j)
         check(np.all(np.isfinite(mu)), "the mean keys are finite")
         # sigma_k is the spectrum of the q and k Gram sums: its second value bounds the

@@ -174,6 +174,11 @@ class GGUFFile:
         self.fields = {k: _Field(k, v) for k, v in self.meta.items()}
         mm = np.memmap(self.path, dtype=np.uint8, mode="r")
         self.tensors = [GGUFTensor(mm, n, ne, t, start + off) for n, ne, t, off in infos]
+        self._by_name = {t.name: t for t in self.tensors}
+
+    def tensor(self, name: str):
+        """The tensor called name, or None when the file has none."""
+        return self._by_name.get(name)
 
 
 def open_file(path: str) -> GGUFFile:
