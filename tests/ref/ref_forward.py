@@ -207,14 +207,14 @@ class Model:
         self.emulate_llamacpp = False
         reader = ref_gguf.reader(path)
         self.hp = read_hparams(reader, path)
-        self._tensors = {t.name: t for t in reader.tensors}
+        self._reader = reader
         hp = self.hp
         embd = self._tensor("token_embd.weight")
         if int(embd.shape[0]) != hp.n_embd:  # ne = [n_embd, n_vocab]
             raise ValueError(f"{path}: token_embd has {int(embd.shape[0])} columns, "
                              f"expected embedding_length {hp.n_embd}")
         self.n_vocab = int(embd.shape[1])
-        self._output_name = "output.weight" if "output.weight" in self._tensors else "token_embd.weight"
+        self._output_name = "output.weight" if reader.tensor("output.weight") is not None else "token_embd.weight"
         self.tied = self._output_name == "token_embd.weight"
         self._out_act = act_rounding(self._tensor(self._output_name).tensor_type)
         self.out_block_rows = 16384  # stream: output rows per block (~100 MB of float32 at n_embd 1536)
@@ -230,13 +230,13 @@ class Model:
     # ---- weights ---------------------------------------------------------
 
     def _tensor(self, name):
-        t = self._tensors.get(name)
+        t = self._reader.tensor(name)
         if t is None:
             raise KeyError(f"{self.path}: tensor '{name}' missing")
         return t
 
     def _get(self, name, required=True):
-        if not required and name not in self._tensors:
+        if not required and self._reader.tensor(name) is None:
             return None
         return _dequant(self._tensor(name))
 
