@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "ggml-like/quant_pack.h"
 #include "kernels/geglu.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/swiglu.h"
@@ -21,7 +22,10 @@ void backend_cpu::embed(const weight_view& table, const int32_t* tokens, int64_t
     const size_t row = dtype_row_size(table.type, E);
     for (int64_t t = 0; t < n; t++) {
         float* xt = x + t * E;
-        dtype_dequantize_row(table.type, (const uint8_t*)table.data + row * tokens[t], xt, E);
+        if (table.packed)  // a table tied to the packed output (model_pack_weights)
+            quant_pack_dequantize_row(table.type, table.packed, E, tokens[t], xt);
+        else
+            dtype_dequantize_row(table.type, (const uint8_t*)table.data + row * tokens[t], xt, E);
         if (scale != 1.0f)
             for (int64_t i = 0; i < E; i++) xt[i] *= scale;
     }

@@ -247,20 +247,43 @@ void quant_pack_groups(dtype t, const void* src, int64_t n_rows, int64_t n_cols,
         }
 }
 
+namespace {
+
+// Packed block ib of row r's group (rr = r % k_pack_rows) back to its GGUF
+// bytes: one Q4_K / Q6_K block, or two Q8_0 / Q5_0 blocks (64 elements).
+void unpack_block(dtype t, const uint8_t* p, int rr, void* dst) {
+    switch (t) {
+        case dtype::Q4_K: unpack_q4_K(*(const block_q4_Kp*)p, rr, *(block_q4_K*)dst); break;
+        case dtype::Q6_K: unpack_q6_K(*(const block_q6_Kp*)p, rr, *(block_q6_K*)dst); break;
+        case dtype::Q8_0: unpack_q8_0(*(const block_q8_0p*)p, rr, (block_q8_0*)dst); break;
+        default: unpack_q5_0(*(const block_q5_0p*)p, rr, (block_q5_0*)dst); break;
+    }
+}
+
+}  // namespace
+
 void quant_unpack_row(dtype t, const void* packed, int64_t n_cols, int64_t r, void* dst) {
     check_type(t, "quant_unpack_row");
     check_cols(t, n_cols, "quant_unpack_row");
     const int64_t nb = n_cols / quant_pack_block_elems(t), g = r / k_pack_rows;
+    const size_t bb = quant_pack_block_bytes(t), gguf_bytes = dtype_row_size(t, quant_pack_block_elems(t));
+    for (int64_t ib = 0; ib < nb; ib++)
+        unpack_block(t, (const uint8_t*)packed + (size_t)(g * nb + ib) * bb, (int)(r % k_pack_rows),
+                     (uint8_t*)dst + ib * gguf_bytes);
+}
+
+void quant_pack_dequantize_row(dtype t, const void* packed, int64_t n_cols, int64_t r, float* y) {
+    check_type(t, "quant_pack_dequantize_row");
+    check_cols(t, n_cols, "quant_pack_dequantize_row");
+    const int64_t be = quant_pack_block_elems(t), nb = n_cols / be, g = r / k_pack_rows;
     const size_t bb = quant_pack_block_bytes(t);
-    const int rr = (int)(r % k_pack_rows);
+    // one packed block's GGUF bytes (Q6_K's 210 are the most)
+    alignas(16) uint8_t tmp[sizeof(block_q6_K)];
+    static_assert(sizeof(block_q4_K) <= sizeof tmp && 2 * sizeof(block_q8_0) <= sizeof tmp &&
+                      2 * sizeof(block_q5_0) <= sizeof tmp, "a packed block's GGUF bytes fit tmp");
     for (int64_t ib = 0; ib < nb; ib++) {
-        const uint8_t* p = (const uint8_t*)packed + (size_t)(g * nb + ib) * bb;
-        switch (t) {
-            case dtype::Q4_K: unpack_q4_K(*(const block_q4_Kp*)p, rr, ((block_q4_K*)dst)[ib]); break;
-            case dtype::Q6_K: unpack_q6_K(*(const block_q6_Kp*)p, rr, ((block_q6_K*)dst)[ib]); break;
-            case dtype::Q8_0: unpack_q8_0(*(const block_q8_0p*)p, rr, (block_q8_0*)dst + 2 * ib); break;
-            default: unpack_q5_0(*(const block_q5_0p*)p, rr, (block_q5_0*)dst + 2 * ib); break;
-        }
+        unpack_block(t, (const uint8_t*)packed + (size_t)(g * nb + ib) * bb, (int)(r % k_pack_rows), tmp);
+        dtype_dequantize_row(t, tmp, y + ib * be, be);
     }
 }
 

@@ -131,6 +131,10 @@ void quant_pack_groups(dtype t, const void* src, int64_t n_rows, int64_t n_cols,
                        void* dst);
 // Writes row r of a packed matrix back in GGUF layout (tests; the inverse of packing).
 void quant_unpack_row(dtype t, const void* packed, int64_t n_cols, int64_t r, void* dst);
+// Row r of a packed matrix as n_cols floats, the values dtype_dequantize_row
+// gives for its GGUF row (the embedding rows of a table that is also the tied,
+// packed output matrix: its GGUF pages are then released; nothing allocated).
+void quant_pack_dequantize_row(dtype t, const void* packed, int64_t n_cols, int64_t r, float* y);
 
 // Activation rows for the packed kernels of weight type t (block_q8_Kp for the
 // K-quants, block_q8_0pa for Q8_0 / Q5_0): the kind (weights of one kind share

@@ -1,7 +1,8 @@
 // Every operation of the backend interface (engine/backend.h) on every device
 // this build can run, against double-precision references written here (not
 // the kernels the CPU backend calls), with the tolerance each states:
-//   embed, add, add_bias               exact (copies and float adds)
+//   embed, add, add_bias               exact (copies and float adds; a packed table
+//                                      gives its GGUF rows' floats)
 //   matmul (F32 weights)               1e-5 x sum |w x| per output
 //   matmul_multi                       bit-identical to matmul (its contract)
 //   rmsnorm, rope, glu, softcap        1e-5 relative (+1e-6 absolute)
@@ -23,6 +24,8 @@
 #include "engine/evict/evict.h"
 #include "engine/kv_cache.h"
 #include "ggml-like/error.h"
+#include "ggml-like/quant_pack.h"
+#include "tests/quant_random.h"
 #include "kernels/geglu.h"
 
 using namespace zk;
@@ -114,6 +117,30 @@ TEST_P(BackendOps, EmbedAddBias) {
     std::vector<float> z = y;
     be->add(z.data(), x.data(), n * E);
     for (int64_t i = 0; i < n * E; i++) ASSERT_EQ(z[i], y[i] + x[i]);
+}
+
+// A table tied to a packed output matrix (model_pack_weights) gives the rows of
+// its GGUF bytes, whichever copy the backend reads.
+TEST_P(BackendOps, EmbedFromAPackedTable) {
+    const int64_t V = 19, E = 512, n = 4;
+    const dtype t = dtype::Q6_K;
+    const std::vector<uint8_t> rows = quant_random_rows(t, V, E, 7);
+    const size_t packed_bytes = quant_pack_size(t, V, E);
+    std::vector<uint8_t> packed(packed_bytes + 64);
+    uint8_t* pk = packed.data() + (64 - (uintptr_t)packed.data() % 64) % 64;  // the kernels' alignment
+    quant_pack_groups(t, rows.data(), V, E, 0, (V + k_pack_rows - 1) / k_pack_rows, pk);
+    weight_view plain{t, V, E, rows.data()}, tied = plain;
+    tied.packed = pk;
+    const int32_t tok[n] = {18, 0, 9, 8};
+    std::vector<float> want(n * E), got(n * E, -1.0f);
+    be->embed(plain, tok, n, 1.5f, want.data());
+    be->embed(tied, tok, n, 1.5f, got.data());
+    for (int64_t k = 0; k < n; k++) {
+        std::vector<float> ref(E);
+        dtype_dequantize_row(t, rows.data() + dtype_row_size(t, E) * tok[k], ref.data(), E);
+        for (int64_t i = 0; i < E; i++) ASSERT_EQ(want[k * E + i], ref[i] * 1.5f) << "token " << tok[k];
+    }
+    ASSERT_EQ(got, want);
 }
 
 TEST_P(BackendOps, Matmul) {

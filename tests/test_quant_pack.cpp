@@ -9,6 +9,7 @@
 // differ only in float summation order: tolerance 2e-6 of sum |w_i a_i|).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -101,6 +102,26 @@ TEST(QuantPack, PackThenUnpackGivesTheSameBlocks) {
         }
 }
 
+// The embedding rows of a table tied to a packed output matrix are read from
+// the packed copy: the same floats as the GGUF row, bit for bit.
+TEST(QuantPack, PackedRowsDequantizeAsTheirGgufRows) {
+    for (dtype t : k_types) {
+        const int64_t n_rows = 21, n_cols = 512;
+        const auto w = random_rows(t, n_rows, n_cols, 5);
+        aligned_buf p(quant_pack_size(t, n_rows, n_cols));
+        quant_pack_groups(t, w.data(), n_rows, n_cols, 0, (n_rows + k_pack_rows - 1) / k_pack_rows, p.data());
+        const size_t row = dtype_row_size(t, n_cols);
+        std::vector<float> want((size_t)n_cols), got((size_t)n_cols);
+        for (int64_t r = 0; r < n_rows; r++) {
+            dtype_dequantize_row(t, w.data() + r * row, want.data(), n_cols);
+            std::fill(got.begin(), got.end(), -1.0f);
+            quant_pack_dequantize_row(t, p.data(), n_cols, r, got.data());
+            ASSERT_EQ(std::memcmp(got.data(), want.data(), sizeof(float) * (size_t)n_cols), 0)
+                << dtype_name(t) << " row " << r;
+        }
+    }
+}
+
 TEST(QuantPack, BadArgumentsThrow) {
     std::vector<uint8_t> buf(1 << 16);
     EXPECT_THROW(quant_pack_block_bytes(dtype::Q4_0), zk::error);
@@ -109,6 +130,8 @@ TEST(QuantPack, BadArgumentsThrow) {
     EXPECT_THROW(quant_pack_groups(dtype::Q8_0, buf.data(), 8, 96, 0, 1, buf.data()), zk::error);
     EXPECT_FALSE(quant_pack_supported(dtype::Q8_0, 96));
     EXPECT_FALSE(quant_pack_supported(dtype::Q4_0, 256));
+    std::vector<float> row(256);
+    EXPECT_THROW(quant_pack_dequantize_row(dtype::Q4_0, buf.data(), 256, 0, row.data()), zk::error);
     std::vector<float> x(300);
     EXPECT_THROW(quant_pack_quantize(dtype::Q4_K, x.data(), buf.data(), 300), zk::error);
     EXPECT_THROW(quant_pack_quantize(dtype::Q8_0, x.data(), buf.data(), 300), zk::error);
