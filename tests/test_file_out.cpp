@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
-#include <dirent.h>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -19,27 +18,11 @@
 
 #include "ggml-like/error.h"
 #include "ggml-like/file_out.h"
+#include "tests/temp_dir.h"
 
 namespace {
 
-struct temp_dir {
-    std::string path;
-    temp_dir() {
-        char t[] = "/tmp/zack_file_out_XXXXXX";
-        path = mkdtemp(t);
-    }
-    ~temp_dir() { std::system(("rm -rf '" + path + "'").c_str()); }
-    std::string operator/(const std::string& name) const { return path + "/" + name; }
-    std::vector<std::string> names() const {
-        std::vector<std::string> out;
-        DIR* d = opendir(path.c_str());
-        while (dirent* e = readdir(d))
-            if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") out.push_back(e->d_name);
-        closedir(d);
-        std::sort(out.begin(), out.end());
-        return out;
-    }
-};
+using zk_test::temp_dir;
 
 std::string slurp(const std::string& p) {
     std::ifstream in(p, std::ios::binary);
@@ -107,7 +90,7 @@ TEST(file_out, symlinks_are_followed_and_stay_links) {
     spit(d / "sub/target.json", "old");
     ASSERT_EQ(symlink("sub/target.json", (d / "link1").c_str()), 0);  // relative to the link's directory
     ASSERT_EQ(symlink((d / "link1").c_str(), (d / "link2").c_str()), 0);
-    EXPECT_EQ(zk::file_out_check(d / "link2"), d.path + "/sub/target.json");
+    EXPECT_EQ(zk::file_out_check(d / "link2"), d.path() + "/sub/target.json");
     zk::file_out_write(d / "link2", "new");
     struct stat st;
     ASSERT_EQ(lstat((d / "link1").c_str(), &st), 0);

@@ -23,6 +23,7 @@
 #include "engine/model.h"
 #include "ggml-like/error.h"
 #include "ggml-like/gguf.h"
+#include "tests/temp_dir.h"
 
 namespace fs = std::filesystem;
 using zk::dtype;
@@ -37,19 +38,9 @@ namespace {
 // Helpers
 
 // A scratch directory removed at the end of each test.
-class GgufTest : public ::testing::Test {
+class GgufTest : public zk_test::TempDirTest {
 protected:
-    void SetUp() override {
-        char tmpl[] = "/tmp/zk_gguf_test_XXXXXX";
-        ASSERT_NE(mkdtemp(tmpl), nullptr);
-        dir_ = tmpl;
-    }
-    void TearDown() override {
-        std::error_code ec;
-        fs::remove_all(dir_, ec);
-    }
-    std::string path(const std::string& name) const { return dir_ + "/" + name; }
-    std::string dir_;
+    GgufTest() : TempDirTest("zk_gguf_test") {}
 };
 
 void write_bytes(const std::string& path, const std::vector<uint8_t>& b) {
@@ -61,15 +52,7 @@ void write_bytes(const std::string& path, const std::vector<uint8_t>& b) {
     ASSERT_TRUE(f.good());
 }
 
-// In one read: files here reach 64 MB (WriterFillStreamsRows), which a
-// character iterator took 48 s to read under ASan at -O0.
-std::vector<uint8_t> read_bytes(const std::string& path) {
-    std::ifstream f(path, std::ios::binary | std::ios::ate);
-    std::vector<uint8_t> b((size_t)std::max<std::streamoff>(0, f.tellg()));
-    f.seekg(0);
-    f.read((char*)b.data(), (std::streamsize)b.size());
-    return b;
-}
+std::vector<uint8_t> read_bytes(const std::string& path) { return zk_test::read_file(path); }
 
 // Opens PATH expecting zk::error; returns its message ("" if nothing was thrown).
 std::string open_error(const std::string& path) {

@@ -21,6 +21,7 @@
 #include "ggml-like/error.h"
 #include "ggml-like/gguf.h"
 #include "tests/alloc_tracker.h"
+#include "tests/temp_dir.h"
 #include "tests/tiny_model.h"
 
 namespace fs = std::filesystem;
@@ -28,10 +29,7 @@ using zk::gguf_value;
 
 namespace {
 
-std::string read_bytes(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-}
+std::string read_bytes(const std::string& path) { return zk_test::read_file<std::string>(path); }
 
 void write_bytes(const std::string& path, const std::string& b) {
     std::ofstream f(path, std::ios::binary | std::ios::trunc);
@@ -136,18 +134,9 @@ outcome load_watched(const std::string& path, const std::function<void(const zk:
     return o;
 }
 
-class Hostile : public ::testing::Test {
+class Hostile : public zk_test::TempDirTest {
 protected:
-    void SetUp() override {
-        char tmpl[] = "/tmp/zk_hostile_XXXXXX";
-        ASSERT_NE(mkdtemp(tmpl), nullptr);
-        dir_ = tmpl;
-    }
-    void TearDown() override {
-        std::error_code ec;
-        fs::remove_all(dir_, ec);
-    }
-    std::string path(const std::string& n) const { return dir_ + "/" + n; }
+    Hostile() : TempDirTest("zk_hostile") {}
 
     // A tiny model at path(name) (F32 weights unless told otherwise).
     std::string tiny(const std::string& name, zk_test::tiny_model_params p = small()) {
@@ -174,7 +163,6 @@ protected:
         std::printf("refused (%zu-byte file, largest allocation %zu, peak heap +%zu): %s\n", size, o.largest,
                     o.peak, o.error.c_str());
     }
-    std::string dir_;
 };
 
 TEST_F(Hostile, TensorDataAliases) {

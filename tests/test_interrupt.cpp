@@ -20,28 +20,15 @@
 #include "ggml-like/gguf.h"
 #include "ggml-like/interrupt.h"
 #include "ggml-like/threadpool.h"
+#include "tests/temp_dir.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-class Interrupt : public ::testing::Test {
+class Interrupt : public zk_test::TempDirTest {
 protected:
-    void SetUp() override {
-        char tmpl[] = "/tmp/zk_interrupt_XXXXXX";
-        ASSERT_NE(mkdtemp(tmpl), nullptr);
-        dir_ = tmpl;
-    }
-    void TearDown() override {
-        std::error_code ec;
-        fs::remove_all(dir_, ec);
-    }
-    std::string path(const std::string& n) const { return dir_ + "/" + n; }
-    std::vector<std::string> files() const {
-        std::vector<std::string> out;
-        for (const auto& e : fs::directory_iterator(dir_)) out.push_back(e.path().filename().string());
-        return out;
-    }
+    Interrupt() : TempDirTest("zk_interrupt") {}
 
     // Runs fn in a child with the handlers installed; returns its wait status
     // and what it wrote on stderr.
@@ -73,7 +60,6 @@ protected:
     // end the process (exit 130) before after.txt: only reached.txt is left.
     // setup() runs first in the child.
     void expect_held_until_registered(const std::function<void()>& setup, const std::function<void()>& send);
-    std::string dir_;
 };
 
 void touch(const std::string& p) { std::ofstream(p) << "partial"; }

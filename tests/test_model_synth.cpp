@@ -17,19 +17,13 @@
 #include "engine/session.h"
 #include "ggml-like/error.h"
 #include "ggml-like/gguf.h"
+#include "tests/temp_dir.h"
 
 namespace {
 
 using zk::dtype;
 
-struct temp_dir {
-    std::string path;
-    temp_dir() {
-        char t[] = "/tmp/zack_synth_XXXXXX";
-        path = mkdtemp(t);
-    }
-    ~temp_dir() { std::system(("rm -rf '" + path + "'").c_str()); }
-};
+using zk_test::temp_dir;
 
 const zk::synth_shape& tiny() { return zk::synth_shape_find("tiny"); }
 
@@ -58,7 +52,7 @@ std::vector<float> last_logits(const zk::model& m, const std::vector<int32_t>& t
 void check_runs(const zk::synth_shape& s, dtype t) {
     SCOPED_TRACE(std::string(s.name) + " " + zk::dtype_name(t));
     temp_dir d;
-    const std::string path = d.path + "/m.gguf";
+    const std::string path = d / "m.gguf";
     zk::model_synth_write(s, t, 7, path, false, 2);
     const std::unique_ptr<zk::model> m = zk::model_load(path);
     EXPECT_EQ(m->hp.arch, s.arch);
@@ -124,7 +118,7 @@ TEST(ModelSynth, QuantizedWeightsMatchTheRequestedValues) {
         SCOPED_TRACE(zk::dtype_name(t));
         ASSERT_TRUE(zk::model_synth_quantized(t));
         temp_dir d;
-        const std::string path = d.path + "/m.gguf";
+        const std::string path = d / "m.gguf";
         const uint64_t seed = 99;
         zk::model_synth_write(tiny(), t, seed, path, false, 2);
         const std::unique_ptr<zk::gguf_file> f = zk::gguf_file::open(path);
@@ -216,7 +210,7 @@ TEST(ModelSynth, RandomBlocksHaveTheRequestedSpread) {
         SCOPED_TRACE(zk::dtype_name(t));
         EXPECT_FALSE(zk::model_synth_quantized(t));
         temp_dir d;
-        const std::string path = d.path + "/m.gguf";
+        const std::string path = d / "m.gguf";
         zk::model_synth_write(s, t, 3, path, false, 2);
         const std::unique_ptr<zk::gguf_file> f = zk::gguf_file::open(path);
         for (const zk::synth_tensor& st : zk::model_synth_tensors(s, t)) {
@@ -242,7 +236,7 @@ TEST(ModelSynth, RandomBlocksHaveTheRequestedSpread) {
 TEST(ModelSynth, Deterministic) {
     temp_dir d;
     auto bytes = [&](uint64_t seed, const char* name) {
-        const std::string p = d.path + "/" + name;
+        const std::string p = d / name;
         zk::model_synth_write(tiny(), dtype::Q4_K, seed, p, false, 2);
         const std::unique_ptr<zk::gguf_file> f = zk::gguf_file::open(p);
         const zk::gguf_tensor& t = f->get_tensor("blk.1.ffn_down.weight");

@@ -214,15 +214,66 @@ constexpr float KIVI_WMAX = 127.0f;  // largest rounded weight
 // Chunks of slots whose codes and scales are asked for ahead (simd::prefetch_l2).
 constexpr int KIVI_PREFETCH_CHUNKS = 2;
 
+// The pair loop of one chunk of slots, shared by the widths: np pairs of slots
+// from cp (the last pair of an odd chunk repeats its slot, with weight 0; under
+// HALF an iteration takes 4 slots, the pair (t, t + 1) in the low lane and
+// (t + 2, t + 3) in the high one) into ac, zeroed here: per head 4 int16
+// accumulators, accumulator v adding maddubs(w, c_v) for the iteration's four
+// centred code vectors c_v = Codes::planes<HALF, SPLIT>(p, o1, o2, o3), the
+// rows of the iteration's slots at p, p + o1, p + o2, p + o3. Out of line with
+// its accumulators in locals: inlined into the chunk loop, GCC kept them on
+// the stack.
+// pd [G][16]: per head, the weight dwords of the chunk's pairs in order,
+// {u_t(lo), u_t(hi), u_t+1(lo), u_t+1(hi)} (lo, hi: the low and the high lane's
+// channels), broadcast and shuffled here so that the low lane gets the lo pair
+// and the high lane the hi pair: a load and a shuffle, where a vector built in
+// advance cost a load, a shuffle, a store and the loop's load.
+template <class Codes, int G, bool HALF, bool SPLIT>
+__attribute__((noinline)) void kivi_values_pairs(const uint8_t* cp, int rb, int64_t np, int64_t last, int64_t pf,
+                                                 const uint32_t* pd, __m256i (&ac)[G][4]) {
+    const __m256i wctl = _mm256_setr_epi8(0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3,
+                                          1, 3, 1, 3, 1, 3);
+    __m256i a0[G], a1[G], a2[G], a3[G];
+#pragma GCC unroll 4
+    for (int j = 0; j < G; j++) a0[j] = a1[j] = a2[j] = a3[j] = _mm256_setzero_si256();
+    const int64_t step = (HALF ? 4 : 2) * (int64_t)rb;
+    const uint8_t* p = cp;
+    for (int64_t i = 0; i < np; i++, p += step) {
+        if (pf) simd::prefetch_l2(p + pf, (size_t)step);
+        __m256i w[G];
+#pragma GCC unroll 4
+        for (int j = 0; j < G; j++) w[j] = _mm256_shuffle_epi8(_mm256_set1_epi32((int)pd[16 * j + i]), wctl);
+        // row offsets of the iteration's other slots; in the last iteration,
+        // slots past `last` repeat it
+        int64_t o1 = rb, o2 = 2 * (int64_t)rb, o3 = 3 * (int64_t)rb;
+        if (i + 1 == np) {
+            const int64_t t = (HALF ? 4 : 2) * i;
+            o1 = (std::min(t + 1, last) - t) * rb, o2 = (std::min(t + 2, last) - t) * rb;
+            o3 = (std::min(t + 3, last) - t) * rb;
+        }
+        __m256i c[4];
+        Codes::template planes<HALF, SPLIT>(p, o1, o2, o3, c);
+#pragma GCC unroll 4
+        for (int j = 0; j < G; j++) {
+            a0[j] = _mm256_add_epi16(a0[j], _mm256_maddubs_epi16(w[j], c[0]));
+            a1[j] = _mm256_add_epi16(a1[j], _mm256_maddubs_epi16(w[j], c[1]));
+            a2[j] = _mm256_add_epi16(a2[j], _mm256_maddubs_epi16(w[j], c[2]));
+            a3[j] = _mm256_add_epi16(a3[j], _mm256_maddubs_epi16(w[j], c[3]));
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < G; j++) ac[j][0] = a0[j], ac[j][1] = a1[j], ac[j][2] = a2[j], ac[j][3] = a3[j];
+}
+
 // The chunk loop of the value sums for row chunk k (SPLIT: chunks k and k + 1)
 // over the slots of spans sp[3 i] .. sp[3 i + 1] (weights at sc[j n + s - sp[3 i + 2]]),
 // over Codes (the width):
 //   Codes::center        the centring (8 for 4-bit codes 0..15, 2 for 2-bit 0..3)
 //   Codes::chunk_bytes   bytes of a row chunk of 64 channels (32 a lane)
-//   Codes::pairs<G, HALF, SPLIT>(cp, rb, np, last, pf, pd, ac)   the pair loop of
-//                        one chunk of slots: 4 int16 vectors per head, 8 channels
-//                        per lane each; asks for each iteration's rows pf bytes
-//                        ahead into L2 (pf = 0: none)
+//   Codes::planes<HALF, SPLIT>(p, o1, o2, o3, c)   always inline: the 4 centred
+//                        code vectors of a pair loop iteration (kivi_values_pairs,
+//                        which asks for each iteration's rows pf bytes ahead into
+//                        L2, pf = 0: none), 8 channels per lane each
 //   Codes::channel(half, k, h, v, e)   the channel of element e of lane h of vector v
 // HALF (r <= 32): the two lanes carry different slots instead of the two
 // halves of a row chunk. Slot entries of the weight dwords are then (t, t + 2)
@@ -406,9 +457,9 @@ void kivi_values_unit(const uint8_t* codes, int rb, const uint16_t* vs, const ui
                 }
             for (int i = 0; i < NH; i++) {  // SPLIT: one set of weights for both halves
                 __m256i ac[G][4];
-                Codes::template pairs<G, HALF, SPLIT>(codes + s * rb + Codes::chunk_bytes * k + Codes::chunk_bytes / 2 * i,
-                                                      rb, HALF ? (m + 3) / 4 : (m + 1) / 2, m - 1, i == 0 ? ahead : 0,
-                                                      &pd[0][0], ac);
+                kivi_values_pairs<Codes, G, HALF, SPLIT>(
+                    codes + s * rb + Codes::chunk_bytes * k + Codes::chunk_bytes / 2 * i, rb,
+                    HALF ? (m + 3) / 4 : (m + 1) / 2, m - 1, i == 0 ? ahead : 0, &pd[0][0], ac);
     #pragma GCC unroll 4
                 for (int j = 0; j < G; j++) {
                     const __m256 d0 = _mm256_set1_ps(dsc[j][0]), d1 = _mm256_set1_ps(dsc[j][1]);

@@ -192,45 +192,23 @@ void q2_scores_add(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t 
     q2_scores_t<true>(G, r, nrc, codes, rb, a, b, pf_end, s0, n, qi, qd, bias, sc);
 }
 
-// The pair loop of one chunk of slots for the value sums (attention_kivi.h has
-// the chunk loop and the weights): np pairs of slots from cp (the last pair of
-// an odd chunk repeats its slot, with weight 0) into ac, one accumulator per
-// plane. Per pair the 16 bytes (64 channels) of slot t and of slot t + 1 are
-// interleaved: the low lane gets bytes 0..7 (channels 64k..), the high lane
-// bytes 8..15 (64k + 32..). HALF (r <= 32, rows of at most 8 bytes): an iteration
-// takes 4 slots, the pair (t, t + 1) in the low lane and (t + 2, t + 3) in the
-// high one. Codes are centred, c - 2 in [-2, 1]: a lane's int16 sum over a chunk
-// of 16 pairs stays within 16 * 2 * 127 * 2 = 8128. Out of line with its
-// accumulators in locals (see values_q4_pairs). SPLIT: the low lane's 8 bytes
-// are at cp and the high lane's at cp + 16, in the next row chunk (blocks k and
-// k + 1, a weight each), instead of the two halves of one row chunk.
-template <int G, bool HALF, bool SPLIT>
-__attribute__((noinline)) void values_q2_pairs(const uint8_t* cp, int rb, int64_t np, int64_t last,
-                                               int64_t pf, const uint32_t* pd, __m256i (&ac)[G][4]) {
-    const __m256i m3 = _mm256_set1_epi8(0x03), two = _mm256_set1_epi8(2);
-    // a pair's weight dword {u_t(lo), u_t(hi), u_t+1(lo), u_t+1(hi)} (the weights
-    // of the low and the high lane's channels): the low lane gets the lo pair,
-    // the high lane the hi pair (as values_q4_pairs)
-    const __m256i wctl = _mm256_setr_epi8(0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3,
-                                          1, 3, 1, 3, 1, 3);
-    __m256i a0[G], a1[G], a2[G], a3[G];
-#pragma GCC unroll 4
-    for (int j = 0; j < G; j++) a0[j] = a1[j] = a2[j] = a3[j] = _mm256_setzero_si256();
-    const int64_t step = (HALF ? 4 : 2) * (int64_t)rb;
-    const uint8_t* p = cp;
-    for (int64_t i = 0; i < np; i++, p += step) {
-        if (pf) simd::prefetch_l2(p + pf, (size_t)step);
-        __m256i w[G];
-#pragma GCC unroll 4
-        for (int j = 0; j < G; j++) w[j] = _mm256_shuffle_epi8(_mm256_set1_epi32((int)pd[16 * j + i]), wctl);
-        // row offsets of the iteration's other slots; in the last iteration,
-        // slots past `last` repeat it
-        int64_t o1 = rb, o2 = 2 * (int64_t)rb, o3 = 3 * (int64_t)rb;
-        if (i + 1 == np) {
-            const int64_t t = (HALF ? 4 : 2) * i;
-            o1 = (std::min(t + 1, last) - t) * rb, o2 = (std::min(t + 2, last) - t) * rb;
-            o3 = (std::min(t + 3, last) - t) * rb;
-        }
+// The width's parts of the shared value kernel (attention_kivi.h).
+struct q2_codes {
+    static constexpr float center = 2.0f;
+    static constexpr int chunk_bytes = 16;
+    // A pair loop iteration's code vectors (kivi_values_pairs): the 16 bytes
+    // (64 channels) of slot t and of slot t + 1 interleaved, the low lane
+    // bytes 0..7 (channels 64k..), the high lane bytes 8..15 (64k + 32..), and
+    // its 4 planes centred, c - 2 in [-2, 1] (a lane's int16 sum over a chunk
+    // of 16 pairs stays within 16 * 2 * 127 * 2 = 8128). HALF (r <= 32, rows of
+    // at most 8 bytes): the pair (t, t + 1) in the low lane and (t + 2, t + 3)
+    // in the high one. SPLIT: the low lane's 8 bytes are at p and the high
+    // lane's at p + 16, in the next row chunk (blocks k and k + 1, a weight
+    // each), instead of the two halves of one row chunk.
+    template <bool HALF, bool SPLIT>
+    __attribute__((always_inline)) static void planes(const uint8_t* p, int64_t o1, int64_t o2, int64_t o3,
+                                                      __m256i (&c)[4]) {
+        const __m256i m3 = _mm256_set1_epi8(0x03), two = _mm256_set1_epi8(2);
         __m256i x;
         if (HALF) {
             const __m128i lo = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i*)p), _mm_loadl_epi64((const __m128i*)(p + o1)));
@@ -248,28 +226,8 @@ __attribute__((noinline)) void values_q2_pairs(const uint8_t* cp, int rb, int64_
             }
             x = _mm256_set_m128i(_mm_unpackhi_epi8(x0, x1), _mm_unpacklo_epi8(x0, x1));
         }
-        const __m256i c0 = _mm256_sub_epi8(q2_plane<0>(x, m3), two), c1 = _mm256_sub_epi8(q2_plane<1>(x, m3), two);
-        const __m256i c2 = _mm256_sub_epi8(q2_plane<2>(x, m3), two), c3 = _mm256_sub_epi8(q2_plane<3>(x, m3), two);
-#pragma GCC unroll 4
-        for (int j = 0; j < G; j++) {
-            a0[j] = _mm256_add_epi16(a0[j], _mm256_maddubs_epi16(w[j], c0));
-            a1[j] = _mm256_add_epi16(a1[j], _mm256_maddubs_epi16(w[j], c1));
-            a2[j] = _mm256_add_epi16(a2[j], _mm256_maddubs_epi16(w[j], c2));
-            a3[j] = _mm256_add_epi16(a3[j], _mm256_maddubs_epi16(w[j], c3));
-        }
-    }
-#pragma GCC unroll 4
-    for (int j = 0; j < G; j++) ac[j][0] = a0[j], ac[j][1] = a1[j], ac[j][2] = a2[j], ac[j][3] = a3[j];
-}
-
-// The width's parts of the shared value kernel (attention_kivi.h).
-struct q2_codes {
-    static constexpr float center = 2.0f;
-    static constexpr int chunk_bytes = 16;
-    template <int G, bool HALF, bool SPLIT>
-    static void pairs(const uint8_t* cp, int rb, int64_t np, int64_t last, int64_t pf, const uint32_t* pd,
-                      __m256i (&ac)[G][4]) {
-        values_q2_pairs<G, HALF, SPLIT>(cp, rb, np, last, pf, pd, ac);
+        c[0] = _mm256_sub_epi8(q2_plane<0>(x, m3), two), c[1] = _mm256_sub_epi8(q2_plane<1>(x, m3), two);
+        c[2] = _mm256_sub_epi8(q2_plane<2>(x, m3), two), c[3] = _mm256_sub_epi8(q2_plane<3>(x, m3), two);
     }
     // vector v = plane v; element e of lane h: byte e of the block of lane h,
     // channel 4e + v in it (HALF: both lanes hold block 0 of other slots).

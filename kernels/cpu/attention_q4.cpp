@@ -153,61 +153,20 @@ void q4_scores(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t a, i
     });
 }
 
-// One nibble half of a pair of slots (l0, l1: codes 0..15 of slot t and of
-// slot t + 1, or of two lanes' pairs under HALF): interleaved, centred, and
-// weighted by every head's vector w [G] into lo (bytes 0..7 of each lane) and
-// hi (bytes 8..15). Always inline: the accumulators stay in registers.
-template <int G>
-__attribute__((always_inline)) inline void values_q4_nibbles(__m256i l0, __m256i l1, const __m256i (&w)[G],
-                                                             __m256i (&lo)[G], __m256i (&hi)[G]) {
-    const __m256i eight = _mm256_set1_epi8(8);
-    const __m256i ca = _mm256_sub_epi8(_mm256_unpacklo_epi8(l0, l1), eight);
-    const __m256i cb = _mm256_sub_epi8(_mm256_unpackhi_epi8(l0, l1), eight);
-#pragma GCC unroll 4
-    for (int j = 0; j < G; j++) {
-        lo[j] = _mm256_add_epi16(lo[j], _mm256_maddubs_epi16(w[j], ca));
-        hi[j] = _mm256_add_epi16(hi[j], _mm256_maddubs_epi16(w[j], cb));
-    }
-}
-
-// The pair loop of one chunk: np pairs of slots from t (the last pair of an odd
-// chunk repeats its slot, with weight 0) into ac (zeroed here). Out of line
-// with its accumulators in locals: inlined into the chunk loop, GCC kept them
-// on the stack. HALF (r <= 32, rows of at most 16 bytes): an iteration takes
-// 4 slots, the pair (t, t + 1) in the low lane and (t + 2, t + 3) in the high one.
-// pd [G][16]: per head, the weight dwords of the chunk's pairs in order,
-// broadcast and spread to a weight vector per pair here: a load and a shuffle,
-// where a vector built in advance cost a load, a shuffle, a store and the
-// loop's load.
-// SPLIT: the two lanes hold 16 bytes of two row chunks, at cp and cp + 32
-// (blocks k and k + 1, a weight each), instead of the two halves of one.
-template <int G, bool HALF, bool SPLIT>
-__attribute__((noinline)) void values_q4_pairs(const uint8_t* cp, int rb, int64_t np, int64_t last,
-                                               int64_t pf, const uint32_t* pd, __m256i (&ac)[G][4]) {
-    const __m256i mask = _mm256_set1_epi8(0x0F);
-    // A pair's weights arrive as the dword {u_t(lo), u_t(hi), u_t+1(lo), u_t+1(hi)}
-    // (lo, hi: the low and the high lane's channels, of one block); broadcast and
-    // shuffled: the low lane gets the lo pair, the high lane the hi pair.
-    const __m256i wctl = _mm256_setr_epi8(0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3,
-                                          1, 3, 1, 3, 1, 3);
-    __m256i a0[G], a1[G], a2[G], a3[G];
-#pragma GCC unroll 4
-    for (int j = 0; j < G; j++) a0[j] = a1[j] = a2[j] = a3[j] = _mm256_setzero_si256();
-    const int64_t step = (HALF ? 4 : 2) * (int64_t)rb;
-    const uint8_t* p = cp;
-    for (int64_t i = 0; i < np; i++, p += step) {
-        if (pf) simd::prefetch_l2(p + pf, (size_t)step);
-        __m256i w[G];
-#pragma GCC unroll 4
-        for (int j = 0; j < G; j++) w[j] = _mm256_shuffle_epi8(_mm256_set1_epi32((int)pd[16 * j + i]), wctl);
-        // row offsets of the iteration's other slots; in the last iteration,
-        // slots past `last` repeat it
-        int64_t o1 = rb, o2 = 2 * (int64_t)rb, o3 = 3 * (int64_t)rb;
-        if (i + 1 == np) {
-            const int64_t t = (HALF ? 4 : 2) * i;
-            o1 = (std::min(t + 1, last) - t) * rb, o2 = (std::min(t + 2, last) - t) * rb;
-            o3 = (std::min(t + 3, last) - t) * rb;
-        }
+// The width's parts of the shared value kernel (attention_kivi.h).
+struct q4_codes {
+    static constexpr float center = 8.0f;
+    static constexpr int chunk_bytes = 32;
+    // A pair loop iteration's code vectors (kivi_values_pairs): the two slots'
+    // bytes interleaved (unpack), low nibbles then high ones, centred, c - 8.
+    // HALF (r <= 32, rows of at most 16 bytes): the pair (t, t + 1) in the low
+    // lane and (t + 2, t + 3) in the high one. SPLIT: the two lanes hold 16
+    // bytes of two row chunks, at p and p + 32 (blocks k and k + 1, a weight
+    // each), instead of the two halves of one.
+    template <bool HALF, bool SPLIT>
+    __attribute__((always_inline)) static void planes(const uint8_t* p, int64_t o1, int64_t o2, int64_t o3,
+                                                      __m256i (&c)[4]) {
+        const __m256i mask = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
         __m256i x0, x1;
         if (HALF) {
             x0 = _mm256_loadu2_m128i((const __m128i*)(p + o2), (const __m128i*)p);
@@ -219,23 +178,13 @@ __attribute__((noinline)) void values_q4_pairs(const uint8_t* cp, int rb, int64_
             x0 = _mm256_loadu_si256((const __m256i*)p);
             x1 = _mm256_loadu_si256((const __m256i*)(p + o1));
         }
-        values_q4_nibbles<G>(_mm256_and_si256(x0, mask), _mm256_and_si256(x1, mask), w, a0, a1);
-        values_q4_nibbles<G>(_mm256_and_si256(_mm256_srli_epi16(x0, 4), mask),
-                             _mm256_and_si256(_mm256_srli_epi16(x1, 4), mask), w, a2, a3);
-    }
-#pragma GCC unroll 4
-    for (int j = 0; j < G; j++) ac[j][0] = a0[j], ac[j][1] = a1[j], ac[j][2] = a2[j], ac[j][3] = a3[j];
-}
-
-
-// The width's parts of the shared value kernel (attention_kivi.h).
-struct q4_codes {
-    static constexpr float center = 8.0f;
-    static constexpr int chunk_bytes = 32;
-    template <int G, bool HALF, bool SPLIT>
-    static void pairs(const uint8_t* cp, int rb, int64_t np, int64_t last, int64_t pf, const uint32_t* pd,
-                      __m256i (&ac)[G][4]) {
-        values_q4_pairs<G, HALF, SPLIT>(cp, rb, np, last, pf, pd, ac);
+        const __m256i l0 = _mm256_and_si256(x0, mask), l1 = _mm256_and_si256(x1, mask);
+        const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(x0, 4), mask);
+        const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(x1, 4), mask);
+        c[0] = _mm256_sub_epi8(_mm256_unpacklo_epi8(l0, l1), eight);
+        c[1] = _mm256_sub_epi8(_mm256_unpackhi_epi8(l0, l1), eight);
+        c[2] = _mm256_sub_epi8(_mm256_unpacklo_epi8(h0, h1), eight);
+        c[3] = _mm256_sub_epi8(_mm256_unpackhi_epi8(h0, h1), eight);
     }
     // vector v of lane h, element e: unpacklo (v even) holds code bytes 0..7 of
     // the lane, unpackhi (v odd) bytes 8..15; low nibbles (v < 2) are the even

@@ -301,6 +301,46 @@ __device__ __forceinline__ void kq_store(const float (&acc)[k_matvec_max_tok], i
     }
 }
 
+// The K-quant kernels' walk over the blocks of their row (matvec_kq_kernel has
+// the layout of lanes and warps): each warp step loads k_kq_unroll blocks a
+// lane before it computes any, then calls f(k, i, j, d, m) for the lane's part
+// k of block i (j: the lane within its block, d, m: its two runs' scales and
+// mins, kq_scales), and returns the row r of this warp. Both kernels share it
+// and differ only in f, what a run is multiplied by.
+// The row of this thread's warp: 4 / NW rows a 128-thread block.
+template <int NW>
+__device__ __forceinline__ int64_t kq_row() {
+    return (int64_t)blockIdx.x * (k_mv_block / 32 / NW) + (int64_t)(threadIdx.x / 32 / NW);
+}
+
+template <int TYPE, int NW, class F>
+__device__ __forceinline__ void kq_walk_row(int64_t row_bytes, int64_t n_rows, int64_t n_cols,
+                                            dptr<const uint8_t> W, F&& f) {
+    constexpr int block_bytes = TYPE == (int)dtype::Q4_K ? k_q4_K_bytes : k_q6_K_bytes;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, kw = warp % NW;
+    const int sub = lane / k_kq_lanes, j = lane % k_kq_lanes;
+    const int64_t r = kq_row<NW>();
+    const int64_t nb = n_cols / 256;
+    if (r >= n_rows) return;
+    dptr<const uint8_t> row = W + r * row_bytes;
+    for (int64_t i0 = (int64_t)kw * k_kq_blocks; i0 < nb; i0 += (int64_t)NW * k_kq_blocks * k_kq_unroll) {
+        kq_words k[k_kq_unroll];
+        ZK_UNROLL
+        for (int u = 0; u < k_kq_unroll; u++) {
+            const int64_t i = i0 + (int64_t)u * NW * k_kq_blocks + sub;
+            if (i < nb) k[u] = kq_load<TYPE>(row + i * block_bytes, j);
+        }
+        ZK_UNROLL
+        for (int u = 0; u < k_kq_unroll; u++) {
+            const int64_t i = i0 + (int64_t)u * NW * k_kq_blocks + sub;
+            if (i >= nb) break;
+            float d[2], m[2];
+            kq_scales<TYPE>(k[u], j, d, m);
+            f(k[u], i, j, d, m);
+        }
+    }
+}
+
 // NW warps per row (1, 2 or 4) split its blocks (warp step i: blocks 4i ..
 // 4i + 3, steps round robin over the NW warps); the warps' sums meet in shared
 // memory. 4 / NW rows per 128-thread block.
@@ -308,49 +348,29 @@ template <int TYPE, int NW>
 __global__ void __launch_bounds__(k_mv_block)
     matvec_kq_kernel(int64_t row_bytes, int64_t n_rows, int64_t n_cols, dptr<const uint8_t> W, dptr<const float> x,
                      int n_tok, dptr<float> y) {
-    constexpr int block_bytes = TYPE == (int)dtype::Q4_K ? k_q4_K_bytes : k_q6_K_bytes;
     constexpr int off1 = TYPE == (int)dtype::Q4_K ? k_kq_off1_q4_K : k_kq_off1_q6_K;
     ZK_SHARED(float, part, k_mv_block / 32 * k_matvec_max_tok);
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, kw = warp % NW;
-    const int sub = lane / k_kq_lanes, j = lane % k_kq_lanes;
-    const int64_t r = (int64_t)blockIdx.x * (k_mv_block / 32 / NW) + warp / NW;
-    const int64_t nb = n_cols / 256;
-    const int c0 = kq_col0<TYPE>(j);
     float acc[k_matvec_max_tok];
     ZK_UNROLL
     for (int t = 0; t < k_matvec_max_tok; t++) acc[t] = 0.0f;
-    if (r < n_rows) {
-        dptr<const uint8_t> row = W + r * row_bytes;
-        for (int64_t i0 = (int64_t)kw * k_kq_blocks; i0 < nb; i0 += (int64_t)NW * k_kq_blocks * k_kq_unroll) {
-            kq_words k[k_kq_unroll];
-            ZK_UNROLL
-            for (int u = 0; u < k_kq_unroll; u++) {
-                const int64_t i = i0 + (int64_t)u * NW * k_kq_blocks + sub;
-                if (i < nb) k[u] = kq_load<TYPE>(row + i * block_bytes, j);
-            }
-            ZK_UNROLL
-            for (int u = 0; u < k_kq_unroll; u++) {
-                const int64_t i = i0 + (int64_t)u * NW * k_kq_blocks + sub;
-                if (i >= nb) break;
-                float d[2], m[2];
-                kq_scales<TYPE>(k[u], j, d, m);
-                ZK_UNROLL
-                for (int w = 0; w < 4; w++) {
-                    float wt[8];
-                    kq_weights<TYPE>(k[u], j, w, d, m, wt);
-                    ZK_UNROLL
-                    for (int t = 0; t < k_matvec_max_tok; t++) {
-                        if (t >= n_tok) break;
-                        const int64_t xo = t * n_cols + 256 * i + c0 + 4 * w;
-                        const cu_f4 a = cu_load<cu_f4>(x, xo), b = cu_load<cu_f4>(x, xo + off1);
-                        ZK_UNROLL
-                        for (int e = 0; e < 4; e++) acc[t] += wt[e] * a.x[e] + wt[4 + e] * b.x[e];
-                    }
-                }
-            }
-        }
-    }
-    kq_store<NW>(acc, n_tok, r, n_rows, part, y);
+    const int c0 = kq_col0<TYPE>(threadIdx.x % 32 % k_kq_lanes);  // the lane's first column in a block
+    kq_walk_row<TYPE, NW>(row_bytes, n_rows, n_cols, W,
+                          [&](const kq_words& k, int64_t i, int j, const float (&d)[2], const float (&m)[2]) {
+                              ZK_UNROLL
+                              for (int w = 0; w < 4; w++) {
+                                  float wt[8];
+                                  kq_weights<TYPE>(k, j, w, d, m, wt);
+                                  ZK_UNROLL
+                                  for (int t = 0; t < k_matvec_max_tok; t++) {
+                                      if (t >= n_tok) break;
+                                      const int64_t xo = t * n_cols + 256 * i + c0 + 4 * w;
+                                      const cu_f4 a = cu_load<cu_f4>(x, xo), b = cu_load<cu_f4>(x, xo + off1);
+                                      ZK_UNROLL
+                                      for (int e = 0; e < 4; e++) acc[t] += wt[e] * a.x[e] + wt[4 + e] * b.x[e];
+                                  }
+                              }
+                          });
+    kq_store<NW>(acc, n_tok, kq_row<NW>(), n_rows, part, y);
 }
 
 // ---- the same blocks against 8-bit activations (cuda_act_q8)
@@ -401,71 +421,51 @@ template <int TYPE, int NW>
 __global__ void __launch_bounds__(k_mv_block)
     matvec_kq_q8_kernel(int64_t row_bytes, int64_t n_rows, int64_t n_cols, dptr<const uint8_t> W,
                         dptr<const int8_t> xq, dptr<const float> xm, int n_tok, dptr<float> y) {
-    constexpr int block_bytes = TYPE == (int)dtype::Q4_K ? k_q4_K_bytes : k_q6_K_bytes;
     constexpr int off1 = TYPE == (int)dtype::Q4_K ? k_kq_off1_q4_K : k_kq_off1_q6_K;
     ZK_SHARED(float, part, k_mv_block / 32 * k_matvec_max_tok);
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, kw = warp % NW;
-    const int sub = lane / k_kq_lanes, j = lane % k_kq_lanes;
-    const int64_t r = (int64_t)blockIdx.x * (k_mv_block / 32 / NW) + warp / NW;
-    const int64_t nb = n_cols / 256;
-    const int c0 = kq_col0<TYPE>(j);
     float acc[k_matvec_max_tok];
     ZK_UNROLL
     for (int t = 0; t < k_matvec_max_tok; t++) acc[t] = 0.0f;
-    if (r < n_rows) {
-        dptr<const uint8_t> row = W + r * row_bytes;
-        for (int64_t i0 = (int64_t)kw * k_kq_blocks; i0 < nb; i0 += (int64_t)NW * k_kq_blocks * k_kq_unroll) {
-            kq_words k[k_kq_unroll];
+    const int c0 = kq_col0<TYPE>(threadIdx.x % 32 % k_kq_lanes);  // the lane's first column in a block
+    kq_walk_row<TYPE, NW>(
+        row_bytes, n_rows, n_cols, W, [&](const kq_words& k, int64_t i, int j, const float (&d)[2], const float (&m)[2]) {
+            // the lane's two runs as four code words each
+            uint32_t lo[4], hi[4];
             ZK_UNROLL
-            for (int u = 0; u < k_kq_unroll; u++) {
-                const int64_t i = i0 + (int64_t)u * NW * k_kq_blocks + sub;
-                if (i < nb) k[u] = kq_load<TYPE>(row + i * block_bytes, j);
+            for (int w = 0; w < 4; w++) {
+                if (TYPE == (int)dtype::Q4_K) {
+                    lo[w] = k.codes.w[w] & 0x0F0F0F0Fu;
+                    hi[w] = (k.codes.w[w] >> 4) & 0x0F0F0F0Fu;
+                } else {
+                    const int p = (j % 4) / 2;
+                    const uint32_t ql = k.codes.w[w], qh = k.codes2.w[w];
+                    lo[w] = (ql & 0x0F0F0F0Fu) | (((qh >> (2 * p)) & 0x03030303u) << 4);
+                    hi[w] = ((ql >> 4) & 0x0F0F0F0Fu) | (((qh >> (4 + 2 * p)) & 0x03030303u) << 4);
+                }
             }
             ZK_UNROLL
-            for (int u = 0; u < k_kq_unroll; u++) {
-                const int64_t i = i0 + (int64_t)u * NW * k_kq_blocks + sub;
-                if (i >= nb) break;
-                float d[2], m[2];
-                kq_scales<TYPE>(k[u], j, d, m);
-                // the lane's two runs as four code words each
-                uint32_t lo[4], hi[4];
+            for (int t = 0; t < k_matvec_max_tok; t++) {
+                if (t >= n_tok) break;
+                const int64_t xo = t * n_cols + 256 * i + c0;
+                const cu_v16 a = cu_load<cu_v16>(xq, xo);
+                const cu_v16 b = cu_load<cu_v16>(xq, xo + off1);
+                const cu_f4 ma = cu_load<cu_f4>(xm, 4 * (xo / k_act_q8_block));
+                const cu_f4 mb = cu_load<cu_f4>(xm, 4 * ((xo + off1) / k_act_q8_block));
+                int sa = 0, sb = 0;
                 ZK_UNROLL
                 for (int w = 0; w < 4; w++) {
-                    if (TYPE == (int)dtype::Q4_K) {
-                        lo[w] = k[u].codes.w[w] & 0x0F0F0F0Fu;
-                        hi[w] = (k[u].codes.w[w] >> 4) & 0x0F0F0F0Fu;
-                    } else {
-                        const int p = (j % 4) / 2;
-                        const uint32_t ql = k[u].codes.w[w], qh = k[u].codes2.w[w];
-                        lo[w] = (ql & 0x0F0F0F0Fu) | (((qh >> (2 * p)) & 0x03030303u) << 4);
-                        hi[w] = ((ql >> 4) & 0x0F0F0F0Fu) | (((qh >> (4 + 2 * p)) & 0x03030303u) << 4);
-                    }
+                    sa = __dp4a((int)lo[w], (int)a.w[w], sa);
+                    sb = __dp4a((int)hi[w], (int)b.w[w], sb);
                 }
-                ZK_UNROLL
-                for (int t = 0; t < k_matvec_max_tok; t++) {
-                    if (t >= n_tok) break;
-                    const int64_t xo = t * n_cols + 256 * i + c0;
-                    const cu_v16 a = cu_load<cu_v16>(xq, xo);
-                    const cu_v16 b = cu_load<cu_v16>(xq, xo + off1);
-                    const cu_f4 ma = cu_load<cu_f4>(xm, 4 * (xo / k_act_q8_block));
-                    const cu_f4 mb = cu_load<cu_f4>(xm, 4 * ((xo + off1) / k_act_q8_block));
-                    int sa = 0, sb = 0;
-                    ZK_UNROLL
-                    for (int w = 0; w < 4; w++) {
-                        sa = __dp4a((int)lo[w], (int)a.w[w], sa);
-                        sb = __dp4a((int)hi[w], (int)b.w[w], sb);
-                    }
-                    if (TYPE == (int)dtype::Q4_K)
-                        acc[t] += d[0] * ma.x[0] * (float)sa - m[0] * ma.x[1] + d[1] * mb.x[0] * (float)sb -
-                                  m[1] * mb.x[1];
-                    else
-                        acc[t] += d[0] * ma.x[0] * ((float)sa - 32.0f * ma.x[2]) +
-                                  d[1] * mb.x[0] * ((float)sb - 32.0f * mb.x[2]);
-                }
+                if (TYPE == (int)dtype::Q4_K)
+                    acc[t] += d[0] * ma.x[0] * (float)sa - m[0] * ma.x[1] + d[1] * mb.x[0] * (float)sb -
+                              m[1] * mb.x[1];
+                else
+                    acc[t] += d[0] * ma.x[0] * ((float)sa - 32.0f * ma.x[2]) +
+                              d[1] * mb.x[0] * ((float)sb - 32.0f * mb.x[2]);
             }
-        }
-    }
-    kq_store<NW>(acc, n_tok, r, n_rows, part, y);
+        });
+    kq_store<NW>(acc, n_tok, kq_row<NW>(), n_rows, part, y);
 }
 
 // Warps per row of a K-quant mat-vec: enough warps in the grid to keep the
