@@ -1,6 +1,7 @@
-"""Shared helpers of the end-to-end CLI tests (test_cli_compat.py, test_chat.py):
-the zack binary and default model from the environment, checks that collect
-failures, one-line-error checks, and a pseudo-terminal driver."""
+"""Shared helpers of the end-to-end CLI tests (test_cli_compat.py, test_chat.py,
+test_eval_cli.py, test_eval_code.py): the zack binary and default model from the
+environment, checks that collect failures, a runner of test functions,
+one-line-error checks, and a pseudo-terminal driver."""
 import os
 import pty
 import select
@@ -41,6 +42,25 @@ def one_line_error(r, what, *needles):
     for n in needles:
         check(bool(lines) and n.lower() in lines[0].lower(), f"{what}: message mentions '{n}' ({lines[:1]!r})")
     check("Assertion" not in r.stderr and "Segmentation" not in r.stderr, f"{what}: no crash")
+
+
+def run_tests(tests, what):
+    """Runs each test function in turn (one that raises is a failure, never a
+    skip), then reports every failure check() collected; returns the exit status."""
+    for t in tests:
+        try:
+            t()
+            print("ran", t.__name__)
+        except Exception as e:
+            failures.append(f"{t.__name__} raised {e}")
+            print("FAIL:", t.__name__, e)
+    if failures:
+        print(f"\n{len(failures)} check(s) failed:")
+        for f in failures:
+            print("  -", f)
+        return 1
+    print(f"all {what} checks passed ({len(tests)} tests)")
+    return 0
 
 
 def finish():

@@ -13,19 +13,11 @@ import subprocess
 import sys
 import tempfile
 
-BIN = os.environ.get("ZACK_BIN", "")
-MODEL = os.environ.get("ZACK_MODEL", "")
+from cli_util import MODEL, ZACK as BIN, check, require_binary_and_model, run_tests
+
 SRC = os.environ.get("ZACK_SOURCE", os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 DATA = os.path.join(SRC, "tests", "data", "eval")
 TMP = tempfile.mkdtemp(prefix="zack_eval_")
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-    return cond
 
 
 def run(args, ok=True):
@@ -276,28 +268,10 @@ def test_outputs():
 
 
 def main():
-    if not BIN or not os.path.exists(BIN):
-        print("FAIL: ZACK_BIN not set or missing (%r)" % BIN)
-        return 1
-    if not MODEL or not os.path.exists(MODEL):
-        print("FAIL: the default model is missing (ZACK_MODEL=%r); run scripts/fetch_model.sh" % MODEL)
-        return 1
+    require_binary_and_model()
     tests = [test_ppl_self, test_lastword, test_mc, test_passkey, test_malformed, test_target_vs_sweep,
              test_kl_divergence_file, test_outputs]
-    for t in tests:
-        try:
-            t()
-            print("ran", t.__name__)
-        except Exception as e:  # a crash is a failure, never a skip
-            failures.append("%s raised %s" % (t.__name__, e))
-            print("FAIL:", t.__name__, e)
-    if failures:
-        print("\n%d check(s) failed:" % len(failures))
-        for f in failures:
-            print("  -", f)
-        return 1
-    print("all eval CLI checks passed (%d tests)" % len(tests))
-    return 0
+    return run_tests(tests, "eval CLI")
 
 
 if __name__ == "__main__":

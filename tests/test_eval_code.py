@@ -13,20 +13,12 @@ import subprocess
 import sys
 import tempfile
 
-BIN = os.environ.get("ZACK_BIN", "")
-MODEL = os.environ.get("ZACK_MODEL", "")
+from cli_util import MODEL, ZACK as BIN, check, require_binary_and_model, run_tests
+
 SRC = os.environ.get("ZACK_SOURCE", os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 CODE = os.path.join(SRC, "tests", "data", "code")
 PROBLEMS = os.path.join(CODE, "problems.jsonl")
 TMP = tempfile.mkdtemp(prefix="zack_eval_code_")
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-    return cond
 
 
 def run(args, env=None):
@@ -128,28 +120,10 @@ def test_problems_up_to_date():
 
 
 def main():
-    if not BIN or not os.path.exists(BIN):
-        print("FAIL: ZACK_BIN not set or missing (%r)" % BIN)
-        return 1
-    if not MODEL or not os.path.exists(MODEL):
-        print("FAIL: the default model is missing (ZACK_MODEL=%r); run scripts/fetch_model.sh" % MODEL)
-        return 1
+    require_binary_and_model()
     tests = [test_problems_up_to_date, test_bad_data, test_refuses_without_bubblewrap, test_raw_against_itself,
              test_chat_compressed]
-    for t in tests:
-        try:
-            t()
-            print("ran", t.__name__)
-        except Exception as e:  # a crash is a failure, never a skip
-            failures.append("%s raised %s" % (t.__name__, e))
-            print("FAIL:", t.__name__, e)
-    if failures:
-        print("\n%d check(s) failed:" % len(failures))
-        for f in failures:
-            print("  -", f)
-        return 1
-    print("all code eval checks passed (%d tests)" % len(tests))
-    return 0
+    return run_tests(tests, "code eval")
 
 
 if __name__ == "__main__":
