@@ -12,7 +12,9 @@
 // weights come from DRAM, the row groups split over THREADS threads.
 //
 //   c++ -O2 -mavx2 -mfma -mf16c -std=c++17 bench/experiments/q6k_bytes.cpp -o /tmp/q6k_bytes -lpthread
-//   /tmp/q6k_bytes 1536 8960 2     # ROWS COLS THREADS (ffn_down of Qwen2.5-Coder-1.5B)
+//   /tmp/q6k_bytes 1536 8960 2 [PF]   # ROWS COLS THREADS (ffn_down of Qwen2.5-Coder-1.5B)
+// PF: how far ahead (bytes) each block's lines are prefetched into L2; -1 (the
+// default) 4 blocks of the kernel's own layout, 0 none.
 #include <immintrin.h>
 
 #include <chrono>
@@ -61,9 +63,12 @@ __m256i scale_pairs(const int8_t* p) {  // (sc, sc) int16 pairs a row
 __m256i group_pairs(const int8_t* a, const int8_t* b) {
     return _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i*)a), _mm_loadl_epi64((const __m128i*)b)));
 }
+long prefetch_ahead = -1;  // PF
 template <class B>
-void prefetch(const B* p) {
-    for (size_t k = 0; k < sizeof(B); k += 64) _mm_prefetch((const char*)p + k, _MM_HINT_T1);
+void prefetch(const B* b) {
+    if (prefetch_ahead == 0) return;
+    const char* p = (const char*)b + (prefetch_ahead < 0 ? 4 * (long)sizeof(B) : prefetch_ahead);
+    for (size_t k = 0; k < sizeof(B); k += 64) _mm_prefetch(p + k, _MM_HINT_T1);
 }
 
 // the -32 offset of the codes and the block's scale, as tile_q6_K
@@ -82,7 +87,7 @@ __attribute__((noinline)) __m256 dot_6bit(int nb, const blk6* w, const act* x) {
     __m256 acc = _mm256_setzero_ps();
     for (int ib = 0; ib < nb; ib++) {
         const blk6& p = w[ib];
-        prefetch(w + ib + 4);
+        prefetch(w + ib);
         __m256i isum = _mm256_setzero_si256();
         for (int n = 0; n < 16; n++) {
             const __m256i h = _mm256_loadu_si256((const __m256i*)p.qh[n]);
@@ -109,7 +114,7 @@ __attribute__((noinline)) __m256 dot_bytes(int nb, const blkb* w, const act* x) 
     __m256 acc = _mm256_setzero_ps();
     for (int ib = 0; ib < nb; ib++) {
         const blkb& p = w[ib];
-        prefetch(w + ib + 4);
+        prefetch(w + ib);
         __m256i isum = _mm256_setzero_si256();
         for (int n = 0; n < 16; n++) {
             const __m256i sc = scale_pairs(p.sc[n]);
@@ -137,6 +142,7 @@ void randomize(std::vector<B>& v, std::mt19937& g, uint8_t mask) {
 int main(int argc, char** argv) {
     const int rows = argc > 1 ? std::atoi(argv[1]) : 1536, cols = argc > 2 ? std::atoi(argv[2]) : 8960;
     const int nth = argc > 3 ? std::atoi(argv[3]) : 2;
+    prefetch_ahead = argc > 4 ? std::atol(argv[4]) : -1;
     if (rows <= 0 || rows % 8 || cols <= 0 || cols % 256 || nth <= 0) {
         std::fprintf(stderr, "q6k_bytes: ROWS a multiple of 8, COLS of 256, THREADS > 0\n");
         return 2;
@@ -144,8 +150,9 @@ int main(int argc, char** argv) {
     const int nb = cols / 256, ng = rows / 8, n_mats = 8;
     const size_t per_mat = (size_t)ng * nb;
     std::mt19937 g(1);
-    std::vector<blk6> w6(per_mat * n_mats + 4);
-    std::vector<blkb> wb(per_mat * n_mats + 4);
+    // room past the last matrix for the prefetches (up to 64 KiB ahead)
+    std::vector<blk6> w6(per_mat * n_mats + 64 * 1024 / sizeof(blk6) + 8);
+    std::vector<blkb> wb(per_mat * n_mats + 64 * 1024 / sizeof(blkb) + 8);
     randomize(w6, g, 0xFF);
     randomize(wb, g, 0x3F);
     std::vector<act> x(nb);
