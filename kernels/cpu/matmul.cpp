@@ -74,6 +74,8 @@ constexpr size_t k_pack_tok_block_bytes = 256 * 1024;
 // the 1.5B from DRAM, one thread (bench_matmul Qwen15/decode, min of 3
 // interleaved): none 76 ms, 1 KB 63, 4 KB 58, 8 KB 64, 16 KB 62 (prefetching
 // into L1); into L2, 2 threads: 2 KB 44.6 ms, 4 KB 44.1, 8 KB 45.2, 16 KB 43.6.
+// On the 2-vCPU AVX2 EPYC of 2026-12-05 (2 threads, median of 4 rounds): none
+// 123.5 ms, 1 KB 99.7, 4 KB 98.0, 8 KB 113.5, 32 KB 105.5 (bench/RESULTS.md).
 constexpr size_t k_pack_prefetch_bytes = 4096;
 
 // One weight of a (multi-)matmul, as the workers see it.
