@@ -8,10 +8,11 @@
 // is also the generic "EPYC" model a hypervisor shows: the probe measures
 // what the model number cannot say.)
 //
-// Each probe runs six independent accumulator chains in registers (no chain
-// waits on a latency longer than one add), per thread, THREADS threads at
-// once. The clock is measured the same way: four dependent scalar adds an
-// iteration (one a cycle on x86 cores).
+// Each probe runs six independent accumulator chains in registers, per
+// thread, THREADS threads at once; a chain's own latency (one or two clocks,
+// four or five for the FMA) would allow six chains more than this machine
+// measures, so the rates are throughputs. The clock is measured the same way:
+// four dependent scalar adds an iteration (one a clock on x86 cores).
 //
 //   c++ -O2 -mavx2 -mfma -std=c++17 -pthread bench/experiments/vector_pipes.cpp -o /tmp/vector_pipes
 //   /tmp/vector_pipes [THREADS]
