@@ -4,6 +4,9 @@
 // variant takes the query heads per KV head as a fourth argument (2 KV heads:
 // Qwen2.5-Coder-1.5B is d 128, G 6; the 0.5B d 64, G 7).
 // Args: rank (r_k = r_v), bits (16 = f16, 8, 4, 5 = 4-bit + GEAR), context[, G].
+// BM_decode_attention_threads/<rank>/<bits>/<context>/<G>/<threads>/<layers>:
+// a whole model's step on a thread pool, split into slot ranges as the CPU
+// backend splits it (real time; s_per_layer a layer): the second thread's gain.
 // Items/s counts cached tokens read, so bytes per token read is comparable.
 // BM_plan_attention/<plan>/<context>: a whole model's decode attention under a
 // KV plan (calib/plan.h: each head's key/value precision and ranks), one
@@ -38,6 +41,7 @@
 #include "engine/kv_cache.h"
 #include "engine/kv_quant.h"
 #include "engine/kv_select.h"
+#include "ggml-like/threadpool.h"
 #include "kernels/attention.h"
 
 using namespace zk;
@@ -110,6 +114,60 @@ void BM_decode_attention_30_layers(benchmark::State& st) { run_decode_attention(
 
 // One layer of 2 KV heads with G = range(3) query heads each.
 void BM_decode_attention_gqa(benchmark::State& st) { run_decode_attention(st, 1, 2, (int)st.range(3)); }
+
+// A whole model's decode attention (n_layers layers of 2 KV heads, G query
+// heads each) on a pool of `threads` threads, split as the CPU backend splits
+// a one-token step (engine/backend_cpu_attn.cpp): each head's slots in nc =
+// ceil(2 threads / 2 heads) ranges, 2 nc tasks handed out dynamically, the
+// partials merged per head after the loop. Args: rank, bits, context, G,
+// threads, layers. Real time: what a step waits for.
+void BM_decode_attention_threads(benchmark::State& st) {
+    const int r = (int)st.range(0), bits = (int)st.range(1), G = (int)st.range(3), nt = (int)st.range(4);
+    const int n_layers = (int)st.range(5), KV = 2;
+    const int64_t n = st.range(2);
+    const kv_cache c = make_cache(n_layers, KV, r, bits, n);
+    const int64_t nc = (2 * nt + KV - 1) / KV;
+    std::mt19937 g(2);
+    std::normal_distribution<float> N(0, 1);
+    std::vector<float> q((size_t)KV * G * r), out(q.size());
+    for (auto& x : q) x = N(g);
+    // per task: m [G], l [G], acc [G r]
+    const int64_t per_task = (int64_t)G * (2 + r);
+    std::vector<float> part((size_t)(KV * nc * per_task));
+    const int64_t stride = kernel_attention_scratch(G, n, r, r, bits == 5 ? c.params().gear_rank : 0);
+    std::vector<float> scratch((size_t)(stride * nt));
+    const int32_t qpos = (int32_t)n;
+    thread_pool pool(nt);
+    for (auto _ : st) {
+        for (int li = 0; li < n_layers; li++) {
+            pool.parallel_for(KV * nc, 1, [&](int64_t b, int64_t e, int ith) {
+                for (int64_t t = b; t < e; t++) {
+                    const int h = (int)(t / nc);
+                    const int64_t ci = t % nc;
+                    const attn_kv_view kv = c.view(li, h);
+                    const int64_t s0 = kv.n_slots * ci / nc, s1 = kv.n_slots * (ci + 1) / nc;
+                    float* pb = part.data() + t * per_task;
+                    attn_q_view qv{q.data() + (size_t)h * G * r, 0, r, G, 1, &qpos, 0.125f};
+                    attn_partial p{pb, pb + G, pb + 2 * G};
+                    kernel_attention_range(kv, s0, s1, qv, p, scratch.data() + ith * stride);
+                }
+            });
+            for (int h = 0; h < KV; h++) {
+                attn_partial parts[64];
+                for (int64_t ci = 0; ci < nc; ci++) {
+                    float* pb = part.data() + (h * nc + ci) * per_task;
+                    parts[ci] = attn_partial{pb, pb + G, pb + 2 * G};
+                }
+                kernel_attention_merge(parts, (int)nc, 1, G, r, out.data() + (size_t)h * G * r, 0, r);
+            }
+        }
+        benchmark::DoNotOptimize(out.data());
+    }
+    st.SetItemsProcessed(st.iterations() * n * KV * n_layers);
+    // seconds a layer (a rate over real time, inverted)
+    st.counters["s_per_layer"] = benchmark::Counter((double)st.iterations() * n_layers,
+                                                    benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
 
 // Decode-time selection over one layer of 2 KV heads of 128 channels, G 6
 // (Qwen2.5-Coder-1.5B). Args: bits (4, 2), context, budget. Choosing the
@@ -306,6 +364,11 @@ BENCHMARK(BM_decode_attention_gqa)
     ->ArgsProduct({{128}, {16, 8, 4, 5, 2}, {8192}, {1, 2, 3, 4, 6, 7}})
     ->ArgsProduct({{64}, {16, 4, 2}, {8192}, {7}})
     ->Unit(benchmark::kMicrosecond);
+// the 1.5B's 28 layers at 8K, one and two threads
+BENCHMARK(BM_decode_attention_threads)
+    ->ArgsProduct({{128}, {16, 4}, {8192}, {6}, {1, 2}, {28}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_select_groups)->ArgsProduct({{4, 2}, {8192, 32768}, {2048}})->Unit(benchmark::kMicrosecond);
 // 16 and 8: pages chosen by their exact mass (every key scored)
 BENCHMARK(BM_select_attention)->ArgsProduct({{16, 8, 4, 2}, {8192, 32768}, {2048}})->Unit(benchmark::kMicrosecond);

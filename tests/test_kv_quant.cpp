@@ -718,8 +718,12 @@ TEST(KvHold, ChunkReadsItsOwnRowsAtFullPrecision) {
         const attn_kv_view kv = c.view_attend(0, 0);
         EXPECT_EQ(kv.n_slots, n1 + n2);
         EXPECT_EQ(kv.n_groups, ng);
-        if (f.bk != 16) EXPECT_EQ(kv.k.n_quant, nq);
-        if (f.bv != 16) EXPECT_EQ(kv.v.n_quant, nq);
+        if (f.bk != 16) {
+            EXPECT_EQ(kv.k.n_quant, nq);
+        }
+        if (f.bv != 16) {
+            EXPECT_EQ(kv.v.n_quant, nq);
+        }
         std::mt19937 g(5);
         std::normal_distribution<float> N(0, 1);
         std::vector<float> q((size_t)G * rk);
