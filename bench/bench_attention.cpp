@@ -142,20 +142,23 @@ void BM_decode_attention_threads(benchmark::State& st) {
     std::vector<float> scratch((size_t)(stride * nt));
     const int32_t qpos = (int32_t)n;
     thread_pool pool(nt);
+    int li = 0;  // the layer the tasks below read
+    auto tasks = [&](int64_t b, int64_t e, int ith) {
+        for (int64_t t = b; t < e; t++) {
+            const int h = (int)(t / nc);
+            const int64_t ci = t % nc;
+            const attn_kv_view kv = c.view(li, h);
+            const int64_t s0 = kv.n_slots * ci / nc, s1 = kv.n_slots * (ci + 1) / nc;
+            float* pb = part.data() + t * per_task;
+            attn_q_view qv{q.data() + (size_t)h * G * r, 0, r, G, 1, &qpos, 0.125f};
+            attn_partial p{pb, pb + G, pb + 2 * G};
+            kernel_attention_range(kv, s0, s1, qv, p, scratch.data() + ith * stride);
+        }
+    };
     for (auto _ : st) {
-        for (int li = 0; li < n_layers; li++) {
-            pool.parallel_for(KV * nc, 1, [&](int64_t b, int64_t e, int ith) {
-                for (int64_t t = b; t < e; t++) {
-                    const int h = (int)(t / nc);
-                    const int64_t ci = t % nc;
-                    const attn_kv_view kv = c.view(li, h);
-                    const int64_t s0 = kv.n_slots * ci / nc, s1 = kv.n_slots * (ci + 1) / nc;
-                    float* pb = part.data() + t * per_task;
-                    attn_q_view qv{q.data() + (size_t)h * G * r, 0, r, G, 1, &qpos, 0.125f};
-                    attn_partial p{pb, pb + G, pb + 2 * G};
-                    kernel_attention_range(kv, s0, s1, qv, p, scratch.data() + ith * stride);
-                }
-            });
+        for (li = 0; li < n_layers; li++) {
+            // one reference captured: the std::function allocates nothing a layer (as the backend's calls)
+            pool.parallel_for(KV * nc, 1, [&tasks](int64_t b, int64_t e, int ith) { tasks(b, e, ith); });
             for (int h = 0; h < KV; h++) {
                 attn_partial parts[64];
                 for (int64_t ci = 0; ci < nc; ci++) {
