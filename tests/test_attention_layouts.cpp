@@ -40,6 +40,7 @@
 #include "engine/session.h"
 #include "ggml-like/error.h"
 #include "kernels/attention.h"
+#include "kernels/cpu/attention_layout.h"  // the 4-bit integer kernels and their 256-bit twins
 #include "tests/kv_test_data.h"
 #include "tests/tiny_model.h"
 
@@ -413,3 +414,84 @@ TEST(KvMixed, SessionTablesEqualBits) {
 }
 
 }  // namespace
+
+// The AVX-512 loops of the 4-bit integer kernels (the query fold, the key
+// scores over 16 transposed rows, the value sums four slots a dpbusd;
+// kernels/cpu/attention_q4.cpp, attention_kivi.h) against their 256-bit twins
+// on random codes, grids and queries, at ranks 65..128 (the rows they take):
+// the int8 query and its scale are the same bytes, the integer sums the same
+// integers, so scores and value sums must be bit-identical; only the fold's
+// bias sums q_c m_c in another order (relative 1e-6). Ranges cover whole 16s of
+// slots, tails shorter than one, spans across groups and a short last chunk.
+TEST(KiviQ4Kernels, WideLoopsMatchTheirTwins) {
+    const attn::kivi_int_kernels* wide = attn::q4_int_kernels();
+    const attn::kivi_int_kernels* narrow = attn::q4_int_kernels_narrow();
+    if (!wide || !narrow) GTEST_SKIP() << "this build has no AVX2 integer kernels";
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
+    std::printf("[ measured ] the wide loops are built (AVX-512 BW, VNNI, VBMI)\n");
+#else
+    std::printf("[ measured ] no AVX-512 in this build: both tables run the 256-bit loops\n");
+#endif
+    std::mt19937 rng(11);
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::uniform_real_distribution<float> unit(-1.0f, 1.0f), prob(0.0f, 1.0f);
+    const int64_t n_slots = 150;
+    const std::vector<int32_t> gs = {0, 32, 64, 96, 128, 150};  // groups of 32 slots, a short last one
+    int checked = 0;
+    for (int r : {72, 100, 128})
+        for (int G : {1, 3, 6, 7}) {
+            const int nrc = (r + 63) / 64, rb = kv_kivi_row_bytes(4, r), nb = (r + KV_Q4_VBLOCK - 1) / KV_Q4_VBLOCK;
+            std::vector<uint8_t> codes((size_t)(n_slots * rb + KV_Q4_PAD));
+            for (auto& c : codes) c = (uint8_t)byte(rng);
+            // keys: one group's fold, then its scores over sub-ranges
+            std::vector<float> q((size_t)G * 64 * nrc, 0.0f);
+            for (int j = 0; j < G; j++)
+                for (int c = 0; c < r; c++) q[(size_t)j * 64 * nrc + c] = unit(rng);
+            std::vector<uint16_t> grid((size_t)r);
+            for (auto& g : grid) g = (uint16_t)(byte(rng) | byte(rng) << 8);
+            const uint16_t step[2] = {fp32_to_fp16(0.013f), fp32_to_fp16(0.021f)};
+            std::vector<int8_t> qi_w((size_t)G * 64 * nrc), qi_n(qi_w.size());
+            std::vector<float> qd_w(G), qd_n(G), bias_w(G), bias_n(G);
+            wide->fold(G, q.data(), grid.data(), step, r, nrc, qi_w.data(), qd_w.data(), bias_w.data());
+            narrow->fold(G, q.data(), grid.data(), step, r, nrc, qi_n.data(), qd_n.data(), bias_n.data());
+            ASSERT_EQ(qi_w, qi_n) << "r " << r << " G " << G;
+            for (int j = 0; j < G; j++) {
+                EXPECT_EQ(qd_w[j], qd_n[j]) << "r " << r << " G " << G << " head " << j;
+                EXPECT_NEAR(bias_w[j], bias_n[j], 1e-6f * (1.0f + std::fabs(bias_n[j])));
+            }
+            const int64_t n = 32;
+            struct range {
+                int64_t a, b;
+            };
+            for (const range rg : {range{0, 32}, range{5, 32}, range{0, 17}, range{3, 30}, range{16, 32}, range{9, 12}}) {
+                const int64_t g0 = 64;  // the group of slots 64..95
+                std::vector<float> sc_w((size_t)G * n, -1.0f), sc_n(sc_w);
+                wide->scores(G, r, nrc, codes.data(), rb, g0 + rg.a, g0 + rg.b, n_slots, g0, n, qi_n.data(),
+                             qd_n.data(), bias_n.data(), sc_w.data());
+                narrow->scores(G, r, nrc, codes.data(), rb, g0 + rg.a, g0 + rg.b, n_slots, g0, n, qi_n.data(),
+                               qd_n.data(), bias_n.data(), sc_n.data());
+                ASSERT_EQ(sc_w, sc_n) << "scores: r " << r << " G " << G << " slots " << rg.a << ".." << rg.b;
+                checked++;
+            }
+            // values over spans of the whole cache
+            std::vector<uint16_t> vs((size_t)(n_slots * nb)), vm((gs.size() - 1) * KV_GRID_STEPS);
+            for (auto& g : vs) g = (uint16_t)(byte(rng) | byte(rng) << 8);
+            for (size_t i = 0; i < vm.size(); i++) vm[i] = fp32_to_fp16(i % 2 ? 0.017f + 0.001f * i : 0.011f + 0.002f * i);
+            std::vector<float> p((size_t)G * n_slots);
+            for (auto& x : p) x = prob(rng);
+            const std::vector<std::vector<int64_t>> spans = {{0, 150, 0}, {3, 141, 0}, {3, 40, 0, 70, 141, 0}, {97, 99, 0}};
+            for (const auto& sp : spans) {
+                const int n_sp = (int)sp.size() / 3;
+                const int64_t g0 = sp[0] / 32;
+                std::vector<float> acc_w((size_t)G * r, 0.0f), acc_n(acc_w), ms_w((size_t)G * nb, 0.0f), ms_n(ms_w);
+                wide->values(G, codes.data(), rb, vs.data(), vm.data(), gs.data(), g0, nb, sp.data(), n_sp, n_slots, r,
+                             p.data(), acc_w.data(), ms_w.data());
+                narrow->values(G, codes.data(), rb, vs.data(), vm.data(), gs.data(), g0, nb, sp.data(), n_sp, n_slots,
+                               r, p.data(), acc_n.data(), ms_n.data());
+                ASSERT_EQ(acc_w, acc_n) << "values: r " << r << " G " << G << " span from " << sp[0];
+                ASSERT_EQ(ms_w, ms_n) << "min terms: r " << r << " G " << G << " span from " << sp[0];
+                checked++;
+            }
+        }
+    std::printf("[ measured ] %d score ranges and value spans bit-identical to the 256-bit loops\n", checked);
+}

@@ -265,6 +265,95 @@ __attribute__((noinline)) void kivi_values_pairs(const uint8_t* cp, int rb, int6
     for (int j = 0; j < G; j++) ac[j][0] = a0[j], ac[j][1] = a1[j], ac[j][2] = a2[j], ac[j][3] = a3[j];
 }
 
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
+#define ZK_KIVI_WIDE_VALUES 1
+// Query heads per pass of the wide value loop (below): 2 int32 accumulators a
+// head, 12 of the 32 zmm registers at 6 heads, so the 1.5B's 6 query heads a
+// KV head share one pass.
+constexpr int KIVI_WIDE_HEADS = 6;
+
+// The wide form of the pair loop, for 4-bit rows of 65..128 channels (two row
+// chunks, blocks 0 and 1; rows padded to 64 bytes by KV_Q4_PAD): four slots at
+// a time, a whole row a zmm load. The four rows' bytes are interleaved (two
+// unpacks of bytes, two of words) so that dword e of lane l of vector v holds
+// row byte 16 l + 4 v + e of the four slots in order; its low nibbles centred
+// (c - 8) are channel 32 l + 8 v + 2 e, the high ones channel + 1. One dpbusd
+// then adds u_t (c_t - 8) + .. + u_t+3 (c_t+3 - 8) into the int32 lanes, where
+// the pair loop's maddubs added two slots into int16 ones: half the multiply
+// instructions, at twice their width. The integers are the pair loop's, so the
+// results are too (the float steps are the same, channel by channel).
+//
+// acc + the dword dot products of u (u8) and c (s8): vpdpbusd, in asm because
+// GCC 12 copied every accumulator of the intrinsic's loop to a fresh register
+// and back (24 moves a quad at 6 heads).
+__attribute__((always_inline)) inline __m512i kivi_dpbusd512(__m512i acc, __m512i u, __m512i c) {
+    asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(c));
+    return acc;
+}
+
+// One vector v of the interleaved bytes (kivi_values_quads) over nq quads of
+// slots: 2 G int32 accumulators (a plane each) stay in registers with the
+// codes, where all four vectors at once (8 G) spilled.
+template <int G, int V>
+__attribute__((always_inline)) inline void kivi_values_quads_v(const uint8_t* cp, int rb, int64_t nq, int64_t last,
+                                                               int64_t pf, const __m512i (&wq)[G][8],
+                                                               const __m512 (&dv)[G], float (&fw)[G][4][2][16]) {
+    const __m512i mask = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
+    const int64_t step = 4 * (int64_t)rb;
+    __m512i a0[G], a1[G];  // planes: low nibbles, high ones
+#pragma GCC unroll 8
+    for (int j = 0; j < G; j++) a0[j] = a1[j] = _mm512_setzero_si512();
+    const uint8_t* p = cp;
+    for (int64_t i = 0; i < nq; i++, p += step) {
+        if (V == 0 && pf) simd::prefetch_l2(p + pf, (size_t)step);
+        int64_t o1 = rb, o2 = 2 * (int64_t)rb, o3 = 3 * (int64_t)rb;
+        if (i + 1 == nq) {
+            const int64_t t = 4 * i;
+            o1 = (std::min(t + 1, last) - t) * rb, o2 = (std::min(t + 2, last) - t) * rb;
+            o3 = (std::min(t + 3, last) - t) * rb;
+        }
+        const __m512i x0 = _mm512_loadu_si512(p), x1 = _mm512_loadu_si512(p + o1);
+        const __m512i x2 = _mm512_loadu_si512(p + o2), x3 = _mm512_loadu_si512(p + o3);
+        const __m512i u01 = V >= 2 ? _mm512_unpackhi_epi8(x0, x1) : _mm512_unpacklo_epi8(x0, x1);
+        const __m512i u23 = V >= 2 ? _mm512_unpackhi_epi8(x2, x3) : _mm512_unpacklo_epi8(x2, x3);
+        const __m512i q = V & 1 ? _mm512_unpackhi_epi16(u01, u23) : _mm512_unpacklo_epi16(u01, u23);
+        const __m512i lo = _mm512_sub_epi8(_mm512_and_si512(q, mask), eight);
+        const __m512i hi = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(q, 4), mask), eight);
+#pragma GCC unroll 8
+        for (int j = 0; j < G; j++) {
+            a0[j] = kivi_dpbusd512(a0[j], wq[j][i], lo);
+            a1[j] = kivi_dpbusd512(a1[j], wq[j][i], hi);
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < G; j++) {
+        // (maskz: the plain form's undefined source operand trips GCC 12's
+        // -Wuninitialized, PR 105593, which a pragma cannot reach in a unity batch)
+        float* f0 = fw[j][V][0];
+        float* f1 = fw[j][V][1];
+        const __m512 x0 = _mm512_maskz_cvtepi32_ps((__mmask16)0xFFFF, a0[j]);
+        const __m512 x1 = _mm512_maskz_cvtepi32_ps((__mmask16)0xFFFF, a1[j]);
+        _mm512_store_ps(f0, _mm512_fmadd_ps(x0, dv[j], _mm512_load_ps(f0)));
+        _mm512_store_ps(f1, _mm512_fmadd_ps(x1, dv[j], _mm512_load_ps(f1)));
+    }
+}
+
+// nq quads of slots from cp (slots past `last` repeat it: their weight is 0);
+// wq [G][8]: per head and quad the weight vector, dwords 0..7 {u_t .. u_t+3}
+// of block 0, 8..15 of block 1 (lanes 0-1 are channels 0..63). Vector by
+// vector (the rows stay in L1 for the next), the int32 sums are scaled by
+// dv[j] ({D_0 x 8, D_1 x 8}) into fw[j][v][plane] (16 floats).
+template <int G>
+__attribute__((noinline)) void kivi_values_quads(const uint8_t* cp, int rb, int64_t nq, int64_t last, int64_t pf,
+                                                 const __m512i (&wq)[G][8], const __m512 (&dv)[G],
+                                                 float (&fw)[G][4][2][16]) {
+    kivi_values_quads_v<G, 0>(cp, rb, nq, last, pf, wq, dv, fw);
+    kivi_values_quads_v<G, 1>(cp, rb, nq, last, pf, wq, dv, fw);
+    kivi_values_quads_v<G, 2>(cp, rb, nq, last, pf, wq, dv, fw);
+    kivi_values_quads_v<G, 3>(cp, rb, nq, last, pf, wq, dv, fw);
+}
+#endif
+
 // The chunk loop of the value sums for row chunk k (SPLIT: chunks k and k + 1)
 // over the slots of spans sp[3 i] .. sp[3 i + 1] (weights at sc[j n + s - sp[3 i + 2]]),
 // over Codes (the width):
@@ -285,11 +374,19 @@ __attribute__((noinline)) void kivi_values_pairs(const uint8_t* cp, int rb, int6
 // slot, where one chunk's lanes held one block's weight twice. Every integer
 // sum and every float operation on a channel is the one of two separate
 // chunks, so the results are bit-identical.
-template <int G, bool HALF, bool SPLIT, class Codes>
+// WIDE (4-bit codes, rows of two row chunks, k = 0; SPLIT): both halves in one
+// wide quad loop (kivi_values_quads) in place of the two pair loops.
+template <int G, bool HALF, bool SPLIT, class Codes, bool WIDE = false>
 void kivi_values_unit(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, const int32_t* gs,
                       int64_t g0, int nb, const int64_t* sp, int n_sp, int64_t n, int r, const float* sc,
                       float* acc, float* msum, int k) {
+#ifdef ZK_KIVI_WIDE_VALUES
+    static_assert(G >= 1 && G <= (WIDE ? KIVI_WIDE_HEADS : KIVI_VALUE_HEADS), "accumulators all in registers");
+    static_assert(!WIDE || SPLIT, "the wide loop covers the two row chunks of a split unit");
+#else
+    static_assert(!WIDE, "the wide loop needs AVX-512 BW, VNNI and VBMI");
     static_assert(G >= 1 && G <= KIVI_VALUE_HEADS, "4 int16 accumulators a head, all in registers");
+#endif
     static_assert(!SPLIT || (!HALF && KV_Q4_VBLOCK == 64), "split lanes: row chunks k and k + 1 are blocks k and k + 1");
     constexpr int NH = SPLIT ? 2 : 1;  // halves of the row chunks, a pair loop each
     constexpr int C = HALF ? 2 * KIVI_VCHUNK : KIVI_VCHUNK;
@@ -304,7 +401,11 @@ void kivi_values_unit(const uint8_t* codes, int rb, const uint16_t* vs, const ui
     const __m256i entry_slot =
         HALF ? _mm256_setr_epi32(0, 2, 1, 3, 4, 6, 5, 7) : _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
     int64_t g = g0;  // the group of slot s
-    alignas(32) float fa[G][NH][4][2][8];  // [head][half][code vector][lane][8]: channel order restored at the end
+    alignas(32) float fa[WIDE ? 1 : G][NH][4][2][8];  // [head][half][code vector][lane][8]: channel order restored at the end
+#ifdef ZK_KIVI_WIDE_VALUES
+    alignas(64) float fw[WIDE ? G : 1][4][2][16];  // WIDE: [head][code vector][plane][16] (kivi_values_quads)
+    if (WIDE) std::memset(fw, 0, sizeof(fw));
+#endif
     std::memset(fa, 0, sizeof(fa));
     __m256 msv[G];  // min terms, lanes alternate the low and high lane's (the same block but for HALF)
     for (int j = 0; j < G; j++) msv[j] = _mm256_setzero_ps();
@@ -455,6 +556,28 @@ void kivi_values_unit(const uint8_t* codes, int rb, const uint16_t* vs, const ui
                     const __m256i v = _mm256_packus_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
                     _mm256_store_si256((__m256i*)(pd[j] + 8 * h), _mm256_permutevar8x32_epi32(v, pair_order));
                 }
+#ifdef ZK_KIVI_WIDE_VALUES
+            if constexpr (WIDE) {
+                // per head and quad t..t+3: pair dwords 2q, 2q + 1 hold {u_t(b0), u_t(b1), u_t+1(b0), ..};
+                // dwords 0..7 of the weight vector take the b0 bytes, 8..15 the b1 ones
+                alignas(64) static const int8_t wsel[64] = {
+                    0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6,
+                    1, 3, 5, 7, 1, 3, 5, 7, 1, 3, 5, 7, 1, 3, 5, 7, 1, 3, 5, 7, 1, 3, 5, 7, 1, 3, 5, 7, 1, 3, 5, 7};
+                const __m512i widx = _mm512_load_si512(wsel);
+                const int64_t nq = (m + 3) / 4;
+                __m512i wq[G][8];
+                __m512 dv[G];
+#pragma GCC unroll 8
+                for (int j = 0; j < G; j++) {
+                    for (int64_t q = 0; q < nq; q++)
+                        wq[j][q] = _mm512_permutexvar_epi8(
+                            widx, _mm512_zextsi128_si512(_mm_loadl_epi64((const __m128i*)(pd[j] + 2 * q))));
+                    dv[j] = _mm512_insertf32x8(_mm512_set1_ps(dsc[j][0]), _mm256_set1_ps(dsc[j][1]), 1);
+                }
+                kivi_values_quads<G>(codes + s * rb, rb, nq, m - 1, ahead, wq, dv, fw);
+                continue;
+            }
+#endif
             for (int i = 0; i < NH; i++) {  // SPLIT: one set of weights for both halves
                 __m256i ac[G][4];
                 kivi_values_pairs<Codes, G, HALF, SPLIT>(
@@ -478,7 +601,17 @@ void kivi_values_unit(const uint8_t* codes, int rb, const uint16_t* vs, const ui
     // back to channel order (Codes::channel), past r dropped
     // (SPLIT: lane h of half i is the lane-i part of row chunk k + h)
     for (int j = 0; j < G; j++) {
-        for (int i = 0; i < NH; i++)
+#ifdef ZK_KIVI_WIDE_VALUES
+        if (WIDE) {  // element 4 l + e of vector v, plane pl: channel 32 l + 8 v + 2 e + pl
+            for (int v = 0; v < 4; v++)
+                for (int pl = 0; pl < 2; pl++)
+                    for (int d = 0; d < 16; d++) {
+                        const int c = 32 * (d >> 2) + 8 * v + 2 * (d & 3) + pl;
+                        if (c < r) acc[j * r + c] += fw[j][v][pl][d];
+                    }
+        }
+#endif
+        for (int i = 0; i < NH && !WIDE; i++)
             for (int v = 0; v < 4; v++)
                 for (int h = 0; h < 2; h++)
                     for (int e = 0; e < 8; e++) {
@@ -504,6 +637,17 @@ void kivi_values_unit(const uint8_t* codes, int rb, const uint16_t* vs, const ui
 // channels and the row has a next chunk: the weights of a chunk of slots are
 // then made once for 128 channels, where one chunk's lanes shared one block and
 // so each weight was made twice.
+// Whether the wide quad loop takes these rows: 4-bit codes of 65..128 channels.
+template <class Codes>
+constexpr bool kivi_values_wide(int r) {
+#ifdef ZK_KIVI_WIDE_VALUES
+    return Codes::wide && KV_Q4_VBLOCK == 64 && r > 64 && r <= 128;
+#else
+    (void)r;
+    return false;
+#endif
+}
+
 template <int G, bool HALF, class Codes>
 void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, const int32_t* gs,
                        int64_t g0, int nb, const int64_t* sp, int n_sp, int64_t n, int r, const float* sc,
@@ -531,10 +675,24 @@ void kivi_values_int_h(const uint8_t* codes, int rb, const uint16_t* vs, const u
         kivi_values_int_g<G, false, Codes>(codes, rb, vs, vm, gs, g0, nb, sp, n_sp, n, r, sc, acc, msum);
 }
 
-template <class Codes>
+// WIDE = false: never the wide loop (the twin tests hold it to).
+template <class Codes, bool WIDE = true>
 void kivi_values_int(int G, const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, const int32_t* gs,
                      int64_t g0, int nb, const int64_t* sp, int n_sp, int64_t n, int r, const float* sc,
                      float* acc, float* msum) {
+#ifdef ZK_KIVI_WIDE_VALUES
+    if (WIDE && kivi_values_wide<Codes>(r)) {
+        if constexpr (Codes::wide) {
+            kivi_head_passes(G, KIVI_WIDE_HEADS, [&](int j0, int g) {
+                kivi_with_heads<KIVI_WIDE_HEADS>(g, [&](auto gb) {
+                    kivi_values_unit<decltype(gb)::value, false, true, Codes, true>(
+                        codes, rb, vs, vm, gs, g0, nb, sp, n_sp, n, r, sc + j0 * n, acc + j0 * r, msum + j0 * nb, 0);
+                });
+            });
+        }
+        return;
+    }
+#endif
     kivi_head_passes(G, KIVI_VALUE_HEADS, [&](int j0, int g) {
         kivi_with_heads<KIVI_VALUE_HEADS>(g, [&](auto gb) {
             kivi_values_int_h<decltype(gb)::value, Codes>(codes, rb, vs, vm, gs, g0, nb, sp, n_sp, n, r, sc + j0 * n,

@@ -130,6 +130,9 @@ struct kivi_int_kernels {
 // nullptr in a build without AVX2.
 const kivi_int_kernels* q4_int_kernels();
 const kivi_int_kernels* q2_int_kernels();
+// The 4-bit kernels without their AVX-512 forms (the same as q4_int_kernels()
+// in a build without them): the twins tests hold the wide loops to.
+const kivi_int_kernels* q4_int_kernels_narrow();
 // The scores of 1-bit key tails (attention_q1.cpp; no value kernel): chunk 128,
 // the query laid out as that file says, and `scores` ADDS qd_j (qi_j . code_s)
 // + bias_j to sc, after the width's kernels wrote the scores of the row's

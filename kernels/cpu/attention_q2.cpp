@@ -196,6 +196,7 @@ void q2_scores_add(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t 
 struct q2_codes {
     static constexpr float center = 2.0f;
     static constexpr int chunk_bytes = 16;
+    static constexpr bool wide = false;
     // A pair loop iteration's code vectors (kivi_values_pairs): the 16 bytes
     // (64 channels) of slot t and of slot t + 1 interleaved, the low lane
     // bytes 0..7 (channels 64k..), the high lane bytes 8..15 (64k + 32..), and

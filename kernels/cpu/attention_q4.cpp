@@ -8,8 +8,17 @@
 // (32) bytes past their last row: a row shorter than its last chunk reads into
 // the next row or the padding, and those channels meet zero query bytes (keys)
 // or are dropped (values).
+// GCC 12's AVX-512 headers trip -Wuninitialized and -Wmaybe-uninitialized on
+// their own _mm512_undefined_* placeholders once inlined (GCC PR 105593); the
+// pragma has to precede the headers, whose locations the warning points at.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "kernels/cpu/attention_kivi.h"
 #include "kernels/cpu/attention_layout.h"
@@ -129,6 +138,101 @@ void scores_q4_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t
     }
 }
 
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define ZK_Q4_WIDE_SCORES 1
+// The wide score loop, for rows of two row chunks (65..128 channels, rows
+// read as 64 bytes: KV_Q4_PAD): 16 slots at a time, their 16 rows of 16
+// dwords transposed (4 rounds of 16 shuffles) so that vector c holds dword c
+// of every row, lane d slot d. Dword c is row bytes 4c .. 4c + 3, channels 8c
+// .. 8c + 7: its low nibbles are the even channels 8c + 2e, which the folded
+// query keeps as 4 consecutive bytes (64 (c / 8) + 4 (c % 8), the odd ones 32
+// bytes on), so one dpbusd against that dword broadcast from memory adds four
+// channels of 16 slots into their own lanes: no horizontal sums, which took
+// most of the narrow loop's time once the products were dpbusd. The integers
+// are the narrow loop's, and so are the scores.
+// acc + u (u8) . the query dword at qh + OFF (s8), broadcast. In asm: the
+// intrinsic's loop got a register copy of every accumulator (GCC 12), and a
+// memory operand per (head, dword) became 32 G addresses spilled to the stack;
+// here one base register a head and a constant offset (qh's 256 bytes are an
+// input, so the fold's stores stay before it).
+template <int OFF>
+__attribute__((always_inline)) inline __m512i q4_dpbusd_bcast(__m512i acc, __m512i u, const int8_t* qh) {
+    asm("vpdpbusd %c3(%2)%{1to16%}, %1, %0"
+        : "+v"(acc)
+        : "v"(u), "r"(qh), "i"(OFF), "m"(*(const int8_t(*)[256])qh));
+    return acc;
+}
+
+// x[i] = row i's 16 dwords -> x[c] = dword c of the 16 rows, in row order.
+__attribute__((always_inline)) inline void q4_transpose16(__m512i (&x)[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(x[2 * i], x[2 * i + 1]);  // lane: A0 B0 A1 B1
+        t[2 * i + 1] = _mm512_unpackhi_epi32(x[2 * i], x[2 * i + 1]);  // A2 B2 A3 B3
+    }
+    for (int i = 0; i < 4; i++) {  // x[4i + m], lane l: rows 4i .. 4i + 3 of dword 4l + m
+        x[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        x[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        x[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        x[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    // rows 8h .. 8h + 7: t[8h + m] lanes hold dwords m, 8 + m of rows 8h .. +3, then of 8h + 4 .. +7;
+    // t[8h + 4 + m] dwords 4 + m, 12 + m
+    for (int h = 0; h < 2; h++)
+        for (int m = 0; m < 4; m++) {
+            t[8 * h + m] = _mm512_shuffle_i32x4(x[8 * h + m], x[8 * h + 4 + m], _MM_SHUFFLE(2, 0, 2, 0));
+            t[8 * h + 4 + m] = _mm512_shuffle_i32x4(x[8 * h + m], x[8 * h + 4 + m], _MM_SHUFFLE(3, 1, 3, 1));
+        }
+    for (int m = 0; m < 8; m++) {  // t[m]: dwords c = m % 4 + 4 (m / 4) and c + 8 of rows 0..7; t[8 + m] of rows 8..15
+        const int c = (m & 3) + 4 * (m >> 2);
+        x[c] = _mm512_shuffle_i32x4(t[m], t[8 + m], _MM_SHUFFLE(2, 0, 2, 0));
+        x[c + 8] = _mm512_shuffle_i32x4(t[m], t[8 + m], _MM_SHUFFLE(3, 1, 3, 1));
+    }
+}
+
+// The products of the 16 transposed columns x[c] with G heads' query dwords
+// (query stride 128 bytes) into acc: C... = 0..15, so that every query offset
+// is a constant.
+template <int G, int... C>
+__attribute__((always_inline)) inline void q4_wide_columns(const __m512i (&x)[16], const int8_t* qi, __m512i (&acc)[G],
+                                                           std::integer_sequence<int, C...>) {
+    const __m512i mask = _mm512_set1_epi8(0x0F);
+    auto column = [&](auto cc) __attribute__((always_inline)) {
+        constexpr int c = decltype(cc)::value, qo = 64 * (c >> 3) + 4 * (c & 7);
+        const __m512i lo = _mm512_and_si512(x[c], mask), hi = _mm512_and_si512(_mm512_srli_epi16(x[c], 4), mask);
+#pragma GCC unroll 8
+        for (int j = 0; j < G; j++) {
+            acc[j] = q4_dpbusd_bcast<qo>(acc[j], lo, qi + 128 * j);
+            acc[j] = q4_dpbusd_bcast<qo + 32>(acc[j], hi, qi + 128 * j);
+        }
+    };
+    (column(std::integral_constant<int, C>()), ...);
+}
+
+// Slots [a, a + 16 k) of one group for G heads (query stride 128 bytes).
+template <int G>
+void scores_q4_wide(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end, int64_t s0, int64_t n,
+                    const int8_t* qi, const float* qd, const float* bias, float* sc) {
+    for (int64_t s = a; s + 16 <= b; s += 16) {
+        const uint8_t* c0 = codes + s * rb;
+        for (int u = 0; u < 16; u += 4) kivi_prefetch_rows(codes, rb, s + u, pf_end);
+        __m512i x[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) x[i] = _mm512_loadu_si512(c0 + i * rb);
+        q4_transpose16(x);
+        __m512i acc[G];
+#pragma GCC unroll 8
+        for (int j = 0; j < G; j++) acc[j] = _mm512_setzero_si512();
+        q4_wide_columns<G>(x, qi, acc, std::make_integer_sequence<int, 16>());
+#pragma GCC unroll 8
+        for (int j = 0; j < G; j++) {
+            const __m512 f = _mm512_cvtepi32_ps(acc[j]);
+            _mm512_storeu_ps(sc + j * n + s - s0, _mm512_fmadd_ps(f, _mm512_set1_ps(qd[j]), _mm512_set1_ps(bias[j])));
+        }
+    }
+}
+#endif
+
 template <int G>
 void scores_q4_int_n(int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end, int64_t s0,
                      int64_t n, const int8_t* qi, const float* qd, const float* bias, float* sc) {
@@ -141,9 +245,23 @@ void scores_q4_int_n(int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b
     }
 }
 
+// WIDE: the wide loops where they are built and apply (false: the 256-bit
+// twins, which tests hold them to).
+template <bool WIDE>
 void q4_scores(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end,
                int64_t s0, int64_t n, const int8_t* qi, const float* qd, const float* bias, float* sc) {
     const int qstride = 64 * nrc;
+#ifdef ZK_Q4_WIDE_SCORES
+    if (WIDE && nrc == 2 && r > 64 && G <= 8) {  // whole 16s of slots in the wide loop, every head at once
+        const int64_t w = a + (b - a) / 16 * 16;
+        if (w > a)
+            kivi_with_heads<8>(G, [&](auto gb) {
+                scores_q4_wide<decltype(gb)::value>(codes, rb, a, w, pf_end, s0, n, qi, qd, bias, sc);
+            });
+        if (w == b) return;
+        a = w;
+    }
+#endif
     kivi_head_passes(G, KIVI_SCORE_HEADS, [&](int j0, int g) {  // query heads in register-sized groups
         const int nr = r <= 32 ? 0 : nrc;
         kivi_with_heads<KIVI_SCORE_HEADS>(g, [&](auto gb) {
@@ -157,6 +275,7 @@ void q4_scores(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t a, i
 struct q4_codes {
     static constexpr float center = 8.0f;
     static constexpr int chunk_bytes = 32;
+    static constexpr bool wide = true;  // kivi_values_quads reads these rows where it is built
     // A pair loop iteration's code vectors (kivi_values_pairs): the two slots'
     // bytes interleaved (unpack), low nibbles then high ones, centred, c - 8.
     // HALF (r <= 32, rows of at most 16 bytes): the pair (t, t + 1) in the low
@@ -195,25 +314,93 @@ struct q4_codes {
     }
 };
 
+#ifdef ZK_Q4_WIDE_SCORES
+// kivi_fold_queries for rows of two row chunks (65..128 channels, query
+// stride 128), 16 channels a step and every head in one pass over the grid:
+// the same q_c s_c, maxima, int8 roundings and layout (q4_pack), the bias
+// sum_c q_c m_c summed in another order. The roundings are packed to bytes
+// lane by lane (two packs) and put in the layout by one byte permute.
+template <int GB>
+void q4_fold_wide(const float* q, const uint16_t* grid, const uint16_t* step, int r, int8_t* qi, float* qd,
+                  float* bias) {
+    // byte i of a chunk's layout (evens, then odds) is channel ch = 2i or 2(i - 32) + 1, which the packs
+    // of four int32 vectors (channels 16m + 4l + e) leave at byte 16l + 4m + e
+    alignas(64) static const int8_t pick_bytes[64] = {
+        0, 2, 16, 18, 32, 34, 48, 50, 4, 6, 20, 22, 36, 38, 52, 54,
+        8, 10, 24, 26, 40, 42, 56, 58, 12, 14, 28, 30, 44, 46, 60, 62,
+        1, 3, 17, 19, 33, 35, 49, 51, 5, 7, 21, 23, 37, 39, 53, 55,
+        9, 11, 25, 27, 41, 43, 57, 59, 13, 15, 29, 31, 45, 47, 61, 63};
+    alignas(64) float qs[GB][128];
+    const __m512 ds = _mm512_set1_ps(h2f(step[0])), dm = _mm512_set1_ps(h2f(step[1]));
+    const __m256i lo8 = _mm256_set1_epi16(0xff);
+    __m512 mx[GB], bs[GB];
+#pragma GCC unroll 8
+    for (int j = 0; j < GB; j++) mx[j] = bs[j] = _mm512_setzero_ps();
+    for (int c = 0; c < 128; c += 16) {
+        // grid codes of channels c .. c + 15, zeros past r (the query is zero there too)
+        const __mmask16 in = c + 16 <= r ? (__mmask16)0xFFFF : c >= r ? (__mmask16)0 : (__mmask16)((1u << (r - c)) - 1);
+        const __m256i g16 = _mm256_maskz_loadu_epi16(in, grid + c);
+        const __m512 sv = _mm512_mul_ps(ds, _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(_mm256_and_si256(g16, lo8))));
+        const __m512 mv = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm256_srai_epi16(g16, 8))));
+#pragma GCC unroll 8
+        for (int j = 0; j < GB; j++) {
+            const __m512 qc = _mm512_loadu_ps(q + 128 * j + c);
+            const __m512 x = _mm512_mul_ps(qc, sv);
+            _mm512_store_ps(qs[j] + c, x);
+            mx[j] = _mm512_max_ps(mx[j], _mm512_abs_ps(x));
+            bs[j] = _mm512_fmadd_ps(qc, mv, bs[j]);
+        }
+    }
+    const __m512i pick = _mm512_load_si512(pick_bytes);
+#pragma GCC unroll 8
+    for (int j = 0; j < GB; j++) {
+        bias[j] = _mm512_reduce_add_ps(bs[j]);
+        const float d = _mm512_reduce_max_ps(mx[j]) / 127.0f;
+        qd[j] = d;
+        const __m512 vid = _mm512_set1_ps(d > 0 ? 1.0f / d : 0.0f);
+        for (int k = 0; k < 2; k++) {
+            const float* x = qs[j] + 64 * k;
+            const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(x), vid));
+            const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(x + 16), vid));
+            const __m512i i2 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(x + 32), vid));
+            const __m512i i3 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(x + 48), vid));
+            const __m512i b = _mm512_packs_epi16(_mm512_packs_epi32(i0, i1), _mm512_packs_epi32(i2, i3));
+            _mm512_storeu_si512(qi + 128 * j + 64 * k, _mm512_permutexvar_epi8(pick, b));
+        }
+    }
+}
+#endif
+
+template <bool WIDE>
 void q4_fold(int G, const float* q, const uint16_t* grid, const uint16_t* step, int r, int nrc, int8_t* qi, float* qd,
              float* bias) {
+#ifdef ZK_Q4_WIDE_SCORES
+    if (WIDE && nrc == 2 && r > 64 && G <= 8) {
+        kivi_with_heads<8>(G, [&](auto gb) { q4_fold_wide<decltype(gb)::value>(q, grid, step, r, qi, qd, bias); });
+        return;
+    }
+#endif
     kivi_fold_queries_n<q4_pack>(G, q, grid, step, r, nrc, qi, qd, bias);
 }
 
+template <bool WIDE>
 void q4_values(int G, const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, const int32_t* gs,
                int64_t g0, int nb, const int64_t* sp, int n_sp, int64_t n, int r, const float* sc, float* acc,
                float* msum) {
-    kivi_values_int<q4_codes>(G, codes, rb, vs, vm, gs, g0, nb, sp, n_sp, n, r, sc, acc, msum);
+    kivi_values_int<q4_codes, WIDE>(G, codes, rb, vs, vm, gs, g0, nb, sp, n_sp, n, r, sc, acc, msum);
 }
 
 // int16 sums stay exact up to 4 chunks (r = 256): see scores_q4_int_g.
-const kivi_int_kernels k_q4 = {64, 4, q4_fold, q4_scores, q4_values};
+const kivi_int_kernels k_q4 = {64, 4, q4_fold<true>, q4_scores<true>, q4_values<true>};
+const kivi_int_kernels k_q4_narrow = {64, 4, q4_fold<false>, q4_scores<false>, q4_values<false>};
 
 }  // namespace
 
 const kivi_int_kernels* q4_int_kernels() { return &k_q4; }
+const kivi_int_kernels* q4_int_kernels_narrow() { return &k_q4_narrow; }
 #else
 const kivi_int_kernels* q4_int_kernels() { return nullptr; }
+const kivi_int_kernels* q4_int_kernels_narrow() { return nullptr; }
 #endif
 
 }  // namespace attn
