@@ -272,17 +272,6 @@ __attribute__((noinline)) void kivi_values_pairs(const uint8_t* cp, int rb, int6
 // KV head share one pass.
 constexpr int KIVI_WIDE_HEADS = 6;
 
-// The wide form of the pair loop, for 4-bit rows of 65..128 channels (two row
-// chunks, blocks 0 and 1; rows padded to 64 bytes by KV_Q4_PAD): four slots at
-// a time, a whole row a zmm load. The four rows' bytes are interleaved (two
-// unpacks of bytes, two of words) so that dword e of lane l of vector v holds
-// row byte 16 l + 4 v + e of the four slots in order; its low nibbles centred
-// (c - 8) are channel 32 l + 8 v + 2 e, the high ones channel + 1. One dpbusd
-// then adds u_t (c_t - 8) + .. + u_t+3 (c_t+3 - 8) into the int32 lanes, where
-// the pair loop's maddubs added two slots into int16 ones: half the multiply
-// instructions, at twice their width. The integers are the pair loop's, so the
-// results are too (the float steps are the same, channel by channel).
-//
 // acc + the dword dot products of u (u8) and c (s8): vpdpbusd, in asm because
 // GCC 12 copied every accumulator of the intrinsic's loop to a fresh register
 // and back (24 moves a quad at 6 heads).
@@ -338,6 +327,17 @@ __attribute__((always_inline)) inline void kivi_values_quads_v(const uint8_t* cp
     }
 }
 
+// The wide form of the pair loop, for 4-bit rows of 65..128 channels (two row
+// chunks, blocks 0 and 1; rows padded to 64 bytes by KV_Q4_PAD): four slots at
+// a time, a whole row a zmm load. The four rows' bytes are interleaved (two
+// unpacks of bytes, two of words) so that dword e of lane l of vector v holds
+// row byte 16 l + 4 v + e of the four slots in order; its low nibbles centred
+// (c - 8) are channel 32 l + 8 v + 2 e, the high ones channel + 1. One dpbusd
+// then adds u_t (c_t - 8) + .. + u_t+3 (c_t+3 - 8) into the int32 lanes, where
+// the pair loop's maddubs added two slots into int16 ones: half the multiply
+// instructions, at twice their width. The integers are the pair loop's, so the
+// results are too (the float steps are the same, channel by channel).
+//
 // nq quads of slots from cp (slots past `last` repeat it: their weight is 0);
 // wq [G][8]: per head and quad the weight vector, dwords 0..7 {u_t .. u_t+3}
 // of block 0, 8..15 of block 1 (lanes 0-1 are channels 0..63). Vector by
@@ -633,10 +633,6 @@ void kivi_values_unit(const uint8_t* codes, int rb, const uint16_t* vs, const ui
     }
 }
 
-// Row chunks one at a time, or two at a time (SPLIT) where blocks are 64
-// channels and the row has a next chunk: the weights of a chunk of slots are
-// then made once for 128 channels, where one chunk's lanes shared one block and
-// so each weight was made twice.
 // Whether the wide quad loop takes these rows: 4-bit codes of 65..128 channels.
 template <class Codes>
 constexpr bool kivi_values_wide(int r) {
@@ -648,6 +644,10 @@ constexpr bool kivi_values_wide(int r) {
 #endif
 }
 
+// Row chunks one at a time, or two at a time (SPLIT) where blocks are 64
+// channels and the row has a next chunk: the weights of a chunk of slots are
+// then made once for 128 channels, where one chunk's lanes shared one block and
+// so each weight was made twice.
 template <int G, bool HALF, class Codes>
 void kivi_values_int_g(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, const int32_t* gs,
                        int64_t g0, int nb, const int64_t* sp, int n_sp, int64_t n, int r, const float* sc,
