@@ -4,9 +4,13 @@
 // variant takes the query heads per KV head as a fourth argument (2 KV heads:
 // Qwen2.5-Coder-1.5B is d 128, G 6; the 0.5B d 64, G 7).
 // Args: rank (r_k = r_v), bits (16 = f16, 8, 4, 5 = 4-bit + GEAR), context[, G].
-// BM_decode_attention_threads/<rank>/<bits>/<context>/<G>/<threads>/<layers>:
+// BM_decode_attention_threads/<rank>/<bits>/<context>/<G>/<threads>/<layers>/<cold>:
 // a whole model's step on a thread pool, split into slot ranges as the CPU
 // backend splits it (real time; s_per_layer a layer): the second thread's gain.
+// cold 1: before each step (not timed) 640 MiB are read, more than the L3 of
+// the boxes here, as a decode step's weights pass through it between two
+// steps' attention: the cache then comes from DRAM, where with cold 0 a 62 MB
+// cache stays in a large L3 from one step to the next.
 // Items/s counts cached tokens read, so bytes per token read is comparable.
 // BM_plan_attention/<plan>/<context>: a whole model's decode attention under a
 // KV plan (calib/plan.h: each head's key/value precision and ranks), one
@@ -124,9 +128,11 @@ void BM_decode_attention_gqa(benchmark::State& st) { run_decode_attention(st, 1,
 void BM_decode_attention_threads(benchmark::State& st) {
     const int r = (int)st.range(0), bits = (int)st.range(1), G = (int)st.range(3), nt = (int)st.range(4);
     const int n_layers = (int)st.range(5), KV = 2;
+    const bool cold = st.range(6) != 0;
     const int64_t n = st.range(2);
     const kv_cache c = make_cache(n_layers, KV, r, bits, n);
     const int64_t nc = (2 * nt + KV - 1) / KV;
+    std::vector<uint64_t> flush(cold ? (size_t)640 << 17 : 0, 1);  // 640 MiB
     if (nc > 64) {  // the merge's partials below
         st.SkipWithError("at most 64 threads");
         return;
@@ -156,6 +162,13 @@ void BM_decode_attention_threads(benchmark::State& st) {
         }
     };
     for (auto _ : st) {
+        if (cold) {
+            st.PauseTiming();
+            uint64_t sum = 0;
+            for (size_t i = 0; i < flush.size(); i += 8) sum += flush[i];  // a line at a time
+            benchmark::DoNotOptimize(sum);
+            st.ResumeTiming();
+        }
         for (li = 0; li < n_layers; li++) {
             // one reference captured: the std::function allocates nothing a layer (as the backend's calls)
             pool.parallel_for(KV * nc, 1, [&tasks](int64_t b, int64_t e, int ith) { tasks(b, e, ith); });
@@ -373,7 +386,7 @@ BENCHMARK(BM_decode_attention_gqa)
     ->Unit(benchmark::kMicrosecond);
 // the 1.5B's 28 layers at 8K, one and two threads
 BENCHMARK(BM_decode_attention_threads)
-    ->ArgsProduct({{128}, {16, 4}, {8192}, {6}, {1, 2}, {28}})
+    ->ArgsProduct({{128}, {16, 4}, {8192}, {6}, {1, 2}, {28}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_select_groups)->ArgsProduct({{4, 2}, {8192, 32768}, {2048}})->Unit(benchmark::kMicrosecond);
