@@ -138,7 +138,8 @@ void scores_q4_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t
     }
 }
 
-#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+// (VBMI: the wide fold's byte permute; Cascade Lake has VNNI without it and keeps the 256-bit loops)
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
 #define ZK_Q4_WIDE_SCORES 1
 // The wide score loop, for rows of two row chunks (65..128 channels, rows
 // read as 64 bytes: KV_Q4_PAD): 16 slots at a time, their 16 rows of 16
@@ -149,7 +150,8 @@ void scores_q4_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t
 // bytes on), so one dpbusd against that dword broadcast from memory adds four
 // channels of 16 slots into their own lanes: no horizontal sums, which took
 // most of the narrow loop's time once the products were dpbusd. The integers
-// are the narrow loop's, and so are the scores.
+// are the narrow loop's, and so are the scores (scores_q4_wide below).
+//
 // acc + u (u8) . the query dword at qh + OFF (s8), broadcast. In asm: the
 // intrinsic's loop got a register copy of every accumulator (GCC 12), and a
 // memory operand per (head, dword) became 32 G addresses spilled to the stack;
