@@ -132,11 +132,11 @@ void BM_decode_attention_threads(benchmark::State& st) {
     const int64_t n = st.range(2);
     const kv_cache c = make_cache(n_layers, KV, r, bits, n);
     const int64_t nc = (2 * nt + KV - 1) / KV;
-    std::vector<uint64_t> flush(cold ? (size_t)640 << 17 : 0, 1);  // 640 MiB
     if (nc > 64) {  // the merge's partials below
         st.SkipWithError("at most 64 threads");
         return;
     }
+    std::vector<uint64_t> flush(cold ? (size_t)640 << 17 : 0, 1);  // 640 MiB
     std::mt19937 g(2);
     std::normal_distribution<float> N(0, 1);
     std::vector<float> q((size_t)KV * G * r), out(q.size());

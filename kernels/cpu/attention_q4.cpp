@@ -152,6 +152,10 @@ void scores_q4_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t
 // most of the narrow loop's time once the products were dpbusd. The integers
 // are the narrow loop's, and so are the scores (scores_q4_wide below).
 //
+// Whether the wide fold and score loops take a group: rows of two row chunks,
+// at most 8 query heads (their accumulators in registers).
+inline bool q4_wide_keys(int G, int r, int nrc) { return nrc == 2 && r > 64 && G <= 8; }
+
 // acc + u (u8) . the query dword at qh + OFF (s8), broadcast. In asm: the
 // intrinsic's loop got a register copy of every accumulator (GCC 12), and a
 // memory operand per (head, dword) became 32 G addresses spilled to the stack;
@@ -254,7 +258,7 @@ void q4_scores(int G, int r, int nrc, const uint8_t* codes, int rb, int64_t a, i
                int64_t s0, int64_t n, const int8_t* qi, const float* qd, const float* bias, float* sc) {
     const int qstride = 64 * nrc;
 #ifdef ZK_Q4_WIDE_SCORES
-    if (WIDE && nrc == 2 && r > 64 && G <= 8) {  // whole 16s of slots in the wide loop, every head at once
+    if (WIDE && q4_wide_keys(G, r, nrc)) {  // whole 16s of slots in the wide loop, every head at once
         const int64_t w = a + (b - a) / 16 * 16;
         if (w > a)
             kivi_with_heads<8>(G, [&](auto gb) {
@@ -377,7 +381,7 @@ template <bool WIDE>
 void q4_fold(int G, const float* q, const uint16_t* grid, const uint16_t* step, int r, int nrc, int8_t* qi, float* qd,
              float* bias) {
 #ifdef ZK_Q4_WIDE_SCORES
-    if (WIDE && nrc == 2 && r > 64 && G <= 8) {
+    if (WIDE && q4_wide_keys(G, r, nrc)) {
         kivi_with_heads<8>(G, [&](auto gb) { q4_fold_wide<decltype(gb)::value>(q, grid, step, r, qi, qd, bias); });
         return;
     }
