@@ -495,3 +495,53 @@ TEST(KiviQ4Kernels, WideLoopsMatchTheirTwins) {
         }
     std::printf("[ measured ] %d score ranges and value spans bit-identical to the 256-bit loops\n", checked);
 }
+
+// The softmax steps of every decode range (kernels/cpu/simd.h: max_f32, then
+// exp_shift_sum writing e^(x - max) in place and returning the sum) against
+// double precision (of the rounded x - max), at lengths through every loop's tail (1..300, and a range of
+// 8K scores). The exponential is a degree-6 polynomial (relative error ~2e-7);
+// where the build has AVX-512 the long rows take 16-float loops, whose lanes
+// must give exp8's values bit for bit (the same operations), so both widths
+// are held to the same bound: 1e-6 relative per element and on the sum.
+TEST(SimdSoftmax, MaxAndExpSumMatchDouble) {
+    std::mt19937 rng(5);
+    std::normal_distribution<float> score(0.0f, 6.0f);
+    std::vector<int> lengths;
+    for (int n = 1; n <= 300; n++) lengths.push_back(n);
+    lengths.push_back(8192);
+    double worst = 0;
+    for (int n : lengths) {
+        std::vector<float> x(n);
+        for (float& v : x) v = score(rng);
+        if (n > 3) x[n / 3] = -200.0f;  // flushed to 0 below e^-87
+        const float mx = *std::max_element(x.begin(), x.end());
+        ASSERT_EQ(simd::max_f32(x.data(), n), mx) << "n " << n;
+        std::vector<float> e = x;
+        const float sum = simd::exp_shift_sum(e.data(), n, mx);
+        double ref_sum = 0;
+        for (int i = 0; i < n; i++) {
+            const double r = std::exp((double)(x[i] - mx));  // (the argument as the kernel rounds it)
+            ref_sum += r;
+            if (r < 1e-37) {
+                ASSERT_EQ(e[i], 0.0f) << "n " << n << " i " << i;
+                continue;
+            }
+            const double rel = std::fabs(e[i] - r) / r;
+            worst = std::max(worst, rel);
+            ASSERT_LT(rel, 1e-6) << "n " << n << " i " << i << " x " << x[i];
+        }
+        ASSERT_LT(std::fabs(sum - ref_sum) / ref_sum, 1e-6) << "n " << n;
+    }
+    std::printf("[ measured ] worst relative error of e^x %.2e\n", worst);
+#ifdef ZK_SIMD_AVX512
+    // lane for lane, the 16-float exponential is the 8-float one
+    for (int t = 0; t < 64; t++) {
+        alignas(64) float in[16], a[16], b[16];
+        for (float& v : in) v = score(rng) * 4.0f;
+        _mm512_store_ps(a, simd::exp16(_mm512_load_ps(in)));
+        _mm256_store_ps(b, simd::exp8(_mm256_load_ps(in)));
+        _mm256_store_ps(b + 8, simd::exp8(_mm256_load_ps(in + 8)));
+        for (int i = 0; i < 16; i++) ASSERT_EQ(a[i], b[i]) << "x " << in[i];
+    }
+#endif
+}

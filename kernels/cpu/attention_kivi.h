@@ -287,7 +287,7 @@ template <int G, int V>
 __attribute__((always_inline)) inline void kivi_values_quads_v(const uint8_t* cp, int rb, int64_t nq, int64_t last,
                                                                int64_t pf, const __m512i (&wq)[G][8],
                                                                const __m512 (&dv)[G], float (&fw)[G][4][2][16]) {
-    const __m512i mask = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8);
+    const __m512i top = _mm512_set1_epi8((char)0xF0), flip = _mm512_set1_epi8((char)0x88);
     const int64_t step = 4 * (int64_t)rb;
     __m512i a0[G], a1[G];  // planes: low nibbles, high ones
 #pragma GCC unroll 8
@@ -306,8 +306,12 @@ __attribute__((always_inline)) inline void kivi_values_quads_v(const uint8_t* cp
         const __m512i u01 = V >= 2 ? _mm512_unpackhi_epi8(x0, x1) : _mm512_unpacklo_epi8(x0, x1);
         const __m512i u23 = V >= 2 ? _mm512_unpackhi_epi8(x2, x3) : _mm512_unpacklo_epi8(x2, x3);
         const __m512i q = V & 1 ? _mm512_unpackhi_epi16(u01, u23) : _mm512_unpacklo_epi16(u01, u23);
-        const __m512i lo = _mm512_sub_epi8(_mm512_and_si512(q, mask), eight);
-        const __m512i hi = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(q, 4), mask), eight);
+        // each nibble c as the signed byte 16 (c - 8): ((c ^ 8) << 4), one ternary
+        // op a plane ((x ^ flip) & top: imm 0x28) where masking, shifting and
+        // centring took five; the sums come out 16 times the centred ones (a chunk's
+        // under 2^20: 8 quads of 4 products |16 (c - 8)| u <= 128 x 127)
+        const __m512i lo = _mm512_ternarylogic_epi32(_mm512_slli_epi16(q, 4), flip, top, 0x28);
+        const __m512i hi = _mm512_ternarylogic_epi32(q, flip, top, 0x28);
 #pragma GCC unroll 8
         for (int j = 0; j < G; j++) {
             a0[j] = kivi_dpbusd512(a0[j], wq[j][i], lo);
@@ -320,8 +324,10 @@ __attribute__((always_inline)) inline void kivi_values_quads_v(const uint8_t* cp
         // -Wuninitialized, PR 105593, which a pragma cannot reach in a unity batch)
         float* f0 = fw[j][V][0];
         float* f1 = fw[j][V][1];
-        const __m512 x0 = _mm512_maskz_cvtepi32_ps((__mmask16)0xFFFF, a0[j]);
-        const __m512 x1 = _mm512_maskz_cvtepi32_ps((__mmask16)0xFFFF, a1[j]);
+        // (the shift is exact: the sums are multiples of 16)
+        const __mmask16 all = 0xFFFF;
+        const __m512 x0 = _mm512_maskz_cvtepi32_ps(all, _mm512_maskz_srai_epi32(all, a0[j], 4));
+        const __m512 x1 = _mm512_maskz_cvtepi32_ps(all, _mm512_maskz_srai_epi32(all, a1[j], 4));
         _mm512_store_ps(f0, _mm512_fmadd_ps(x0, dv[j], _mm512_load_ps(f0)));
         _mm512_store_ps(f1, _mm512_fmadd_ps(x1, dv[j], _mm512_load_ps(f1)));
     }
@@ -335,8 +341,10 @@ __attribute__((always_inline)) inline void kivi_values_quads_v(const uint8_t* cp
 // (c - 8) are channel 32 l + 8 v + 2 e, the high ones channel + 1. One dpbusd
 // then adds u_t (c_t - 8) + .. + u_t+3 (c_t+3 - 8) into the int32 lanes, where
 // the pair loop's maddubs added two slots into int16 ones: half the multiply
-// instructions, at twice their width. The integers are the pair loop's, so the
-// results are too (the float steps are the same, channel by channel).
+// instructions, at twice their width. (The codes enter as 16 (c - 8), so the
+// sums are 16 times these, shifted back exactly before they turn to floats.)
+// The integers are the pair loop's, so the results are too (the float steps are
+// the same, channel by channel).
 //
 // nq quads of slots from cp (slots past `last` repeat it: their weight is 0);
 // wq [G][8]: per head and quad the weight vector, dwords 0..7 {u_t .. u_t+3}

@@ -52,6 +52,41 @@ inline __m256 exp8(__m256 x) {
 }
 #endif
 
+#if defined(ZK_SIMD_AVX2) && defined(__AVX512F__)
+#define ZK_SIMD_AVX512 1
+// (The maskz forms, with every lane on: the plain ones pass GCC 12's headers an
+// undefined vector that warns where they are inlined, PR 105593.)
+constexpr __mmask16 all16 = 0xFFFF;
+
+template <int H>
+inline __m256 half16(__m512 v) {  // (not the cast for the low half: it too extracts with an undefined vector)
+    return _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), H));
+}
+inline __m256 half_sum16(__m512 v) { return _mm256_add_ps(half16<0>(v), half16<1>(v)); }
+inline __m256 half_max16(__m512 v) { return _mm256_max_ps(half16<0>(v), half16<1>(v)); }
+
+// exp8 on 16 floats: the same operations lane by lane, so the same results.
+inline __m512 exp16(__m512 x) {
+    x = _mm512_maskz_min_ps(all16, x, _mm512_set1_ps(88.3762626647949f));
+    const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
+    x = _mm512_maskz_max_ps(all16, x, _mm512_set1_ps(-87.0f));
+    const __m512 n = _mm512_maskz_roundscale_ps(all16, _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    const __m512i e =
+        _mm512_maskz_slli_epi32(all16, _mm512_add_epi32(_mm512_maskz_cvtps_epi32(all16, n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mul_ps((__mmask16)~under, p, _mm512_castsi512_ps(e));
+}
+#endif
+
 // Asks for [p, p + bytes) in L2 (prefetcht1, a hint: no fault past a buffer's
 // end). Decode attention reads each layer's cache once per token, after the
 // weights have pushed it out of the caches, in runs of a few KiB per KV head
@@ -122,8 +157,26 @@ inline void f32_to_f16_row(const float* src, uint16_t* dst, int n) {
 inline float max_f32(const float* x, int n) {
     float m = -INFINITY;
     int i = 0;
+#ifdef ZK_SIMD_AVX512
+    if (n >= 64) {  // (decode attention's softmax: a range's scores per head)
+        __m512 v = _mm512_loadu_ps(x), v1 = v, v2 = v, v3 = v;
+        for (i = 16; i + 64 <= n; i += 64) {
+            v = _mm512_maskz_max_ps(all16, v, _mm512_loadu_ps(x + i));
+            v1 = _mm512_maskz_max_ps(all16, v1, _mm512_loadu_ps(x + i + 16));
+            v2 = _mm512_maskz_max_ps(all16, v2, _mm512_loadu_ps(x + i + 32));
+            v3 = _mm512_maskz_max_ps(all16, v3, _mm512_loadu_ps(x + i + 48));
+        }
+        v = _mm512_maskz_max_ps(all16, _mm512_maskz_max_ps(all16, v, v1), _mm512_maskz_max_ps(all16, v2, v3));
+        for (; i + 16 <= n; i += 16) v = _mm512_maskz_max_ps(all16, v, _mm512_loadu_ps(x + i));
+        const __m256 h8 = half_max16(v);
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        m = _mm_cvtss_f32(h);
+    }
+#endif
 #ifdef ZK_SIMD_AVX2
-    if (n >= 8) {
+    if (i == 0 && n >= 8) {
         // four independent chains: one max per load would wait on the previous one
         __m256 v = _mm256_loadu_ps(x), v1 = v, v2 = v, v3 = v;
         for (i = 8; i + 32 <= n; i += 32) {
@@ -158,6 +211,27 @@ inline void scale_f32(float* x, int n, float a) {
 inline float exp_shift_sum(float* x, int n, float m) {
     int i = 0;
     float s = 0;
+#ifdef ZK_SIMD_AVX512
+    if (n >= 64) {
+        // two sums: one add a vector would wait on the last (4 cycles a 16 floats)
+        const __m512 vm = _mm512_set1_ps(m);
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        for (; i + 32 <= n; i += 32) {
+            const __m512 e0 = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
+            const __m512 e1 = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16), vm));
+            _mm512_storeu_ps(x + i, e0);
+            _mm512_storeu_ps(x + i + 16, e1);
+            a0 = _mm512_add_ps(a0, e0);
+            a1 = _mm512_add_ps(a1, e1);
+        }
+        for (; i + 16 <= n; i += 16) {
+            const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
+            _mm512_storeu_ps(x + i, e);
+            a0 = _mm512_add_ps(a0, e);
+        }
+        s = hsum(half_sum16(_mm512_add_ps(a0, a1)));
+    }
+#endif
 #ifdef ZK_SIMD_AVX2
     const __m256 vm = _mm256_set1_ps(m);
     __m256 acc = _mm256_setzero_ps();
@@ -166,7 +240,7 @@ inline float exp_shift_sum(float* x, int n, float m) {
         _mm256_storeu_ps(x + i, e);
         acc = _mm256_add_ps(acc, e);
     }
-    s = hsum(acc);
+    s += hsum(acc);
 #endif
     for (; i < n; i++) {
         x[i] = std::exp(x[i] - m);
