@@ -325,9 +325,8 @@ __attribute__((always_inline)) inline void kivi_values_quads_v(const uint8_t* cp
         float* f0 = fw[j][V][0];
         float* f1 = fw[j][V][1];
         // (the shift is exact: the sums are multiples of 16)
-        const __mmask16 all = 0xFFFF;
-        const __m512 x0 = _mm512_maskz_cvtepi32_ps(all, _mm512_maskz_srai_epi32(all, a0[j], 4));
-        const __m512 x1 = _mm512_maskz_cvtepi32_ps(all, _mm512_maskz_srai_epi32(all, a1[j], 4));
+        const __m512 x0 = _mm512_maskz_cvtepi32_ps(simd::all16, _mm512_maskz_srai_epi32(simd::all16, a0[j], 4));
+        const __m512 x1 = _mm512_maskz_cvtepi32_ps(simd::all16, _mm512_maskz_srai_epi32(simd::all16, a1[j], 4));
         _mm512_store_ps(f0, _mm512_fmadd_ps(x0, dv[j], _mm512_load_ps(f0)));
         _mm512_store_ps(f1, _mm512_fmadd_ps(x1, dv[j], _mm512_load_ps(f1)));
     }

@@ -27,25 +27,36 @@ inline float hsum(__m256 v) {
     return _mm_cvtss_f32(lo);
 }
 
+inline float hmax(__m256 v) {
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+// The constants of exp8 and exp16 (one table, so the two widths cannot drift
+// apart): x clamped to [lo, hi], x = n ln2 + r with ln2 in two parts, and the
+// Horner coefficients of e^r, highest degree first.
+struct exp_consts {
+    static constexpr float hi = 88.3762626647949f, lo = -87.0f, log2e = 1.44269504088896341f;
+    static constexpr float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
+    static constexpr float poly[7] = {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f};
+};
+
 // e^x for 8 floats: x = n ln2 + r, |r| <= ln2/2, degree-6 polynomial for e^r
 // (relative error ~2e-7); inputs below -87 flush to 0.
 inline __m256 exp8(__m256 x) {
-    const __m256 hi = _mm256_set1_ps(88.3762626647949f);
-    const __m256 lo = _mm256_set1_ps(-87.0f);
-    x = _mm256_min_ps(x, hi);
-    const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_max_ps(x, lo);
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+    using C = exp_consts;
+    x = _mm256_min_ps(x, _mm256_set1_ps(C::hi));
+    const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(C::lo), _CMP_LT_OQ);
+    x = _mm256_max_ps(x, _mm256_set1_ps(C::lo));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(C::log2e)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 720.0f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(C::ln2_hi), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(C::ln2_lo), r);
+    __m256 p = _mm256_set1_ps(C::poly[0]);
+#pragma GCC unroll 6
+    for (int k = 1; k < 7; k++) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(C::poly[k]));
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     const __m256 res = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
     return _mm256_andnot_ps(under, res);
@@ -67,22 +78,19 @@ inline __m256 half_max16(__m512 v) { return _mm256_max_ps(half16<0>(v), half16<1
 
 // exp8 on 16 floats: the same operations lane by lane, so the same results.
 inline __m512 exp16(__m512 x) {
-    x = _mm512_maskz_min_ps(all16, x, _mm512_set1_ps(88.3762626647949f));
-    const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
-    x = _mm512_maskz_max_ps(all16, x, _mm512_set1_ps(-87.0f));
-    const __m512 n = _mm512_maskz_roundscale_ps(all16, _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    const __m512i e =
-        _mm512_maskz_slli_epi32(all16, _mm512_add_epi32(_mm512_maskz_cvtps_epi32(all16, n), _mm512_set1_epi32(127)), 23);
+    using C = exp_consts;
+    x = _mm512_maskz_min_ps(all16, x, _mm512_set1_ps(C::hi));
+    const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(C::lo), _CMP_LT_OQ);
+    x = _mm512_maskz_max_ps(all16, x, _mm512_set1_ps(C::lo));
+    const __m512 n = _mm512_maskz_roundscale_ps(all16, _mm512_mul_ps(x, _mm512_set1_ps(C::log2e)),
+                                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(C::ln2_hi), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(C::ln2_lo), r);
+    __m512 p = _mm512_set1_ps(C::poly[0]);
+#pragma GCC unroll 6
+    for (int k = 1; k < 7; k++) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(C::poly[k]));
+    const __m512i e = _mm512_maskz_slli_epi32(
+        all16, _mm512_add_epi32(_mm512_maskz_cvtps_epi32(all16, n), _mm512_set1_epi32(127)), 23);
     return _mm512_maskz_mul_ps((__mmask16)~under, p, _mm512_castsi512_ps(e));
 }
 #endif
@@ -168,11 +176,7 @@ inline float max_f32(const float* x, int n) {
         }
         v = _mm512_maskz_max_ps(all16, _mm512_maskz_max_ps(all16, v, v1), _mm512_maskz_max_ps(all16, v2, v3));
         for (; i + 16 <= n; i += 16) v = _mm512_maskz_max_ps(all16, v, _mm512_loadu_ps(x + i));
-        const __m256 h8 = half_max16(v);
-        __m128 h = _mm_max_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
-        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_max_ss(h, _mm_movehdup_ps(h));
-        m = _mm_cvtss_f32(h);
+        m = hmax(half_max16(v));
     }
 #endif
 #ifdef ZK_SIMD_AVX2
@@ -187,10 +191,7 @@ inline float max_f32(const float* x, int n) {
         }
         v = _mm256_max_ps(_mm256_max_ps(v, v1), _mm256_max_ps(v2, v3));
         for (; i + 8 <= n; i += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(x + i));
-        __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_max_ss(h, _mm_movehdup_ps(h));
-        m = _mm_cvtss_f32(h);
+        m = hmax(v);
     }
 #endif
     for (; i < n; i++) m = x[i] > m ? x[i] : m;
