@@ -479,7 +479,10 @@ TEST(KiviQ4Kernels, WideLoopsMatchTheirTwins) {
             for (size_t i = 0; i < vm.size(); i++) vm[i] = fp32_to_fp16(i % 2 ? 0.017f + 0.001f * i : 0.011f + 0.002f * i);
             std::vector<float> p((size_t)G * n_slots);
             for (auto& x : p) x = prob(rng);
-            const std::vector<std::vector<int64_t>> spans = {{0, 150, 0}, {3, 141, 0}, {3, 40, 0, 70, 141, 0}, {97, 99, 0}};
+            // (chunks of 32 from slot 3 meet the next group at their slot 29, from 20 at
+            // slot 12: both halves of a chunk take a later group's steps)
+            const std::vector<std::vector<int64_t>> spans = {
+                {0, 150, 0}, {3, 141, 0}, {20, 150, 0}, {3, 40, 0, 70, 141, 0}, {97, 99, 0}};
             for (const auto& sp : spans) {
                 const int n_sp = (int)sp.size() / 3;
                 const int64_t g0 = sp[0] / 32;

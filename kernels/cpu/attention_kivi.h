@@ -350,6 +350,120 @@ __attribute__((always_inline)) inline void kivi_values_quads_v(const uint8_t* cp
 // of block 0, 8..15 of block 1 (lanes 0-1 are channels 0..63). Vector by
 // vector (the rows stay in L1 for the next), the int32 sums are scaled by
 // dv[j] ({D_0 x 8, D_1 x 8}) into fw[j][v][plane] (16 floats).
+// The wide loop's weights for one chunk of 32 slots, in 512-bit vectors (the
+// 256-bit set-up below made them 8 entries a vector and then moved every
+// head's bytes into this layout with a load, a widening and a byte permute a
+// quad): vc [32 x 2] the slots' grid codes {g_0, g_1} as stored (read up to m); the
+// slot's steps from its group (g: slot s's, gs: the groups' first slots, vm
+// their steps); pj[j] the head's 32 probabilities, zeros past m. Per block b
+// the weights are w = p s_b over 16 slots a vector, their maximum x_b, the
+// 7-bit roundings u = round(w 127 / x_b) packed to bytes and spread into wq
+// (kivi_values_quads) by one dword permute a quad; dv = {x_0 / 127 x 8,
+// x_1 / 127 x 8}. Every float is computed by the 256-bit set-up's operations
+// and the integers are its integers, so the value sums are bit-identical; the
+// min terms p (m_b + 8 s_b) go into msv [G] (lanes: block 0's slots t = 0..3
+// mod 4, then block 1's) quad by quad in slot order, as the 256-bit set-up
+// sums them (there lanes alternate the blocks), so their sums are too.
+template <int G>
+__attribute__((always_inline)) inline void kivi_values_wide_weights(const uint16_t* vc, const uint16_t* vm,
+                                                                    const int32_t* gs, int64_t g, int64_t s, int m,
+                                                                    const float* const (&pj)[G], __m512i (&wq)[G][8],
+                                                                    __m512 (&dv)[G], __m256 (&msv)[G]) {
+    using simd::all16;
+    // the steps of slots 0..15 and 16..31: the chunk's first group's, later
+    // groups' from their first slot on
+    __m512 dl[2], ml[2];
+    dl[0] = dl[1] = _mm512_set1_ps(h2f(vm[g * KV_GRID_STEPS]));
+    ml[0] = ml[1] = _mm512_set1_ps(h2f(vm[g * KV_GRID_STEPS + 1]));
+    for (int64_t g2 = g + 1; gs[g2] < s + m; g2++) {
+        const int f = (int)(gs[g2] - s);  // 1 .. m - 1
+        const __m512 d2 = _mm512_set1_ps(h2f(vm[g2 * KV_GRID_STEPS])), m2 = _mm512_set1_ps(h2f(vm[g2 * KV_GRID_STEPS + 1]));
+        const __mmask16 k0 = f >= 16 ? (__mmask16)0 : (__mmask16)(0xFFFFu << f);
+        const __mmask16 k1 = (__mmask16)(0xFFFFu << std::max(f - 16, 0));
+        dl[0] = _mm512_mask_mov_ps(dl[0], k0, d2), ml[0] = _mm512_mask_mov_ps(ml[0], k0, m2);
+        dl[1] = _mm512_mask_mov_ps(dl[1], k1, d2), ml[1] = _mm512_mask_mov_ps(ml[1], k1, m2);
+    }
+    // S[h][b], M[h][b]: slots 16 h .. 16 h + 15 of block b; s_b = ds code_s, m_b = dm code_m
+    __m512 S[2][2], M[2][2];
+    const __m512i lo8 = _mm512_set1_epi32(0xff);
+    const __m512 center = _mm512_set1_ps(8.0f);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        // (read in place, masked past m: a copy's narrower stores stalled these loads)
+        const int left = std::min(std::max(m - 16 * h, 0), 16);
+        const __m512i v = _mm512_maskz_loadu_epi32((__mmask16)((1u << left) - 1), vc + 32 * h);
+        const __m512i c0 = _mm512_and_si512(v, lo8);
+        const __m512i c1 = _mm512_and_si512(_mm512_maskz_srli_epi32(all16, v, 16), lo8);
+        const __m512i n0 = _mm512_maskz_srai_epi32(all16, _mm512_maskz_slli_epi32(all16, v, 16), 24);
+        const __m512i n1 = _mm512_maskz_srai_epi32(all16, v, 24);
+        S[h][0] = _mm512_mul_ps(dl[h], _mm512_maskz_cvtepi32_ps(all16, c0));
+        S[h][1] = _mm512_mul_ps(dl[h], _mm512_maskz_cvtepi32_ps(all16, c1));
+        M[h][0] = _mm512_fmadd_ps(center, S[h][0], _mm512_mul_ps(ml[h], _mm512_maskz_cvtepi32_ps(all16, n0)));
+        M[h][1] = _mm512_fmadd_ps(center, S[h][1], _mm512_mul_ps(ml[h], _mm512_maskz_cvtepi32_ps(all16, n1)));
+    }
+    // the min terms' vectors quad by quad: mq[q] = {block 0's m of slots 4q .. 4q + 3, block 1's}
+    alignas(64) float mq[8][8];
+    {
+        const __m512i even = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+        const __m512i odd = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            _mm512_store_ps(mq[4 * h], _mm512_permutex2var_ps(M[h][0], even, M[h][1]));
+            _mm512_store_ps(mq[4 * h + 2], _mm512_permutex2var_ps(M[h][0], odd, M[h][1]));
+        }
+    }
+    // every head's two maxima first, into lanes 2 j and 2 j + 1 of one vector,
+    // so that one division serves all heads (a division a head waited on its
+    // own reduction: perf put a sixth of this function's time on its result)
+    static_assert(2 * G <= 16, "two maxima a head in one vector");
+    __m512 X = _mm512_setzero_ps();
+    const __m512i pick_max = _mm512_setr_epi32(0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8);
+#pragma GCC unroll 8
+    for (int j = 0; j < G; j++) {
+        const __m512 p0 = _mm512_loadu_ps(pj[j]), p1 = _mm512_loadu_ps(pj[j] + 16);
+        // weights are >= 0, so their maxima need no zero to start from
+        const __m512 x0 = _mm512_maskz_max_ps(all16, _mm512_mul_ps(p0, S[0][0]), _mm512_mul_ps(p1, S[1][0]));
+        const __m512 x1 = _mm512_maskz_max_ps(all16, _mm512_mul_ps(p0, S[0][1]), _mm512_mul_ps(p1, S[1][1]));
+        // {max of block 0 x 8, max of block 1 x 8}
+        __m512 x = _mm512_maskz_max_ps(all16, _mm512_shuffle_f32x4(x0, x1, _MM_SHUFFLE(1, 0, 1, 0)),
+                                       _mm512_shuffle_f32x4(x0, x1, _MM_SHUFFLE(3, 2, 3, 2)));
+        x = _mm512_maskz_max_ps(all16, x, _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(2, 3, 0, 1)));
+        x = _mm512_maskz_max_ps(all16, x, _mm512_permute_ps(x, 0x4E));
+        x = _mm512_maskz_max_ps(all16, x, _mm512_permute_ps(x, 0xB1));
+        X = _mm512_mask_permutexvar_ps(X, (__mmask16)(3u << (2 * j)), pick_max, x);
+    }
+    const __m512 ID = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(X, _mm512_setzero_ps(), _CMP_GT_OQ),
+                                          _mm512_set1_ps(KIVI_WMAX), X);
+    const __m512 DV = _mm512_mul_ps(X, _mm512_set1_ps(1.0f / KIVI_WMAX));
+    // (the min terms while the division runs)
+#pragma GCC unroll 8
+    for (int j = 0; j < G; j++)
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; q++)
+            msv[j] = _mm256_fmadd_ps(_mm256_broadcast_ps((const __m128*)(pj[j] + 4 * q)), _mm256_load_ps(mq[q]),
+                                     msv[j]);
+#pragma GCC unroll 8
+    for (int j = 0; j < G; j++) {
+        const __m512i b0 = _mm512_set1_epi32(2 * j), b1 = _mm512_set1_epi32(2 * j + 1);
+        const __m512 id0 = _mm512_permutexvar_ps(b0, ID), id1 = _mm512_permutexvar_ps(b1, ID);
+        dv[j] = _mm512_permutexvar_ps(_mm512_inserti64x4(b0, _mm512_castsi512_si256(b1), 1), DV);
+        // the weights again (the same products), rounded to 7 bits
+        const __m512 p0 = _mm512_loadu_ps(pj[j]), p1 = _mm512_loadu_ps(pj[j] + 16);
+        const __m512i u00 = _mm512_maskz_cvtps_epi32(all16, _mm512_mul_ps(_mm512_mul_ps(p0, S[0][0]), id0));
+        const __m512i u01 = _mm512_maskz_cvtps_epi32(all16, _mm512_mul_ps(_mm512_mul_ps(p1, S[1][0]), id0));
+        const __m512i u10 = _mm512_maskz_cvtps_epi32(all16, _mm512_mul_ps(_mm512_mul_ps(p0, S[0][1]), id1));
+        const __m512i u11 = _mm512_maskz_cvtps_epi32(all16, _mm512_mul_ps(_mm512_mul_ps(p1, S[1][1]), id1));
+        // dwords of lane l: block 0's quads l and 4 + l, then block 1's
+        const __m512i B = _mm512_packus_epi16(_mm512_packs_epi32(u00, u01), _mm512_packs_epi32(u10, u11));
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; q++) {
+            const int d0 = 4 * (q & 3) + (q >> 2);
+            wq[j][q] = _mm512_permutexvar_epi32(
+                _mm512_inserti64x4(_mm512_set1_epi32(d0), _mm256_set1_epi32(d0 + 2), 1), B);
+        }
+    }
+}
+
 template <int G>
 __attribute__((noinline)) void kivi_values_quads(const uint8_t* cp, int rb, int64_t nq, int64_t last, int64_t pf,
                                                  const __m512i (&wq)[G][8], const __m512 (&dv)[G],
@@ -382,7 +496,8 @@ __attribute__((noinline)) void kivi_values_quads(const uint8_t* cp, int rb, int6
 // sum and every float operation on a channel is the one of two separate
 // chunks, so the results are bit-identical.
 // WIDE (4-bit codes, rows of two row chunks, k = 0; SPLIT): both halves in one
-// wide quad loop (kivi_values_quads) in place of the two pair loops.
+// wide quad loop (kivi_values_quads) in place of the two pair loops, its
+// weights made 16 slots a vector (kivi_values_wide_weights).
 template <int G, bool HALF, bool SPLIT, class Codes, bool WIDE = false>
 void kivi_values_unit(const uint8_t* codes, int rb, const uint16_t* vs, const uint16_t* vm, const int32_t* gs,
                       int64_t g0, int nb, const int64_t* sp, int n_sp, int64_t n, int r, const float* sc,
@@ -429,6 +544,26 @@ void kivi_values_unit(const uint8_t* codes, int rb, const uint16_t* vs, const ui
                 simd::prefetch_l2(vs + p * nb, sizeof(uint16_t) * (size_t)(np * nb));
                 if (np == C) ahead = KIVI_PREFETCH_CHUNKS * C * (int64_t)rb;
             }
+#ifdef ZK_KIVI_WIDE_VALUES
+            if constexpr (WIDE) {
+                static_assert(Codes::center == 8.0f, "the wide weights centre 4-bit codes");
+                while (gs[g + 1] <= s) g++;
+                const float* pw[G];
+                alignas(64) float pz[G][C];
+                for (int j = 0; j < G; j++) {
+                    pw[j] = sc + j * n + s - s0;
+                    if (m < C) {
+                        for (int t = 0; t < C; t++) pz[j][t] = t < m ? pw[j][t] : 0.0f;
+                        pw[j] = pz[j];
+                    }
+                }
+                __m512i wq[G][8];
+                __m512 dv[G];
+                kivi_values_wide_weights<G>(vs + s * 2, vm, gs, g, s, m, pw, wq, dv, msv);
+                kivi_values_quads<G>(codes + s * rb, rb, (m + 3) / 4, m - 1, ahead, wq, dv, fw);
+                continue;
+            }
+#endif
             // per slot, the grid code pair of the two lanes: {g_b, g_b} for the
             // block b of row chunk k (HALF: {g_t, g_t+2} of two slots' block 0);
             // zeros past the chunk's end
@@ -563,28 +698,6 @@ void kivi_values_unit(const uint8_t* codes, int rb, const uint16_t* vs, const ui
                     const __m256i v = _mm256_packus_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
                     _mm256_store_si256((__m256i*)(pd[j] + 8 * h), _mm256_permutevar8x32_epi32(v, pair_order));
                 }
-#ifdef ZK_KIVI_WIDE_VALUES
-            if constexpr (WIDE) {
-                // per head and quad t..t+3: pair dwords 2q, 2q + 1 hold {u_t(b0), u_t(b1), u_t+1(b0), ..};
-                // dwords 0..7 of the weight vector take the b0 bytes, 8..15 the b1 ones
-                alignas(64) static const int8_t wsel[64] = {
-                    0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6,
-                    1, 3, 5, 7, 1, 3, 5, 7, 1, 3, 5, 7, 1, 3, 5, 7, 1, 3, 5, 7, 1, 3, 5, 7, 1, 3, 5, 7, 1, 3, 5, 7};
-                const __m512i widx = _mm512_load_si512(wsel);
-                const int64_t nq = (m + 3) / 4;
-                __m512i wq[G][8];
-                __m512 dv[G];
-#pragma GCC unroll 8
-                for (int j = 0; j < G; j++) {
-                    for (int64_t q = 0; q < nq; q++)
-                        wq[j][q] = _mm512_permutexvar_epi8(
-                            widx, _mm512_zextsi128_si512(_mm_loadl_epi64((const __m128i*)(pd[j] + 2 * q))));
-                    dv[j] = _mm512_insertf32x8(_mm512_set1_ps(dsc[j][0]), _mm256_set1_ps(dsc[j][1]), 1);
-                }
-                kivi_values_quads<G>(codes + s * rb, rb, nq, m - 1, ahead, wq, dv, fw);
-                continue;
-            }
-#endif
             for (int i = 0; i < NH; i++) {  // SPLIT: one set of weights for both halves
                 __m256i ac[G][4];
                 kivi_values_pairs<Codes, G, HALF, SPLIT>(
@@ -630,6 +743,9 @@ void kivi_values_unit(const uint8_t* codes, int rb, const uint16_t* vs, const ui
         if (HALF) {  // the two lanes: other slots of block 0
             msum[j * nb] += ms[0] + ms[2] + ms[4] + ms[6];
             msum[j * nb] += ms[1] + ms[3] + ms[5] + ms[7];
+        } else if (WIDE) {  // kivi_values_wide_weights: block 0's slots mod 4, then block 1's
+            msum[j * nb] += ms[0] + ms[1] + ms[2] + ms[3];
+            msum[j * nb + 1] += ms[4] + ms[5] + ms[6] + ms[7];
         } else if (SPLIT) {  // the low lane's block k, the high lane's k + 1
             msum[j * nb + k] += ms[0] + ms[2] + ms[4] + ms[6];
             msum[j * nb + k + 1] += ms[1] + ms[3] + ms[5] + ms[7];

@@ -358,12 +358,26 @@ void q4_fold_wide(const float* q, const uint16_t* grid, const uint16_t* step, in
         }
     }
     const __m512i pick = _mm512_load_si512(pick_bytes);
+    // every head's maximum into lane j of one vector, so that two divisions
+    // serve all heads (a head's scalar divisions waited on its own reduction)
+    static_assert(GB <= 16, "a head a lane");
+    __m512 X = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int j = 0; j < GB; j++) {
+        __m512 x = _mm512_maskz_max_ps(simd::all16, mx[j], _mm512_shuffle_f32x4(mx[j], mx[j], _MM_SHUFFLE(1, 0, 3, 2)));
+        x = _mm512_maskz_max_ps(simd::all16, x, _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(2, 3, 0, 1)));
+        x = _mm512_maskz_max_ps(simd::all16, x, _mm512_permute_ps(x, 0x4E));
+        x = _mm512_maskz_max_ps(simd::all16, x, _mm512_permute_ps(x, 0xB1));
+        X = _mm512_mask_mov_ps(X, (__mmask16)(1u << j), x);
+    }
+    const __m512 D = _mm512_div_ps(X, _mm512_set1_ps(127.0f));  // d = max / 127, as the narrow fold
+    const __m512 VID = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(D, _mm512_setzero_ps(), _CMP_GT_OQ),
+                                           _mm512_set1_ps(1.0f), D);
+    _mm512_mask_storeu_ps(qd, (__mmask16)((1u << GB) - 1), D);
 #pragma GCC unroll 8
     for (int j = 0; j < GB; j++) {
         bias[j] = _mm512_reduce_add_ps(bs[j]);
-        const float d = _mm512_reduce_max_ps(mx[j]) / 127.0f;
-        qd[j] = d;
-        const __m512 vid = _mm512_set1_ps(d > 0 ? 1.0f / d : 0.0f);
+        const __m512 vid = _mm512_permutexvar_ps(_mm512_set1_epi32(j), VID);
         for (int k = 0; k < 2; k++) {
             const float* x = qs[j] + 64 * k;
             const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(x), vid));
