@@ -414,7 +414,7 @@ __attribute__((always_inline)) inline void kivi_values_wide_weights(const uint16
     }
     // every head's two maxima first, into lanes 2 j and 2 j + 1 of one vector,
     // so that one division serves all heads (a division a head waited on its
-    // own reduction: perf put a sixth of this function's time on its result)
+    // own reduction: perf put an eighth of this function's samples on its result)
     static_assert(2 * G <= 16, "two maxima a head in one vector");
     __m512 X = _mm512_setzero_ps();
     const __m512i pick_max = _mm512_setr_epi32(0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8, 0, 8);
