@@ -332,24 +332,6 @@ __attribute__((always_inline)) inline void kivi_values_quads_v(const uint8_t* cp
     }
 }
 
-// The wide form of the pair loop, for 4-bit rows of 65..128 channels (two row
-// chunks, blocks 0 and 1; rows padded to 64 bytes by KV_Q4_PAD): four slots at
-// a time, a whole row a zmm load. The four rows' bytes are interleaved (two
-// unpacks of bytes, two of words) so that dword e of lane l of vector v holds
-// row byte 16 l + 4 v + e of the four slots in order; its low nibbles centred
-// (c - 8) are channel 32 l + 8 v + 2 e, the high ones channel + 1. One dpbusd
-// then adds u_t (c_t - 8) + .. + u_t+3 (c_t+3 - 8) into the int32 lanes, where
-// the pair loop's maddubs added two slots into int16 ones: half the multiply
-// instructions, at twice their width. (The codes enter as 16 (c - 8), so the
-// sums are 16 times these, shifted back exactly before they turn to floats.)
-// The integers are the pair loop's, so the results are too (the float steps are
-// the same, channel by channel).
-//
-// nq quads of slots from cp (slots past `last` repeat it: their weight is 0);
-// wq [G][8]: per head and quad the weight vector, dwords 0..7 {u_t .. u_t+3}
-// of block 0, 8..15 of block 1 (lanes 0-1 are channels 0..63). Vector by
-// vector (the rows stay in L1 for the next), the int32 sums are scaled by
-// dv[j] ({D_0 x 8, D_1 x 8}) into fw[j][v][plane] (16 floats).
 // The wide loop's weights for one chunk of 32 slots, in 512-bit vectors (the
 // 256-bit set-up below made them 8 entries a vector and then moved every
 // head's bytes into this layout with a load, a widening and a byte permute a
@@ -464,6 +446,24 @@ __attribute__((always_inline)) inline void kivi_values_wide_weights(const uint16
     }
 }
 
+// The wide form of the pair loop, for 4-bit rows of 65..128 channels (two row
+// chunks, blocks 0 and 1; rows padded to 64 bytes by KV_Q4_PAD): four slots at
+// a time, a whole row a zmm load. The four rows' bytes are interleaved (two
+// unpacks of bytes, two of words) so that dword e of lane l of vector v holds
+// row byte 16 l + 4 v + e of the four slots in order; its low nibbles centred
+// (c - 8) are channel 32 l + 8 v + 2 e, the high ones channel + 1. One dpbusd
+// then adds u_t (c_t - 8) + .. + u_t+3 (c_t+3 - 8) into the int32 lanes, where
+// the pair loop's maddubs added two slots into int16 ones: half the multiply
+// instructions, at twice their width. (The codes enter as 16 (c - 8), so the
+// sums are 16 times these, shifted back exactly before they turn to floats.)
+// The integers are the pair loop's, so the results are too (the float steps are
+// the same, channel by channel).
+//
+// nq quads of slots from cp (slots past `last` repeat it: their weight is 0);
+// wq [G][8]: per head and quad the weight vector, dwords 0..7 {u_t .. u_t+3}
+// of block 0, 8..15 of block 1 (lanes 0-1 are channels 0..63). Vector by
+// vector (the rows stay in L1 for the next), the int32 sums are scaled by
+// dv[j] ({D_0 x 8, D_1 x 8}) into fw[j][v][plane] (16 floats).
 template <int G>
 __attribute__((noinline)) void kivi_values_quads(const uint8_t* cp, int rb, int64_t nq, int64_t last, int64_t pf,
                                                  const __m512i (&wq)[G][8], const __m512 (&dv)[G],
