@@ -544,22 +544,23 @@ void kivi_values_unit(const uint8_t* codes, int rb, const uint16_t* vs, const ui
                 simd::prefetch_l2(vs + p * nb, sizeof(uint16_t) * (size_t)(np * nb));
                 if (np == C) ahead = KIVI_PREFETCH_CHUNKS * C * (int64_t)rb;
             }
+            // the probabilities, zero past a short chunk's end (both set-ups)
+            const float* pj[G];
+            alignas(64) float pf[G][C];
+            for (int j = 0; j < G; j++) {
+                pj[j] = sc + j * n + s - s0;
+                if (m < C) {
+                    for (int t = 0; t < C; t++) pf[j][t] = t < m ? pj[j][t] : 0.0f;
+                    pj[j] = pf[j];
+                }
+            }
 #ifdef ZK_KIVI_WIDE_VALUES
             if constexpr (WIDE) {
                 static_assert(Codes::center == 8.0f, "the wide weights centre 4-bit codes");
                 while (gs[g + 1] <= s) g++;
-                const float* pw[G];
-                alignas(64) float pz[G][C];
-                for (int j = 0; j < G; j++) {
-                    pw[j] = sc + j * n + s - s0;
-                    if (m < C) {
-                        for (int t = 0; t < C; t++) pz[j][t] = t < m ? pw[j][t] : 0.0f;
-                        pw[j] = pz[j];
-                    }
-                }
                 __m512i wq[G][8];
                 __m512 dv[G];
-                kivi_values_wide_weights<G>(vs + s * 2, vm, gs, g, s, m, pw, wq, dv, msv);
+                kivi_values_wide_weights<G>(vs + s * 2, vm, gs, g, s, m, pj, wq, dv, msv);
                 kivi_values_quads<G>(codes + s * rb, rb, (m + 3) / 4, m - 1, ahead, wq, dv, fw);
                 continue;
             }
@@ -620,16 +621,6 @@ void kivi_values_unit(const uint8_t* codes, int rb, const uint16_t* vs, const ui
                         _mm256_store_ps(dl + 8 * v, _mm256_blendv_ps(_mm256_load_ps(dl + 8 * v), d2, in));
                         _mm256_store_ps(ml + 8 * v, _mm256_blendv_ps(_mm256_load_ps(ml + 8 * v), m2, in));
                     }
-                }
-            }
-            // the probabilities, zero past a short chunk's end
-            const float* pj[G];
-            alignas(32) float pf[G][C];
-            for (int j = 0; j < G; j++) {
-                pj[j] = sc + j * n + s - s0;
-                if (m < C) {
-                    for (int t = 0; t < C; t++) pf[j][t] = t < m ? pj[j][t] : 0.0f;
-                    pj[j] = pf[j];
                 }
             }
             // weights and their maxima for every head first (two parts of 16 scale
