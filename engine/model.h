@@ -158,6 +158,8 @@ struct zack_info {
 // released after packing (read again from the file only if something reads
 // the GGUF bytes, e.g. calibration folding W_o), so the model's resident
 // memory stays about the file's size.
+// The mapping starts on a 2 MiB boundary and asks for transparent huge pages.
+constexpr size_t k_packed_align = (size_t)2 << 20;
 struct packed_weights {
     void* base = nullptr;
     size_t bytes = 0;

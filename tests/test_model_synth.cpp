@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -97,6 +99,40 @@ TEST(ModelSynth, KTypesRunWhereRowsFit) {
     for (dtype t : {dtype::Q2_K, dtype::Q3_K, dtype::Q4_K, dtype::Q5_K, dtype::Q6_K, dtype::IQ4_NL, dtype::Q5_1,
                     dtype::BF16, dtype::F32})
         check_runs(tiny256(), t);
+}
+
+// The packed weights' mapping starts on a huge-page boundary and carries the
+// MADV_HUGEPAGE advice ("hg" in its VmFlags in /proc/self/smaps), whether or
+// not the kernel found huge pages for it.
+TEST(ModelSynth, PackedWeightsAskForHugePages) {
+    temp_dir d;
+    const std::string path = d / "m.gguf";
+    zk::model_synth_write(tiny256(), dtype::Q4_K, 7, path, false, 2);
+    const std::unique_ptr<zk::model> m = zk::model_load(path);
+    ASSERT_GT(m->packed.n_tensors, 0) << "nothing packed: the test needs a packed matrix";
+    const uintptr_t base = (uintptr_t)m->packed.base;
+    EXPECT_EQ(base % zk::k_packed_align, 0u);
+    std::FILE* f = std::fopen("/proc/self/smaps", "r");
+    ASSERT_NE(f, nullptr);
+    char line[512];
+    bool in = false, found = false;
+    std::string flags;
+    while (std::fgets(line, sizeof(line), f)) {
+        unsigned long long a, b;
+        char dash;
+        if (std::sscanf(line, "%llx%c%llx", &a, &dash, &b) == 3 && dash == '-') {
+            in = a <= base && base < b;
+            if (in) {
+                found = true;
+                EXPECT_GE(b - base, m->packed.bytes) << "the mapping is split";
+            }
+        } else if (in && std::strncmp(line, "VmFlags:", 8) == 0) {
+            flags = line;
+        }
+    }
+    std::fclose(f);
+    ASSERT_TRUE(found) << "no mapping holds the packed weights";
+    EXPECT_NE(flags.find(" hg"), std::string::npos) << flags;
 }
 
 TEST(ModelSynth, KFallbackAsLlamaCpp) {

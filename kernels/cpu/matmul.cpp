@@ -76,7 +76,11 @@ constexpr size_t k_pack_tok_block_bytes = 256 * 1024;
 // into L1); into L2, 2 threads: 2 KB 44.6 ms, 4 KB 44.1, 8 KB 45.2, 16 KB 43.6.
 // On the 2-vCPU AVX2 EPYC of 2026-12-05 (2 threads, median of 4 rounds): none
 // 123.5 ms, 1 KB 99.7, 4 KB 98.0, 8 KB 113.5, 32 KB 105.5 (bench/RESULTS.md).
-constexpr size_t k_pack_prefetch_bytes = 4096;
+// Those were 4 KiB pages; in the huge pages the packed weights now ask for
+// (engine/model.cpp), on the AVX-512 Xeon, the 1.5B's whole decode step
+// (zack bench, 3 interleaved rounds): none 42.4-43.1 ms, 1 KB 39.5-40.3, 2 KB
+// 38.7-40.4, 3 KB 39.8-40.7, 4 KB 40.9-42.5, 8 KB 42.8-43.3, 16 KB 42.7-43.7.
+constexpr size_t k_pack_prefetch_bytes = 2048;
 
 // One weight of a (multi-)matmul, as the workers see it.
 struct mm_job {
