@@ -317,11 +317,12 @@ void model_load_zack(model& m) {
 // and releases the file pages behind them. The mapping is 2 MiB-aligned and
 // asks for transparent huge pages (MADV_HUGEPAGE): a decode step streams all
 // of it, and memory streams faster through 2 MiB pages (bench/read_bandwidth.c
-// on the AVX-512 Xeon: 35-38 GB/s against 27 through 4 KiB pages, where each
-// page costs a TLB walk and the hardware prefetcher stops). On the 1.5B that was 5-8% of a decode step (depth 0 45.7 -> 42.8 ms, 8K
-// 52.6 -> 50.1 ms, bench/RESULTS.md 2026-12-06 fourth session); the first
-// touch may make the kernel compact memory: up to 0.3 s more load time (once
-// in 8 loads 1.4 s). A matrix is
+// on the AVX-512 Xeon: 35-38 GB/s against 27 through 4 KiB pages; whether TLB
+// walks or the hardware prefetcher's stop at each 4 KiB page is the cause was
+// not isolated). On the 1.5B that was 5-8% of a decode step (depth 0 45.7 ->
+// 42.8 ms, 8K 52.6 -> 50.1 ms, bench/RESULTS.md 2026-12-06 fourth session);
+// the first touch may make the kernel compact memory: up to 0.3 s more load
+// time (once in 8 loads 1.4 s). A matrix is
 // packed in slices of about k_pack_slice_bytes of its GGUF bytes, each slice's
 // file pages released once it is packed: the load's peak then holds one slice
 // twice, not a whole matrix (the 0.5B's 145 MB Q8_0 output matrix raised its
@@ -351,7 +352,7 @@ void model_pack_weights(model& m) {
                  total / 1048576.0, std::strerror(errno));
     const uintptr_t start = ((uintptr_t)raw + huge - 1) & ~(huge - 1);
     if (start > (uintptr_t)raw) munmap(raw, start - (uintptr_t)raw);
-    if ((uintptr_t)raw + huge > start) munmap((void*)(start + total), (uintptr_t)raw + huge - start);
+    munmap((void*)(start + total), (uintptr_t)raw + huge - start);  // start < raw + huge: never empty
     void* base = (void*)start;
     madvise(base, total, MADV_HUGEPAGE);  // advice only: without THP the pages stay 4 KiB
     m.packed.base = base;
