@@ -61,9 +61,11 @@ struct v256 {
     static vi zero() { return _mm256_setzero_si256(); }
     static vi and_(vi a, vi b) { return _mm256_and_si256(a, b); }
     static vi or_(vi a, vi b) { return _mm256_or_si256(a, b); }
+    static vi andnot(vi a, vi b) { return _mm256_andnot_si256(a, b); }  // ~a & b
     template <int N> static vi srl16(vi a) { return _mm256_srli_epi16(a, N); }
     template <int N> static vi sll16(vi a) { return _mm256_slli_epi16(a, N); }
     template <int N> static vi sll32(vi a) { return _mm256_slli_epi32(a, N); }
+    template <int N> static vi sra32(vi a) { return _mm256_srai_epi32(a, N); }
     static vi add32(vi a, vi b) { return _mm256_add_epi32(a, b); }
     static vi sub32(vi a, vi b) { return _mm256_sub_epi32(a, b); }
     static vi madd16(vi a, vi b) { return _mm256_madd_epi16(a, b); }
@@ -93,9 +95,11 @@ struct v512 {
     static vi zero() { return _mm512_setzero_si512(); }
     static vi and_(vi a, vi b) { return _mm512_and_si512(a, b); }
     static vi or_(vi a, vi b) { return _mm512_or_si512(a, b); }
+    static vi andnot(vi a, vi b) { return _mm512_andnot_si512(a, b); }  // ~a & b
     template <int N> static vi srl16(vi a) { return _mm512_srli_epi16(a, N); }
     template <int N> static vi sll16(vi a) { return _mm512_slli_epi16(a, N); }
     template <int N> static vi sll32(vi a) { return _mm512_slli_epi32(a, N); }
+    template <int N> static vi sra32(vi a) { return _mm512_srai_epi32(a, N); }
     static vi add32(vi a, vi b) { return _mm512_add_epi32(a, b); }
     static vi sub32(vi a, vi b) { return _mm512_sub_epi32(a, b); }
     static vi madd16(vi a, vi b) { return _mm512_madd_epi16(a, b); }
@@ -185,13 +189,21 @@ inline void store_rows(float* y, vf v, int nr) {
 }
 
 // Decode streams each weight from DRAM once per step; the caller may ask for
-// the lines of one block, a fixed distance ahead, to be touched per block.
-// Into L2 (T1), not L1: see k_prefetch_tiles in quant_simd.cpp. The 1.5B's
-// decode matmuls from DRAM, 2 threads (bench_matmul Qwen15/decode packed:1):
-// 17.3-18.0 -> 20.8-21.2 GB/s.
-template <size_t Bytes>
-inline void prefetch_block(uintptr_t p) {
-    ZK_UNROLL for (size_t k = 0; k < Bytes; k += 64) _mm_prefetch((const char*)(p + k), _MM_HINT_T1);
+// each block's lines, a fixed distance ahead (pf), to be touched as the block
+// is computed. Into L2 (T1), not L1: see k_prefetch_tiles in quant_simd.cpp.
+// The kernels spread a block's prefetches over its sub-block loop, a line or a
+// few at a time, rather than issuing all of them at the top: a burst of 37-53
+// prefetches stalls (most likely on the core's line fill buffers), and the
+// block's arithmetic then runs with few requests in flight, so that memory
+// time and compute time add. Spread, requests keep going out during the
+// arithmetic. bench/read_compute.c, 2 threads, 4 FMAs a line, 3 KB ahead:
+// 196-199 ns a 2304-byte block with the prefetches in one burst, 137 spread,
+// 134-135 with no arithmetic; the 1.5B's decode step 39 -> 34 ms (with the
+// distance at 3 KB; bench/RESULTS.md, 2026-12-06, fifth session).
+// Lines [L0, L1) of the block at p.
+template <int L0, int L1>
+inline void prefetch_lines(uintptr_t p) {
+    ZK_UNROLL for (int l = L0; l < L1; l++) _mm_prefetch((const char*)(p + 64 * l), _MM_HINT_T1);
 }
 
 // ---------------------------------------------------------------- Q4_K
@@ -204,7 +216,9 @@ void tile_q4_K(int64_t nb, const block_q4_Kp* w, const uint8_t* a, size_t as, fl
     ZK_UNROLL for (int t = 0; t < T; t++) acc[t] = V::fzero();
     for (int64_t ib = 0; ib < nb; ib++) {
         const block_q4_Kp& p = w[ib];
-        if (T == 1 && pf) prefetch_block<sizeof(block_q4_Kp)>(pf + ib * sizeof(block_q4_Kp));
+        // 37 lines (19 with 8-row groups): one per (k, i) below, those past 32 after the k loop
+        constexpr int q4_lines = (int)((sizeof(block_q4_Kp) + 63) / 64);
+        const uintptr_t pb = T == 1 && pf ? pf + ib * sizeof(block_q4_Kp) : 0;
         const block_q8_Kp* x[T];
         ZK_UNROLL for (int t = 0; t < T; t++) x[t] = (const block_q8_Kp*)(a + t * as) + ib;
         vi isum[T], msum[T];
@@ -218,18 +232,28 @@ void tile_q4_K(int64_t nb, const block_q4_Kp* w, const uint8_t* a, size_t as, fl
             P::sum lo[T], hi[T];
             ZK_UNROLL for (int t = 0; t < T; t++) lo[t] = hi[t] = P::zero();
             ZK_UNROLL for (int i = 0; i < 8; i++) {
+                if (pb && 8 * k + i < q4_lines) _mm_prefetch((const char*)(pb + 64 * (8 * k + i)), _MM_HINT_T1);
                 const vi q = V::load(p.qs[k][i]);
                 const vi wl = V::and_(q, m4);
-                const vi wh = V::and_(V::srl16<4>(q), m4);
+                // int32 sums: the high nibbles in place (16 x the code, one
+                // uop fewer than the shift and mask; up to 240 x 127 x 4 a
+                // dpbusd), the scaled sum divided by 16 below; int16 sums
+                // would overflow, so the AVX2 policy shifts
+                const vi wh = P::int32_sums ? V::andnot(m4, q) : V::and_(V::srl16<4>(q), m4);
                 ZK_UNROLL for (int t = 0; t < T; t++) {
                     lo[t] = P::add(lo[t], wl, V::bcast32(x[t]->qs + 64 * k + 4 * i));
                     hi[t] = P::add(hi[t], wh, V::bcast32(x[t]->qs + 64 * k + 32 + 4 * i));
                 }
             }
             const vi sl = P::scale_u8(p.sc[2 * k]), sh = P::scale_u8(p.sc[2 * k + 1]);
-            ZK_UNROLL for (int t = 0; t < T; t++)
-                isum[t] = V::add32(isum[t], V::add32(P::scaled(lo[t], sl), P::scaled(hi[t], sh)));
+            ZK_UNROLL for (int t = 0; t < T; t++) {
+                // sums of 16 x the codes, scaled: multiples of 16 (and below
+                // 63 x 32 x 240 x 128 < 2^31), so the shift divides exactly
+                const vi h = P::int32_sums ? V::sra32<4>(P::scaled(hi[t], sh)) : P::scaled(hi[t], sh);
+                isum[t] = V::add32(isum[t], V::add32(P::scaled(lo[t], sl), h));
+            }
         }
+        if (pb) prefetch_lines<32, q4_lines>(pb);
         // mins: lane r = m[r][2q] s32[2q] + m[r][2q+1] s32[2q+1]
         ZK_UNROLL for (int q = 0; q < 4; q++) {
             const vi m16 = V::u8_16(p.m[q][0]);
@@ -258,12 +282,17 @@ void tile_q6_K(int64_t nb, const block_q6_Kp* w, const uint8_t* a, size_t as, fl
     ZK_UNROLL for (int t = 0; t < T; t++) acc[t] = V::fzero();
     for (int64_t ib = 0; ib < nb; ib++) {
         const block_q6_Kp& p = w[ib];
-        if (T == 1 && pf) prefetch_block<sizeof(block_q6_Kp)>(pf + ib * sizeof(block_q6_Kp));
+        // 53 lines (27 with 8-row groups): three per group n below, those past 48 after the n loop
+        constexpr int q6_lines = (int)((sizeof(block_q6_Kp) + 63) / 64);
+        const uintptr_t pb = T == 1 && pf ? pf + ib * sizeof(block_q6_Kp) : 0;
         const block_q8_Kp* x[T];
         ZK_UNROLL for (int t = 0; t < T; t++) x[t] = (const block_q8_Kp*)(a + t * as) + ib;
         vi isum[T];
         ZK_UNROLL for (int t = 0; t < T; t++) isum[t] = V::zero();
         for (int n = 0; n < 16; n++) {
+            if (pb)
+                ZK_UNROLL for (int l = 3 * n; l < 3 * n + 3; l++)
+                    if (l < q6_lines) _mm_prefetch((const char*)(pb + 64 * l), _MM_HINT_T1);
             // the 4 chunks of group n: 6-bit codes 0..63
             const vi h = V::load(p.qh[n]);
             const vi l0 = V::load(p.ql[2 * n]);
@@ -292,6 +321,7 @@ void tile_q6_K(int64_t nb, const block_q6_Kp* w, const uint8_t* a, size_t as, fl
                 }
             }
         }
+        if (pb) prefetch_lines<48, q6_lines>(pb);
         if constexpr (!Q::int32_sums) {
             // the offset: isum -= 32 * sum_n sc[n][r] s16[n], two groups per vpmaddwd
             ZK_UNROLL for (int q = 0; q < 8; q++) {
@@ -334,8 +364,14 @@ void tile_q32(int64_t nb, const void* wv, const uint8_t* a, size_t as, float* y,
         ZK_UNROLL for (int t = 0; t < T; t++) acc[t] = V::fzero();
         for (int64_t ib = 0; ib < nb; ib++) {
             const blk& p = w[ib];
-            if (T == 1 && pf) prefetch_block<sizeof(blk)>(pf + ib * sizeof(blk));
+            // the block's lines in two halves, one per half-block h (as prefetch_lines says)
+            constexpr int lines = (int)((sizeof(blk) + 63) / 64);
+            const uintptr_t pb = T == 1 && pf ? pf + ib * sizeof(blk) : 0;
             ZK_UNROLL for (int h = 0; h < 2; h++) {
+                if (pb) {
+                    if (h == 0) prefetch_lines<0, lines / 2>(pb);
+                    else prefetch_lines<lines / 2, lines>(pb);
+                }
                 const block_q8_0pa* x[T];
                 ZK_UNROLL for (int t = 0; t < T; t++) x[t] = (const block_q8_0pa*)(a + t * as) + 2 * ib + h;
                 typename Q::sum s[T];

@@ -224,8 +224,13 @@ TEST(QuantPack, TilesMatchScalarAndEachOther) {
             const auto a = quantize_acts(t, random_floats(n_tok * n_cols, 32, -2.0f, 2.0f), n_tok, n_cols);
             const size_t as = quant_pack_act_row_size(t, n_cols), row = dtype_row_size(t, n_cols);
             float single[k_pack_toks][k_pack_rows];
-            for (int k = 0; k < n_tok; k++)
+            for (int k = 0; k < n_tok; k++) {
                 quant_pack_tile(t, n_cols, p.data(), k_pack_rows, a.data() + k * as, as, 1, single[k], 0, nullptr);
+                // the decode path's prefetches (here of the group itself) change no output
+                float pf[k_pack_rows];
+                quant_pack_tile(t, n_cols, p.data(), k_pack_rows, a.data() + k * as, as, 1, pf, 0, p.data());
+                ASSERT_EQ(std::memcmp(pf, single[k], sizeof pf), 0) << dtype_name(t) << " token " << k;
+            }
             for (int k = 0; k < n_tok; k++)
                 for (int r = 0; r < k_pack_rows; r++) {
                     const uint8_t* ak = a.data() + k * as;

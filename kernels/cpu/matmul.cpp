@@ -80,7 +80,10 @@ constexpr size_t k_pack_tok_block_bytes = 256 * 1024;
 // (engine/model.cpp), on the AVX-512 Xeon, the 1.5B's whole decode step
 // (zack bench, 3 interleaved rounds): none 42.4-43.1 ms, 1 KB 39.5-40.3, 2 KB
 // 38.7-40.4, 3 KB 39.8-40.7, 4 KB 40.9-42.5, 8 KB 42.8-43.3, 16 KB 42.7-43.7.
-constexpr size_t k_pack_prefetch_bytes = 2048;
+// Since the kernels spread a block's prefetches over its arithmetic
+// (quant_tile_k.cpp), a longer distance pays: 1 KB 39.7-39.9 ms, 2 KB
+// 36.4-36.6, 3 KB 34.1-34.2, 4 KB 34.1-34.4, 6 KB 34.7-35.0.
+constexpr size_t k_pack_prefetch_bytes = 3072;
 
 // One weight of a (multi-)matmul, as the workers see it.
 struct mm_job {
