@@ -201,10 +201,12 @@ __attribute__((always_inline)) inline void q4_transpose16(__m512i (&x)[16]) {
 // is a constant.
 template <int G, int... C>
 __attribute__((always_inline)) inline void q4_wide_columns(const __m512i (&x)[16], const int8_t* qi, __m512i (&acc)[G],
+                                                           const uint8_t* pf, int pf_lines,
                                                            std::integer_sequence<int, C...>) {
     const __m512i mask = _mm512_set1_epi8(0x0F);
     auto column = [&](auto cc) __attribute__((always_inline)) {
         constexpr int c = decltype(cc)::value, qo = 64 * (c >> 3) + 4 * (c & 7);
+        if (pf && c < pf_lines) _mm_prefetch((const char*)pf + 64 * c, _MM_HINT_T1);
         const __m512i lo = _mm512_and_si512(x[c], mask), hi = _mm512_and_si512(_mm512_srli_epi16(x[c], 4), mask);
 #pragma GCC unroll 8
         for (int j = 0; j < G; j++) {
@@ -221,7 +223,10 @@ void scores_q4_wide(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t 
                     const int8_t* qi, const float* qd, const float* bias, float* sc) {
     for (int64_t s = a; s + 16 <= b; s += 16) {
         const uint8_t* c0 = codes + s * rb;
-        for (int u = 0; u < 16; u += 4) kivi_prefetch_rows(codes, rb, s + u, pf_end);
+        // the 16 rows KIVI_SCORE_PREFETCH_SLOTS ahead, a line a column (as the
+        // packed mat-vecs spread theirs: ggml-like/quant_tile_k.cpp)
+        const int64_t p = s + KIVI_SCORE_PREFETCH_SLOTS;
+        const uint8_t* pf = p + 16 <= pf_end ? codes + p * rb : nullptr;
         __m512i x[16];
 #pragma GCC unroll 16
         for (int i = 0; i < 16; i++) x[i] = _mm512_loadu_si512(c0 + i * rb);
@@ -229,7 +234,7 @@ void scores_q4_wide(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t 
         __m512i acc[G];
 #pragma GCC unroll 8
         for (int j = 0; j < G; j++) acc[j] = _mm512_setzero_si512();
-        q4_wide_columns<G>(x, qi, acc, std::make_integer_sequence<int, 16>());
+        q4_wide_columns<G>(x, qi, acc, pf, (16 * rb + 63) / 64, std::make_integer_sequence<int, 16>());
 #pragma GCC unroll 8
         for (int j = 0; j < G; j++) {
             const __m512 f = _mm512_cvtepi32_ps(acc[j]);
