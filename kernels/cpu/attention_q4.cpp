@@ -198,7 +198,7 @@ __attribute__((always_inline)) inline void q4_transpose16(__m512i (&x)[16]) {
 
 // The products of the 16 transposed columns x[c] with G heads' query dwords
 // (query stride 128 bytes) into acc: C... = 0..15, so that every query offset
-// is a constant.
+// is a constant. Column c also asks for line c of pf (when set, c < pf_lines).
 template <int G, int... C>
 __attribute__((always_inline)) inline void q4_wide_columns(const __m512i (&x)[16], const int8_t* qi, __m512i (&acc)[G],
                                                            const uint8_t* pf, int pf_lines,
