@@ -200,10 +200,11 @@ inline void store_rows(float* y, vf v, int nr) {
 // 196-199 ns a 2304-byte block with the prefetches in one burst, 137 spread,
 // 134-135 with no arithmetic; the 1.5B's decode step 39 -> 34 ms (with the
 // distance at 3 KB; bench/RESULTS.md, 2026-12-06, fifth session).
-// Lines [L0, L1) of the block at p.
+// Line l of the block at p; lines [L0, L1).
+inline void prefetch_line(uintptr_t p, int l) { _mm_prefetch((const char*)(p + 64 * l), _MM_HINT_T1); }
 template <int L0, int L1>
 inline void prefetch_lines(uintptr_t p) {
-    ZK_UNROLL for (int l = L0; l < L1; l++) _mm_prefetch((const char*)(p + 64 * l), _MM_HINT_T1);
+    ZK_UNROLL for (int l = L0; l < L1; l++) prefetch_line(p, l);
 }
 
 // ---------------------------------------------------------------- Q4_K
@@ -232,7 +233,7 @@ void tile_q4_K(int64_t nb, const block_q4_Kp* w, const uint8_t* a, size_t as, fl
             P::sum lo[T], hi[T];
             ZK_UNROLL for (int t = 0; t < T; t++) lo[t] = hi[t] = P::zero();
             ZK_UNROLL for (int i = 0; i < 8; i++) {
-                if (pb && 8 * k + i < q4_lines) _mm_prefetch((const char*)(pb + 64 * (8 * k + i)), _MM_HINT_T1);
+                if (pb && 8 * k + i < q4_lines) prefetch_line(pb, 8 * k + i);
                 const vi q = V::load(p.qs[k][i]);
                 const vi wl = V::and_(q, m4);
                 // int32 sums: the high nibbles in place (16 x the code, one
@@ -292,7 +293,7 @@ void tile_q6_K(int64_t nb, const block_q6_Kp* w, const uint8_t* a, size_t as, fl
         for (int n = 0; n < 16; n++) {
             if (pb)
                 ZK_UNROLL for (int l = 3 * n; l < 3 * n + 3; l++)
-                    if (l < q6_lines) _mm_prefetch((const char*)(pb + 64 * l), _MM_HINT_T1);
+                    if (l < q6_lines) prefetch_line(pb, l);
             // the 4 chunks of group n: 6-bit codes 0..63
             const vi h = V::load(p.qh[n]);
             const vi l0 = V::load(p.ql[2 * n]);

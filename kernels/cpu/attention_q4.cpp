@@ -206,7 +206,7 @@ __attribute__((always_inline)) inline void q4_wide_columns(const __m512i (&x)[16
     const __m512i mask = _mm512_set1_epi8(0x0F);
     auto column = [&](auto cc) __attribute__((always_inline)) {
         constexpr int c = decltype(cc)::value, qo = 64 * (c >> 3) + 4 * (c & 7);
-        if (pf && c < pf_lines) _mm_prefetch((const char*)pf + 64 * c, _MM_HINT_T1);
+        if (pf && c < pf_lines) simd::prefetch_l2(pf + 64 * c, 64);
         const __m512i lo = _mm512_and_si512(x[c], mask), hi = _mm512_and_si512(_mm512_srli_epi16(x[c], 4), mask);
 #pragma GCC unroll 8
         for (int j = 0; j < G; j++) {
