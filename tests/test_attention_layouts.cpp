@@ -549,3 +549,20 @@ TEST(SimdSoftmax, MaxAndExpSumMatchDouble) {
     }
 #endif
 }
+
+#ifdef ZK_SIMD_AVX2
+// simd::transpose8_f32 (the vector-coded values' weights: the heads' rows of 8
+// slots turned into each slot's vector of heads): element i of row j lands in
+// lane j of vector i, for every (i, j).
+TEST(SimdTranspose, EightByEightFloats) {
+    alignas(32) float in[8][8], out[8][8];
+    for (int j = 0; j < 8; j++)
+        for (int i = 0; i < 8; i++) in[j][i] = (float)(10 * j + i);
+    __m256 x[8];
+    for (int j = 0; j < 8; j++) x[j] = _mm256_load_ps(in[j]);
+    simd::transpose8_f32(x);
+    for (int i = 0; i < 8; i++) _mm256_store_ps(out[i], x[i]);
+    for (int i = 0; i < 8; i++)
+        for (int j = 0; j < 8; j++) ASSERT_EQ(out[i][j], in[j][i]) << "element " << i << " of row " << j;
+}
+#endif

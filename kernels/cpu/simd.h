@@ -34,6 +34,25 @@ inline float hmax(__m256 v) {
     return _mm_cvtss_f32(h);
 }
 
+// x[i] = row i of an 8 x 8 float block -> x[i] = column i (lane j: row j's element i).
+inline void transpose8_f32(__m256 (&x)[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(x[2 * i], x[2 * i + 1]);  // a0 b0 a1 b1 | a4 b4 a5 b5
+        t[2 * i + 1] = _mm256_unpackhi_ps(x[2 * i], x[2 * i + 1]);  // a2 b2 a3 b3 | a6 b6 a7 b7
+    }
+    for (int i = 0; i < 2; i++) {  // rows 4i .. 4i + 3, elements e, e + 4 of each
+        u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));      // 0 | 4
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));  // 1 | 5
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));  // 2 | 6
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));  // 3 | 7
+    }
+    for (int e = 0; e < 4; e++) {
+        x[e] = _mm256_permute2f128_ps(u[e], u[4 + e], 0x20);
+        x[e + 4] = _mm256_permute2f128_ps(u[e], u[4 + e], 0x31);
+    }
+}
+
 // The constants of exp8 and exp16 (one table, so the two widths cannot drift
 // apart): x clamped to [lo, hi], x = n ln2 + r with ln2 in two parts, and the
 // Horner coefficients of e^r, highest degree first.
