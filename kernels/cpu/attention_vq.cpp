@@ -122,7 +122,10 @@ constexpr int VQ_I8_CHUNK = 32;
 
 inline __m256i vq_dot4_add(__m256i acc, __m256i u, __m256i s) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    return _mm256_dpbusd_epi32(acc, u, s);
+    // in asm: GCC 12 emits the intrinsic in its VEX form, which reaches only
+    // ymm0-15, and copied accumulators kept in ymm16-31 down and back for it
+    asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
+    return acc;
 #elif defined(__AVXVNNI__)
     return _mm256_dpbusd_avx_epi32(acc, u, s);
 #else
@@ -141,8 +144,13 @@ void values_c8k256_i8(const uint8_t* codes, int rb, int64_t a, int64_t b, int ng
     for (int64_t t0 = a; t0 < b; t0 += VQ_I8_CHUNK) {
         const int n = (int)std::min<int64_t>(VQ_I8_CHUNK, b - t0), nq = (n + 3) / 4;
         const float* pc = pw + (t0 - a) * 8;
-        __m256 m = zero;
-        for (int i = 0; i < n; i++) m = _mm256_max_ps(m, _mm256_loadu_ps(pc + i * 8));
+        // (four maxima in turn: one chain of n dependent maxes cost 4 cycles a slot)
+        __m256 mm[4] = {zero, zero, zero, zero};
+        int i = 0;
+        for (; i + 4 <= n; i += 4)
+            for (int k = 0; k < 4; k++) mm[k] = _mm256_max_ps(mm[k], _mm256_loadu_ps(pc + (i + k) * 8));
+        for (; i < n; i++) mm[0] = _mm256_max_ps(mm[0], _mm256_loadu_ps(pc + i * 8));
+        const __m256 m = _mm256_max_ps(_mm256_max_ps(mm[0], mm[1]), _mm256_max_ps(mm[2], mm[3]));
         _mm256_store_ps(dj, _mm256_div_ps(m, _mm256_set1_ps(127.0f)));
         // 127 / m, 0 where a head's weights are all 0 (rounded as cvtps rounds: to nearest even)
         const __m256 inv = _mm256_and_ps(_mm256_cmp_ps(m, zero, _CMP_GT_OQ),
@@ -158,7 +166,48 @@ void values_c8k256_i8(const uint8_t* codes, int rb, int64_t a, int64_t b, int ng
         // the rows of a last quad past b: the chunk's last slot again (weight 0)
         const uint8_t* rows[VQ_I8_CHUNK];
         for (int i = 0; i < 4 * nq; i++) rows[i] = codes + (t0 + std::min(i, n - 1)) * rb;
-        for (int g = 0; g < ng; g++) {
+        int g = 0;
+#ifdef __AVX512VL__
+        // two groups at a time where 32 vector registers hold both groups'
+        // accumulators: a slot's two codes in one load, and each head's weight
+        // broadcast once for both (the loop is bound by its loads, not its products)
+        for (; g + 2 <= ng; g += 2) {
+            const int8_t* b0 = book8 + (size_t)g * 256 * 8;
+            const int8_t* b1 = b0 + 256 * 8;
+            __m256i s0[G], s1[G];
+            for (int j = 0; j < G; j++) s0[j] = s1[j] = _mm256_setzero_si256();
+            for (int q = 0; q < nq; q++) {
+                const uint8_t* const* rq = rows + 4 * q;
+                unsigned c[4];
+                for (int i = 0; i < 4; i++) {
+                    uint16_t wd;
+                    std::memcpy(&wd, rq[i] + g, 2);
+                    c[i] = wd;
+                }
+                auto cent = [&](const int8_t* bk, int sh) __attribute__((always_inline)) {
+                    const __m128i x0 = _mm_loadl_epi64((const __m128i*)(bk + ((c[0] >> sh) & 255) * 8));
+                    const __m128i x1 = _mm_loadl_epi64((const __m128i*)(bk + ((c[1] >> sh) & 255) * 8));
+                    const __m128i x2 = _mm_loadl_epi64((const __m128i*)(bk + ((c[2] >> sh) & 255) * 8));
+                    const __m128i x3 = _mm_loadl_epi64((const __m128i*)(bk + ((c[3] >> sh) & 255) * 8));
+                    const __m128i p01 = _mm_unpacklo_epi8(x0, x1), p23 = _mm_unpacklo_epi8(x2, x3);
+                    return _mm256_set_m128i(_mm_unpackhi_epi16(p01, p23), _mm_unpacklo_epi16(p01, p23));
+                };
+                const __m256i e0 = cent(b0, 0), e1 = cent(b1, 8);
+                for (int j = 0; j < G; j++) {
+                    const __m256i w = _mm256_set1_epi32((int)wq[q][j]);
+                    s0[j] = vq_dot4_add(s0[j], w, e0);
+                    s1[j] = vq_dot4_add(s1[j], w, e1);
+                }
+            }
+            for (int j = 0; j < G; j++) {
+                float* o = acc + j * r + g * 8;
+                const __m256 f0 = _mm256_set1_ps(dj[j] * bscale[g]), f1 = _mm256_set1_ps(dj[j] * bscale[g + 1]);
+                _mm256_storeu_ps(o, _mm256_fmadd_ps(f0, _mm256_cvtepi32_ps(s0[j]), _mm256_loadu_ps(o)));
+                _mm256_storeu_ps(o + 8, _mm256_fmadd_ps(f1, _mm256_cvtepi32_ps(s1[j]), _mm256_loadu_ps(o + 8)));
+            }
+        }
+#endif
+        for (; g < ng; g++) {
             const int8_t* bg = book8 + (size_t)g * 256 * 8;
             __m256i s[G];
             for (int j = 0; j < G; j++) s[j] = _mm256_setzero_si256();
