@@ -170,7 +170,8 @@ void values_c8k256_i8(const uint8_t* codes, int rb, int64_t a, int64_t b, int ng
 #ifdef __AVX512VL__
         // two groups at a time where 32 vector registers hold both groups'
         // accumulators: a slot's two codes in one load, and each head's weight
-        // broadcast once for both (the loop is bound by its loads, not its products)
+        // broadcast once for both: fewer loads a slot (measured alone, before the
+        // asm product above, it was level: bench/RESULTS.md "sixth session")
         for (; g + 2 <= ng; g += 2) {
             const int8_t* b0 = book8 + (size_t)g * 256 * 8;
             const int8_t* b1 = b0 + 256 * 8;
