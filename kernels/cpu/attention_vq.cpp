@@ -134,6 +134,28 @@ inline __m256i vq_dot4_add(__m256i acc, __m256i u, __m256i s) {
 #endif
 }
 
+// Four slots' int8 centroids of one group interleaved channel by channel
+// (codes c0..c3 into the group's book bk): int32 lane e holds channel e of
+// slots t, t + 1, t + 2, t + 3, as one dpbusd against four weights needs them.
+inline __m256i vq_i8_cent4(const int8_t* bk, unsigned c0, unsigned c1, unsigned c2, unsigned c3) {
+    const __m128i x0 = _mm_loadl_epi64((const __m128i*)(bk + c0 * 8));
+    const __m128i x1 = _mm_loadl_epi64((const __m128i*)(bk + c1 * 8));
+    const __m128i x2 = _mm_loadl_epi64((const __m128i*)(bk + c2 * 8));
+    const __m128i x3 = _mm_loadl_epi64((const __m128i*)(bk + c3 * 8));
+    const __m128i p01 = _mm_unpacklo_epi8(x0, x1), p23 = _mm_unpacklo_epi8(x2, x3);
+    return _mm256_set_m128i(_mm_unpackhi_epi16(p01, p23), _mm_unpacklo_epi16(p01, p23));
+}
+
+// acc_j[g 8 .. g 8 + 8) += D_j scale_g s_j for the G heads' int32 sums of group g.
+template <int G>
+inline void vq_i8_store(const __m256i (&s)[G], int g, const float* dj, const float* bscale, int r, float* acc) {
+    for (int j = 0; j < G; j++) {
+        float* o = acc + j * r + g * 8;
+        const __m256 f = _mm256_set1_ps(dj[j] * bscale[g]);
+        _mm256_storeu_ps(o, _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(s[j]), _mm256_loadu_ps(o)));
+    }
+}
+
 template <int G>
 void values_c8k256_i8(const uint8_t* codes, int rb, int64_t a, int64_t b, int ng, const int8_t* book8,
                       const float* bscale, const float* pw, int Gp, int r, float* acc) {
@@ -170,8 +192,8 @@ void values_c8k256_i8(const uint8_t* codes, int rb, int64_t a, int64_t b, int ng
 #ifdef __AVX512VL__
         // two groups at a time where 32 vector registers hold both groups'
         // accumulators: a slot's two codes in one load, and each head's weight
-        // broadcast once for both: fewer loads a slot (measured alone, before the
-        // asm product above, it was level: bench/RESULTS.md "sixth session")
+        // broadcast once for both: fewer loads a slot (with the asm product above,
+        // 4-bit keys and 8 x 256 values everywhere: 11.7-12.5 -> 10.1-10.5 ms at 8K)
         for (; g + 2 <= ng; g += 2) {
             const int8_t* b0 = book8 + (size_t)g * 256 * 8;
             const int8_t* b1 = b0 + 256 * 8;
@@ -185,27 +207,16 @@ void values_c8k256_i8(const uint8_t* codes, int rb, int64_t a, int64_t b, int ng
                     std::memcpy(&wd, rq[i] + g, 2);
                     c[i] = wd;
                 }
-                auto cent = [&](const int8_t* bk, int sh) __attribute__((always_inline)) {
-                    const __m128i x0 = _mm_loadl_epi64((const __m128i*)(bk + ((c[0] >> sh) & 255) * 8));
-                    const __m128i x1 = _mm_loadl_epi64((const __m128i*)(bk + ((c[1] >> sh) & 255) * 8));
-                    const __m128i x2 = _mm_loadl_epi64((const __m128i*)(bk + ((c[2] >> sh) & 255) * 8));
-                    const __m128i x3 = _mm_loadl_epi64((const __m128i*)(bk + ((c[3] >> sh) & 255) * 8));
-                    const __m128i p01 = _mm_unpacklo_epi8(x0, x1), p23 = _mm_unpacklo_epi8(x2, x3);
-                    return _mm256_set_m128i(_mm_unpackhi_epi16(p01, p23), _mm_unpacklo_epi16(p01, p23));
-                };
-                const __m256i e0 = cent(b0, 0), e1 = cent(b1, 8);
+                const __m256i e0 = vq_i8_cent4(b0, c[0] & 255, c[1] & 255, c[2] & 255, c[3] & 255);
+                const __m256i e1 = vq_i8_cent4(b1, c[0] >> 8, c[1] >> 8, c[2] >> 8, c[3] >> 8);
                 for (int j = 0; j < G; j++) {
                     const __m256i w = _mm256_set1_epi32((int)wq[q][j]);
                     s0[j] = vq_dot4_add(s0[j], w, e0);
                     s1[j] = vq_dot4_add(s1[j], w, e1);
                 }
             }
-            for (int j = 0; j < G; j++) {
-                float* o = acc + j * r + g * 8;
-                const __m256 f0 = _mm256_set1_ps(dj[j] * bscale[g]), f1 = _mm256_set1_ps(dj[j] * bscale[g + 1]);
-                _mm256_storeu_ps(o, _mm256_fmadd_ps(f0, _mm256_cvtepi32_ps(s0[j]), _mm256_loadu_ps(o)));
-                _mm256_storeu_ps(o + 8, _mm256_fmadd_ps(f1, _mm256_cvtepi32_ps(s1[j]), _mm256_loadu_ps(o + 8)));
-            }
+            vq_i8_store<G>(s0, g, dj, bscale, r, acc);
+            vq_i8_store<G>(s1, g + 1, dj, bscale, r, acc);
         }
 #endif
         for (; g < ng; g++) {
@@ -214,20 +225,11 @@ void values_c8k256_i8(const uint8_t* codes, int rb, int64_t a, int64_t b, int ng
             for (int j = 0; j < G; j++) s[j] = _mm256_setzero_si256();
             for (int q = 0; q < nq; q++) {
                 const uint8_t* const* rq = rows + 4 * q;
-                const __m128i x0 = _mm_loadl_epi64((const __m128i*)(bg + rq[0][g] * 8));
-                const __m128i x1 = _mm_loadl_epi64((const __m128i*)(bg + rq[1][g] * 8));
-                const __m128i x2 = _mm_loadl_epi64((const __m128i*)(bg + rq[2][g] * 8));
-                const __m128i x3 = _mm_loadl_epi64((const __m128i*)(bg + rq[3][g] * 8));
-                const __m128i p01 = _mm_unpacklo_epi8(x0, x1), p23 = _mm_unpacklo_epi8(x2, x3);
-                const __m256i cent = _mm256_set_m128i(_mm_unpackhi_epi16(p01, p23), _mm_unpacklo_epi16(p01, p23));
+                const __m256i cent = vq_i8_cent4(bg, rq[0][g], rq[1][g], rq[2][g], rq[3][g]);
                 for (int j = 0; j < G; j++)
                     s[j] = vq_dot4_add(s[j], _mm256_set1_epi32((int)wq[q][j]), cent);
             }
-            for (int j = 0; j < G; j++) {
-                float* o = acc + j * r + g * 8;
-                const __m256 f = _mm256_set1_ps(dj[j] * bscale[g]);
-                _mm256_storeu_ps(o, _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(s[j]), _mm256_loadu_ps(o)));
-            }
+            vq_i8_store<G>(s, g, dj, bscale, r, acc);
         }
     }
 }
