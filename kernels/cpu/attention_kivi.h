@@ -287,6 +287,33 @@ __attribute__((always_inline)) inline __m512i kivi_dpbusd512(__m512i acc, __m512
     return acc;
 }
 
+// x[i] = row i's 16 dwords -> x[c] = dword c of the 16 rows, in row order.
+__attribute__((always_inline)) inline void kivi_transpose16_dwords(__m512i (&x)[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(x[2 * i], x[2 * i + 1]);  // lane: A0 B0 A1 B1
+        t[2 * i + 1] = _mm512_unpackhi_epi32(x[2 * i], x[2 * i + 1]);  // A2 B2 A3 B3
+    }
+    for (int i = 0; i < 4; i++) {  // x[4i + m], lane l: rows 4i .. 4i + 3 of dword 4l + m
+        x[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        x[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        x[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        x[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    // rows 8h .. 8h + 7: t[8h + m] lanes hold dwords m, 8 + m of rows 8h .. +3, then of 8h + 4 .. +7;
+    // t[8h + 4 + m] dwords 4 + m, 12 + m
+    for (int h = 0; h < 2; h++)
+        for (int m = 0; m < 4; m++) {
+            t[8 * h + m] = _mm512_shuffle_i32x4(x[8 * h + m], x[8 * h + 4 + m], _MM_SHUFFLE(2, 0, 2, 0));
+            t[8 * h + 4 + m] = _mm512_shuffle_i32x4(x[8 * h + m], x[8 * h + 4 + m], _MM_SHUFFLE(3, 1, 3, 1));
+        }
+    for (int m = 0; m < 8; m++) {  // t[m]: dwords c = m % 4 + 4 (m / 4) and c + 8 of rows 0..7; t[8 + m] of rows 8..15
+        const int c = (m & 3) + 4 * (m >> 2);
+        x[c] = _mm512_shuffle_i32x4(t[m], t[8 + m], _MM_SHUFFLE(2, 0, 2, 0));
+        x[c + 8] = _mm512_shuffle_i32x4(t[m], t[8 + m], _MM_SHUFFLE(3, 1, 3, 1));
+    }
+}
+
 // One vector v of the interleaved bytes (kivi_values_quads) over nq quads of
 // slots: 2 G int32 accumulators (a plane each) stay in registers with the
 // codes, where all four vectors at once (8 G) spilled.
@@ -795,6 +822,29 @@ void kivi_values_int_h(const uint8_t* codes, int rb, const uint16_t* vs, const u
     else
         kivi_values_int_g<G, false, Codes>(codes, rb, vs, vm, gs, g0, nb, sp, n_sp, n, r, sc, acc, msum);
 }
+
+#ifdef ZK_KIVI_WIDE_VALUES
+// ---- key rows of several parts, 16 slots a pass (attention_parts_wide.cpp) ----
+// One part of a KIVI key row: codes of `bits` (4, 2 or 1) bits in row bytes
+// [off, off + len); sub-vector i (a nibble, a 2-bit plane, a bit plane) of
+// part byte b meets query byte q[j qs + cs (b / 32) + ps i + b % 32] of head j
+// (the part's own fold, in the layout the narrow loops read), and the part's
+// integer sums are scaled by its qd[j].
+struct kivi_wide_part {
+    int bits, off, len;
+    const int8_t* q;
+    int qs, cs, ps;
+    const float* qd;
+};
+// Rows of at most this many bytes take the wide loop (16 dwords a row).
+constexpr int KIVI_WIDE_PARTS_MAX_ROW = 64;
+// sc[j n + s - s0] = bias_j + sum over the parts of qd_j (q_j . codes of slot s)
+// for the whole 16s of slots from a within [a, b) (G <= 8 heads, rb <=
+// KIVI_WIDE_PARTS_MAX_ROW, at most 3 parts, each reading at most 128 query
+// bytes a head); returns the first slot it left to the narrow loop.
+int64_t kivi_wide_parts_scores(int G, const kivi_wide_part* parts, int np, const uint8_t* codes, int rb, int64_t a,
+                               int64_t b, int64_t pf_end, int64_t s0, int64_t n, const float* bias, float* sc);
+#endif
 
 // WIDE = false: never the wide loop (the twin tests hold it to).
 template <class Codes, bool WIDE = true>

@@ -151,6 +151,8 @@ struct kivi_tail_kernels {
                    int64_t n, const int8_t* qi, const float* qd, const float* bias, float* sc);
 };
 const kivi_tail_kernels* q2_tail_kernels();
+// The same without the AVX-512 loop (the twin tests hold the wide one to).
+const kivi_tail_kernels* q2_tail_kernels_narrow();
 // 4-bit keys whose rows have 2-bit channels and/or a 1-bit tail, in one pass
 // (attention_q4_parts.cpp), for h4 <= max_h4 4-bit and mid <= max_mid 2-bit
 // channels: each part's folded query from its own width's fold (qi4 [G x 64
@@ -165,6 +167,7 @@ struct kivi_parts_kernels {
                    const float* qd, const float* bias, float* sc);
 };
 const kivi_parts_kernels* q4_parts_kernels();
+const kivi_parts_kernels* q4_parts_kernels_narrow();
 
 // ---- helpers of several layouts ----
 

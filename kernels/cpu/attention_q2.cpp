@@ -386,9 +386,20 @@ void q2t_fold(int G, const float* q, const uint16_t* grid, const uint16_t* step,
     kivi_fold_queries_n<q2t_pack>(G, q, grid, step, r, 1, qi, qd, bias, q2t_pack{h, r - h});
 }
 
+// WIDE: as q4_parts_scores (attention_q4_parts.cpp): the two parts, one fold
+// and one scale, in the wide loop where it applies.
+template <bool WIDE>
 void q2t_scores(int G, int h, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end, int64_t s0,
                 int64_t n, const int8_t* qi, const float* qd, const float* bias, float* sc) {
     const int rbh = kv_kivi_row_bytes(2, h);
+#ifdef ZK_KIVI_WIDE_VALUES
+    if (WIDE) {  // the head part's 4 planes of 16 bytes, then the tail's 8
+        const kivi_wide_part wp[2] = {{2, 0, rbh, qi, k_q2t_qstride, 0, 16, qd},
+                                      {1, rbh, rb - rbh, qi + 64, k_q2t_qstride, 0, 16, qd}};
+        a = kivi_wide_parts_scores(G, wp, 2, codes, rb, a, b, pf_end, s0, n, bias, sc);
+        if (a == b) return;
+    }
+#endif
     kivi_head_passes(G, KIVI_SCORE_HEADS, [&](int j0, int g) {
         kivi_with_heads<KIVI_SCORE_HEADS>(g, [&](auto gb) {
             auto run = [&](auto h4) {
@@ -403,15 +414,18 @@ void q2t_scores(int G, int h, const uint8_t* codes, int rb, int64_t a, int64_t b
     });
 }
 
-const kivi_tail_kernels k_q2t = {64, k_q2t_qstride, q2t_fold, q2t_scores};
+const kivi_tail_kernels k_q2t = {64, k_q2t_qstride, q2t_fold, q2t_scores<true>};
+const kivi_tail_kernels k_q2t_narrow = {64, k_q2t_qstride, q2t_fold, q2t_scores<false>};
 
 }  // namespace
 
 const kivi_int_kernels* q2_int_kernels() { return &k_q2; }
 const kivi_tail_kernels* q2_tail_kernels() { return &k_q2t; }
+const kivi_tail_kernels* q2_tail_kernels_narrow() { return &k_q2t_narrow; }
 #else
 const kivi_int_kernels* q2_int_kernels() { return nullptr; }
 const kivi_tail_kernels* q2_tail_kernels() { return nullptr; }
+const kivi_tail_kernels* q2_tail_kernels_narrow() { return nullptr; }
 #endif
 
 }  // namespace attn

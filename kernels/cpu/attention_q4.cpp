@@ -169,33 +169,6 @@ __attribute__((always_inline)) inline __m512i q4_dpbusd_bcast(__m512i acc, __m51
     return acc;
 }
 
-// x[i] = row i's 16 dwords -> x[c] = dword c of the 16 rows, in row order.
-__attribute__((always_inline)) inline void q4_transpose16(__m512i (&x)[16]) {
-    __m512i t[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(x[2 * i], x[2 * i + 1]);  // lane: A0 B0 A1 B1
-        t[2 * i + 1] = _mm512_unpackhi_epi32(x[2 * i], x[2 * i + 1]);  // A2 B2 A3 B3
-    }
-    for (int i = 0; i < 4; i++) {  // x[4i + m], lane l: rows 4i .. 4i + 3 of dword 4l + m
-        x[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-        x[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-        x[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-        x[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    // rows 8h .. 8h + 7: t[8h + m] lanes hold dwords m, 8 + m of rows 8h .. +3, then of 8h + 4 .. +7;
-    // t[8h + 4 + m] dwords 4 + m, 12 + m
-    for (int h = 0; h < 2; h++)
-        for (int m = 0; m < 4; m++) {
-            t[8 * h + m] = _mm512_shuffle_i32x4(x[8 * h + m], x[8 * h + 4 + m], _MM_SHUFFLE(2, 0, 2, 0));
-            t[8 * h + 4 + m] = _mm512_shuffle_i32x4(x[8 * h + m], x[8 * h + 4 + m], _MM_SHUFFLE(3, 1, 3, 1));
-        }
-    for (int m = 0; m < 8; m++) {  // t[m]: dwords c = m % 4 + 4 (m / 4) and c + 8 of rows 0..7; t[8 + m] of rows 8..15
-        const int c = (m & 3) + 4 * (m >> 2);
-        x[c] = _mm512_shuffle_i32x4(t[m], t[8 + m], _MM_SHUFFLE(2, 0, 2, 0));
-        x[c + 8] = _mm512_shuffle_i32x4(t[m], t[8 + m], _MM_SHUFFLE(3, 1, 3, 1));
-    }
-}
-
 // The products of the 16 transposed columns x[c] with G heads' query dwords
 // (query stride 128 bytes) into acc: C... = 0..15, so that every query offset
 // is a constant. Column c also asks for line c of pf (when set, c < pf_lines).
@@ -230,7 +203,7 @@ void scores_q4_wide(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t 
         __m512i x[16];
 #pragma GCC unroll 16
         for (int i = 0; i < 16; i++) x[i] = _mm512_loadu_si512(c0 + i * rb);
-        q4_transpose16(x);
+        kivi_transpose16_dwords(x);
         __m512i acc[G];
 #pragma GCC unroll 8
         for (int j = 0; j < G; j++) acc[j] = _mm512_setzero_si512();
