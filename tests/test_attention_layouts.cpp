@@ -501,23 +501,34 @@ TEST(KiviQ4Kernels, WideLoopsMatchTheirTwins) {
 
 // The wide score loop of the plans' key rows (kernels/cpu/attention_parts_wide.cpp:
 // 16 transposed slots a pass, every head at once) against the 256-bit loops it
-// stands in for, on random codes, grids and queries folded by the widths' own
-// folds: 4-bit rows with 2-bit channels and/or a 1-bit tail (rows of 8..64
-// bytes through both transposes, parts that share a dword, no 4-bit part; a
-// row of 76 bytes that stays narrow), and 2-bit rows with a tail in one pass.
-// The integer sums are the same, the float steps not (a part's sum scaled as
-// one, where the narrow loops scale lane partials): each score within 1e-6 of
+// stands in for, on random codes, grids and queries: 4-bit rows with 2-bit
+// channels and/or a 1-bit tail, folded in one pass (kivi_wide_parts_group)
+// against the widths' three folds and the narrow parts loop (rows of 8..64
+// bytes through both transposes, parts that share a dword, no 4-bit part; rows
+// of 76 bytes and of 129 channels, which it must decline), and 2-bit rows with
+// a tail (one fold, the wide loop reading its bytes) against their narrow loop.
+// The int8 query bytes and scales are the same, so the integer sums are; the
+// float steps are not (a part's sum scaled as one, where the narrow loops scale
+// lane partials; the bias summed in another order): each score within 1e-6 of
 // the largest term it could hold (qd_j 127 times the codes' maximum over the
-// part's channels), far below one code step of one channel (qd_j 127).
+// part's channels), far below one code step of one channel (qd_j 127). Ranges
+// start and end inside 16s of slots (the wide loop's last pass is masked).
 TEST(KiviPartsKernels, WideLoopMatchesTheNarrowOne) {
-    const attn::kivi_parts_kernels* wide = attn::q4_parts_kernels();
-    const attn::kivi_parts_kernels* narrow = attn::q4_parts_kernels_narrow();
+    const attn::kivi_parts_kernels* narrow = attn::q4_parts_kernels();
     const attn::kivi_tail_kernels* wide2 = attn::q2_tail_kernels();
     const attn::kivi_tail_kernels* narrow2 = attn::q2_tail_kernels_narrow();
     const attn::kivi_int_kernels* k4 = attn::q4_int_kernels();
     const attn::kivi_int_kernels* k2 = attn::q2_int_kernels();
     const attn::kivi_int_kernels* k1 = attn::q1_tail_kernels();
-    if (!wide || !narrow || !wide2 || !narrow2) GTEST_SKIP() << "this build has no AVX2 integer kernels";
+    if (!narrow || !wide2 || !narrow2) GTEST_SKIP() << "this build has no AVX2 integer kernels";
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
+    const bool built = true;
+    std::printf("[ measured ] the wide loop is built (AVX-512 BW, VNNI, VBMI)\n");
+#else
+    const bool built = false;
+    std::printf("[ measured ] no AVX-512 in this build: 2-bit rows run the 256-bit loop twice, 4-bit ones are "
+                "declined\n");
+#endif
     std::mt19937 rng(23);
     std::uniform_int_distribution<int> byte(0, 255);
     std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
@@ -546,28 +557,36 @@ TEST(KiviPartsKernels, WideLoopMatchesTheNarrowOne) {
         int h4, mid, tail;
     };
     for (const shape sh : {shape{6, 54, 36}, shape{5, 43, 59}, shape{16, 85, 23}, shape{0, 64, 64}, shape{7, 0, 96},
-                           shape{40, 64, 64}, shape{100, 40, 20}, shape{128, 0, 96}, shape{33, 128, 0}})
+                           shape{40, 64, 64}, shape{100, 0, 20}, shape{33, 95, 0}, shape{128, 0, 96},
+                           shape{30, 64, 35}})
         for (int G : {1, 3, 6, 7, 8}) {
             const int h = sh.h4, mid = sh.mid, tail = sh.tail, r = h + mid + tail, hm = h + mid;
             const int rb = kv_key_row_bytes(4, r, tail, 0, mid);
+            const std::string what = "4-bit rows h4 " + std::to_string(h) + " mid " + std::to_string(mid) + " tail " +
+                                     std::to_string(tail) + " (" + std::to_string(rb) + " bytes)";
+            const bool fits = attn::kivi_wide_parts_fit(G, h, mid, tail);
+            ASSERT_EQ(fits, built && rb <= 64 && r <= 128) << what;
+            if (!fits) continue;
             const int nrc = (h + 63) / 64, nrm = (mid + 127) / 128;
             std::vector<uint8_t> codes((size_t)(n_slots * rb + KV_Q4_PAD));
             for (auto& c : codes) c = (uint8_t)byte(rng);
             std::vector<uint16_t> grid((size_t)r);
             for (auto& g : grid) g = (uint16_t)(byte(rng) | byte(rng) << 8);
-            // the scaled query of each part, zero-padded as kivi_scores lays it out
+            // the scaled query in channel order, and each part's zero-padded as kivi_scores lays them out
+            std::vector<float> qf((size_t)G * r);
+            for (auto& x : qf) x = unit(rng);
             std::vector<float> q4((size_t)G * 64 * std::max(nrc, 1), 0.0f), qm((size_t)G * 128 * std::max(nrm, 1), 0.0f),
                 qt((size_t)G * KV_KEY_TAIL_MAX, 0.0f);
             for (int j = 0; j < G; j++) {
-                for (int c = 0; c < h; c++) q4[(size_t)j * 64 * nrc + c] = unit(rng);
-                for (int c = 0; c < mid; c++) qm[(size_t)j * 128 * nrm + c] = unit(rng);
-                for (int c = 0; c < tail; c++) qt[(size_t)j * KV_KEY_TAIL_MAX + c] = unit(rng);
+                for (int c = 0; c < h; c++) q4[(size_t)j * 64 * nrc + c] = qf[(size_t)j * r + c];
+                for (int c = 0; c < mid; c++) qm[(size_t)j * 128 * nrm + c] = qf[(size_t)j * r + h + c];
+                for (int c = 0; c < tail; c++) qt[(size_t)j * KV_KEY_TAIL_MAX + c] = qf[(size_t)j * r + hm + c];
             }
             std::vector<int8_t> qi((size_t)G * (64 * nrc + 128 * nrm + 128), 0);
             int8_t* qi4 = qi.data();
             int8_t* qim = qi4 + (size_t)G * 64 * nrc;
             int8_t* qit = qim + (size_t)G * 128 * nrm;
-            std::vector<float> qd((size_t)3 * G, 0.0f), bp((size_t)3 * G, 0.0f), bias(G);
+            std::vector<float> qd((size_t)3 * G, 0.0f), bp((size_t)3 * G, 0.0f), bias(G), zero(G, 0.0f);
             if (h > 0) k4->fold(G, q4.data(), grid.data(), step, h, nrc, qi4, qd.data(), bp.data());
             if (mid > 0) k2->fold(G, qm.data(), grid.data() + h, step, mid, nrm, qim, qd.data() + G, bp.data() + G);
             if (tail > 0) k1->fold(G, qt.data(), grid.data() + hm, step, tail, 1, qit, qd.data() + 2 * G, bp.data() + 2 * G);
@@ -576,12 +595,10 @@ TEST(KiviPartsKernels, WideLoopMatchesTheNarrowOne) {
                 bias[j] = bp[j] + bp[G + j] + bp[2 * G + j];
                 tol[j] = 1e-6 * 127 * (qd[j] * 15 * h + qd[G + j] * 3 * mid + qd[2 * G + j] * tail);
             }
-            const std::string what = "4-bit rows h4 " + std::to_string(h) + " mid " + std::to_string(mid) + " tail " +
-                                     std::to_string(tail) + " (" + std::to_string(rb) + " bytes)";
             for (const range rg : ranges) {
                 std::vector<float> sc_w((size_t)G * n, -1.0f), sc_n(sc_w);
-                wide->scores(G, h, mid, tail, codes.data(), rb, g0 + rg.a, g0 + rg.b, n_slots, g0, n, qi4, qim, qit,
-                             qd.data(), bias.data(), sc_w.data());
+                attn::kivi_wide_parts_group(G, h, mid, tail, qf.data(), r, grid.data(), step, codes.data(), rb, g0 + rg.a,
+                                            g0 + rg.b, n_slots, g0, n, zero.data(), sc_w.data());
                 narrow->scores(G, h, mid, tail, codes.data(), rb, g0 + rg.a, g0 + rg.b, n_slots, g0, n, qi4, qim, qit,
                                qd.data(), bias.data(), sc_n.data());
                 expect_close(sc_w, sc_n, tol, G, rg, what);

@@ -102,7 +102,9 @@ inline void kivi_key_codes_to_f32(int bits, const uint8_t* src, int r, int tail,
 // adds their part likewise (its own query, fold and scale). 4-bit rows with
 // such parts (h <= 128, mid <= 128) take the same folds and then one pass
 // over the slots for all parts (attention_q4_parts.cpp): the same integer
-// sums, 13-18% less attention time on the plans' rows of four widths.
+// sums, 13-18% less attention time on the plans' rows of four widths; with
+// AVX-512 one fold for the three parts and a pass of 16 slots at a time
+// (attention_parts_wide.cpp: the same int8 query, the same integer sums).
 //
 // 0-bit channels [r, r + zero) (r here: the channels with codes) take no part
 // in either pass: their q_c m_c joins each group's bias (zero_bias).
@@ -144,6 +146,11 @@ void kivi_scores(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64
     // 4-bit rows of several parts in one pass
     const kivi_parts_kernels* kp = int_path && bits == 4 && (mid > 0 || tail > 0) ? q4_parts_kernels() : nullptr;
     const bool parts = kp && h <= kp->max_h4 && mid <= kp->max_mid;
+    // ... and with AVX-512 the three folds in one and 16 slots a pass (attention_parts_wide.cpp)
+    const bool wide_parts = parts && kivi_wide_parts_fit(G, h, mid, tail);
+    if (wide_parts)  // its query: the r coded channels in order, scaled
+        for (int j = 0; j < G; j++)
+            for (int c = 0; c < r; c++) w.qs[j * kv.r_k + c] = qt[j * q.q_head_stride + c] * scale;
     if (fused) {  // the scaled query, zero past r
         for (int j = 0; j < G; j++) {
             float* qj = w.qtail + j * ft->qstride;
@@ -182,6 +189,11 @@ void kivi_scores(const attn_kv_view& kv, int64_t a, int64_t b, int64_t s0, int64
             ft->fold(G, w.qtail, grid, step, r, h, w.qi, w.qd, w.bias);
             zero_bias(grid, step, scale);
             ft->scores(G, h, codes, rb, ga, gb, b, s0, n, w.qi, w.qd, w.bias, w.sc);
+        } else if (wide_parts) {
+            for (int j = 0; j < G; j++) w.bias[j] = 0.0f;
+            zero_bias(grid, step, scale);
+            kivi_wide_parts_group(G, h, mid, tail, w.qs, kv.r_k, grid, step, codes, rb, ga, gb, b, s0, n, w.bias,
+                                  w.sc);
         } else if (parts) {
             // each part's fold into its own query bytes, scale and bias; one pass over the slots
             int8_t* qi4 = w.qi;

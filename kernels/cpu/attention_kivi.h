@@ -839,9 +839,10 @@ struct kivi_wide_part {
 // Rows of at most this many bytes take the wide loop (16 dwords a row).
 constexpr int KIVI_WIDE_PARTS_MAX_ROW = 64;
 // sc[j n + s - s0] = bias_j + sum over the parts of qd_j (q_j . codes of slot s)
-// for the whole 16s of slots from a within [a, b) (G <= 8 heads, rb <=
-// KIVI_WIDE_PARTS_MAX_ROW, at most 3 parts, each reading at most 128 query
-// bytes a head); returns the first slot it left to the narrow loop.
+// for slots [a, b), 16 a pass (G <= 8 heads, rb <= KIVI_WIDE_PARTS_MAX_ROW, at
+// most 3 parts, each reading at most 128 query bytes a head); returns b, or a
+// (nothing done) where the rows do not fit. (The 4-bit rows' fused fold and
+// these scores: kivi_wide_parts_group, attention_layout.h.)
 int64_t kivi_wide_parts_scores(int G, const kivi_wide_part* parts, int np, const uint8_t* codes, int rb, int64_t a,
                                int64_t b, int64_t pf_end, int64_t s0, int64_t n, const float* bias, float* sc);
 #endif

@@ -167,7 +167,17 @@ struct kivi_parts_kernels {
                    const float* qd, const float* bias, float* sc);
 };
 const kivi_parts_kernels* q4_parts_kernels();
-const kivi_parts_kernels* q4_parts_kernels_narrow();
+// The same rows with AVX-512 (attention_parts_wide.cpp), a group at a time:
+// the three folds in one pass over the group's grid (the same int8 bytes,
+// scales and, up to summation order, biases as the widths' folds), then slots
+// [a, b) 16 a pass, every head at once. qf [G x qfs]: the scaled query over the
+// r = h4 + mid + tail coded channels in order; bias [G]: added to (the 0-bit
+// channels' share, set by the caller). kivi_wide_parts_fit says whether a row
+// takes it (false in a build without AVX-512 BW, VNNI and VBMI).
+bool kivi_wide_parts_fit(int G, int h4, int mid, int tail);
+void kivi_wide_parts_group(int G, int h4, int mid, int tail, const float* qf, int qfs, const uint16_t* grid,
+                           const uint16_t* step, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end,
+                           int64_t s0, int64_t n, const float* bias, float* sc);
 
 // ---- helpers of several layouts ----
 

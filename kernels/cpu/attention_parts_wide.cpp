@@ -9,14 +9,18 @@
 // loops take two (parts) or four (2-bit and tail) slots a vector and reduce
 // every slot's sums across lanes.
 //
-// The query dwords are the parts' own folded bytes (their widths' folds, in
-// the layout the narrow loops read), permuted once a group (vpermt2b) into unit
+// The query dwords are int8 bytes permuted once a group (vpermt2b) into unit
 // order, a head's units at a fixed stride so that every (unit, head) address
-// is a register plus a constant. A unit's bytes outside its part (a dword that
-// straddles two parts) meet zero query bytes (the permute's zero mask). Each part's int32
-// sums are its narrow twin's integers; they are scaled by the part's qd in
-// turn, so the scores differ from the narrow loops' in float rounding only
-// (tests/test_attention_layouts.cpp holds them to it).
+// is a register plus a constant: for 4-bit rows from one fold of all three
+// parts over the group's grid (kivi_wide_parts_group: the bytes and scales of
+// the widths' three folds, from one pass, in channel order), for 2-bit rows
+// with a tail from their fold's own layout (kivi_wide_parts_scores). A unit's
+// bytes outside its part (a dword that straddles two parts) meet zero query
+// bytes (the permute's zero mask). Each part's int32 sums are its narrow
+// twin's integers; they are scaled by the part's qd in turn, so the scores
+// differ from the narrow loops' in float rounding only (tests/
+// test_attention_layouts.cpp holds them to it). A range's last, partial 16
+// reads zero rows past its end and stores only its own lanes.
 // GCC 12's AVX-512 headers trip -Wuninitialized on their own placeholders
 // (GCC PR 105593; attention_q4.cpp says more).
 #if defined(__GNUC__) && !defined(__clang__)
@@ -27,6 +31,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "ggml-like/error.h"
 #include "kernels/cpu/attention_kivi.h"
 
 namespace zk {
@@ -43,10 +48,18 @@ constexpr int k_part_segs = 3;
 constexpr int k_head_bytes = k_max_parts * k_part_segs * 64;
 constexpr int k_max_heads = 8;
 
+// Where part byte b's sub-vector i finds its query byte (in the bytes a head
+// of the source holds): base + e, e = cs (b / 32) + mb (b % 32) + ps i, if e
+// < nch. The narrow layouts (kivi_wide_part) have base 0, mb 1 and zero bytes
+// past their channels; the fused fold's channel order has a channel's index
+// there (4-bit: 2b + i, 2-bit: h + 4b + i, 1-bit: h + mid + i tb + b), where
+// e >= nch (the high nibble of an odd 4-bit part's last byte) would be the
+// next part's first channel.
 struct part_shape {
-    int bits, off, len, cs, ps;
+    int bits, off, len, base, cs, mb, ps, nch;
     bool operator==(const part_shape& o) const {
-        return bits == o.bits && off == o.off && len == o.len && cs == o.cs && ps == o.ps;
+        return bits == o.bits && off == o.off && len == o.len && base == o.base && cs == o.cs && mb == o.mb &&
+               ps == o.ps && nch == o.nch;
     }
 };
 
@@ -56,11 +69,11 @@ struct unit_table {
     int np = -1;
     part_shape shape[k_max_parts];
     bool ok = false;
-    int ncols = 0;                       // columns any part reads
+    int ncols = 0;                         // columns any part reads
     int c0[k_max_parts], c1[k_max_parts];  // a part's columns [c0, c1)
-    int u0[k_max_parts];                 // its first unit in a head's table (a multiple of 16)
-    int nseg[k_max_parts];               // its 64-byte segments of units
-    int srcb[k_max_parts];               // query bytes it reads a head
+    int u0[k_max_parts];                   // its first unit in a head's table (a multiple of 16)
+    int nseg[k_max_parts];                 // its 64-byte segments of units
+    int srcb[k_max_parts];                 // source bytes it reads a head
     alignas(64) uint8_t idx[k_max_parts][k_part_segs][64];
     uint64_t valid[k_max_parts][k_part_segs];  // the unit bytes of the part (others 0)
 };
@@ -76,7 +89,7 @@ bool unit_table_build(unit_table& t, const part_shape* sh, int np) {
         t.c0[p] = s.off / 4;
         t.c1[p] = (s.off + s.len + 3) / 4;
         const int units = (t.c1[p] - t.c0[p]) * nsub;
-        if (t.c1[p] > 16 || units > 16 * k_part_segs) return t.ok = false;
+        if (s.len < 1 || t.c1[p] > 16 || units > 16 * k_part_segs) return t.ok = false;
         t.ncols = std::max(t.ncols, t.c1[p]);
         t.u0[p] = u;
         t.nseg[p] = (units + 15) / 16;
@@ -91,7 +104,8 @@ bool unit_table_build(unit_table& t, const part_shape* sh, int np) {
             for (int k = 0; k < 4; k++) {
                 const int b = 4 * c + k - s.off;
                 if (b < 0 || b >= s.len) continue;
-                const int pos = s.cs * (b >> 5) + s.ps * i + (b & 31);
+                const int ch = s.cs * (b >> 5) + s.mb * (b & 31) + s.ps * i, pos = s.base + ch;
+                if (ch >= s.nch) continue;
                 if (pos >= 128) return t.ok = false;
                 const int e = 4 * (v % 16) + k;
                 t.idx[p][v / 16][e] = (uint8_t)pos;
@@ -105,12 +119,10 @@ bool unit_table_build(unit_table& t, const part_shape* sh, int np) {
 
 // The table of this row shape: a few shapes kept a thread (a layer's KV heads
 // differ; a head's groups share one).
-const unit_table& unit_table_for(const kivi_wide_part* parts, int np) {
+const unit_table& unit_table_for(const part_shape* sh, int np) {
     constexpr int k_cached = 4;
     thread_local unit_table cache[k_cached];
     thread_local int next = 0;
-    part_shape sh[k_max_parts];
-    for (int p = 0; p < np; p++) sh[p] = {parts[p].bits, parts[p].off, parts[p].len, parts[p].cs, parts[p].ps};
     for (unit_table& t : cache) {
         if (t.np != np) continue;
         bool same = true;
@@ -160,12 +172,14 @@ __attribute__((always_inline)) inline void part_units(const __m512i* col, int c0
 
 // Rows of at most 32 bytes: rows i and i + 8 in the halves of z[i] (8 dwords
 // each), an 8 x 8 transpose in both halves at once, the halves' quarters
-// interleaved: col[c] lane d = dword c of row d, for c < ncols.
-__attribute__((always_inline)) inline void columns8(const uint8_t* c0, int rb, __m512i* col, int ncols) {
+// interleaved: col[c] lane d = dword c of row d, for c < ncols. Rows from cnt
+// on (a range's last, partial 16) are zeros, not read.
+__attribute__((always_inline)) inline void columns8(const uint8_t* c0, int rb, int cnt, __m512i* col, int ncols) {
     __m512i z[8], t[8], x[8];
-    for (int i = 0; i < 8; i++)
-        z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)(c0 + i * rb))),
-                                  _mm256_loadu_si256((const __m256i*)(c0 + (i + 8) * rb)), 1);
+    auto row = [&](int i) {
+        return i < cnt ? _mm256_loadu_si256((const __m256i*)(c0 + i * rb)) : _mm256_setzero_si256();
+    };
+    for (int i = 0; i < 8; i++) z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(row(i)), row(i + 8), 1);
     for (int k = 0; k < 4; k++) {  // a 128-bit lane of rows A, B: A0 B0 A1 B1, A2 B2 A3 B3
         t[2 * k] = _mm512_unpacklo_epi32(z[2 * k], z[2 * k + 1]);
         t[2 * k + 1] = _mm512_unpackhi_epi32(z[2 * k], z[2 * k + 1]);
@@ -185,28 +199,30 @@ __attribute__((always_inline)) inline void columns8(const uint8_t* c0, int rb, _
 }
 
 // Rows of 33..64 bytes: the 4-bit loop's 16 x 16 transpose.
-__attribute__((always_inline)) inline void columns16(const uint8_t* c0, int rb, __m512i* col, int ncols) {
+__attribute__((always_inline)) inline void columns16(const uint8_t* c0, int rb, int cnt, __m512i* col, int ncols) {
     __m512i x[16];
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; i++) x[i] = _mm512_loadu_si512(c0 + i * rb);
+    for (int i = 0; i < 16; i++) x[i] = i < cnt ? _mm512_loadu_si512(c0 + i * rb) : _mm512_setzero_si512();
     kivi_transpose16_dwords(x);
     for (int c = 0; c < ncols; c++) col[c] = x[c];
 }
 
+// sc[j n + s - s0] = bias_j + sum over the parts of qd[p][j] (its units' sums)
+// for slots [a, e): 16 a pass, the last pass masked.
 template <int G>
-void wide_scores_g(const unit_table& t, const kivi_wide_part* parts, const uint8_t* codes, int rb, int64_t a,
-                   int64_t e, int64_t pf_end, int64_t s0, int64_t n, const head_units& qw, const float* bias,
-                   float* sc) {
+void wide_scores_g(const unit_table& t, const float* const* qd, const uint8_t* codes, int rb, int64_t a, int64_t e,
+                   int64_t pf_end, int64_t s0, int64_t n, const head_units& qw, const float* bias, float* sc) {
     constexpr auto heads = std::make_integer_sequence<int, G>();
     for (int64_t s = a; s < e; s += 16) {
+        const int cnt = (int)std::min<int64_t>(16, e - s);
         const uint8_t* c0 = codes + s * rb;
         const int64_t p = s + KIVI_SCORE_PREFETCH_SLOTS;
         if (p + 16 <= pf_end) simd::prefetch_l2(codes + p * rb, 16 * (size_t)rb);
         alignas(64) __m512i col[16];
         if (rb <= 32)
-            columns8(c0, rb, col, t.ncols);
+            columns8(c0, rb, cnt, col, t.ncols);
         else
-            columns16(c0, rb, col, t.ncols);
+            columns16(c0, rb, cnt, col, t.ncols);
         __m512 f[G];
 #pragma GCC unroll 8
         for (int j = 0; j < G; j++) f[j] = _mm512_set1_ps(bias[j]);
@@ -225,45 +241,175 @@ void wide_scores_g(const unit_table& t, const kivi_wide_part* parts, const uint8
                 default:
                     part_units<G, 1>(col, t.c0[pi], t.c1[pi], q, qw, acc, heads, std::make_integer_sequence<int, 8>());
             }
-            const float* qd = parts[pi].qd;
 #pragma GCC unroll 8
             for (int j = 0; j < G; j++)
-                f[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[j]), _mm512_set1_ps(qd[j]), f[j]);
+                f[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[j]), _mm512_set1_ps(qd[pi][j]), f[j]);
         }
+        const __mmask16 keep = (__mmask16)((1u << cnt) - 1);
 #pragma GCC unroll 8
-        for (int j = 0; j < G; j++) _mm512_storeu_ps(sc + j * n + s - s0, f[j]);
+        for (int j = 0; j < G; j++) _mm512_mask_storeu_ps(sc + j * n + s - s0, keep, f[j]);
     }
+}
+
+void wide_scores(int G, const unit_table& t, const float* const* qd, const uint8_t* codes, int rb, int64_t a,
+                 int64_t b, int64_t pf_end, int64_t s0, int64_t n, const head_units& qw, const float* bias, float* sc) {
+    kivi_with_heads<k_max_heads>(G, [&](auto gb) {
+        wide_scores_g<decltype(gb)::value>(t, qd, codes, rb, a, b, pf_end, s0, n, qw, bias, sc);
+    });
+}
+
+// The units of head j from its source bytes (at most 128: lo, hi).
+__attribute__((always_inline)) inline void permute_units(const unit_table& t, int pi, __m512i lo, __m512i hi,
+                                                         int8_t* qwj) {
+    for (int g = 0; g < t.nseg[pi]; g++)
+        _mm512_store_si512(qwj + 4 * t.u0[pi] + 64 * g,
+                           _mm512_maskz_permutex2var_epi8(t.valid[pi][g], lo, _mm512_load_si512(t.idx[pi][g]), hi));
+}
+
+// The parts of a 4-bit row with 2-bit channels and/or a 1-bit tail, as the
+// fused fold lays their query out (channel order).
+int row_parts(int h4, int mid, int tail, part_shape* sh) {
+    const int b4 = kv_kivi_row_bytes(4, h4), bm = kv_kivi_row_bytes(2, mid), tb = kv_tail_bytes(tail);
+    int np = 0;
+    if (b4) sh[np++] = {4, 0, b4, 0, 64, 2, 1, h4};
+    if (bm) sh[np++] = {2, b4, bm, h4, 128, 4, 1, mid};
+    if (tb) sh[np++] = {1, b4 + bm, tb, h4 + mid, 0, 1, tb, tail};
+    return np;
+}
+
+inline __mmask16 lanes_between(int c, int lo, int hi) {  // lanes l of c + l in [lo, hi)
+    const int a = std::min(std::max(lo - c, 0), 16), b = std::min(std::max(hi - c, 0), 16);
+    return (__mmask16)(((1u << b) - 1) & ~((1u << a) - 1));
 }
 
 }  // namespace
 
 int64_t kivi_wide_parts_scores(int G, const kivi_wide_part* parts, int np, const uint8_t* codes, int rb, int64_t a,
                                int64_t b, int64_t pf_end, int64_t s0, int64_t n, const float* bias, float* sc) {
-    const int64_t e = a + (b - a) / 16 * 16;
-    if (e == a || G > k_max_heads || np < 1 || np > k_max_parts || rb > KIVI_WIDE_PARTS_MAX_ROW) return a;
-    const unit_table& t = unit_table_for(parts, np);
+    if (a >= b || G > k_max_heads || np < 1 || np > k_max_parts || rb > KIVI_WIDE_PARTS_MAX_ROW) return a;
+    part_shape sh[k_max_parts];
+    const float* qd[k_max_parts];
+    for (int p = 0; p < np; p++) {
+        sh[p] = {parts[p].bits, parts[p].off, parts[p].len, 0, parts[p].cs, 1, parts[p].ps, 1 << 20};
+        qd[p] = parts[p].qd;
+    }
+    const unit_table& t = unit_table_for(sh, np);
     if (!t.ok) return a;
     // the parts' query bytes of every head in unit order
     alignas(64) head_units qw;
     for (int pi = 0; pi < np; pi++) {
         const int sb = t.srcb[pi];
-        for (int g = 0; g < t.nseg[pi]; g++) {
-            const __m512i idx = _mm512_load_si512(t.idx[pi][g]);
-            const __mmask64 valid = t.valid[pi][g];
-            for (int j = 0; j < G; j++) {
-                const int8_t* src = parts[pi].q + (int64_t)j * parts[pi].qs;
-                const __m512i lo = _mm512_maskz_loadu_epi8(first_bytes(sb), src);
-                const __m512i hi = sb > 64 ? _mm512_maskz_loadu_epi8(first_bytes(sb - 64), src + 64)
-                                           : _mm512_setzero_si512();
-                _mm512_store_si512(qw + j * k_head_bytes + 4 * t.u0[pi] + 64 * g,
-                                   _mm512_maskz_permutex2var_epi8(valid, lo, idx, hi));
-            }
+        for (int j = 0; j < G; j++) {
+            const int8_t* src = parts[pi].q + (int64_t)j * parts[pi].qs;
+            const __m512i lo = _mm512_maskz_loadu_epi8(first_bytes(sb), src);
+            const __m512i hi =
+                sb > 64 ? _mm512_maskz_loadu_epi8(first_bytes(sb - 64), src + 64) : _mm512_setzero_si512();
+            permute_units(t, pi, lo, hi, qw + j * k_head_bytes);
         }
     }
-    kivi_with_heads<k_max_heads>(G, [&](auto gb) {
-        wide_scores_g<decltype(gb)::value>(t, parts, codes, rb, a, e, pf_end, s0, n, qw, bias, sc);
-    });
-    return e;
+    wide_scores(G, t, qd, codes, rb, a, b, pf_end, s0, n, qw, bias, sc);
+    return b;
+}
+
+bool kivi_wide_parts_fit(int G, int h4, int mid, int tail) {
+    if (G < 1 || G > k_max_heads || h4 + mid + tail > 128 || kv_key_row_bytes(4, h4 + mid + tail, tail, 0, mid) >
+                                                                   KIVI_WIDE_PARTS_MAX_ROW)
+        return false;
+    part_shape sh[k_max_parts];
+    const int np = row_parts(h4, mid, tail, sh);
+    return np > 0 && unit_table_for(sh, np).ok;
+}
+
+// The fold: per head, x_c = q_c s_c over the r coded channels (16 a vector,
+// the grid read and converted once for all heads), each part's max |x_c| and
+// the bias sum_c q_c m_c; then per part d = max / 127 and the bytes
+// round(x_c / d) (the widths' folds round the same floats: kivi_fold_queries),
+// in channel order, permuted into the head's units.
+void kivi_wide_parts_group(int G, int h4, int mid, int tail, const float* qf, int qfs, const uint16_t* grid,
+                           const uint16_t* step, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end,
+                           int64_t s0, int64_t n, const float* bias, float* sc) {
+    part_shape sh[k_max_parts];
+    const int np = row_parts(h4, mid, tail, sh);
+    const unit_table& t = unit_table_for(sh, np);
+    ZK_ASSERT(t.ok && G <= k_max_heads);
+    const int r = h4 + mid + tail, hm = h4 + mid, nv = (r + 15) / 16;
+    const __m512 ds = _mm512_set1_ps(h2f(step[0])), dm = _mm512_set1_ps(h2f(step[1]));
+    __m512 sv[8], mv[8];
+    __mmask16 kr[8], kpart[k_max_parts][8];  // channels < r; each present part's channels
+    int lo_c[k_max_parts], hi_c[k_max_parts];
+    {
+        const int bounds[4] = {0, h4, hm, r};
+        int p = 0;
+        for (int w = 0; w < 3; w++)
+            if (bounds[w + 1] > bounds[w]) lo_c[p] = bounds[w], hi_c[p] = bounds[w + 1], p++;
+        ZK_ASSERT(p == np);
+    }
+    for (int v = 0; v < nv; v++) {
+        const int c = 16 * v;
+        kr[v] = lanes_between(c, 0, r);
+        for (int p = 0; p < np; p++) kpart[p][v] = lanes_between(c, lo_c[p], hi_c[p]);
+        const __m256i g = _mm256_maskz_loadu_epi16(kr[v], grid + c);
+        // s_c = ds * (g & 0xff), m_c = dm * (int8)(g >> 8), as kivi_fold_queries
+        sv[v] = _mm512_mul_ps(ds, _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(_mm256_and_si256(g, _mm256_set1_epi16(0xff)))));
+        mv[v] = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm256_srai_epi16(g, 8))));
+    }
+    // every head's maxima and bias, then the scales of all heads at once, then the
+    // bytes: each head's chain (reduction, division) overlaps the others'
+    alignas(64) head_units qw;
+    alignas(64) float mxs[k_max_parts][16] = {}, qd[k_max_parts][16], inv[k_max_parts][16];
+    alignas(64) float bj[k_max_heads];
+    for (int j = 0; j < G; j++) {
+        const float* qj = qf + (int64_t)j * qfs;
+        __m512 mx[k_max_parts], bs = _mm512_setzero_ps();
+        for (int p = 0; p < np; p++) mx[p] = _mm512_setzero_ps();
+        for (int v = 0; v < nv; v++) {
+            const __m512 q = _mm512_maskz_loadu_ps(kr[v], qj + 16 * v);
+            const __m512 x = _mm512_abs_ps(_mm512_mul_ps(q, sv[v]));
+            for (int p = 0; p < np; p++) mx[p] = _mm512_mask_max_ps(mx[p], kpart[p][v], mx[p], x);
+            bs = _mm512_fmadd_ps(q, mv[v], bs);
+        }
+        bj[j] = bias[j] + _mm512_reduce_add_ps(bs);
+        for (int p = 0; p < np; p++) mxs[p][j] = _mm512_reduce_max_ps(mx[p]);
+    }
+    for (int p = 0; p < np; p++) {  // d = max / 127, and 1 / d where d > 0 (kivi_fold_queries' steps)
+        const __m512 d = _mm512_div_ps(_mm512_load_ps(mxs[p]), _mm512_set1_ps(127.0f));
+        _mm512_store_ps(qd[p], d);
+        _mm512_store_ps(inv[p], _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_GT_OQ),
+                                                    _mm512_set1_ps(1.0f), d));
+    }
+    for (int j = 0; j < G; j++) {
+        const float* qj = qf + (int64_t)j * qfs;
+        __m128i b8[8];
+        for (int v = 0; v < 8; v++) {
+            if (v >= nv) {
+                b8[v] = _mm_setzero_si128();
+                continue;
+            }
+            __m512 iv = _mm512_set1_ps(inv[0][j]);
+            for (int p = 1; p < np; p++) iv = _mm512_mask_mov_ps(iv, kpart[p][v], _mm512_set1_ps(inv[p][j]));
+            const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(kr[v], qj + 16 * v), sv[v]);
+            b8[v] = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x, iv)));
+        }
+        auto join4 = [](const __m128i* x) {
+            __m512i y = _mm512_castsi128_si512(x[0]);
+            y = _mm512_inserti32x4(y, x[1], 1);
+            y = _mm512_inserti32x4(y, x[2], 2);
+            return _mm512_inserti32x4(y, x[3], 3);
+        };
+        const __m512i lo = join4(b8), hi = join4(b8 + 4);
+        for (int pi = 0; pi < np; pi++) permute_units(t, pi, lo, hi, qw + j * k_head_bytes);
+    }
+    const float* qdp[k_max_parts];
+    for (int p = 0; p < np; p++) qdp[p] = qd[p];
+    wide_scores(G, t, qdp, codes, rb, a, b, pf_end, s0, n, qw, bj, sc);
+}
+
+#else
+
+bool kivi_wide_parts_fit(int, int, int, int) { return false; }
+void kivi_wide_parts_group(int, int, int, int, const float*, int, const uint16_t*, const uint16_t*, const uint8_t*,
+                           int, int64_t, int64_t, int64_t, int64_t, int64_t, const float*, float*) {
+    ZK_ASSERT(false && "kivi_wide_parts_group: not built");
 }
 
 #endif

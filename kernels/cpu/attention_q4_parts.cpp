@@ -165,25 +165,11 @@ void scores_parts_g(const key_part (&pt)[3], const uint8_t* codes, int rb, int64
     }
 }
 
-// WIDE: whole 16s of slots in the wide loop where it is built and the row
-// fits it (attention_parts_wide.cpp); false: never (the twin tests hold it to).
-template <bool WIDE>
 void q4_parts_scores(int G, int h4, int mid, int tail, const uint8_t* codes, int rb, int64_t a, int64_t b,
                      int64_t pf_end, int64_t s0, int64_t n, const int8_t* qi4, const int8_t* qim, const int8_t* qit,
                      const float* qd, const float* bias, float* sc) {
     const int b4 = kv_kivi_row_bytes(4, h4), bm = kv_kivi_row_bytes(2, mid), tb = kv_tail_bytes(tail);
     const int nrc4 = (h4 + 63) / 64, nrm = (mid + 127) / 128;
-#ifdef ZK_KIVI_WIDE_VALUES
-    if (WIDE) {  // the parts as the wide loop reads them: their bytes, folded queries (layouts above), scales
-        kivi_wide_part wp[3];
-        int np = 0;
-        if (b4) wp[np++] = {4, 0, b4, qi4, 64 * nrc4, 64, 32, qd};
-        if (bm) wp[np++] = {2, b4, bm, qim, 128 * nrm, 128, 32, qd + G};
-        if (tb) wp[np++] = {1, b4 + bm, tb, qit, 128, 0, 16, qd + 2 * G};
-        a = kivi_wide_parts_scores(G, wp, np, codes, rb, a, b, pf_end, s0, n, bias, sc);
-        if (a == b) return;
-    }
-#endif
     // halves 0: the part is absent; a quad part has halves 1
     auto part = [](int off, int bytes, const int8_t* q, int qs, const float* d) {
         return key_part{off, (bytes + 15) / 16, bytes <= 8, q, qs, d};
@@ -198,16 +184,13 @@ void q4_parts_scores(int G, int h4, int mid, int tail, const uint8_t* codes, int
     });
 }
 
-const kivi_parts_kernels k_q4_parts = {128, 128, q4_parts_scores<true>};
-const kivi_parts_kernels k_q4_parts_narrow = {128, 128, q4_parts_scores<false>};
+const kivi_parts_kernels k_q4_parts = {128, 128, q4_parts_scores};
 
 }  // namespace
 
 const kivi_parts_kernels* q4_parts_kernels() { return &k_q4_parts; }
-const kivi_parts_kernels* q4_parts_kernels_narrow() { return &k_q4_parts_narrow; }
 #else
 const kivi_parts_kernels* q4_parts_kernels() { return nullptr; }
-const kivi_parts_kernels* q4_parts_kernels_narrow() { return nullptr; }
 #endif
 
 }  // namespace attn
