@@ -386,8 +386,9 @@ void q2t_fold(int G, const float* q, const uint16_t* grid, const uint16_t* step,
     kivi_fold_queries_n<q2t_pack>(G, q, grid, step, r, 1, qi, qd, bias, q2t_pack{h, r - h});
 }
 
-// WIDE: as q4_parts_scores (attention_q4_parts.cpp): the two parts, one fold
-// and one scale, in the wide loop where it applies.
+// WIDE: with AVX-512 the wide loop (attention_parts_wide.cpp) reads this
+// fold's bytes, its two parts at one scale, 16 slots a pass; false: never (the
+// twin test holds the wide loop to this one).
 template <bool WIDE>
 void q2t_scores(int G, int h, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end, int64_t s0,
                 int64_t n, const int8_t* qi, const float* qd, const float* bias, float* sc) {
