@@ -79,12 +79,12 @@ struct unit_table {
 };
 
 bool unit_table_build(unit_table& t, const part_shape* sh, int np) {
-    t.np = np;
+    t.np = np;  // the whole key first: a shape that fails is remembered as failing, not as another's
+    for (int p = 0; p < np; p++) t.shape[p] = sh[p];
     t.ncols = 0;
     int u = 0;
     for (int p = 0; p < np; p++) {
         const part_shape& s = sh[p];
-        t.shape[p] = s;
         const int nsub = 8 / s.bits;
         t.c0[p] = s.off / 4;
         t.c1[p] = (s.off + s.len + 3) / 4;
