@@ -314,6 +314,18 @@ __attribute__((always_inline)) inline void kivi_transpose16_dwords(__m512i (&x)[
     }
 }
 
+// acc + u (u8) . the dword at q + OFF (s8) broadcast to every lane, in asm: the
+// intrinsic's loops got a register copy of every accumulator (GCC 12), and a
+// memory operand per (head, dword) became addresses spilled to the stack; here
+// one base register and a constant offset a head. mem: the bytes q points into,
+// an input so that the stores that wrote them stay before.
+template <int OFF, class Mem>
+__attribute__((always_inline)) inline __m512i kivi_dpbusd512_bcast(__m512i acc, __m512i u, const int8_t* q,
+                                                                   const Mem& mem) {
+    asm("vpdpbusd %c3(%2)%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "r"(q), "i"(OFF), "m"(mem));
+    return acc;
+}
+
 // One vector v of the interleaved bytes (kivi_values_quads) over nq quads of
 // slots: 2 G int32 accumulators (a plane each) stay in registers with the
 // codes, where all four vectors at once (8 G) spilled.

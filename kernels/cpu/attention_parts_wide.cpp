@@ -21,12 +21,8 @@
 // differ from the narrow loops' in float rounding only (tests/
 // test_attention_layouts.cpp holds them to it). A range's last, partial 16
 // reads zero rows past its end and stores only its own lanes.
-// GCC 12's AVX-512 headers trip -Wuninitialized on their own placeholders
-// (GCC PR 105593; attention_q4.cpp says more).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "kernels/cpu/avx512_warnings.h"  // first: GCC PR 105593
+
 #include <algorithm>
 #include <cstdint>
 #include <utility>
@@ -139,16 +135,6 @@ inline __mmask64 first_bytes(int k) { return k >= 64 ? ~0ull : (1ull << k) - 1; 
 
 using head_units = int8_t[k_max_heads * k_head_bytes];
 
-// acc + u (u8) . the query dword at q + OFF (s8), broadcast; in asm with a
-// constant offset a head (see q4_dpbusd_bcast in attention_q4.cpp), qw the
-// table q points into (so that its stores stay before).
-template <int OFF>
-__attribute__((always_inline)) inline __m512i unit_dpbusd(__m512i acc, __m512i u, const int8_t* q,
-                                                          const head_units& qw) {
-    asm("vpdpbusd %c3(%2)%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "r"(q), "i"(OFF), "m"(qw));
-    return acc;
-}
-
 // A part's units of G heads: of its columns [c0, c1), per sub-vector i the
 // bits [B i, B i + B) of every byte (a 16-bit shift: the bits from the next
 // byte land above the mask) against the unit's query dword of every head.
@@ -163,7 +149,7 @@ __attribute__((always_inline)) inline void part_units(const __m512i* col, int c0
         auto sub = [&](auto ii) __attribute__((always_inline)) {
             constexpr int i = decltype(ii)::value;
             const __m512i x = _mm512_and_si512(i ? _mm512_srli_epi16(v, B * i) : v, m);
-            ((acc[J] = unit_dpbusd<J * k_head_bytes>(acc[J], x, q, qw)), ...);
+            ((acc[J] = kivi_dpbusd512_bcast<J * k_head_bytes>(acc[J], x, q, qw)), ...);
             q += 4;
         };
         (sub(std::integral_constant<int, I>()), ...);

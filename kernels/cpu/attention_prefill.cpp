@@ -11,11 +11,7 @@
 //           factor the row's value sums are rescaled by;
 //   values  O [M x r_v] += P V_blk: tiles of RG2 rows x CW vectors of
 //           channels, the value rows (f16 or f32) converted as they are loaded.
-// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own
-// placeholders (GCC PR 105593); the pragma has to precede the headers.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "kernels/cpu/avx512_warnings.h"  // first: GCC PR 105593
 
 #include "kernels/attention_prefill.h"
 

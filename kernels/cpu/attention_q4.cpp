@@ -8,13 +8,8 @@
 // (32) bytes past their last row: a row shorter than its last chunk reads into
 // the next row or the padding, and those channels meet zero query bytes (keys)
 // or are dropped (values).
-// GCC 12's AVX-512 headers trip -Wuninitialized and -Wmaybe-uninitialized on
-// their own _mm512_undefined_* placeholders once inlined (GCC PR 105593); the
-// pragma has to precede the headers, whose locations the warning points at.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "kernels/cpu/avx512_warnings.h"  // first: GCC PR 105593
+
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -156,11 +151,9 @@ void scores_q4_int_g(const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t
 // at most 8 query heads (their accumulators in registers).
 inline bool q4_wide_keys(int G, int r, int nrc) { return nrc == 2 && r > 64 && G <= 8; }
 
-// acc + u (u8) . the query dword at qh + OFF (s8), broadcast. In asm: the
-// intrinsic's loop got a register copy of every accumulator (GCC 12), and a
-// memory operand per (head, dword) became 32 G addresses spilled to the stack;
-// here one base register a head and a constant offset (qh's 256 bytes are an
-// input, so the fold's stores stay before it).
+// acc + u (u8) . the query dword at qh + OFF, broadcast (as kivi_dpbusd512_bcast,
+// whose call through a reference made GCC 12 clone scores_q4_wide without its
+// prefetches: 12% slower), qh's 256 bytes an input so the fold's stores stay before it.
 template <int OFF>
 __attribute__((always_inline)) inline __m512i q4_dpbusd_bcast(__m512i acc, __m512i u, const int8_t* qh) {
     asm("vpdpbusd %c3(%2)%{1to16%}, %1, %0"
