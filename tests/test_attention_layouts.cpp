@@ -504,7 +504,8 @@ TEST(KiviQ4Kernels, WideLoopsMatchTheirTwins) {
 // stands in for, on random codes, grids and queries: 4-bit rows with 2-bit
 // channels and/or a 1-bit tail, folded in one pass (kivi_wide_parts_group)
 // against the widths' three folds and the narrow parts loop (rows of 8..64
-// bytes through both transposes, parts that share a dword, no 4-bit part; rows
+// bytes through both transposes, parts that share a dword, three parts in one
+// vector of 16 channels, no 4-bit part; rows
 // of 76 bytes and of 129 channels, which it must decline), and 2-bit rows with
 // a tail (one fold, the wide loop reading its bytes) against their narrow loop.
 // The int8 query bytes and scales are the same, so the integer sums are; the
@@ -558,7 +559,7 @@ TEST(KiviPartsKernels, WideLoopMatchesTheNarrowOne) {
     };
     for (const shape sh : {shape{6, 54, 36}, shape{5, 43, 59}, shape{16, 85, 23}, shape{0, 64, 64}, shape{7, 0, 96},
                            shape{40, 64, 64}, shape{100, 0, 20}, shape{33, 95, 0}, shape{128, 0, 96},
-                           shape{30, 64, 35}})
+                           shape{30, 64, 35}, shape{5, 8, 60}})
         for (int G : {1, 3, 6, 7, 8}) {
             const int h = sh.h4, mid = sh.mid, tail = sh.tail, r = h + mid + tail, hm = h + mid;
             const int rb = kv_key_row_bytes(4, r, tail, 0, mid);
