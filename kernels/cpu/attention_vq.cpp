@@ -17,6 +17,8 @@
 //     measured 2.4x the 2-bit time on the 4 x 64 books, hence the path above.
 // A range shorter than K slots (histogram) and the reference path decode each
 // slot's row and add it.
+#include "kernels/cpu/avx512_warnings.h"  // first: GCC PR 105593
+
 #include <algorithm>
 #include <cstring>
 
@@ -156,6 +158,84 @@ inline void vq_i8_store(const __m256i (&s)[G], int g, const float* dj, const flo
     }
 }
 
+#if defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
+    defined(__AVX512VBMI__)
+#define ZK_VQ_WIDE 1
+// Four groups of a chunk in two 512-bit vectors a head (lanes 0-7 group g's
+// channels, 8-15 group g + 1's; the same for g + 2, g + 3): per quad of slots
+// the 16 centroids (8 bytes each) are gathered by qword loads into two 256-bit
+// halves and one vpermt2b interleaves them as vq_i8_cent4 does, four slots'
+// bytes of a channel in its dword lane; each head's weights are broadcast once
+// for all four groups. The int32 sums are the narrow loops' (the same products,
+// added in another order), so the floats are too. Against two groups in 256-bit
+// vectors: 14 shuffles instead of 20 and 12 dpbusd instead of 24 for the same
+// four groups and slots, and a third fewer loads (on a Zen 4 EPYC 4-bit keys
+// with these codes everywhere 8% faster at 8K; bench/RESULTS.md 2026-12-06,
+// eighth session).
+inline __m256i vq_i8_qwords4(const int8_t* bk, unsigned c0, unsigned c1, unsigned c2, unsigned c3) {
+    const __m128i a = _mm_castpd_si128(_mm_loadh_pd(_mm_castsi128_pd(_mm_loadl_epi64((const __m128i*)(bk + c0 * 8))),
+                                                    (const double*)(bk + c1 * 8)));
+    const __m128i b = _mm_castpd_si128(_mm_loadh_pd(_mm_castsi128_pd(_mm_loadl_epi64((const __m128i*)(bk + c2 * 8))),
+                                                    (const double*)(bk + c3 * 8)));
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
+}
+
+// in asm as vq_dot4_add, on a copy: asm on the array elements themselves kept
+// every accumulator in memory (a load and a store around each product)
+inline __m512i vq_dot4_add512(__m512i acc, __m512i u, __m512i s) {
+    asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
+    return acc;
+}
+
+template <int G>
+__attribute__((always_inline)) inline void values_c8k256_i8_quad(const int8_t* book8, const float* bscale,
+                                                                 const uint8_t* const* rows, int nq,
+                                                                 const uint32_t (*wq)[8], int g, const float* dj,
+                                                                 int r, float* acc) {
+    // byte 4e + k of the result: channel e % 8 of slot k, from the first source
+    // (group g: slot k's qword at 8k) for e < 8, the second (group g + 1) past
+    alignas(64) static constexpr uint8_t k_idx[64] = {
+        0,  8,  16, 24, 1,  9,  17, 25, 2,  10, 18, 26, 3,  11, 19, 27, 4,  12, 20, 28, 5,  13,
+        21, 29, 6,  14, 22, 30, 7,  15, 23, 31, 64, 72, 80, 88, 65, 73, 81, 89, 66, 74, 82, 90,
+        67, 75, 83, 91, 68, 76, 84, 92, 69, 77, 85, 93, 70, 78, 86, 94, 71, 79, 87, 95};
+    const __m512i idx = _mm512_load_si512(k_idx);
+    const int8_t* b0 = book8 + (size_t)g * 256 * 8;
+    const int8_t *b1 = b0 + 256 * 8, *b2 = b1 + 256 * 8, *b3 = b2 + 256 * 8;
+    __m512i s01[G], s23[G];
+#pragma GCC unroll 8
+    for (int j = 0; j < G; j++) s01[j] = s23[j] = _mm512_setzero_si512();
+    for (int q = 0; q < nq; q++) {
+        const uint8_t* const* rq = rows + 4 * q;
+        uint32_t c[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) std::memcpy(&c[i], rq[i] + g, 4);
+        auto code = [&](int i, int k) { return (c[i] >> (8 * k)) & 255; };
+        const __m512i e01 = _mm512_permutex2var_epi8(
+            _mm512_castsi256_si512(vq_i8_qwords4(b0, code(0, 0), code(1, 0), code(2, 0), code(3, 0))), idx,
+            _mm512_castsi256_si512(vq_i8_qwords4(b1, code(0, 1), code(1, 1), code(2, 1), code(3, 1))));
+        const __m512i e23 = _mm512_permutex2var_epi8(
+            _mm512_castsi256_si512(vq_i8_qwords4(b2, code(0, 2), code(1, 2), code(2, 2), code(3, 2))), idx,
+            _mm512_castsi256_si512(vq_i8_qwords4(b3, code(0, 3), code(1, 3), code(2, 3), code(3, 3))));
+#pragma GCC unroll 8
+        for (int j = 0; j < G; j++) {
+            const __m512i w = _mm512_set1_epi32((int)wq[q][j]);
+            s01[j] = vq_dot4_add512(s01[j], w, e01);
+            s23[j] = vq_dot4_add512(s23[j], w, e23);
+        }
+    }
+    const __m512 f01 = _mm512_insertf32x8(_mm512_set1_ps(bscale[g]), _mm256_set1_ps(bscale[g + 1]), 1);
+    const __m512 f23 = _mm512_insertf32x8(_mm512_set1_ps(bscale[g + 2]), _mm256_set1_ps(bscale[g + 3]), 1);
+#pragma GCC unroll 8
+    for (int j = 0; j < G; j++) {
+        float* o = acc + j * r + g * 8;
+        const __m512 d = _mm512_set1_ps(dj[j]);
+        _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_mul_ps(d, f01), _mm512_cvtepi32_ps(s01[j]), _mm512_loadu_ps(o)));
+        _mm512_storeu_ps(o + 16,
+                         _mm512_fmadd_ps(_mm512_mul_ps(d, f23), _mm512_cvtepi32_ps(s23[j]), _mm512_loadu_ps(o + 16)));
+    }
+}
+#endif
+
 template <int G>
 void values_c8k256_i8(const uint8_t* codes, int rb, int64_t a, int64_t b, int ng, const int8_t* book8,
                       const float* bscale, const float* pw, int Gp, int r, float* acc) {
@@ -189,6 +269,9 @@ void values_c8k256_i8(const uint8_t* codes, int rb, int64_t a, int64_t b, int ng
         const uint8_t* rows[VQ_I8_CHUNK];
         for (int i = 0; i < 4 * nq; i++) rows[i] = codes + (t0 + std::min(i, n - 1)) * rb;
         int g = 0;
+#ifdef ZK_VQ_WIDE
+        for (; g + 4 <= ng; g += 4) values_c8k256_i8_quad<G>(book8, bscale, rows, nq, wq, g, dj, r, acc);
+#endif
 #ifdef __AVX512VL__
         // two groups at a time where 32 vector registers hold both groups'
         // accumulators: a slot's two codes in one load, and each head's weight
