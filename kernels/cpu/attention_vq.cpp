@@ -23,6 +23,7 @@
 #include <cstring>
 
 #include "ggml-like/error.h"
+#include "kernels/cpu/attention_kivi.h"
 #include "kernels/cpu/attention_layout.h"
 
 namespace zk {
@@ -158,8 +159,7 @@ inline void vq_i8_store(const __m256i (&s)[G], int g, const float* dj, const flo
     }
 }
 
-#if defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && \
-    defined(__AVX512VBMI__)
+#if defined(ZK_KIVI_WIDE_VALUES) && defined(__AVX512DQ__) && defined(__AVX512VL__)
 #define ZK_VQ_WIDE 1
 // Four groups of a chunk in two 512-bit vectors a head (lanes 0-7 group g's
 // channels, 8-15 group g + 1's; the same for g + 2, g + 3): per quad of slots
@@ -178,13 +178,6 @@ inline __m256i vq_i8_qwords4(const int8_t* bk, unsigned c0, unsigned c1, unsigne
     const __m128i b = _mm_castpd_si128(_mm_loadh_pd(_mm_castsi128_pd(_mm_loadl_epi64((const __m128i*)(bk + c2 * 8))),
                                                     (const double*)(bk + c3 * 8)));
     return _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
-}
-
-// in asm as vq_dot4_add, on a copy: asm on the array elements themselves kept
-// every accumulator in memory (a load and a store around each product)
-inline __m512i vq_dot4_add512(__m512i acc, __m512i u, __m512i s) {
-    asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
-    return acc;
 }
 
 template <int G>
@@ -219,8 +212,10 @@ __attribute__((always_inline)) inline void values_c8k256_i8_quad(const int8_t* b
 #pragma GCC unroll 8
         for (int j = 0; j < G; j++) {
             const __m512i w = _mm512_set1_epi32((int)wq[q][j]);
-            s01[j] = vq_dot4_add512(s01[j], w, e01);
-            s23[j] = vq_dot4_add512(s23[j], w, e23);
+            // by value: asm on the array elements themselves kept every
+            // accumulator in memory (a load and a store around each product)
+            s01[j] = kivi_dpbusd512(s01[j], w, e01);
+            s23[j] = kivi_dpbusd512(s23[j], w, e23);
         }
     }
     const __m512 f01 = _mm512_insertf32x8(_mm512_set1_ps(bscale[g]), _mm256_set1_ps(bscale[g + 1]), 1);
