@@ -92,6 +92,9 @@ zack_calibration calib_decompose(const model& m, const gram_accumulator& acc) {
     c.kpair.resize(c.rqk.size());
     c.k_mean.resize(c.sigma_k.size());
     c.k_score.resize(c.sigma_k.size());
+    c.kwa.resize(c.rqk.size());
+    c.kwb.resize(c.rqk.size());
+    c.kw_score.resize(c.sigma_k.size());
     std::vector<double> vals, vecs, A, B, sv;
     std::vector<double> kscore;
     for (int il = 0; il < L; il++) {
@@ -112,6 +115,10 @@ zack_calibration calib_decompose(const model& m, const gram_accumulator& acc) {
             const std::vector<double> cq = acc.q(il, g), ck = acc.k(il, g), cw = acc.k_within(il, g);
             keybasis_quant_scores(D, c.rqk.data() + h * D * D, cq.data(), cw.data(), kscore);
             std::copy(kscore.begin(), kscore.end(), c.k_score.begin() + h * D);
+            keybasis_quant_pair(D, cq.data(), cw.data(), A, B, kscore);
+            std::copy(A.begin(), A.end(), c.kwa.begin() + h * D * D);
+            std::copy(B.begin(), B.end(), c.kwb.begin() + h * D * D);
+            std::copy(kscore.begin(), kscore.end(), c.kw_score.begin() + h * D);
             keybasis_score(D, cq.data(), ck.data(), A, B, sv);
             std::copy(A.begin(), A.end(), c.kqa.begin() + h * D * D);
             std::copy(B.begin(), B.end(), c.kqb.begin() + h * D * D);

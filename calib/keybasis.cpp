@@ -138,6 +138,48 @@ void keybasis_quant_scores(int d, const double* P, const double* Cq, const doubl
     }
 }
 
+void keybasis_quant_pair(int d, const double* Cq, const double* Cw, std::vector<double>& A, std::vector<double>& B,
+                         std::vector<double>& score) {
+    // C_q^1/2 = U diag(lambda^1/2) U^T
+    std::vector<double> lam, U, cq_half((size_t)d * d, 0.0), sv;
+    eigen_sym_desc(d, Cq, lam, U);
+    for (int i = 0; i < d; i++)
+        for (int j = 0; j < d; j++) {
+            double s = 0;
+            for (int k = 0; k < d; k++) s += U[(size_t)i * d + k] * std::sqrt(std::max(lam[k], 0.0)) * U[(size_t)j * d + k];
+            cq_half[(size_t)i * d + j] = s;
+        }
+    std::vector<double> a, b;
+    keybasis_score(d, cq_half.data(), Cw, a, b, sv);
+    // unit within-group RMS along every key direction
+    auto quad = [&](const std::vector<double>& P, const double* C, int j) {  // p_j^T C p_j
+        double e = 0;
+        for (int x = 0; x < d; x++) {
+            double t = 0;
+            for (int y = 0; y < d; y++) t += C[(size_t)x * d + y] * P[(size_t)y * d + j];
+            e += P[(size_t)x * d + j] * t;
+        }
+        return e;
+    };
+    std::vector<double> sc((size_t)d);
+    for (int j = 0; j < d; j++) {
+        const double w = quad(b, Cw, j), s = w > 0 ? std::sqrt(w) : 1.0;
+        for (int i = 0; i < d; i++) b[(size_t)i * d + j] /= s, a[(size_t)i * d + j] *= s;
+        sc[(size_t)j] = std::sqrt(std::max(quad(a, Cq, j), 0.0)) * std::max(quad(b, Cw, j), 0.0);
+    }
+    std::vector<int> order((size_t)d);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return sc[(size_t)x] > sc[(size_t)y]; });
+    A.assign((size_t)d * d, 0.0);
+    B.assign((size_t)d * d, 0.0);
+    score.assign((size_t)d, 0.0);
+    for (int j = 0; j < d; j++) {
+        const int o = order[(size_t)j];
+        score[(size_t)j] = sc[(size_t)o];
+        for (int i = 0; i < d; i++) A[(size_t)i * d + j] = a[(size_t)i * d + o], B[(size_t)i * d + j] = b[(size_t)i * d + o];
+    }
+}
+
 key_widths keybasis_key_widths(int d, const float* score, double bits, int max_tail, bool two_bit, int group) {
     constexpr int n_w = 4;
     constexpr int width[n_w] = {0, 1, 2, 4};

@@ -59,6 +59,28 @@ void keybasis_pairs(int d, const rope_params& rope, const double* Cq, const doub
 void keybasis_quant_scores(int d, const double* P, const double* Cq, const double* Cw, std::vector<double>& score);
 // The order itself: engine/model.h zack_key_order.
 
+// The pair a key head's rows at unequal widths (a 1-bit tail, 2-bit or 0-bit
+// channels) are coded in, where the .zack has one (blk.N.zack.kwa/kwb/kwscore;
+// older files code them in the pca directions in the order above). It is the
+// score basis of C_q^1/2 and C_w: A, B from the SVD of L^T L_w (C_q^1/2 = L L^T,
+// C_w = L_w L_w^T, keybasis_score), so that both the keys' within-group
+// scatter (what a per-channel grid over a group codes) and the queries' RMS
+// (the proxy's weight) are diagonal in it: the directions a grid codes
+// independently are the ones the score error sees independently. Each column
+// is scaled so that the keys' within-group RMS along it is 1 (A's column by the
+// inverse: A B^T = I stays; a grid's codes are scale-free, the 8-bit codes of
+// a group's grids are not), then the columns are sorted by the proxy
+// sqrt(a^T C_q a) x b^T C_w b, descending; score [d] is that proxy in the new
+// order. Why: on Qwen2.5-Coder-1.5B's keys (bench/experiments/key_basis_quant.py)
+// it loses 13% less attention output than the pca directions at 23 and 28
+// bytes a row (10% at 34), and plan 0.1 with its keys in it 5-8% less KL on
+// held-out text (bench/RESULTS.md, 2026-12-07 "key bases for quantized keys");
+// C_q in place of C_q^1/2 loses 5% more at 28 bytes, C_k in place of C_w 2%
+// more again.
+// Cq, Cw: [d x d]; A, B: [d x d] row-major, column j = direction j.
+void keybasis_quant_pair(int d, const double* Cq, const double* Cw, std::vector<double>& A, std::vector<double>& B,
+                         std::vector<double>& score);
+
 // How many of a head's directions (in that order) take 4-bit codes, 2-bit
 // codes, a 1-bit tail and 0 bits, for a row of at most `bits` bits a token
 // (grids included: with KIVI groups of 32 tokens a 4-bit channel costs 4.5

@@ -184,10 +184,11 @@ plan_inputs plan_inputs::from_model(const model& m, int group) {
     in.q.assign(z.sens_q.begin(), z.sens_q.end());
     in.source_sha256 = m.file->get_str("zack.source.sha256", "");
     in.rank_weight = z.sens_rank_weight;
-    if (!z.layers.empty() && z.layers[0].kscore) {  // the proxy, as stored
+    if (!z.layers.empty() && z.layers[0].widths_score()) {  // the proxy, as stored
         const int D = m.hp.head_dim, KV = m.hp.n_head_kv;
         std::vector<float> sc;
-        for (const zack_layer& zl : z.layers) sc.insert(sc.end(), zl.kscore, zl.kscore + (size_t)KV * D);
+        for (const zack_layer& zl : z.layers)
+            sc.insert(sc.end(), zl.widths_score(), zl.widths_score() + (size_t)KV * D);
         in.kscore = std::move(sc);
     }
     in.set_group(group > 0 ? group : z.sens_group);

@@ -77,6 +77,31 @@ sensitivity_observer::sensitivity_observer(const model& m, const zack_calibratio
             }
             wides_ = keybasis_wide_rows(D_, (size_t)L_ * KV_, sc.data(), p_.widths_group);
         }
+        if (!c.kw_score.empty()) {
+            const size_t nr = (size_t)L_ * KV_ * D_ * D_;
+            if (c.kw_score.size() != (size_t)L_ * KV_ * D_ || c.kwa.size() != nr || c.kwb.size() != nr)
+                ZK_THROW("sensitivity: the key quantization pair has the wrong size");
+            // the widths from the pair's proxy, as stored (f32)
+            const std::vector<float> sc(c.kw_score.begin(), c.kw_score.end());
+            wides_ = keybasis_wide_rows(D_, (size_t)L_ * KV_, sc.data(), p_.widths_group);
+            to_pair_.resize(nr);
+            from_pair_.resize(nr);
+            for (size_t h = 0; h < (size_t)L_ * KV_; h++) {
+                const double* R = c.rqk.data() + h * D_ * D_;
+                const double* A = c.kwa.data() + h * D_ * D_;
+                const double* B = c.kwb.data() + h * D_ * D_;
+                for (int j = 0; j < D_; j++)
+                    for (int i = 0; i < D_; i++) {
+                        double tp = 0, fp = 0;  // (B^T R)[j][i], (R^T A)[j][i]
+                        for (int x = 0; x < D_; x++) {
+                            tp += B[(size_t)x * D_ + j] * R[(size_t)x * D_ + i];
+                            fp += R[(size_t)x * D_ + j] * A[(size_t)x * D_ + i];
+                        }
+                        to_pair_[(h * D_ + j) * D_ + i] = (float)tp;
+                        from_pair_[(h * D_ + j) * D_ + i] = (float)fp;
+                    }
+            }
+        }
         for (int i = 0; i < k_sens_n_prec; i++)
             for (int j = 0; j < k_sens_n_prec; j++)
                 if (pair_measured(i, j)) acc_.rel_q[i][j].assign((size_t)L_ * KV_, 0.0);
@@ -186,7 +211,7 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
         std::vector<uint8_t> cq((size_t)GR * kv_qb_row_bytes(4, D) + 64);
         std::vector<uint16_t> s1(std::max({D, kv_n_blocks(D, KV_Q8_BLOCK), GR * kv_n_blocks(D, KV_Q4_VBLOCK)})),
             s2(std::max(D, KV_GRID_STEPS));
-        std::vector<float> grp((size_t)GR * D), perm((size_t)D);
+        std::vector<float> grp((size_t)GR * D), pgrp(to_pair_.empty() ? 0 : (size_t)GR * D), perm((size_t)D);
         for (int64_t job = jb; job < je; job++) {
             const int b = (int)(job / KV), g = (int)(job % KV);
             const int bits = k_sens_prec[1 + b], wi = sens_wide_index(bits);
@@ -233,10 +258,19 @@ void sensitivity_observer::quantize_window(int layer, int64_t from, int64_t to) 
                         const sens_key_layout kl =
                             sens_key_layout_of(bits, D, wi >= 0 ? &wides_[wi][(size_t)layer * KV + g] : nullptr);
                         // unequal widths: the directions in the session's order (engine/session.h)
-                        const int32_t* order = (kl.tail || kl.zero || kl.mid) && !korder_.empty()
+                        const bool unequal = kl.tail || kl.zero || kl.mid;
+                        const size_t hp = ((size_t)layer * KV + g) * D * D;
+                        const float* to = unequal && !to_pair_.empty() ? to_pair_.data() + hp : nullptr;
+                        const int32_t* order = unequal && !to && !korder_.empty()
                                                ? korder_.data() + ((size_t)layer * KV + g) * D
                                                : nullptr;
                         auto reorder = [&](bool back) {  // each row: into the order, or back from it
+                            if (to) {  // ... or into the pair's coordinates and back: rows Y M^T
+                                const float* M = back ? from_pair_.data() + hp : to;
+                                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, GR, D, D, 1.0f, grp.data(), D, M,
+                                            D, 0.0f, pgrp.data(), D);
+                                std::copy(pgrp.begin(), pgrp.end(), grp.begin());
+                            }
                             for (int t = 0; order && t < GR; t++) {
                                 float* row = grp.data() + (size_t)t * D;
                                 for (int c = 0; c < D; c++) {

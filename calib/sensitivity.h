@@ -177,8 +177,13 @@ private:
     // [L x KV x D] the quantization order of the pca directions (from zack_calibration::k_score):
     // tailed key layouts are measured in it, as sessions code them; empty = pca order
     std::vector<int32_t> korder_;
+    // Where the calibration has the quantization pair (zack_calibration::kwa/kwb),
+    // tailed layouts are coded in it instead: [L x KV x D x D] to_pair_ = B^T R
+    // (pca rows into the pair's, row-major, z_j = sum_i to_pair_[j][i] y_i) and
+    // from_pair_ = R^T A (back); empty = the order above.
+    std::vector<float> to_pair_, from_pair_;
     // [k_sens_n_wide][L x KV] each head's widths for the widths codes (from
-    // k_score); empty = those codes not measured
+    // zack_calibration::widths_score); empty = those codes not measured
     key_wide_rows wides_;
     // sens_pair_measured, and a widths code only where the widths are known
     bool pair_measured(int i, int j) const {

@@ -40,7 +40,7 @@ plan_inputs zack_calibration_plan_inputs(const zack_calibration& c) {
     in.qbits = c.sens.qbits;
     in.q = c.sens.q;
     in.rank_weight = c.sens.rank_weight;
-    in.kscore.assign(c.k_score.begin(), c.k_score.end());
+    in.kscore.assign(c.widths_score().begin(), c.widths_score().end());
     in.set_group(c.sens.group);
     if (!c.sens.layer_gain.empty()) in.weigh_layers(c.sens.layer_gain);
     return in;
@@ -194,7 +194,7 @@ void zack_file_write(const model& src, const zack_calibration& c, const zack_wri
         w.add_tensor(pre + "sigma_v", dtype::F32, {D, KV}, sv.data(), sv.size() * sizeof(float));
         // Alternative key bases, when the calibration has them.
         const std::pair<const char*, const std::vector<double>*> bases[] = {
-            {"kqa", &c.kqa}, {"kqb", &c.kqb}, {"kpair", &c.kpair}};
+            {"kqa", &c.kqa}, {"kqb", &c.kqb}, {"kpair", &c.kpair}, {"kwa", &c.kwa}, {"kwb", &c.kwb}};
         for (const auto& b : bases) {
             if (b.second->empty()) continue;
             ZK_ASSERT(b.second->size() == L * per_rot);
@@ -210,6 +210,11 @@ void zack_file_write(const model& src, const zack_calibration& c, const zack_wri
             ZK_ASSERT(c.k_score.size() == L * per_sig);
             const std::vector<float> x = to_f32(c.k_score.data() + il * per_sig, per_sig);
             w.add_tensor(pre + "kscore", dtype::F32, {D, KV}, x.data(), x.size() * sizeof(float));
+        }
+        if (!c.kw_score.empty()) {
+            ZK_ASSERT(c.kw_score.size() == L * per_sig && c.kwa.size() == L * per_rot && c.kwb.size() == L * per_rot);
+            const std::vector<float> x = to_f32(c.kw_score.data() + il * per_sig, per_sig);
+            w.add_tensor(pre + "kwscore", dtype::F32, {D, KV}, x.data(), x.size() * sizeof(float));
         }
         // value codebooks [n_kv x d / c x K x c], gains [n_kv x d]
         for (int code = KV_VQ_CODES - 1; code >= 0; code--) {
@@ -243,6 +248,7 @@ zack_calibration zack_file_read_calibration(const gguf_file& f) {
     const bool has_bases = f.find_tensor("blk.0.zack.kqa") != nullptr;
     const bool has_mean = f.find_tensor("blk.0.zack.kmean") != nullptr;
     const bool has_score = f.find_tensor("blk.0.zack.kscore") != nullptr;
+    const bool has_pair = f.find_tensor("blk.0.zack.kwscore") != nullptr;
     auto read = [&](const std::string& name, std::vector<int64_t> shape, std::vector<double>& out) {
         const gguf_tensor& t = f.get_tensor(name);
         if (t.type != dtype::F32 || t.shape != shape)
@@ -264,6 +270,11 @@ zack_calibration zack_file_read_calibration(const gguf_file& f) {
         }
         if (has_mean) read(pre + "kmean", {c.d, c.n_kv}, c.k_mean);
         if (has_score) read(pre + "kscore", {c.d, c.n_kv}, c.k_score);
+        if (has_pair) {
+            read(pre + "kwa", {c.d, c.d, c.n_kv}, c.kwa);
+            read(pre + "kwb", {c.d, c.d, c.n_kv}, c.kwb);
+            read(pre + "kwscore", {c.d, c.n_kv}, c.kw_score);
+        }
     }
     for (int code = 0; code < KV_VQ_CODES; code++) {
         const std::string name = kv_vq_file_name(code);

@@ -17,6 +17,9 @@
 //   blk.N.zack.kscore  F32 [d, n_kv]: per pca direction the proxy that orders the
 //                      directions of keys coded at unequal widths
 //                      (calib/keybasis.h keybasis_quant_scores), optional
+//   blk.N.zack.kwa / .kwb  F32 [d, d, n_kv], blk.N.zack.kwscore F32 [d, n_kv]:
+//                      the pair such keys are coded in instead, and its proxy
+//                      (calib/keybasis.h keybasis_quant_pair), optional
 //   zack.sens.grid i32[n_grid]; zack.sens.k.pca / .k.score / .k.pairs, zack.sens.v
 //     f32[n_layer x n_kv x n_grid]; zack.sens.metric str; zack.sens.queries,
 //     zack.sens.tokens u64: the measured loss curves, optional;
@@ -81,6 +84,15 @@ struct zack_calibration {
     // keybasis_quant_scores; engine/session.h) [n_layer x n_kv x d]; empty in
     // files from before it.
     std::vector<double> k_score;
+    // The pair keys coded at unequal widths take instead, where present
+    // (calib/keybasis.h keybasis_quant_pair): kwa for queries, kwb for keys
+    // [n_layer x n_kv x d x d], its proxy kw_score [n_layer x n_kv x d]
+    // (descending a head); empty in files from before it, which code such keys
+    // in the pca directions in k_score's order.
+    std::vector<double> kwa, kwb, kw_score;
+    // The proxy the widths of such rows are water-filled on: the pair's where
+    // the calibration has one, else the pca directions'.
+    const std::vector<double>& widths_score() const { return kw_score.empty() ? k_score : kw_score; }
     // Value codebooks (calib/codebook.h; engine/kv_vq.h) per value precision
     // code (vq[1]: 4 x 64, vq[0]: 8 x 256), empty when not trained: c channels a
     // code, K centroids, per head the k-means centroids [n_layer x n_kv x d / c x

@@ -293,6 +293,30 @@ void model_load_zack(model& m) {
         if (il > 0 && (zl.kscore != nullptr) != (z.layers[0].kscore != nullptr))
             ZK_THROW("%s: layer %d %s blk.N.zack.kscore, layer 0 %s", f.path().c_str(), il,
                      zl.kscore ? "has" : "lacks", zl.kscore ? "lacks it" : "has it");
+        // the quantization pair: all three or none
+        if (f.find_tensor(p + "kwa") || f.find_tensor(p + "kwb") || f.find_tensor(p + "kwscore")) {
+            const float** dst[2] = {&zl.kwa, &zl.kwb};
+            const char* names[2] = {"kwa", "kwb"};
+            for (int i = 0; i < 2; i++) {
+                const gguf_tensor& t = need_tensor(f, p + names[i], {D, D, KV});
+                if (t.type != dtype::F32) ZK_THROW("%s: tensor %s%s must be F32", f.path().c_str(), p.c_str(), names[i]);
+                *dst[i] = (const float*)t.data;
+                for (int64_t x = 0; x < D * D * KV; x++)
+                    if (!std::isfinite((*dst[i])[x]))
+                        ZK_THROW("%s: tensor %s%s holds a non-finite value at %lld", f.path().c_str(), p.c_str(),
+                                 names[i], (long long)x);
+            }
+            const gguf_tensor& t = need_tensor(f, p + "kwscore", {D, KV});
+            if (t.type != dtype::F32) ZK_THROW("%s: tensor %skwscore must be F32", f.path().c_str(), p.c_str());
+            zl.kwscore = (const float*)t.data;
+            for (int64_t i = 0; i < D * KV; i++)
+                if (!(zl.kwscore[i] >= 0 && std::isfinite(zl.kwscore[i])))
+                    ZK_THROW("%s: tensor %skwscore holds %g at %lld; a score is finite and not negative",
+                             f.path().c_str(), p.c_str(), zl.kwscore[i], (long long)i);
+        }
+        if (il > 0 && (zl.kwa != nullptr) != (z.layers[0].kwa != nullptr))
+            ZK_THROW("%s: layer %d %s blk.N.zack.kwa/kwb/kwscore, layer 0 %s", f.path().c_str(), il,
+                     zl.kwa ? "has" : "lacks", zl.kwa ? "lacks them" : "has them");
         z.layers.push_back(zl);
     }
     if (const gguf_value* rates = f.find("zack.rank_table.rates")) {

@@ -95,6 +95,16 @@ struct zack_layer {
     // [n_head_kv x head_dim] that order: korder[g][i] = the direction in place i
     // (empty without kscore)
     std::vector<int32_t> korder;
+    // The pair such rows are coded in instead where the file has it
+    // (calib/keybasis.h keybasis_quant_pair; engine/session.cpp): kwa for
+    // queries, kwb for keys, same layout as rqk, and its proxy kwscore
+    // [n_head_kv x head_dim] (descending, the widths' water-filling reads it);
+    // null in older files.
+    const float* kwa = nullptr;
+    const float* kwb = nullptr;
+    const float* kwscore = nullptr;
+    // the proxy a head's widths come from: the pair's, else the pca directions'
+    const float* widths_score() const { return kwscore ? kwscore : kscore; }
 };
 
 // The order of a head's pca directions by their quantization score (a .zack's

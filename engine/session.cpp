@@ -106,12 +106,16 @@ session::session(const model& m, const session_params& p) : m_(m), params_(p) {
                 const float* A = b == 0 ? zl.rqk : b == 1 ? zl.kqa : zl.kpair;  // [g][i][j], column j = direction j
                 const float* B = b == 0 ? zl.rqk : b == 1 ? zl.kqb : zl.kpair;
                 // A full-rank pca key row whose KIVI codes have 2-bit channels
-                // (in 4-bit keys), a 1-bit tail or 0-bit channels takes the directions in the .zack's quantization
-                // order (calib/keybasis.h): which ones get the narrow codes. The
-                // sensitivity pass measured such rows in the same order.
-                const int32_t* order = b == 0 && !zl.korder.empty() && rk[h] == D && session_key_widths_unequal(p.kv, h)
-                                           ? zl.korder.data() + (size_t)g * D
-                                           : nullptr;
+                // (in 4-bit keys), a 1-bit tail or 0-bit channels is coded in the
+                // .zack's quantization pair where it has one (calib/keybasis.h
+                // keybasis_quant_pair: its directions already in their order),
+                // else takes the pca directions in the .zack's quantization
+                // order: which ones get the narrow codes. The sensitivity pass
+                // measured such rows the same way.
+                const bool unequal = b == 0 && rk[h] == D && session_key_widths_unequal(p.kv, h);
+                if (unequal && zl.kwa) A = zl.kwa, B = zl.kwb;
+                const int32_t* order =
+                    unequal && !zl.kwa && !zl.korder.empty() ? zl.korder.data() + (size_t)g * D : nullptr;
                 // all D rows: exact sinks need the whole projected q and k
                 for (int side = 0; side < 2; side++) {
                     const float* R = (side ? B : A) + (size_t)g * D * D;

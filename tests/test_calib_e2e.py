@@ -140,6 +140,18 @@ def main():
                 rv[il] = R
         sig_k[il] = np.asarray(z.tensor(f"blk.{il}.zack.sigma_k").data).reshape(KV, D)
         sig_v[il] = np.asarray(z.tensor(f"blk.{il}.zack.sigma_v").data).reshape(KV, D)
+        # the key quantization pair (calib/keybasis.h keybasis_quant_pair): kwa kwb^T = I, its proxy descending
+        for name, shape in (("kwa", [D, D, KV]), ("kwb", [D, D, KV]), ("kwscore", [D, KV])):
+            t = z.tensor(f"blk.{il}.zack.{name}")
+            check(t is not None and list(t.shape) == shape and t.tensor_type == gguf.GGMLQuantizationType.F32,
+                  f"blk.{il}.zack.{name} F32 {shape}")
+        A = np.asarray(z.tensor(f"blk.{il}.zack.kwa").data, dtype=np.float64).reshape(KV, D, D)
+        B = np.asarray(z.tensor(f"blk.{il}.zack.kwb").data, dtype=np.float64).reshape(KV, D, D)
+        ws = np.asarray(z.tensor(f"blk.{il}.zack.kwscore").data, dtype=np.float64).reshape(KV, D)
+        for g in range(KV):
+            err = np.abs(A[g] @ B[g].T - np.eye(D)).max()
+            check(err < 1e-3, f"layer {il} head {g} kwa kwb^T = I (err {err:.1e})")
+        check((ws >= 0).all() and (np.diff(ws, axis=-1) <= 0).all(), f"layer {il} kwscore non-negative, descending")
     for name, s in (("sigma_k", sig_k), ("sigma_v", sig_v)):
         check((s >= 0).all() and (np.diff(s, axis=-1) <= 0).all(), f"{name} non-negative and descending")
         check(s[..., 0].min() > 0, f"{name} largest value positive")

@@ -307,14 +307,21 @@ TEST(CalibModel, FullRankZackKeepsAttentionAndLogits) {
 // keys have a 1-bit tail takes the pca directions in the .zack's order, exactly
 // as if rqk's columns had been permuted so (the same logits, bit for bit); the
 // order matters there (identity order: other logits) and nowhere else (4-bit
-// keys with no tail: the same logits under either order). A kscore that is
-// negative is refused at load with one line.
+// keys with no tail: the same logits under either order). That is the path of
+// files without a quantization pair (calib/keybasis.h keybasis_quant_pair);
+// where a file has one, tailed keys take it instead: a pair equal to rqk's
+// columns in the order gives the order's logits bit for bit, the calibrated
+// pair others, and keys with no tail do not see it. A kscore or kwscore that
+// is negative is refused at load with one line.
 TEST(CalibModel, KeyOrderPermutesTheBasisOfTailedKeys) {
     const model& m = source_model();
     const model_hparams& hp = m.hp;
     const int L = hp.n_layer, KV = hp.n_head_kv, D = hp.head_dim;
-    const zack_calibration c = zk_test::small_calibration(96, 48, 200, "test");
-    ASSERT_EQ(c.k_score.size(), (size_t)L * KV * D);
+    const zack_calibration cp = zk_test::small_calibration(96, 48, 200, "test");
+    ASSERT_EQ(cp.k_score.size(), (size_t)L * KV * D);
+    ASSERT_EQ(cp.kw_score.size(), (size_t)L * KV * D);
+    zack_calibration c = cp;  // as an older file: no pair
+    c.kwa.clear(), c.kwb.clear(), c.kw_score.clear();
     // ident: scores falling with the direction (the pca order); permuted: rqk's
     // columns in the order c's scores give, with ident's scores
     zack_calibration ident = c, permuted = c;
@@ -372,6 +379,24 @@ TEST(CalibModel, KeyOrderPermutesTheBasisOfTailedKeys) {
     EXPECT_EQ(am, bm);
     EXPECT_NE(am, em);
 
+    // the pair: rqk's columns in the order as a pair are the order; the calibrated pair is not
+    zack_calibration as_pair = c;
+    as_pair.kwa = permuted.rqk, as_pair.kwb = permuted.rqk, as_pair.kw_score = ident.k_score;
+    auto zap = write_and_load(m, as_pair, true, d + "/as_pair.zack");
+    auto zcp = write_and_load(m, cp, true, d + "/pair.zack");
+    ASSERT_NE(zcp->zack.layers[0].kwa, nullptr);
+    EXPECT_EQ(logits(*zap, 2, 40), a);
+    EXPECT_EQ(logits(*zap, 4, 0, 24), am);
+    const std::vector<float> p2 = logits(*zcp, 2, 40), f16 = logits(*z, 16, 0);
+    EXPECT_NE(p2, a);
+    EXPECT_EQ(logits(*zcp, 4, 0), logits(*z, 4, 0));  // equal widths: the pair is not applied
+    double ea = 0, ep = 0;
+    for (size_t i = 0; i < a.size(); i++)
+        ea = std::max(ea, (double)std::fabs(a[i] - f16[i])), ep = std::max(ep, (double)std::fabs(p2[i] - f16[i]));
+    std::printf("[ measured ] 2-bit keys, 1-bit tail of 40: max |dlogit| to 16-bit keys, pca order %.3f, pair %.3f\n", ea,
+                ep);
+    EXPECT_LT(ep, 2 * ea);  // a pair that swapped queries and keys, or lost a scale, would be far off
+
     // a negative score: one line naming the tensor
     zack_calibration bad = c;
     bad.k_score[3] = -1;
@@ -386,7 +411,21 @@ TEST(CalibModel, KeyOrderPermutesTheBasisOfTailedKeys) {
         EXPECT_NE(w.find("blk.0.zack.kscore holds -1 at 3"), std::string::npos) << w;
         EXPECT_EQ(w.find('\n'), std::string::npos) << w;
     }
-    for (const char* f : {"/order.zack", "/ident.zack", "/permuted.zack", "/bad.zack"}) std::remove((d + f).c_str());
+    // ... and the pair's proxy likewise
+    zack_calibration badw = cp;
+    badw.kw_score[5] = -2;
+    zack_file_write(m, badw, wp, d + "/badw.zack");
+    try {
+        model_load(d + "/badw.zack");
+        ADD_FAILURE() << "a negative kwscore was accepted";
+    } catch (const zk::error& ex) {
+        const std::string w = ex.what();
+        EXPECT_NE(w.find("blk.0.zack.kwscore holds -2 at 5"), std::string::npos) << w;
+        EXPECT_EQ(w.find('\n'), std::string::npos) << w;
+    }
+    for (const char* f : {"/order.zack", "/ident.zack", "/permuted.zack", "/bad.zack", "/as_pair.zack", "/pair.zack",
+                          "/badw.zack"})
+        std::remove((d + f).c_str());
     rmdir(dir);
 }
 

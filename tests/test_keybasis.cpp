@@ -174,6 +174,57 @@ TEST(KeyBasis, QuantOrderByQueryRmsTimesWithinGroupVariance) {
     for (int i = 0; i + 1 < n; i++) EXPECT_GE(score[order[i]], score[order[i + 1]]) << i;
 }
 
+// The quantization pair (keybasis_quant_pair): A B^T = I; the keys' within-group
+// scatter is the identity along it (B^T C_w B = I: one unit a direction, no
+// cross terms; to 1e-5, the whitening's ridge) and C_q^1/2 diagonal (A^T C_q^1/2 A); the proxy is
+// sqrt(a^T C_q a) x b^T C_w b, descending. With diagonal statistics the pair is
+// a scaled permutation of the axes, in the order keybasis_quant_scores gives them.
+TEST(KeyBasis, QuantPairWhitensTheWithinGroupScatter) {
+    std::mt19937 rng(5);
+    const int n = 12;
+    for (int trial = 0; trial < 3; trial++) {
+        // (well conditioned: the whitening's ridge, 1e-6 of the mean eigenvalue,
+        // moves the products by about ridge / smallest eigenvalue)
+        mat Cq = random_spd(n, rng, 6.0), Cw = random_spd(n, rng, 6.0);
+        for (int i = 0; i < n; i++) Cq[i * n + i] += 1.0, Cw[i * n + i] += 1.0;
+        mat A, B, score;
+        zk::keybasis_quant_pair(n, Cq.data(), Cw.data(), A, B, score);
+        const mat ab = matmul(n, A, B, false, true);
+        const mat bwb = matmul(n, B, matmul(n, Cw, B), true, false);
+        mat lam, U, half((size_t)n * n, 0.0);
+        zk::eigen_sym_desc(n, Cq.data(), lam, U);
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++)
+                for (int k = 0; k < n; k++) half[i * n + j] += U[i * n + k] * std::sqrt(lam[k]) * U[j * n + k];
+        const mat aqa = matmul(n, A, matmul(n, half, A), true, false);
+        const mat aca = matmul(n, A, matmul(n, Cq, A), true, false);
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++) {
+                EXPECT_NEAR(ab[i * n + j], i == j ? 1.0 : 0.0, 1e-6) << trial;
+                EXPECT_NEAR(bwb[i * n + j], i == j ? 1.0 : 0.0, 1e-5) << trial;
+                if (i != j) EXPECT_NEAR(aqa[i * n + j], 0.0, 1e-5 * std::sqrt(aqa[i * n + i] * aqa[j * n + j]));
+            }
+        for (int j = 0; j < n; j++) EXPECT_NEAR(score[j], std::sqrt(aca[j * n + j]) * bwb[j * n + j], 1e-9 * score[j]);
+        for (int j = 1; j < n; j++) EXPECT_GE(score[j - 1], score[j]) << trial;
+    }
+    // diagonal statistics: the axes, scaled, in the proxy's order
+    // along axis i at unit within-group scale the proxy is sqrt(q_i w_i) x 1: q w = 4 8 9 12 2 5
+    const double q[6] = {4, 1, 9, 16, 1, 25}, w[6] = {1, 8, 1, 0.75, 2, 0.2};
+    mat Cq(36, 0.0), Cw(36, 0.0);
+    for (int i = 0; i < 6; i++) Cq[i * 6 + i] = q[i], Cw[i * 6 + i] = w[i];
+    mat A, B, score;
+    zk::keybasis_quant_pair(6, Cq.data(), Cw.data(), A, B, score);
+    const int axis[6] = {3, 2, 1, 5, 0, 4};
+    for (int j = 0; j < 6; j++) {
+        const int a = axis[j];
+        EXPECT_NEAR(score[j], std::sqrt(q[a] * w[a]), 1e-9) << j;
+        for (int i = 0; i < 6; i++) {
+            EXPECT_NEAR(std::fabs(B[i * 6 + j]), i == a ? 1 / std::sqrt(w[a]) : 0.0, 1e-9) << i << " " << j;
+            EXPECT_NEAR(std::fabs(A[i * 6 + j]), i == a ? std::sqrt(w[a]) : 0.0, 1e-9) << i << " " << j;
+        }
+    }
+}
+
 }  // namespace
 
 namespace {
