@@ -172,8 +172,9 @@ const kivi_parts_kernels* q4_parts_kernels();
 // scales and, up to summation order, biases as the widths' folds), then slots
 // [a, b) 16 a pass, every head at once. qf [G x qfs]: the scaled query over the
 // r = h4 + mid + tail coded channels in order; bias [G]: added to (the 0-bit
-// channels' share, set by the caller). kivi_wide_parts_fit says whether a row
-// takes it (false in a build without AVX-512 BW, VNNI and VBMI).
+// channels' share, set by the caller). A row shape's set-up (unit table, lane
+// masks) is built on its first group and kept a thread for the next. kivi_wide_parts_fit
+// says whether a row takes it (false in a build without AVX-512 BW, VNNI and VBMI).
 bool kivi_wide_parts_fit(int G, int h4, int mid, int tail);
 void kivi_wide_parts_group(int G, int h4, int mid, int tail, const float* qf, int qfs, const uint16_t* grid,
                            const uint16_t* step, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end,

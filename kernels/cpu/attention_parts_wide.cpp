@@ -306,56 +306,89 @@ bool kivi_wide_parts_fit(int G, int h4, int mid, int tail) {
     return np > 0 && unit_table_for(sh, np).ok;
 }
 
-// The fold: per head, x_c = q_c s_c over the r coded channels (16 a vector,
+namespace {
+
+// A row shape's fold set-up: its unit table and each part's lanes of the
+// query's 16-channel vectors. Building it (the table's lookup, the masks)
+// costs about what a group's fold does, so it is kept a thread for the next
+// groups: a (head, slot range) task's groups share one shape. The table is a
+// copy, as unit_table_for's slots are reused by the shapes of other rows.
+struct fold_shape {
+    int h4 = -1, mid = -1, tail = -1;
+    unit_table t;
+    int np = 0, nv = 0;
+    __mmask16 kr[8];                  // channels < r
+    __mmask16 kp[k_max_parts][8];     // part p's lanes in vector v (0 for absent parts)
+    int v0[k_max_parts], v1[k_max_parts];  // the vectors [v0, v1) part p has lanes in
+};
+
+const fold_shape& fold_shape_for(int h4, int mid, int tail) {
+    thread_local fold_shape f;
+    if (f.h4 == h4 && f.mid == mid && f.tail == tail) return f;
+    f.h4 = -1;  // until built
+    part_shape sh[k_max_parts];
+    f.np = row_parts(h4, mid, tail, sh);
+    f.t = unit_table_for(sh, f.np);
+    ZK_ASSERT(f.t.ok);
+    const int r = h4 + mid + tail;
+    f.nv = (r + 15) / 16;
+    int lo[k_max_parts], hi[k_max_parts];
+    {
+        const int bounds[4] = {0, h4, h4 + mid, r};
+        int p = 0;
+        for (int w = 0; w < 3; w++)
+            if (bounds[w + 1] > bounds[w]) lo[p] = bounds[w], hi[p] = bounds[w + 1], p++;
+        ZK_ASSERT(p == f.np);
+    }
+    for (int p = 0; p < k_max_parts; p++) {
+        f.v0[p] = p < f.np ? lo[p] / 16 : 0;
+        f.v1[p] = p < f.np ? (hi[p] + 15) / 16 : 0;
+    }
+    for (int v = 0; v < 8; v++) {
+        f.kr[v] = lanes_between(16 * v, 0, r);
+        for (int p = 0; p < k_max_parts; p++) f.kp[p][v] = p < f.np ? lanes_between(16 * v, lo[p], hi[p]) : 0;
+    }
+    f.h4 = h4, f.mid = mid, f.tail = tail;
+    return f;
+}
+
+// The fold of G heads: x_c = q_c s_c over the r coded channels (16 a vector,
 // the grid read and converted once for all heads), each part's max |x_c| and
 // the bias sum_c q_c m_c; then per part d = max / 127 and the bytes
 // round(x_c / d) (the widths' folds round the same floats: kivi_fold_queries),
-// in channel order, permuted into the head's units.
-void kivi_wide_parts_group(int G, int h4, int mid, int tail, const float* qf, int qfs, const uint16_t* grid,
-                           const uint16_t* step, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end,
-                           int64_t s0, int64_t n, const float* bias, float* sc) {
-    part_shape sh[k_max_parts];
-    const int np = row_parts(h4, mid, tail, sh);
-    const unit_table& t = unit_table_for(sh, np);
-    ZK_ASSERT(t.ok && G <= k_max_heads);
-    const int r = h4 + mid + tail, hm = h4 + mid, nv = (r + 15) / 16;
+// in channel order, permuted into the head's units. Each head's products are
+// kept (xs) for the bytes; its maxima and bias reduce while the next head's
+// products are formed.
+template <int G>
+void fold_heads(const fold_shape& f, const float* qf, int qfs, const uint16_t* grid, const uint16_t* step,
+                const float* bias, head_units& qw, float (&qd)[k_max_parts][16], float* bj) {
+    const int nv = f.nv, np = f.np;
     const __m512 ds = _mm512_set1_ps(h2f(step[0])), dm = _mm512_set1_ps(h2f(step[1]));
     __m512 sv[8], mv[8];
-    __mmask16 kr[8], kpart[k_max_parts][8];  // channels < r; each present part's channels
-    int lo_c[k_max_parts], hi_c[k_max_parts];
-    {
-        const int bounds[4] = {0, h4, hm, r};
-        int p = 0;
-        for (int w = 0; w < 3; w++)
-            if (bounds[w + 1] > bounds[w]) lo_c[p] = bounds[w], hi_c[p] = bounds[w + 1], p++;
-        ZK_ASSERT(p == np);
-    }
     for (int v = 0; v < nv; v++) {
-        const int c = 16 * v;
-        kr[v] = lanes_between(c, 0, r);
-        for (int p = 0; p < np; p++) kpart[p][v] = lanes_between(c, lo_c[p], hi_c[p]);
-        const __m256i g = _mm256_maskz_loadu_epi16(kr[v], grid + c);
+        const __m256i g = _mm256_maskz_loadu_epi16(f.kr[v], grid + 16 * v);
         // s_c = ds * (g & 0xff), m_c = dm * (int8)(g >> 8), as kivi_fold_queries
         sv[v] = _mm512_mul_ps(ds, _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(_mm256_and_si256(g, _mm256_set1_epi16(0xff)))));
         mv[v] = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm256_srai_epi16(g, 8))));
     }
-    // every head's maxima and bias, then the scales of all heads at once, then the
-    // bytes: each head's chain (reduction, division) overlaps the others'
-    alignas(64) head_units qw;
-    alignas(64) float mxs[k_max_parts][16] = {}, qd[k_max_parts][16], inv[k_max_parts][16];
-    alignas(64) float bj[k_max_heads];
+    alignas(64) float xs[G][128];
+    alignas(64) float mxs[k_max_parts][16] = {}, inv[k_max_parts][16] = {};
     for (int j = 0; j < G; j++) {
         const float* qj = qf + (int64_t)j * qfs;
-        __m512 mx[k_max_parts], bs = _mm512_setzero_ps();
-        for (int p = 0; p < np; p++) mx[p] = _mm512_setzero_ps();
+        __m512 bs = _mm512_setzero_ps();
         for (int v = 0; v < nv; v++) {
-            const __m512 q = _mm512_maskz_loadu_ps(kr[v], qj + 16 * v);
-            const __m512 x = _mm512_abs_ps(_mm512_mul_ps(q, sv[v]));
-            for (int p = 0; p < np; p++) mx[p] = _mm512_mask_max_ps(mx[p], kpart[p][v], mx[p], x);
+            const __m512 q = _mm512_maskz_loadu_ps(f.kr[v], qj + 16 * v);
+            _mm512_store_ps(xs[j] + 16 * v, _mm512_mul_ps(q, sv[v]));
             bs = _mm512_fmadd_ps(q, mv[v], bs);
         }
         bj[j] = bias[j] + _mm512_reduce_add_ps(bs);
-        for (int p = 0; p < np; p++) mxs[p][j] = _mm512_reduce_max_ps(mx[p]);
+        // a part's max over its own vectors only (lanes past r are zeros)
+        for (int p = 0; p < np; p++) {
+            __m512 mx = _mm512_setzero_ps();
+            for (int v = f.v0[p]; v < f.v1[p]; v++)
+                mx = _mm512_mask_max_ps(mx, f.kp[p][v], mx, _mm512_abs_ps(_mm512_load_ps(xs[j] + 16 * v)));
+            mxs[p][j] = _mm512_reduce_max_ps(mx);
+        }
     }
     for (int p = 0; p < np; p++) {  // d = max / 127, and 1 / d where d > 0 (kivi_fold_queries' steps)
         const __m512 d = _mm512_div_ps(_mm512_load_ps(mxs[p]), _mm512_set1_ps(127.0f));
@@ -364,17 +397,15 @@ void kivi_wide_parts_group(int G, int h4, int mid, int tail, const float* qf, in
                                                     _mm512_set1_ps(1.0f), d));
     }
     for (int j = 0; j < G; j++) {
-        const float* qj = qf + (int64_t)j * qfs;
+        const __m512 i0 = _mm512_set1_ps(inv[0][j]), i1 = _mm512_set1_ps(inv[1][j]), i2 = _mm512_set1_ps(inv[2][j]);
         __m128i b8[8];
         for (int v = 0; v < 8; v++) {
             if (v >= nv) {
                 b8[v] = _mm_setzero_si128();
                 continue;
             }
-            __m512 iv = _mm512_set1_ps(inv[0][j]);
-            for (int p = 1; p < np; p++) iv = _mm512_mask_mov_ps(iv, kpart[p][v], _mm512_set1_ps(inv[p][j]));
-            const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(kr[v], qj + 16 * v), sv[v]);
-            b8[v] = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x, iv)));
+            const __m512 iv = _mm512_mask_mov_ps(_mm512_mask_mov_ps(i0, f.kp[1][v], i1), f.kp[2][v], i2);
+            b8[v] = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(xs[j] + 16 * v), iv)));
         }
         auto join4 = [](const __m128i* x) {
             __m512i y = _mm512_castsi128_si512(x[0]);
@@ -383,11 +414,25 @@ void kivi_wide_parts_group(int G, int h4, int mid, int tail, const float* qf, in
             return _mm512_inserti32x4(y, x[3], 3);
         };
         const __m512i lo = join4(b8), hi = join4(b8 + 4);
-        for (int pi = 0; pi < np; pi++) permute_units(t, pi, lo, hi, qw + j * k_head_bytes);
+        for (int pi = 0; pi < np; pi++) permute_units(f.t, pi, lo, hi, qw + j * k_head_bytes);
     }
+}
+
+}  // namespace
+
+void kivi_wide_parts_group(int G, int h4, int mid, int tail, const float* qf, int qfs, const uint16_t* grid,
+                           const uint16_t* step, const uint8_t* codes, int rb, int64_t a, int64_t b, int64_t pf_end,
+                           int64_t s0, int64_t n, const float* bias, float* sc) {
+    const fold_shape& f = fold_shape_for(h4, mid, tail);
+    ZK_ASSERT(G <= k_max_heads);
+    alignas(64) head_units qw;
+    alignas(64) float qd[k_max_parts][16], bj[k_max_heads];
+    kivi_with_heads<k_max_heads>(G, [&](auto gb) {
+        fold_heads<decltype(gb)::value>(f, qf, qfs, grid, step, bias, qw, qd, bj);
+    });
     const float* qdp[k_max_parts];
-    for (int p = 0; p < np; p++) qdp[p] = qd[p];
-    wide_scores(G, t, qdp, codes, rb, a, b, pf_end, s0, n, qw, bj, sc);
+    for (int p = 0; p < f.np; p++) qdp[p] = qd[p];
+    wide_scores(G, f.t, qdp, codes, rb, a, b, pf_end, s0, n, qw, bj, sc);
 }
 
 #else
