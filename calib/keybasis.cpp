@@ -60,6 +60,19 @@ void matmul(int d, const double* A, const double* B, double* C) {
         }
 }
 
+// p^T C p for column j of P ([d x d] row-major, column j = direction j): the
+// energy of C along that direction, which both the scores and the pair's
+// scaling read.
+double keybasis_column_energy(int d, const double* P, const double* C, int j) {
+    double e = 0;
+    for (int a = 0; a < d; a++) {
+        double t = 0;
+        for (int b = 0; b < d; b++) t += C[(size_t)a * d + b] * P[(size_t)b * d + j];
+        e += P[(size_t)a * d + j] * t;
+    }
+    return e;
+}
+
 }  // namespace
 
 void keybasis_score(int d, const double* Cq, const double* Ck, std::vector<double>& A, std::vector<double>& B,
@@ -122,18 +135,7 @@ void keybasis_pairs(int d, const rope_params& rope, const double* Cq, const doub
 void keybasis_quant_scores(int d, const double* P, const double* Cq, const double* Cw, std::vector<double>& score) {
     score.assign((size_t)d, 0.0);
     for (int j = 0; j < d; j++) {
-        double eq = 0, ew = 0;  // p^T C p for column j of P
-        for (int a = 0; a < d; a++) {
-            double tq = 0, tw = 0;
-            for (int b = 0; b < d; b++) {
-                const double pb = P[(size_t)b * d + j];
-                tq += Cq[(size_t)a * d + b] * pb;
-                tw += Cw[(size_t)a * d + b] * pb;
-            }
-            const double pa = P[(size_t)a * d + j];
-            eq += pa * tq;
-            ew += pa * tw;
-        }
+        const double eq = keybasis_column_energy(d, P, Cq, j), ew = keybasis_column_energy(d, P, Cw, j);
         score[j] = std::sqrt(std::max(eq, 0.0)) * std::max(ew, 0.0);
     }
 }
@@ -152,20 +154,12 @@ void keybasis_quant_pair(int d, const double* Cq, const double* Cw, std::vector<
     std::vector<double> a, b;
     keybasis_score(d, cq_half.data(), Cw, a, b, sv);
     // unit within-group RMS along every key direction
-    auto quad = [&](const std::vector<double>& P, const double* C, int j) {  // p_j^T C p_j
-        double e = 0;
-        for (int x = 0; x < d; x++) {
-            double t = 0;
-            for (int y = 0; y < d; y++) t += C[(size_t)x * d + y] * P[(size_t)y * d + j];
-            e += P[(size_t)x * d + j] * t;
-        }
-        return e;
-    };
     std::vector<double> sc((size_t)d);
     for (int j = 0; j < d; j++) {
-        const double w = quad(b, Cw, j), s = w > 0 ? std::sqrt(w) : 1.0;
+        const double w = keybasis_column_energy(d, b.data(), Cw, j), s = w > 0 ? std::sqrt(w) : 1.0;
         for (int i = 0; i < d; i++) b[(size_t)i * d + j] /= s, a[(size_t)i * d + j] *= s;
-        sc[(size_t)j] = std::sqrt(std::max(quad(a, Cq, j), 0.0)) * std::max(quad(b, Cw, j), 0.0);
+        sc[(size_t)j] = std::sqrt(std::max(keybasis_column_energy(d, a.data(), Cq, j), 0.0)) *
+                        std::max(keybasis_column_energy(d, b.data(), Cw, j), 0.0);
     }
     std::vector<int> order((size_t)d);
     std::iota(order.begin(), order.end(), 0);

@@ -230,6 +230,22 @@ void model_load_codebooks(model& m, int code) {
     }
 }
 
+// A .zack's per-direction proxy blk.N.zack.<name> (kscore, kwscore), F32
+// [d, n_kv]: zack_key_order and the widths' water-filling read it as finite and
+// not negative, so a file that breaks that is refused here, in one line naming
+// the tensor and its layer.
+const float* model_need_zack_score(const gguf_file& f, const std::string& prefix, const char* name, int64_t D,
+                                   int64_t KV) {
+    const gguf_tensor& t = need_tensor(f, prefix + name, {D, KV});
+    if (t.type != dtype::F32) ZK_THROW("%s: tensor %s%s must be F32", f.path().c_str(), prefix.c_str(), name);
+    const float* score = (const float*)t.data;
+    for (int64_t i = 0; i < D * KV; i++)
+        if (!(score[i] >= 0 && std::isfinite(score[i])))
+            ZK_THROW("%s: tensor %s%s holds %g at %lld; a score is finite and not negative", f.path().c_str(),
+                     prefix.c_str(), name, score[i], (long long)i);
+    return score;
+}
+
 // The zack.* keys and tensors of a .zack file (models/README.md lists them).
 void model_load_zack(model& m) {
     const gguf_file& f = *m.file;
@@ -277,13 +293,7 @@ void model_load_zack(model& m) {
             ZK_THROW("%s: layer %d %s blk.N.zack.kmean, layer 0 %s", f.path().c_str(), il,
                      zl.kmean ? "has" : "lacks", zl.kmean ? "lacks it" : "has it");
         if (f.find_tensor(p + "kscore")) {
-            const gguf_tensor& t = need_tensor(f, p + "kscore", {D, KV});
-            if (t.type != dtype::F32) ZK_THROW("%s: tensor %skscore must be F32", f.path().c_str(), p.c_str());
-            zl.kscore = (const float*)t.data;
-            for (int64_t i = 0; i < D * KV; i++)
-                if (!(zl.kscore[i] >= 0 && std::isfinite(zl.kscore[i])))
-                    ZK_THROW("%s: tensor %skscore holds %g at %lld; a score is finite and not negative",
-                             f.path().c_str(), p.c_str(), zl.kscore[i], (long long)i);
+            zl.kscore = model_need_zack_score(f, p, "kscore", D, KV);
             std::vector<int32_t> o;
             for (int64_t g = 0; g < KV; g++) {
                 zack_key_order((int)D, zl.kscore + g * D, o);
@@ -306,13 +316,7 @@ void model_load_zack(model& m) {
                         ZK_THROW("%s: tensor %s%s holds a non-finite value at %lld", f.path().c_str(), p.c_str(),
                                  names[i], (long long)x);
             }
-            const gguf_tensor& t = need_tensor(f, p + "kwscore", {D, KV});
-            if (t.type != dtype::F32) ZK_THROW("%s: tensor %skwscore must be F32", f.path().c_str(), p.c_str());
-            zl.kwscore = (const float*)t.data;
-            for (int64_t i = 0; i < D * KV; i++)
-                if (!(zl.kwscore[i] >= 0 && std::isfinite(zl.kwscore[i])))
-                    ZK_THROW("%s: tensor %skwscore holds %g at %lld; a score is finite and not negative",
-                             f.path().c_str(), p.c_str(), zl.kwscore[i], (long long)i);
+            zl.kwscore = model_need_zack_score(f, p, "kwscore", D, KV);
         }
         if (il > 0 && (zl.kwa != nullptr) != (z.layers[0].kwa != nullptr))
             ZK_THROW("%s: layer %d %s blk.N.zack.kwa/kwb/kwscore, layer 0 %s", f.path().c_str(), il,

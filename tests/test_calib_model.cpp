@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "calib/calibrate.h"
@@ -18,6 +19,7 @@
 #include "engine/model.h"
 #include "engine/session.h"
 #include "ggml-like/error.h"
+#include "ggml-like/gguf.h"
 #include "kernels/matmul.h"
 #include "tests/model_fixture.h"
 
@@ -267,6 +269,18 @@ std::unique_ptr<model> write_and_load(const model& m, const zack_calibration& c,
     return z;
 }
 
+// Copies the .zack at src to dst with each tensor passed through edit, which may
+// change its shape (to one of as many bytes) or return false to leave it out:
+// files zack_file_write never makes, for the loader to refuse.
+void zack_copy_edited(const std::string& src, const std::string& dst, const std::function<bool(gguf_tensor&)>& edit) {
+    auto f = gguf_file::open(src);
+    gguf_writer w;
+    for (const auto& kv : f->kv()) w.set(kv.first, kv.second);
+    for (gguf_tensor t : f->tensors())
+        if (edit(t)) w.add_tensor_ref(t.name, t.type, t.shape, t.data, t.n_bytes);
+    w.write(dst);
+}
+
 }  // namespace
 
 TEST(CalibModel, FullRankZackKeepsAttentionAndLogits) {
@@ -312,7 +326,8 @@ TEST(CalibModel, FullRankZackKeepsAttentionAndLogits) {
 // where a file has one, tailed keys take it instead: a pair equal to rqk's
 // columns in the order gives the order's logits bit for bit, the calibrated
 // pair others, and keys with no tail do not see it. A kscore or kwscore that
-// is negative is refused at load with one line.
+// is negative is refused at load with one line, as is a pair with a non-finite
+// value, without its proxy, missing from a layer or of another shape.
 TEST(CalibModel, KeyOrderPermutesTheBasisOfTailedKeys) {
     const model& m = source_model();
     const model_hparams& hp = m.hp;
@@ -397,34 +412,55 @@ TEST(CalibModel, KeyOrderPermutesTheBasisOfTailedKeys) {
                 ep);
     EXPECT_LT(ep, 2 * ea);  // a pair that swapped queries and keys, or lost a scale, would be far off
 
-    // a negative score: one line naming the tensor
-    zack_calibration bad = c;
-    bad.k_score[3] = -1;
+    // Files the loader refuses, each with one line naming the tensor and its layer.
     zack_write_params wp;
     wp.folded_f32 = true;
-    zack_file_write(m, bad, wp, d + "/bad.zack");
-    try {
-        model_load(d + "/bad.zack");
-        ADD_FAILURE() << "a negative kscore was accepted";
-    } catch (const zk::error& ex) {
-        const std::string w = ex.what();
-        EXPECT_NE(w.find("blk.0.zack.kscore holds -1 at 3"), std::string::npos) << w;
-        EXPECT_EQ(w.find('\n'), std::string::npos) << w;
-    }
-    // ... and the pair's proxy likewise
-    zack_calibration badw = cp;
-    badw.kw_score[5] = -2;
-    zack_file_write(m, badw, wp, d + "/badw.zack");
-    try {
-        model_load(d + "/badw.zack");
-        ADD_FAILURE() << "a negative kwscore was accepted";
-    } catch (const zk::error& ex) {
-        const std::string w = ex.what();
-        EXPECT_NE(w.find("blk.0.zack.kwscore holds -2 at 5"), std::string::npos) << w;
-        EXPECT_EQ(w.find('\n'), std::string::npos) << w;
-    }
-    for (const char* f : {"/order.zack", "/ident.zack", "/permuted.zack", "/bad.zack", "/as_pair.zack", "/pair.zack",
-                          "/badw.zack"})
+    const std::string bad_path = d + "/bad.zack";
+    auto write_bad = [&](const zack_calibration& bc) {
+        zack_file_write(m, bc, wp, bad_path);
+        return bad_path;
+    };
+    auto expect_refused = [&](const std::string& path, const std::string& what) {
+        try {
+            model_load(path);
+            ADD_FAILURE() << "accepted; expected: " << what;
+        } catch (const zk::error& ex) {
+            const std::string w = ex.what();
+            EXPECT_NE(w.find(what), std::string::npos) << w;
+            EXPECT_EQ(w.find('\n'), std::string::npos) << w;
+        }
+        std::remove(path.c_str());
+    };
+    // a negative score, the pca order's or the pair's
+    zack_calibration bad = c;
+    bad.k_score[3] = -1;
+    expect_refused(write_bad(bad), "blk.0.zack.kscore holds -1 at 3");
+    bad = cp;
+    bad.kw_score[5] = -2;
+    expect_refused(write_bad(bad), "blk.0.zack.kwscore holds -2 at 5");
+    // a non-finite value in the pair itself: a NaN in layer 0's kwa, an infinity in the last layer's kwb
+    const std::string last = "blk." + std::to_string(L - 1) + ".zack.";
+    bad = cp;
+    bad.kwa[7] = std::nan("");
+    expect_refused(write_bad(bad), "blk.0.zack.kwa holds a non-finite value at 7");
+    bad = cp;
+    bad.kwb[(size_t)(L - 1) * KV * D * D + 9] = HUGE_VAL;
+    expect_refused(write_bad(bad), last + "kwb holds a non-finite value at 9");
+    // the pair's three tensors come together: kwa and kwb without kwscore
+    bad = cp;
+    bad.kw_score.clear();
+    expect_refused(write_bad(bad), "missing tensor 'blk.0.zack.kwscore'");
+    // ... in every layer or none (the last layer without them), each at its shape (the last layer's kwb as
+    // [d, n_kv, d]): files zack_file_write never makes
+    zack_copy_edited(d + "/pair.zack", bad_path, [&](gguf_tensor& t) { return t.name.rfind(last + "kw", 0) != 0; });
+    expect_refused(bad_path, "layer " + std::to_string(L - 1) + " lacks blk.N.zack.kwa/kwb/kwscore, layer 0 has them");
+    zack_copy_edited(d + "/pair.zack", bad_path, [&](gguf_tensor& t) {
+        if (t.name == last + "kwb") t.shape = {D, KV, D};
+        return true;
+    });
+    expect_refused(bad_path, "tensor '" + last + "kwb' has shape [" + std::to_string(D) + ", " + std::to_string(KV) +
+                                 ", " + std::to_string(D) + "]");
+    for (const char* f : {"/order.zack", "/ident.zack", "/permuted.zack", "/as_pair.zack", "/pair.zack"})
         std::remove((d + f).c_str());
     rmdir(dir);
 }
