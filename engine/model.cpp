@@ -317,6 +317,16 @@ void model_load_zack(model& m) {
                                  names[i], (long long)x);
             }
             zl.kwscore = model_need_zack_score(f, p, "kwscore", D, KV);
+            // sessions take the pair's columns in stored order and give the widest
+            // codes to the first (keybasis_wide_rows counts widths on the sorted
+            // proxy), so a file out of that order would code the wrong directions
+            for (int64_t g = 0; g < KV; g++)
+                for (int64_t j = 1; j < D; j++)
+                    if (zl.kwscore[g * D + j] > zl.kwscore[g * D + j - 1])
+                        ZK_THROW("%s: tensor %skwscore rises in head %lld at %lld (%g after %g); the pair's "
+                                 "columns come in descending proxy order",
+                                 f.path().c_str(), p.c_str(), (long long)g, (long long)j, zl.kwscore[g * D + j],
+                                 zl.kwscore[g * D + j - 1]);
         }
         if (il > 0 && (zl.kwa != nullptr) != (z.layers[0].kwa != nullptr))
             ZK_THROW("%s: layer %d %s blk.N.zack.kwa/kwb/kwscore, layer 0 %s", f.path().c_str(), il,

@@ -438,6 +438,13 @@ TEST(CalibModel, KeyOrderPermutesTheBasisOfTailedKeys) {
     bad = cp;
     bad.kw_score[5] = -2;
     expect_refused(write_bad(bad), "blk.0.zack.kwscore holds -2 at 5");
+    // ... or out of the descending order the pair's columns are in (head 1 of layer 0: two swapped)
+    bad = cp;
+    std::swap(bad.kw_score[(size_t)D + 2], bad.kw_score[(size_t)D + 3]);
+    if ((float)bad.kw_score[(size_t)D + 3] > (float)bad.kw_score[(size_t)D + 2])
+        expect_refused(write_bad(bad), "blk.0.zack.kwscore rises in head 1 at 3");
+    else
+        ADD_FAILURE() << "the calibrated proxy ties at 2, 3 of head 1: pick other columns";
     // a non-finite value in the pair itself: a NaN in layer 0's kwa, an infinity in the last layer's kwb
     const std::string last = "blk." + std::to_string(L - 1) + ".zack.";
     bad = cp;
