@@ -311,8 +311,8 @@ namespace {
 // A row shape's fold set-up: its unit table and each part's lanes of the
 // query's 16-channel vectors. Building it (the table's lookup, the masks)
 // costs about what a group's fold does, so it is kept a thread for the next
-// groups: a (head, slot range) task's groups share one shape. The table is a
-// copy, as unit_table_for's slots are reused by the shapes of other rows.
+// groups: a (head, slot range) task's groups share one shape. It holds its
+// own table (unit_table_for's few slots are shared with the 2-bit rows' shapes).
 struct fold_shape {
     int h4 = -1, mid = -1, tail = -1;
     unit_table t;
@@ -328,8 +328,8 @@ const fold_shape& fold_shape_for(int h4, int mid, int tail) {
     f.h4 = -1;  // until built
     part_shape sh[k_max_parts];
     f.np = row_parts(h4, mid, tail, sh);
-    f.t = unit_table_for(sh, f.np);
-    ZK_ASSERT(f.t.ok);
+    const bool built = unit_table_build(f.t, sh, f.np);
+    ZK_ASSERT(built);
     const int r = h4 + mid + tail;
     f.nv = (r + 15) / 16;
     int lo[k_max_parts], hi[k_max_parts];
