@@ -305,10 +305,12 @@ int cmd_eval(CLI::App& app, eval_opts& eo) {
     const model& base_model = mb ? *mb : *m;
     // The reference of every KV size: an f16 cache at full head dim, by the cache's own accounting.
     const int nh = m->hp.n_layer * m->hp.n_head_kv;
-    const double ref_bpt =
-        (double)kv_cache(m->hp.n_layer, m->hp.n_head_kv, 1, dtype::F16, std::vector<int>(nh, m->hp.head_dim),
-                         std::vector<int>(nh, m->hp.head_dim))
-            .bytes_per_token();
+    const kv_cache ref_cache(m->hp.n_layer, m->hp.n_head_kv, 1, dtype::F16, std::vector<int>(nh, m->hp.head_dim),
+                             std::vector<int>(nh, m->hp.head_dim));
+    const double ref_bpt = (double)ref_cache.bytes_per_token();
+    auto held_fraction = [&](const kv_cache& c) {
+        return (double)c.bytes_allocated() / (double)ref_cache.bytes_for_capacity(c.capacity());
+    };
 
     eval_report rep;
     rep.model_path = eo.mo.model_path;
@@ -351,6 +353,7 @@ int cmd_eval(CLI::App& app, eval_opts& eo) {
         b.retention = 1;
         b.bytes_per_token = (double)s.cache().bytes_per_token();
         b.kv_fraction = b.bytes_per_token * b.score.tokens_kept / ref_bpt;
+        b.kv_held_fraction = held_fraction(s.cache());
     }
 
     eval_run_cache runs([&](const eval_config& c) {
@@ -365,6 +368,7 @@ int cmd_eval(CLI::App& app, eval_opts& eo) {
             p.retention = eval_retention(p.score, rep.baseline.score);
             p.bytes_per_token = (double)s.cache().bytes_per_token();
             p.kv_fraction = p.bytes_per_token * p.score.tokens_kept / ref_bpt;
+            p.kv_held_fraction = held_fraction(s.cache());
         } catch (const config_unavailable& e) {
             if (strict) ZK_THROW("%s: %s", c.cli().c_str(), e.what());
             p.error = e.what();

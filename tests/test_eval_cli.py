@@ -61,6 +61,22 @@ def test_ppl_self():
     check(abs(v["ppl_base"] - b["value"]) < 1e-6 * b["value"], "ppl: PPL(base) equals the baseline run")
 
 
+def test_held_fraction():
+    """"KV size" is what one more token costs; "held" is the whole cache at the task's context over an f16
+    cache of the same capacity. A 4-bit cache holds the codes of every slot plus its f16 residual window
+    (128 tokens) and the exact sinks (4 tokens, f32, keys and values: 8 f16 rows' worth), so at a context
+    of C it holds about (128 + 8) / C of an f16 cache more than its per-token figure says."""
+    C = 384
+    j = run_json("held", ["--task", "ppl", "--data", os.path.join(DATA, "gpl3_preamble.txt"), "-c", str(C),
+                          "--limit", "1", "--kv-bits", "4"])
+    b, r = j["baseline"]["kv"], j["runs"][0]["kv"]
+    check(abs(b["held_fraction_of_f16"] - 1.0) < 1e-9, "held: the f16 baseline holds an f16 cache (%r)" % b)
+    want = r["fraction_of_f16"] + (128 + 2 * 4) / C
+    check(abs(r["held_fraction_of_f16"] - want) < 0.005,
+          "held: 4-bit at %d tokens holds its codes, window and sinks (%.4f, expected %.4f)"
+          % (C, r["held_fraction_of_f16"], want))
+
+
 def test_lastword():
     j = run_json("lastword", ["--task", "lastword", "--data", os.path.join(DATA, "gpl3_preamble.txt"),
                               "--limit", "4"])
@@ -254,6 +270,9 @@ def test_outputs():
     rows = open(csv_path).read().splitlines()
     check(rows[0].startswith("config,method,metric,value,retention") and rows[1].startswith("baseline,baseline,ppl,"),
           "--csv: header and baseline row (%r)" % rows[:2])
+    head = rows[0].split(",")
+    check(len(rows[1].split(",")) == len(head) and rows[1].split(",")[head.index("kv_held_fraction")] == "1",
+          "--csv: every column in the baseline row, the held fraction 1 (%r)" % rows[:2])
     binary = os.path.join(TMP, "binary.bin")
     with open(binary, "wb") as f:
         f.write(bytes(range(256)) * 40)
@@ -269,7 +288,7 @@ def test_outputs():
 
 def main():
     require_binary_and_model()
-    tests = [test_ppl_self, test_lastword, test_mc, test_passkey, test_malformed, test_target_vs_sweep,
+    tests = [test_ppl_self, test_held_fraction, test_lastword, test_mc, test_passkey, test_malformed, test_target_vs_sweep,
              test_kl_divergence_file, test_outputs]
     return run_tests(tests, "eval CLI")
 

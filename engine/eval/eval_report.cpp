@@ -63,7 +63,8 @@ nlohmann::json eval_point_json(const eval_point& p) {
     j["n_items"] = p.score.n_items;
     j["kv"] = {{"bytes_per_token", p.bytes_per_token},
                {"tokens_kept", p.score.tokens_kept},
-               {"fraction_of_f16", p.kv_fraction}};
+               {"fraction_of_f16", p.kv_fraction},
+               {"held_fraction_of_f16", p.kv_held_fraction}};
     j["session"] = p.session;
     j["detail"] = p.score.detail;
     return j;
@@ -78,13 +79,13 @@ static std::string csv_field(const std::string& s) {
 
 std::string eval_report_csv(const eval_report& r) {
     std::string out = "config,method,metric,value,retention,kv_fraction,bytes_per_token,tokens_kept,n_items,kld_mean,"
-                      "same_top_p,error\n";
+                      "same_top_p,kv_held_fraction,error\n";
     std::vector<eval_point> rows{r.baseline};
     rows.insert(rows.end(), r.runs.begin(), r.runs.end());
     for (const eval_point& p : rows) {
         out += csv_field(p.cfg.name) + "," + csv_field(p.cfg.method) + ",";
         if (!p.ok()) {
-            out += ",,,,,,,,," + csv_field(p.error) + "\n";
+            out += ",,,,,,,,,," + csv_field(p.error) + "\n";
             continue;
         }
         const nlohmann::json vs = p.score.detail.value("vs_baseline", nlohmann::json::object());
@@ -93,7 +94,8 @@ std::string eval_report_csv(const eval_report& r) {
                num(p.kv_fraction) + "," + num(p.bytes_per_token) + "," + num(p.score.tokens_kept) + "," +
                std::to_string(p.score.n_items) + "," +
                (vs.contains("kld_mean") ? num(vs["kld_mean"].get<double>()) : "") + "," +
-               (vs.contains("same_top_p") ? num(vs["same_top_p"].get<double>()) : "") + ",\n";
+               (vs.contains("same_top_p") ? num(vs["same_top_p"].get<double>()) : "") + "," +
+               num(p.kv_held_fraction) + ",\n";
     }
     return out;
 }
@@ -104,20 +106,24 @@ std::string eval_report_table(const eval_report& r) {
     out += "task " + r.task + " on " + r.model_path + ": baseline " + b.metric + " = " + value_str(b) + " over " +
            std::to_string(b.n_items) + " items\n\n";
     char line[512];
-    std::snprintf(line, sizeof line, "| %-34s | %-14s | %9s | %10s | %9s | %s\n", "configuration", "method", "KV size",
-                  b.metric.c_str(), "% of base", "vs baseline");
+    // KV size: the cost of one more token (what long contexts approach); held: the
+    // whole cache at this task's context, residual windows and sinks included.
+    std::snprintf(line, sizeof line, "| %-34s | %-14s | %9s | %7s | %10s | %9s | %s\n", "configuration", "method",
+                  "KV size", "held", b.metric.c_str(), "% of base", "vs baseline");
     out += line;
-    out += "|------------------------------------|----------------|-----------|------------|-----------|------------\n";
+    out += "|------------------------------------|----------------|-----------|---------|------------|-----------|"
+           "------------\n";
     std::vector<eval_point> rows{r.baseline};
     rows.insert(rows.end(), r.runs.begin(), r.runs.end());
     for (const eval_point& p : rows) {
         const std::string name = p.cfg.name.empty() ? "baseline" : p.cfg.name;
         if (!p.ok()) {
-            std::snprintf(line, sizeof line, "| %-34s | %-14s | %9s | %10s | %9s | %s\n", name.c_str(),
-                          p.cfg.method.c_str(), "-", "-", "-", p.error.c_str());
+            std::snprintf(line, sizeof line, "| %-34s | %-14s | %9s | %7s | %10s | %9s | %s\n", name.c_str(),
+                          p.cfg.method.c_str(), "-", "-", "-", "-", p.error.c_str());
         } else {
-            std::snprintf(line, sizeof line, "| %-34s | %-14s | %8s%% | %10s | %8s%% | %s\n", name.c_str(),
-                          p.cfg.method.c_str(), f("%.1f", 100 * p.kv_fraction).c_str(), value_str(p.score).c_str(),
+            std::snprintf(line, sizeof line, "| %-34s | %-14s | %8s%% | %6s%% | %10s | %8s%% | %s\n", name.c_str(),
+                          p.cfg.method.c_str(), f("%.1f", 100 * p.kv_fraction).c_str(),
+                          f("%.1f", 100 * p.kv_held_fraction).c_str(), value_str(p.score).c_str(),
                           f("%.2f", 100 * p.retention).c_str(), extra(p).c_str());
         }
         out += line;

@@ -72,6 +72,11 @@ struct eval_point {
     double retention = 1;        // share of the baseline kept (eval_retention)
     double bytes_per_token = 0;  // the cache's own accounting, all layers and heads
     double kv_fraction = 1;      // bytes_per_token * tokens_kept / f16 full-rank bytes_per_token
+    // What the cache held at the task's context (its allocation: residual windows,
+    // exact sinks and group grids included) over an f16 full-rank cache of the same
+    // capacity. kv_fraction is the cost of one more token, which long contexts
+    // approach; this is the whole cost at the context measured.
+    double kv_held_fraction = 1;
     std::string error;           // non-empty: the configuration could not run
     bool available = true;       // false: its flags are not in this build / need a .zack model
     nlohmann::json session = nlohmann::json::object();  // the resolved session parameters (ranks, ...)
