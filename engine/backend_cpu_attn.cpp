@@ -279,8 +279,20 @@ void backend_cpu::attention_prefill_tails(const backend_seq& s, const model_hpar
                     s.cache->read_quant(il, g, side == 0, a, q, tmp);
                     for (int64_t t = a; t < q; t++) kv_store_row(type, tmp + (t - a) * r, X + t * row, r);
                 }
-                for (int64_t t = q; t < z; t++) {
-                    const uint8_t* src = (const uint8_t*)sv.rows + (size_t)(t - sv.n_quant) * src_row;
+                // a tier's codes next (kv_cache_params::tier), then the rows of whichever side holds the window
+                const attn_side_view* rs = &sv;
+                int64_t q2 = q, r0 = sv.n_quant;
+                if (kv.tier) {
+                    rs = side == 0 ? &kv.tier->k : &kv.tier->v;
+                    r0 = sv.n_quant + rs->n_quant;
+                    q2 = std::clamp(r0, a, z);
+                    if (q < q2) {
+                        s.cache->read_tier_quant(il, g, side == 0, q - sv.n_quant, q2 - sv.n_quant, tmp);
+                        for (int64_t t = q; t < q2; t++) kv_store_row(type, tmp + (t - q) * r, X + t * row, r);
+                    }
+                }
+                for (int64_t t = q2; t < z; t++) {
+                    const uint8_t* src = (const uint8_t*)rs->rows + (size_t)(t - r0) * src_row;
                     if (kv.type == type) {
                         std::memcpy(X + t * row, src, row);
                     } else {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "engine/kv_layout_kivi.h"
 #include "engine/kv_quant.h"
 #include "ggml-like/error.h"
 
@@ -127,6 +128,12 @@ void kv_cache_validate_params(const kv_cache_params& p, int n_layer, int n_head_
                        KV_KEY_MAX_R, p.gear, n_layer, n_head_kv);
     check_key_channels("kv.key_mid", "kv_mids_k", "2-bit key channels", "2-bit key channels", p.key_mid, p.mids_k,
                        KV_KEY_MAX_R, p.gear, n_layer, n_head_kv);
+    if (p.tier < 0 || (p.tier > 0 && (p.group <= 0 || p.tier % p.group != 0)))
+        ZK_THROW_PARAM("kv.tier", "kv.tier must be a multiple of the group (%d tokens), got %d", p.group, p.tier);
+    if (p.tier > 0) {  // (whether any block has narrow codes: the cache, once a plan has set them)
+        if (p.evicting) ZK_THROW_PARAM("kv.tier", "kv.tier does not combine with eviction; drop one of them");
+        if (p.gear) ZK_THROW_PARAM("kv.tier", "kv.tier does not combine with kv.gear; drop one of them");
+    }
     if (p.select < 0) ZK_THROW_PARAM("kv.select", "kv.select must be a number of tokens, got %lld", (long long)p.select);
     if (p.select_every < 1 || p.select_every > 1024)
         ZK_THROW_PARAM("kv.select_every", "kv.select_every must be between 1 and 1024 steps, got %d", p.select_every);
@@ -161,9 +168,13 @@ kv_side_shape kv_cache::side_shape(kv_role role, size_t i, const kv_layout& layo
     s.role = role;
     s.r = role == KV_ROLE_KEYS ? blocks_[i].r_k : blocks_[i].r_v;
     s.type = p_.type;
+    // a tiered block's codes end where its tier begins: never in the last `tier` slots
+    const bool tiered = block_tiered(i);
+    if (tiered) capacity = plan_capacity(capacity);
     s.capacity = capacity;
     if (layout_of(p_, KV_ROLE_KEYS, i).windowed || layout_of(p_, KV_ROLE_VALUES, i).windowed) {
-        s.residual = residual_;
+        // a tiered block's window is its tier's; its own sides stage one group
+        s.residual = tiered ? p_.group : residual_;
         s.group = p_.group;
         s.max_groups = max_groups(capacity);
     }
@@ -184,6 +195,37 @@ kv_side_shape kv_cache::side_shape(kv_role role, size_t i, const kv_layout& layo
     return s;
 }
 
+int64_t kv_cache::plan_capacity(int64_t capacity) const {
+    // slots [0, n_quant) with n_quant <= n_used - tier whenever n_quant > 0
+    return std::max<int64_t>(capacity - p_.tier, p_.group);
+}
+
+bool kv_cache::block_tiered(size_t i) const {
+    if (p_.tier <= 0) return false;
+    const kv_layout &lk = layout_of(p_, KV_ROLE_KEYS, i), &lv = layout_of(p_, KV_ROLE_VALUES, i);
+    // both sides coded at group boundaries (KIVI or vector codes), one narrower than 4 bits
+    const bool coded = (lk.windowed || lk.id == KV_LAYOUT_VQ) && (lv.windowed || lv.id == KV_LAYOUT_VQ);
+    if (!coded) return false;
+    const int r = blocks_[i].r_k;
+    const int zero = std::min(kv_cache_key_zero(p_, i), r), tail = std::min(kv_cache_key_tail(p_, i), r - zero);
+    const int mid = lk.id == KV_LAYOUT_Q4 ? std::min(kv_cache_key_mid(p_, i), r - zero - tail) : 0;
+    return lk.id == KV_LAYOUT_Q2 || zero + tail + mid > 0 || lv.id != KV_LAYOUT_Q4;
+}
+
+kv_side_shape kv_cache::tier_shape(kv_role role, size_t i) const {
+    // 4-bit KIVI over the tier and a group more (a group joins before the oldest
+    // leaves), with the residual window
+    kv_side_shape s;
+    s.role = role;
+    s.r = role == KV_ROLE_KEYS ? blocks_[i].r_k : blocks_[i].r_v;
+    s.type = p_.type;
+    s.capacity = p_.tier + p_.group;
+    s.residual = residual_;
+    s.group = p_.group;
+    s.max_groups = s.capacity / p_.group;
+    return s;
+}
+
 int64_t kv_cache::block_capacity(size_t i, int64_t capacity) const {
     const int64_t own = layer_cap_.empty() ? 0 : layer_cap_[i / n_head_kv_];
     return own > 0 ? std::min(own, capacity) : capacity;
@@ -194,6 +236,11 @@ size_t kv_cache::block_bytes(size_t i, int64_t C) const {
     s += (size_t)p_.sinks * 2 * p_.sink_dim * sizeof(float);  // exact sinks (fixed)
     const kv_layout &lk = layout_of(p_, KV_ROLE_KEYS, i), &lv = layout_of(p_, KV_ROLE_VALUES, i);
     if (lk.windowed || lv.windowed) s += (size_t)(max_groups(C) + 1) * sizeof(int32_t);  // group starts
+    if (block_tiered(i)) {  // the tier: a fixed cost
+        const kv_layout& l4 = kv_layout_q4();
+        s += l4.bytes(tier_shape(KV_ROLE_KEYS, i)) + l4.bytes(tier_shape(KV_ROLE_VALUES, i)) +
+             (size_t)(p_.tier / p_.group + 2) * sizeof(int32_t);
+    }
     return s + lk.bytes(side_shape(KV_ROLE_KEYS, i, lk, C)) + lv.bytes(side_shape(KV_ROLE_VALUES, i, lv, C));
 }
 
@@ -243,6 +290,14 @@ kv_cache::kv_cache(int n_layer, int n_head_kv, int64_t capacity, const kv_cache_
             layer_cap_[il] = layer_capacity[il] > 0 ? round_capacity(layer_capacity[il]) : 0;
         }
     }
+    if (p.tier > 0 && !kv_cache_windowed(p))
+        ZK_THROW_PARAM("kv.tier", "kv.tier keeps 4-bit codes before a plan's or a 2-bit cache's narrower ones; this "
+                                  "cache has none (kv.bits %d)",
+                       p.bits);
+    if (p.tier > 0)
+        for (int64_t c : layer_cap_)
+            if (c > 0 && c < capacity)
+                ZK_THROW_PARAM("kv.tier", "kv.tier does not combine with sliding-window layers (this model has them)");
     if (windowed_) {
         residual_ = kv_cache_residual(p, capacity);
         for (int64_t c : layer_cap_)  // a smaller layer still holds its residual window and a group
@@ -265,8 +320,14 @@ kv_cache::kv_cache(int n_layer, int n_head_kv, int64_t capacity, const kv_cache_
             kvq_vq_check_rank(*p.vq[kv_cache_bits(p, KV_ROLE_VALUES, i)], b.r_v, where);
         }
         b.windowed = lk.windowed || lv.windowed;
+        b.tiered = block_tiered(i);
         b.k = lk.create(side_shape(KV_ROLE_KEYS, i, lk, b.capacity));
         b.v = lv.create(side_shape(KV_ROLE_VALUES, i, lv, b.capacity));
+        if (b.tiered) {
+            b.tk = kv_layout_q4().create(tier_shape(KV_ROLE_KEYS, i));
+            b.tv = kv_layout_q4().create(tier_shape(KV_ROLE_VALUES, i));
+            b.t_group_start.assign((size_t)(p.tier / p.group + 2), 0);
+        }
         if (b.windowed) {
             b.group_start.assign((size_t)max_groups(b.capacity) + 1, 0);
             r_max = std::max(r_max, std::max(b.r_k, b.r_v));
@@ -286,9 +347,12 @@ kv_cache::kv_cache(int n_layer, int n_head_kv, int64_t capacity, const kv_cache_
         std::iota(ramp_.begin(), ramp_.end(), 0);
         for (auto& b : blocks_) b.pos = ramp_.data();
     }
+    for (auto& b : blocks_)
+        if (b.tiered) tier_refresh(b);
     held_.resize((size_t)n_head_kv_);
     if (windowed_) {  // one slice per KV head: appends to the heads of a layer may run at once
-        scratch_head_ = 2 * (size_t)p.group * r_max + (p.gear ? kvq_gear_work(p.group, r_max) : 0);
+        // (a tier's group on its way to the block's codes takes a third [group x r])
+        scratch_head_ = (p.tier > 0 ? 3 : 2) * (size_t)p.group * r_max + (p.gear ? kvq_gear_work(p.group, r_max) : 0);
         scratch_.resize((size_t)n_head_kv_ * scratch_head_);
     }
     if (p.select > 0)  // room for every choice's runs (kv_select_remember), so that decode allocates nothing
@@ -301,6 +365,7 @@ size_t kv_cache::bytes_allocated() const {
     size_t s = 0;
     for (const auto& b : blocks_) {
         s += b.k->bytes_allocated() + b.v->bytes_allocated();
+        if (b.tiered) s += b.tk->bytes_allocated() + b.tv->bytes_allocated() + 4 * b.t_group_start.size();
         s += 4 * (b.group_start.size() + b.pos_own.size() + b.score.size() + b.sink_k.size() + b.sink_v.size());
     }
     return s + 4 * ramp_.size();
@@ -380,6 +445,13 @@ std::string kv_cache::describe(int head_dim) const {
         narrow(&attn_side_view::mid, "2-bit key channels", "");
         narrow(&attn_side_view::zero, "0-bit key channels (group means)", "");
     }
+    if (p_.tier > 0) {
+        int n = 0;
+        for (const auto& b : blocks_) n += b.tiered;
+        std::snprintf(buf, sizeof buf, "; a %d-token 4-bit tier before the window in %d of %zu heads", p_.tier, n,
+                      blocks_.size());
+        prec += buf;
+    }
     if (p_.sinks > 0) {
         std::snprintf(buf, sizeof buf, "; first %d tokens also exact (f32, %d channels)", p_.sinks, p_.sink_dim);
         prec += buf;
@@ -412,6 +484,8 @@ int64_t kv_cache::n_used_max() const {
 void kv_cache::clear() {
     for (auto& b : blocks_) {
         b.n_used = b.n_quant = b.n_groups = 0;
+        b.t_quant = b.t_groups = 0;
+        if (b.tiered) tier_refresh(b);
         if (b.pos_own.empty()) b.pos_base = 0, b.pos = ramp_.data();
         b.edits++;
         if (!b.score.empty()) std::fill(b.score.begin(), b.score.end(), 0.0f);
@@ -423,6 +497,20 @@ void kv_cache::clear() {
 // Quantizes the oldest `group` tokens of the residual window as a new group.
 void kv_cache::flush_group(kv_block& b, int head) {
     const int G = p_.group;
+    if (b.tiered) {  // into the tier; its oldest group then leaves it if it is full
+        float* X = scratch_.data() + (size_t)head * scratch_head_;
+        float* work = X + 2 * (size_t)G * std::max(b.r_k, b.r_v);
+        const kv_group_ref tg{b.t_groups, b.t_quant, G};
+        b.t_group_start[b.t_groups] = (int32_t)b.t_quant;
+        const int64_t rest = b.n_used - b.n_quant - b.t_quant - G;
+        b.tk->flush(tg, rest, X, work);
+        b.tv->flush(tg, rest, X, work);
+        b.t_groups++;
+        b.t_quant += G;
+        b.t_group_start[b.t_groups] = (int32_t)b.t_quant;
+        if (b.t_quant > p_.tier) demote_group(b, head);
+        return;
+    }
     const int64_t g = b.n_groups;
     ZK_ASSERT(g < max_groups(b.capacity));
     b.group_start[g] = (int32_t)b.n_quant;
@@ -435,6 +523,54 @@ void kv_cache::flush_group(kv_block& b, int head) {
     b.n_groups++;
     b.n_quant += G;
     b.group_start[b.n_groups] = (int32_t)b.n_quant;
+}
+
+// The tier's oldest group, decoded from its 4-bit codes, becomes the block's
+// next group at its own widths (staged in the sides' one-group windows); the
+// tier's codes and grids move down a group.
+void kv_cache::demote_group(kv_block& b, int head) {
+    const int G = p_.group;
+    ZK_ASSERT(b.t_groups >= 2 && b.t_group_start[1] == G);
+    const int64_t g = b.n_groups;
+    ZK_ASSERT(b.n_quant + G <= plan_capacity(b.capacity));
+    const size_t rm = std::max(b.r_k, b.r_v);
+    float* X = scratch_.data() + (size_t)head * scratch_head_;
+    float* work = X + 2 * (size_t)G * rm;  // (GEAR's; a tiered cache has none)
+    float* Y = X + (size_t)G * rm;
+    const kv_group_ref oldest{0, 0, G}, gr{g, b.n_quant, G};
+    for (int side = 0; side < 2; side++) {
+        kv_side& from = side == 0 ? *b.tk : *b.tv;
+        kv_side& to = side == 0 ? *b.k : *b.v;
+        const int r = side == 0 ? b.r_k : b.r_v;
+        from.read_group(oldest, Y);
+        for (int t = 0; t < G; t++) to.append(b.n_quant + t, t, Y + (size_t)t * r);
+        to.flush(gr, 0, X, work);
+        for (int64_t s = G; s < b.t_quant; s++) from.move_quant(s, s - G, -1, 0, -1, 0);
+        for (int64_t tg = 1; tg < b.t_groups; tg++) from.move_group(tg, tg - 1, nullptr, 0);
+    }
+    b.group_start[g] = (int32_t)b.n_quant;
+    b.n_groups++;
+    b.n_quant += G;
+    b.group_start[b.n_groups] = (int32_t)b.n_quant;
+    for (int64_t tg = 0; tg < b.t_groups; tg++) b.t_group_start[tg] = b.t_group_start[tg + 1] - G;
+    b.t_groups--;
+    b.t_quant -= G;
+}
+
+// What attention reads past a tiered block's codes: the tier's codes, then the window.
+void kv_cache::tier_refresh(kv_block& b) const {
+    attn_kv_view& t = b.tier_view;
+    t = attn_kv_view{};
+    t.type = p_.type;
+    t.pos = b.pos + b.n_quant;
+    t.n_slots = b.n_used - b.n_quant;
+    t.r_k = b.r_k;
+    t.r_v = b.r_v;
+    t.k = b.tk->view(b.t_quant);
+    t.v = b.tv->view(b.t_quant);
+    t.group = p_.group;
+    t.n_groups = b.t_groups;
+    t.group_start = b.t_group_start.data();
 }
 
 namespace {
@@ -470,6 +606,9 @@ void kv_cache::append(int layer, int head, int64_t n_tok, const float* k_rows, i
                          layer, head, (long long)s, pos[t], (long long)b.pos_base, ramp_.size());
     kv_held& h = held_[(size_t)head];
     h.layer = -1;
+    // (a tiered block's chunk reads the cache as the append leaves it: what it
+    // quantized is 4-bit, in the tier)
+    if (b.tiered) hold = false;
     if (hold && b.windowed) {
         const int64_t nw = b.n_used - b.n_quant;
         hold_side(*b.k, b.n_quant, nw, p_.type, b.r_k, k_rows, k_stride, n_tok, h.k);
@@ -479,12 +618,14 @@ void kv_cache::append(int layer, int head, int64_t n_tok, const float* k_rows, i
     }
     // a quantizing side of a block without a window quantizes every token at once
     const bool at_once = !b.windowed && (b.k->layout() != KV_LAYOUT_ROWS || b.v->layout() != KV_LAYOUT_ROWS);
+    kv_side& ks = b.tiered ? *b.tk : *b.k;  // where the window is
+    kv_side& vs = b.tiered ? *b.tv : *b.v;
     for (int64_t t = 0; t < n_tok; t++) {
         const int64_t s = b.n_used;
         const float* kr = k_rows + t * k_stride;
         const float* vr = v_rows + t * v_stride;
-        b.k->append(s, s - b.n_quant, kr);
-        b.v->append(s, s - b.n_quant, vr);
+        ks.append(s, s - b.n_quant - b.t_quant, kr);
+        vs.append(s, s - b.n_quant - b.t_quant, vr);
         if (pos[t] < p_.sinks) {
             std::memcpy(b.sink_k.data() + (size_t)pos[t] * p_.sink_dim, kr, sizeof(float) * p_.sink_dim);
             std::memcpy(b.sink_v.data() + (size_t)pos[t] * p_.sink_dim, vr, sizeof(float) * p_.sink_dim);
@@ -493,8 +634,9 @@ void kv_cache::append(int layer, int head, int64_t n_tok, const float* k_rows, i
         if (!b.score.empty()) b.score[s] = 0;
         b.n_used++;
         if (at_once) b.n_quant = b.n_used;
-        if (b.windowed && b.n_used - b.n_quant == residual_) flush_group(b, head);
+        if (b.windowed && b.n_used - b.n_quant - b.t_quant == residual_) flush_group(b, head);
     }
+    if (b.tiered) tier_refresh(b);
     if (hold && b.windowed) {
         h.layer = layer;
         h.n_used = b.n_used;
@@ -527,11 +669,12 @@ attn_kv_view kv_cache::view_attend(int layer, int head) const {
 
 bool kv_cache::append_flushes(int layer, int head, int64_t n_tok) const {
     const kv_block& b = block(layer, head);
-    return b.windowed && b.n_used - b.n_quant + n_tok >= residual_;
+    return b.windowed && b.n_used - b.n_quant - b.t_quant + n_tok >= residual_;
 }
 
 kv_append_plan kv_cache::append_plan(int layer, int head, int64_t n_tok) const {
     const kv_block& b = block(layer, head);
+    if (b.tiered) ZK_THROW_PARAM("kv.tier", "kv.tier is not on the GPU yet; run with --device cpu or without it");
     if (b.n_used + n_tok > b.capacity)
         ZK_THROW("KV cache is full (%lld of %lld slots used, %lld more needed)", (long long)b.n_used,
                  (long long)b.capacity, (long long)n_tok);
@@ -589,6 +732,7 @@ attn_kv_view kv_cache::view(int layer, int head) const {
     v.r_v = b.r_v;
     v.k = b.k->view(b.n_quant);
     v.v = b.v->view(b.n_quant);
+    if (b.tiered) v.tier = &b.tier_view;
     if (b.windowed) {
         v.group = p_.group;
         v.n_groups = b.n_groups;
@@ -609,6 +753,16 @@ void kv_cache::read_slot(int layer, int head, int64_t s, float* k, float* v) con
     const kv_block& b = block(layer, head);
     ZK_ASSERT(s >= 0 && s < b.n_used);
     kv_group_ref gr{-1, 0, 0};
+    if (b.tiered && s >= b.n_quant) {  // the tier's codes or the window, in the tier's numbering
+        const int64_t st = s - b.n_quant;
+        if (st < b.t_quant) {
+            const int64_t g = st / p_.group;
+            gr = kv_group_ref{g, b.t_group_start[g], b.t_group_start[g + 1] - b.t_group_start[g]};
+        }
+        b.tk->read(st, b.t_quant, gr, k);
+        b.tv->read(st, b.t_quant, gr, v);
+        return;
+    }
     if (b.windowed && s < b.n_quant) {
         const int64_t g =
             std::upper_bound(b.group_start.begin(), b.group_start.begin() + b.n_groups + 1, (int32_t)s) -
@@ -653,6 +807,26 @@ void kv_cache::read_quant(int layer, int head, bool key, int64_t s0, int64_t s1,
     }
 }
 
+void kv_cache::read_tier_quant(int layer, int head, bool key, int64_t s0, int64_t s1, float* X) const {
+    const kv_block& b = block(layer, head);
+    ZK_ASSERT(b.tiered && 0 <= s0 && s0 <= s1 && s1 <= b.t_quant);
+    const kv_side& side = key ? *b.tk : *b.tv;
+    const int r = key ? b.r_k : b.r_v, G = p_.group;
+    std::vector<float> tmp;  // a group the range cuts (prefill, once a chunk)
+    for (int64_t s = s0; s < s1;) {
+        const int64_t g = s / G, e = std::min<int64_t>(s1, (g + 1) * G);
+        const kv_group_ref gr{g, g * G, G};
+        if (s == g * G && e == (g + 1) * G) {
+            side.read_group(gr, X + (s - s0) * r);
+        } else {
+            tmp.resize((size_t)G * r);
+            side.read_group(gr, tmp.data());
+            std::memcpy(X + (s - s0) * r, tmp.data() + (s - g * G) * r, sizeof(float) * (size_t)((e - s) * r));
+        }
+        s = e;
+    }
+}
+
 // ---- eviction ----
 
 // Merges groups g and g + 1 (adjacent slots, together at most `group` tokens)
@@ -684,6 +858,7 @@ void kv_cache::merge_groups(kv_block& b, int head, int64_t g) {
 
 void kv_cache::compact(int layer, int head, const uint8_t* keep) {
     kv_block& b = block(layer, head);
+    if (b.tiered) ZK_THROW_PARAM("kv.tier", "kv.tier does not combine with removing slots (eviction, sliding windows)");
     if (b.pos_own.empty()) {
         // positions from the ramp: only a prefix may go, the rest then starts further on
         int64_t k0 = 0;

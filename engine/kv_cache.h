@@ -89,6 +89,16 @@ struct kv_cache_params {
     // 0-bit channels; 2-bit and other sides ignore them.
     int key_mid = 0;
     std::vector<int> mids_k;
+    // A tier (0 = none): in the blocks whose codes are narrower than 4 bits (a
+    // KV plan's 2-, 1- and 0-bit key channels, 2-bit or vector-coded values),
+    // the `tier` tokens before the residual window are kept as 4-bit KIVI
+    // codes, and a group is coded at the block's own widths only when it leaves
+    // the tier (from its 4-bit codes). Why: the tokens just past the window
+    // draw much of the attention; on Qwen2.5-Coder-1.5B's 9.9% plan a tier of
+    // 896 tokens cuts the KL at 8K by 3x (bench/RESULTS.md, 2026-12-07
+    // "eleventh session"), for a fixed cost, not a per-token one. A multiple of
+    // the group; not with eviction, GEAR or sliding-window layers.
+    int tier = 0;
     int sinks = 0;                // first positions also kept exact (f32, full head dim)
     // Decode-time selection (engine/kv_select.h): a one-token decode step
     // attends to this many tokens' worth of each head's slots, plus the sinks
@@ -153,6 +163,15 @@ struct kv_block {
     bool windowed = false;             // a side is KIVI: residual window and groups
     std::unique_ptr<kv_side> k, v;     // the two sides, each in its layout
     std::vector<int32_t> group_start;  // windowed: [max_groups + 1]
+    // A tiered block (kv_cache_params::tier): slots [n_quant, n_quant + t_quant)
+    // are 4-bit codes in tk, tv, which also hold the residual window (the rest);
+    // k and v keep only their codes (their windows stage a group as it leaves
+    // the tier). t_group_start: [tier groups + 2], tier-relative slots.
+    bool tiered = false;
+    std::unique_ptr<kv_side> tk, tv;
+    int64_t t_quant = 0, t_groups = 0;
+    std::vector<int32_t> t_group_start;
+    attn_kv_view tier_view{};  // what view() points to past n_quant, kept current by every change
     // Slot s holds position pos[s] (ascending). An evicting cache's blocks own
     // theirs (pos_own, [capacity]); in a cache without eviction slot s holds
     // position pos_base + s in every block (slots leave only from the front, as
@@ -258,6 +277,9 @@ public:
     // group's codes share its grids); a group the range cuts goes through the
     // stack.
     void read_quant(int layer, int head, bool key, int64_t s0, int64_t s1, float* X) const;
+    // The same for a tiered block's tier: its slots [s0, s1) (the block's
+    // n_quant + s0 ...), below its t_quant.
+    void read_tier_quant(int layer, int head, bool key, int64_t s0, int64_t s1, float* X) const;
 
     void clear();
     // Bytes held by every block's arrays (what is allocated).
@@ -280,6 +302,11 @@ public:
 private:
     uint64_t id_;
     void flush_group(kv_block& b, int head);
+    void demote_group(kv_block& b, int head);
+    void tier_refresh(kv_block& b) const;
+    bool block_tiered(size_t i) const;
+    int64_t plan_capacity(int64_t capacity) const;  // the codes' slots of a tiered block of `capacity`
+    kv_side_shape tier_shape(kv_role role, size_t i) const;
     void merge_groups(kv_block& b, int head, int64_t g);
     // What side `role` of block i in `layout` is built for, at a capacity.
     kv_side_shape side_shape(kv_role role, size_t i, const kv_layout& layout, int64_t capacity) const;

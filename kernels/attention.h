@@ -232,6 +232,10 @@ struct attn_kv_view {
     int sink_dim = 0;                  // channels of a sink row (the head dim)
     const float* sink_k = nullptr;     // [sinks x sink_dim], rotated like the cache's keys when compressed
     const float* sink_v = nullptr;     // [sinks x sink_dim]
+    // A tier (kv_cache_params::tier): slots [k.n_quant, n_slots) are this other
+    // view's, its slot s - k.n_quant (4-bit KIVI codes, then the residual
+    // window's rows); k.n_quant == v.n_quant. Null: those slots are rows.
+    const attn_kv_view* tier = nullptr;
 };
 
 struct attn_q_view {

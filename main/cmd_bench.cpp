@@ -333,6 +333,7 @@ int cmd_bench(const bench_opts& o) {
     const model_opts dflt;
     if (base.kv_group != dflt.kv_group) common += strfmt(" g%d", base.kv_group);
     if (base.kv_residual != dflt.kv_residual) common += strfmt(" res%d", base.kv_residual);
+    if (base.kv_tier != dflt.kv_tier) common += strfmt(" tier%d", base.kv_tier);
     if (base.kv_sinks != dflt.kv_sinks) common += strfmt(" sinks%d", base.kv_sinks);
     if (base.kv_select > 0) common += strfmt(" select%lld", (long long)base.kv_select);
     if (base.kv_select > 0 && base.kv_select_every != dflt.kv_select_every)

@@ -143,6 +143,7 @@ nlohmann::json session_json(const session_params& p, const model& m) {
     if (!p.kv.zeros_k.empty()) j["kv_zeros_k"] = p.kv.zeros_k;
     if (p.kv.key_mid > 0) j["kv_key_mid"] = p.kv.key_mid;
     if (!p.kv.mids_k.empty()) j["kv_mids_k"] = p.kv.mids_k;
+    if (p.kv.tier > 0) j["kv_tier"] = p.kv.tier;
     if (p.evict.policy != "none") j["evict"] = {{"policy", p.evict.policy}, {"budget", p.evict.budget}};
     if (!p.ranks_k.empty()) {
         j["ranks_k"] = p.ranks_k;

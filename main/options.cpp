@@ -119,6 +119,10 @@ void options_add_kv(CLI::App& app, model_opts& o, bool lists_elsewhere) {
     app.add_option("--kv-residual", o.kv_residual,
                    "4/2-bit: newest tokens kept in full precision, a multiple of the group (0 = 128 tokens, "
                    "or one group if larger)")->group(g);
+    app.add_option("--kv-tier", o.kv_tier,
+                   "KV plans and 2-bit caches: the N tokens before the residual window kept in 4-bit codes, "
+                   "coded at their heads' own widths only when they leave it (a fixed cost; a multiple of the "
+                   "group; 0 = none)")->group(g);
     app.add_option("--kv-key-tail", o.kv_key_tail,
                    "4/2-bit keys: their last N channels (the weakest, in a .zack's basis) in 1-bit codes, 0-128; "
                    "a plan's per-head tails take precedence")->group(g);
@@ -300,6 +304,7 @@ session_params options_session_params(const model_opts& o) {
     p.kv.bits = kv_bits;
     if (o.kv_group > 0) p.kv.group = o.kv_group;
     p.kv.residual = o.kv_residual;
+    p.kv.tier = o.kv_tier;
     p.kv.gear = o.kv_gear;
     p.kv.key_tail = o.kv_key_tail;
     p.kv.key_zero = o.kv_key_zero;
@@ -337,7 +342,7 @@ const struct {
     const char* flag;
 } k_param_flags[] = {
     {"kv.bits", "--kv-bits"},           {"kv.group", "--kv-group"},         {"kv.type", "--kv-type"},
-    {"kv.residual", "--kv-residual"},   {"kv.sinks", "--kv-sinks"},
+    {"kv.residual", "--kv-residual"},   {"kv.tier", "--kv-tier"},         {"kv.sinks", "--kv-sinks"},
     {"kv.gear_rank", "--kv-gear-rank"}, {"kv.gear_outliers", "--kv-gear-outliers"},
     {"kv.gear", "--kv-gear"},           {"kv.alloc", "--kv-alloc"},
     {"kv.key_tail", "--kv-key-tail"},   {"kv.key_zero", "--kv-key-zero"}, {"kv.key_mid", "--kv-key-mid"},   {"kv.select", "--kv-select"},

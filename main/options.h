@@ -42,6 +42,7 @@ struct model_opts {
     int kv_bits = 16;
     int kv_group = 0;  // 0: 32, or a KV plan's
     int kv_residual = 0;
+    int kv_tier = 0;
     bool kv_gear = false;
     int kv_key_tail = 0;
     int kv_key_zero = 0;

@@ -77,6 +77,29 @@ def test_held_fraction():
           % (C, r["held_fraction_of_f16"], want))
 
 
+def test_tier():
+    """--kv-tier keeps the tokens before the residual window in 4-bit codes in front of narrower ones: on a
+    2-bit cache of the default model it lowers the KL to the baseline at a fixed cost in bytes (the held
+    fraction rises, the per-token one does not); bad values are one-line errors naming the flag."""
+    args = ["--task", "ppl", "--data", os.path.join(DATA, "gpl3_preamble.txt"), "-c", "384", "--limit", "1",
+            "--kv-bits", "2"]
+    plain = run_json("tier0", args)["runs"][0]
+    tier = run_json("tier128", args + ["--kv-tier", "128"])["runs"][0]
+    k0, k1 = plain["detail"]["vs_baseline"]["kld_mean"], tier["detail"]["vs_baseline"]["kld_mean"]
+    check(k1 < 0.8 * k0, "tier: a 128-token 4-bit tier lowers a 2-bit cache's KL (%.4f -> %.4f)" % (k0, k1))
+    check(tier["kv"]["fraction_of_f16"] == plain["kv"]["fraction_of_f16"]
+          and tier["kv"]["held_fraction_of_f16"] > plain["kv"]["held_fraction_of_f16"],
+          "tier: a fixed cost (per token %r, held %r -> %r)" % (tier["kv"]["fraction_of_f16"],
+                                                              plain["kv"]["held_fraction_of_f16"],
+                                                              tier["kv"]["held_fraction_of_f16"]))
+    for extra, needle in [(["--kv-bits", "2", "--kv-tier", "48"], "multiple of the group"),
+                          (["--kv-bits", "16", "--kv-tier", "64"], "has none")]:
+        p = run(args[:-2] + extra, ok=False)
+        lines = [l for l in p.stderr.splitlines() if l.strip()]
+        check(p.returncode != 0 and len(lines) == 1 and "--kv-tier" in lines[0] and needle in lines[0],
+              "tier: %s refused in one line (%s)" % (" ".join(extra), lines))
+
+
 def test_lastword():
     j = run_json("lastword", ["--task", "lastword", "--data", os.path.join(DATA, "gpl3_preamble.txt"),
                               "--limit", "4"])
@@ -288,7 +311,7 @@ def test_outputs():
 
 def main():
     require_binary_and_model()
-    tests = [test_ppl_self, test_held_fraction, test_lastword, test_mc, test_passkey, test_malformed, test_target_vs_sweep,
+    tests = [test_ppl_self, test_held_fraction, test_tier, test_lastword, test_mc, test_passkey, test_malformed, test_target_vs_sweep,
              test_kl_divergence_file, test_outputs]
     return run_tests(tests, "eval CLI")
 

@@ -61,6 +61,10 @@ void scores_all(const attn_kv_view& kv, int64_t a, int64_t e, int64_t base, int6
     const int64_t qe = std::min(e, k.n_quant);
     if (a < qe) k_scores[k.layout](kv, a, qe, base, n, qt, q, w, ref);
     const int64_t f0 = std::max(a, k.n_quant);
+    if (f0 < e && kv.tier) {  // the tier's slots, in its own numbering
+        scores_all(*kv.tier, f0 - k.n_quant, e - k.n_quant, base - k.n_quant, n, qt, q, w, ref);
+        return;
+    }
     if (f0 < e)
         rows_scores(kv.type, k.rows, k.n_quant, kv.r_k, f0, e, base, n, qt, q.q_head_stride, q.n_group, q.scale, w,
                     ref);
@@ -73,6 +77,10 @@ void values_all(const attn_kv_view& kv, int64_t a, int64_t e, int64_t base, int6
     const int64_t qe = std::min(e, v.n_quant);
     if (a < qe) k_values[v.layout](kv, a, qe, base, n, G, acc, w, ref);
     const int64_t f0 = std::max(a, v.n_quant);
+    if (f0 < e && kv.tier) {
+        values_all(*kv.tier, f0 - v.n_quant, e - v.n_quant, base - v.n_quant, n, G, acc, w, ref);
+        return;
+    }
     if (f0 < e) rows_values(kv.type, v.rows, v.n_quant, kv.r_v, f0, e, base, n, G, acc, w, ref);
 }
 
@@ -82,6 +90,11 @@ void check_side(const attn_side_view& s) {
 }
 void check_view(const attn_kv_view& kv, int G) {
     ZK_ASSERT(kv.type == dtype::F32 || kv.type == dtype::F16);
+    if (kv.tier) {
+        ZK_ASSERT(kv.k.n_quant == kv.v.n_quant && !kv.tier->tier && kv.tier->r_k == kv.r_k && kv.tier->r_v == kv.r_v &&
+                  kv.tier->n_slots == kv.n_slots - kv.k.n_quant && kv.tier->n_sink_slots == 0);
+        check_view(*kv.tier, G);
+    }
     check_side(kv.k);
     check_side(kv.v);
     ZK_ASSERT(kv.k.layout != KV_LAYOUT_VQ);  // values only

@@ -121,6 +121,7 @@ void cuda_kv_head_check(const cuda_kv_head& kv, const char* who, int item) {
 }
 
 cuda_kv_head cuda_kv_head_from_view(const attn_kv_view& v, const cuda_kv_uploader& up) {
+    if (v.tier) ZK_THROW("--kv-tier is not on the GPU yet; run with --device cpu or without it");
     if (v.type != dtype::F32 && v.type != dtype::F16)
         ZK_THROW("CUDA KV head: rows of type %s (f32, f16)", dtype_name(v.type));
     if (v.r_k < 1 || v.r_v < 1 || v.r_k > k_attn_max_rank || v.r_v > k_attn_max_rank)
