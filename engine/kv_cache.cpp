@@ -212,14 +212,14 @@ bool kv_cache::block_tiered(size_t i) const {
     return lk.id == KV_LAYOUT_Q2 || zero + tail + mid > 0 || lv.id != KV_LAYOUT_Q4;
 }
 
-kv_side_shape kv_cache::tier_shape(kv_role role, size_t i) const {
+kv_side_shape kv_cache::tier_shape(kv_role role, size_t i, int64_t capacity) const {
     // 4-bit KIVI over the tier and a group more (a group joins before the oldest
-    // leaves), with the residual window
+    // leaves), no more than the block holds, with the residual window
     kv_side_shape s;
     s.role = role;
     s.r = role == KV_ROLE_KEYS ? blocks_[i].r_k : blocks_[i].r_v;
     s.type = p_.type;
-    s.capacity = p_.tier + p_.group;
+    s.capacity = std::min<int64_t>(p_.tier + p_.group, capacity);
     s.residual = residual_;
     s.group = p_.group;
     s.max_groups = s.capacity / p_.group;
@@ -238,7 +238,7 @@ size_t kv_cache::block_bytes(size_t i, int64_t C) const {
     if (lk.windowed || lv.windowed) s += (size_t)(max_groups(C) + 1) * sizeof(int32_t);  // group starts
     if (block_tiered(i)) {  // the tier: a fixed cost
         const kv_layout& l4 = kv_layout_q4();
-        s += l4.bytes(tier_shape(KV_ROLE_KEYS, i)) + l4.bytes(tier_shape(KV_ROLE_VALUES, i)) +
+        s += l4.bytes(tier_shape(KV_ROLE_KEYS, i, C)) + l4.bytes(tier_shape(KV_ROLE_VALUES, i, C)) +
              (size_t)(p_.tier / p_.group + 2) * sizeof(int32_t);
     }
     return s + lk.bytes(side_shape(KV_ROLE_KEYS, i, lk, C)) + lv.bytes(side_shape(KV_ROLE_VALUES, i, lv, C));
@@ -324,8 +324,8 @@ kv_cache::kv_cache(int n_layer, int n_head_kv, int64_t capacity, const kv_cache_
         b.k = lk.create(side_shape(KV_ROLE_KEYS, i, lk, b.capacity));
         b.v = lv.create(side_shape(KV_ROLE_VALUES, i, lv, b.capacity));
         if (b.tiered) {
-            b.tk = kv_layout_q4().create(tier_shape(KV_ROLE_KEYS, i));
-            b.tv = kv_layout_q4().create(tier_shape(KV_ROLE_VALUES, i));
+            b.tk = kv_layout_q4().create(tier_shape(KV_ROLE_KEYS, i, b.capacity));
+            b.tv = kv_layout_q4().create(tier_shape(KV_ROLE_VALUES, i, b.capacity));
             b.t_group_start.assign((size_t)(p.tier / p.group + 2), 0);
         }
         if (b.windowed) {
@@ -386,8 +386,10 @@ double kv_cache::bytes_per_token_exact() const {
     // Over a whole number of groups, so the per-group arrays divide evenly;
     // every block counted, a sliding-window layer's too: what one token held
     // in every block costs (how many a block holds is its n_used).
+    // (past a tier's fixed size: below it the tier grows with the capacity and the codes do not)
     const int64_t span = windowed_ ? 2 * p_.group : 1;
-    return (double)(bytes_at(capacity_ + span, false) - bytes_at(capacity_, false)) / (double)span;
+    const int64_t c0 = p_.tier > 0 ? std::max<int64_t>(capacity_, p_.tier + 2 * (int64_t)p_.group) : capacity_;
+    return (double)(bytes_at(c0 + span, false) - bytes_at(c0, false)) / (double)span;
 }
 
 size_t kv_cache::bytes_per_token() const { return (size_t)(bytes_per_token_exact() + 0.999999); }

@@ -306,7 +306,7 @@ private:
     void tier_refresh(kv_block& b) const;
     bool block_tiered(size_t i) const;
     int64_t plan_capacity(int64_t capacity) const;  // the codes' slots of a tiered block of `capacity`
-    kv_side_shape tier_shape(kv_role role, size_t i) const;
+    kv_side_shape tier_shape(kv_role role, size_t i, int64_t capacity) const;
     void merge_groups(kv_block& b, int head, int64_t g);
     // What side `role` of block i in `layout` is built for, at a capacity.
     kv_side_shape side_shape(kv_role role, size_t i, const kv_layout& layout, int64_t capacity) const;

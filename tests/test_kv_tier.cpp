@@ -213,6 +213,23 @@ TEST(KvTierParams, WhereItAppliesAndWhereNot) {
             EXPECT_EQ(m.find('\n'), std::string::npos) << why << ": " << m;
         }
     };
+    // a tier longer than the cache holds: every token stays 4-bit or in the window, the tier is no larger
+    // than the cache, and the per-token cost is still that of the block's codes
+    kv_cache_params sp;
+    sp.bits = 2;
+    sp.tier = 320;
+    kv_cache small(1, 1, 256, sp, {32}, {32});
+    sp.tier = 0;
+    EXPECT_DOUBLE_EQ(small.bytes_per_token_exact(), kv_cache(1, 1, 256, sp, {32}, {32}).bytes_per_token_exact());
+    EXPECT_EQ(small.bytes_allocated(), small.bytes_for_capacity(small.capacity()));
+    {
+        const std::vector<float> R = make_rows(256, 32, 71, false);
+        std::vector<int32_t> pos(256);
+        for (int t = 0; t < 256; t++) pos[t] = t;
+        small.append(0, 0, 256, R.data(), 32, R.data(), 32, pos.data());
+        EXPECT_EQ(small.block(0, 0).n_quant, 0);
+        EXPECT_EQ(small.block(0, 0).t_quant, 256 - 96);  // the rest: the window (half the cache, less the group just flushed)
+    }
     kv_cache_params q;
     q.bits = 2;
     q.tier = 48;
