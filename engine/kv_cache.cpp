@@ -178,10 +178,9 @@ kv_side_shape kv_cache::side_shape(kv_role role, size_t i, const kv_layout& layo
         s.group = p_.group;
         s.max_groups = max_groups(capacity);
     }
-    if (role == KV_ROLE_KEYS && layout.windowed) {  // 0-bit channels last, the 1-bit tail, 2-bit ones before
-        s.zero = std::min(kv_cache_key_zero(p_, i), s.r);
-        s.tail = std::min(kv_cache_key_tail(p_, i), s.r - s.zero);
-        if (layout.id == KV_LAYOUT_Q4) s.mid = std::min(kv_cache_key_mid(p_, i), s.r - s.zero - s.tail);
+    if (role == KV_ROLE_KEYS) {
+        const key_parts kp = block_key_parts(i, layout);
+        s.zero = kp.zero, s.tail = kp.tail, s.mid = kp.mid;
     }
     if (layout.id == KV_LAYOUT_VQ) {
         s.vq = p_.vq[kv_cache_bits(p_, role, i)];
@@ -206,10 +205,18 @@ bool kv_cache::block_tiered(size_t i) const {
     // both sides coded at group boundaries (KIVI or vector codes), one narrower than 4 bits
     const bool coded = (lk.windowed || lk.id == KV_LAYOUT_VQ) && (lv.windowed || lv.id == KV_LAYOUT_VQ);
     if (!coded) return false;
+    const key_parts kp = block_key_parts(i, lk);
+    return lk.id == KV_LAYOUT_Q2 || kp.zero + kp.tail + kp.mid > 0 || lv.id != KV_LAYOUT_Q4;
+}
+
+kv_cache::key_parts kv_cache::block_key_parts(size_t i, const kv_layout& layout) const {
+    key_parts kp;
+    if (!layout.windowed) return kp;  // only KIVI keys have parts
     const int r = blocks_[i].r_k;
-    const int zero = std::min(kv_cache_key_zero(p_, i), r), tail = std::min(kv_cache_key_tail(p_, i), r - zero);
-    const int mid = lk.id == KV_LAYOUT_Q4 ? std::min(kv_cache_key_mid(p_, i), r - zero - tail) : 0;
-    return lk.id == KV_LAYOUT_Q2 || zero + tail + mid > 0 || lv.id != KV_LAYOUT_Q4;
+    kp.zero = std::min(kv_cache_key_zero(p_, i), r);
+    kp.tail = std::min(kv_cache_key_tail(p_, i), r - kp.zero);
+    if (layout.id == KV_LAYOUT_Q4) kp.mid = std::min(kv_cache_key_mid(p_, i), r - kp.zero - kp.tail);
+    return kp;
 }
 
 kv_side_shape kv_cache::tier_shape(kv_role role, size_t i, int64_t capacity) const {
@@ -547,8 +554,7 @@ void kv_cache::demote_group(kv_block& b, int head) {
         from.read_group(oldest, Y);
         for (int t = 0; t < G; t++) to.append(b.n_quant + t, t, Y + (size_t)t * r);
         to.flush(gr, 0, X, work);
-        for (int64_t s = G; s < b.t_quant; s++) from.move_quant(s, s - G, -1, 0, -1, 0);
-        for (int64_t tg = 1; tg < b.t_groups; tg++) from.move_group(tg, tg - 1, nullptr, 0);
+        from.drop_front(G, 1, b.t_quant, b.t_groups);
     }
     b.group_start[g] = (int32_t)b.n_quant;
     b.n_groups++;
@@ -775,29 +781,24 @@ void kv_cache::read_slot(int layer, int head, int64_t s, float* k, float* v) con
     b.v->read(s, b.n_quant, gr, v);
 }
 
-void kv_cache::read_quant(int layer, int head, bool key, int64_t s0, int64_t s1, float* X) const {
-    const kv_block& b = block(layer, head);
-    ZK_ASSERT(0 <= s0 && s0 <= s1 && s1 <= b.n_quant);
-    const kv_side& side = key ? *b.k : *b.v;
-    const int r = key ? b.r_k : b.r_v;
-    if (!side.regroups()) {  // codes of their own a slot (rows, Q8, vector codes)
-        for (int64_t s = s0; s < s1; s++) side.read(s, b.n_quant, kv_group_ref{-1, 0, 0}, X + (s - s0) * r);
-        return;
-    }
-    ZK_ASSERT(b.windowed);
-    // a group cut by the range goes through G (groups of up to 64 tokens of 256
-    // channels on the stack; larger ones, not a default, allocate)
+namespace {
+
+// Slots [s0, s1) of a windowed side whose groups start at starts[0..n_groups]
+// (a block's or its tier's), dequantized into X [(s1 - s0) x r]; a group the
+// range cuts goes through a group's worth of stack (groups of up to 64 tokens
+// of 256 channels; larger ones, not a default, allocate).
+void read_groups(const kv_side& side, const int32_t* starts, int64_t n_groups, int r, int group, int64_t s0,
+                 int64_t s1, float* X) {
     float G_stack[64 * 256];
     std::vector<float> G_heap;
     float* G = G_stack;
-    if ((size_t)p_.group * r > sizeof(G_stack) / sizeof(float)) {
-        G_heap.resize((size_t)p_.group * r);
+    if ((size_t)group * r > sizeof(G_stack) / sizeof(float)) {
+        G_heap.resize((size_t)group * r);
         G = G_heap.data();
     }
-    int64_t g = std::upper_bound(b.group_start.begin(), b.group_start.begin() + b.n_groups + 1, (int32_t)s0) -
-                b.group_start.begin() - 1;
+    int64_t g = std::upper_bound(starts, starts + n_groups + 1, (int32_t)s0) - starts - 1;
     for (int64_t s = s0; s < s1; g++) {
-        const kv_group_ref gr{g, b.group_start[g], b.group_start[g + 1] - b.group_start[g]};
+        const kv_group_ref gr{g, starts[g], starts[g + 1] - starts[g]};
         const int64_t e = std::min<int64_t>(s1, gr.s0 + gr.n);
         if (s == gr.s0 && e == gr.s0 + gr.n) {
             side.read_group(gr, X + (s - s0) * r);
@@ -809,24 +810,25 @@ void kv_cache::read_quant(int layer, int head, bool key, int64_t s0, int64_t s1,
     }
 }
 
+}  // namespace
+
+void kv_cache::read_quant(int layer, int head, bool key, int64_t s0, int64_t s1, float* X) const {
+    const kv_block& b = block(layer, head);
+    ZK_ASSERT(0 <= s0 && s0 <= s1 && s1 <= b.n_quant);
+    const kv_side& side = key ? *b.k : *b.v;
+    const int r = key ? b.r_k : b.r_v;
+    if (!side.regroups()) {  // codes of their own a slot (rows, Q8, vector codes)
+        for (int64_t s = s0; s < s1; s++) side.read(s, b.n_quant, kv_group_ref{-1, 0, 0}, X + (s - s0) * r);
+        return;
+    }
+    ZK_ASSERT(b.windowed);
+    read_groups(side, b.group_start.data(), b.n_groups, r, p_.group, s0, s1, X);
+}
+
 void kv_cache::read_tier_quant(int layer, int head, bool key, int64_t s0, int64_t s1, float* X) const {
     const kv_block& b = block(layer, head);
     ZK_ASSERT(b.tiered && 0 <= s0 && s0 <= s1 && s1 <= b.t_quant);
-    const kv_side& side = key ? *b.tk : *b.tv;
-    const int r = key ? b.r_k : b.r_v, G = p_.group;
-    std::vector<float> tmp;  // a group the range cuts (prefill, once a chunk)
-    for (int64_t s = s0; s < s1;) {
-        const int64_t g = s / G, e = std::min<int64_t>(s1, (g + 1) * G);
-        const kv_group_ref gr{g, g * G, G};
-        if (s == g * G && e == (g + 1) * G) {
-            side.read_group(gr, X + (s - s0) * r);
-        } else {
-            tmp.resize((size_t)G * r);
-            side.read_group(gr, tmp.data());
-            std::memcpy(X + (s - s0) * r, tmp.data() + (s - g * G) * r, sizeof(float) * (size_t)((e - s) * r));
-        }
-        s = e;
-    }
+    read_groups(key ? *b.tk : *b.tv, b.t_group_start.data(), b.t_groups, key ? b.r_k : b.r_v, p_.group, s0, s1, X);
 }
 
 // ---- eviction ----

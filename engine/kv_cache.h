@@ -305,6 +305,12 @@ private:
     void demote_group(kv_block& b, int head);
     void tier_refresh(kv_block& b) const;
     bool block_tiered(size_t i) const;
+    // Block i's key channels at 0 bits (last), 1 bit and 2 bits (before them)
+    // in `layout`, clamped to its rank: what its key side is built with.
+    struct key_parts {
+        int zero = 0, tail = 0, mid = 0;
+    };
+    key_parts block_key_parts(size_t i, const kv_layout& layout) const;
     int64_t plan_capacity(int64_t capacity) const;  // the codes' slots of a tiered block of `capacity`
     kv_side_shape tier_shape(kv_role role, size_t i, int64_t capacity) const;
     void merge_groups(kv_block& b, int head, int64_t g);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "engine/kv_quant.h"
@@ -75,6 +76,19 @@ public:
         if (k_ > 0) kv_move_rows(ga_.data(), k_, g * s_.group + t, ng * s_.group + tn);
     }
     void move_group(int64_t g, int64_t ng, const int16_t* newt, int) override;
+    void drop_front(int64_t n_slots, int64_t n_groups, int64_t slots, int64_t groups) override {
+        ZK_ASSERT(!s_.gear && 0 <= n_slots && n_slots <= slots && 0 <= n_groups && n_groups <= groups);
+        // one move an array: codes and value grids by slot, key grids and steps by group
+        const auto drop = [](auto& a, int64_t row, int64_t n, int64_t total) {
+            std::memmove(a.data(), a.data() + n * row, sizeof(a[0]) * (size_t)((total - n) * row));
+        };
+        drop(codes_, rb_, n_slots, slots);
+        if (keys_)
+            drop(scale_, gw_, n_groups, groups);
+        else
+            drop(scale_, vb_, n_slots, slots);
+        drop(min_, KV_GRID_STEPS, n_groups, groups);
+    }
     void move_tail(int64_t, int64_t, int64_t rs, int64_t rw) override {
         kv_move_rows(window_.data(), row_, rs, rw);
     }
