@@ -45,6 +45,7 @@ nlohmann::json kv_plan::to_json() const {
     j["loss"] = loss;
     j["source"] = source;
     j["group"] = group;
+    if (tier > 0) j["tier"] = tier;
     return j;
 }
 
@@ -78,6 +79,7 @@ kv_plan kv_plan::from_json(const nlohmann::json& j, const std::string& where) {
         p.loss = j.value("loss", -1.0);
         p.source = j.value("source", std::string());
         p.group = j.value("group", 32);
+        p.tier = j.value("tier", 0);
     } catch (const nlohmann::json::exception& e) {
         ZK_THROW("%s: malformed plan (%s)", where.c_str(), e.what());
     }
@@ -87,6 +89,11 @@ kv_plan kv_plan::from_json(const nlohmann::json& j, const std::string& where) {
         ZK_THROW("%s: plan model shapes must be positive", where.c_str());
     if (p.group < 1 || p.group > 256)
         ZK_THROW("%s: plan group %d is outside 1..256 tokens", where.c_str(), p.group);
+    if (p.tier < 0 || p.tier % p.group != 0)
+        ZK_THROW("%s: plan tier %d is not a multiple of its group (%d tokens)", where.c_str(), p.tier, p.group);
+    if (p.tier > 0 && p.evict != "none")
+        ZK_THROW("%s: plan has a tier and eviction (%s); a tier does not combine with eviction", where.c_str(),
+                 p.evict.c_str());
     const size_t nh = (size_t)p.n_layer * p.n_kv;
     if (p.ranks_k.size() != p.ranks_v.size() || (!p.ranks_k.empty() && p.ranks_k.size() != nh))
         ZK_THROW("%s: plan ranks must have %zu entries each (layers x KV heads) or none", where.c_str(), nh);
@@ -170,6 +177,7 @@ std::string kv_plan::describe() const {
     const long nm = std::count_if(mids_k.begin(), mids_k.end(), [](int t) { return t > 0; });
     if (nm > 0) prec += ", 2-bit channels in the 4-bit keys of " + std::to_string(nm) + " heads";
     if (group != 32) prec += ", KIVI groups of " + std::to_string(group) + " tokens";
+    if (tier > 0) prec += ", a 4-bit tier of " + std::to_string(tier) + " tokens";
     std::snprintf(buf, sizeof buf, "%s, ZACK rate %.3f, %.1f%% of the f16 cache%s%s", prec.c_str(), rate,
                   100.0 * kv_fraction, evict == "none" ? "" : (", " + evict + " " + std::to_string(budget) + " tokens").c_str(),
                   loss >= 0 ? (", predicted loss " + std::to_string(loss)).c_str() : "");
@@ -653,6 +661,7 @@ void plan_apply(const kv_plan& p, const model& m, session_params& sp) {
         sp.evict.policy = p.evict;
         sp.evict.budget = p.budget;
     }
+    if (p.tier > 0) sp.kv.tier = p.tier;
 }
 
 }  // namespace zk

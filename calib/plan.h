@@ -32,7 +32,9 @@
 //    "mids_k": [...]    (optional, per head: 2-bit channels of 4-bit keys before the tail, engine/kv_cache.h),
 //    "ranks_k": [...], "ranks_v": [...], "key_basis": [...]   (n_layer x n_kv, or [] = full rank),
 //    "evict": "none"|policy, "budget": tokens, "loss": predicted (or -1), "source": "...",
-//    "group": tokens   (optional, 32 when absent: the KIVI group the plan's bytes and key widths are for)}
+//    "group": tokens   (optional, 32 when absent: the KIVI group the plan's bytes and key widths are for),
+//    "tier": tokens    (optional, 0 when absent: kv_cache_params::tier, the 4-bit tokens before the window
+//                       that the plan was measured with; a fixed cost, not in kv_fraction)}
 #pragma once
 #include <cstdint>
 #include <string>
@@ -96,6 +98,7 @@ struct kv_plan {
     std::string evict = "none";
     int64_t budget = 0;      // tokens kept by eviction (0 = none)
     int group = 32;          // KIVI: tokens per key quantization group (kv_cache_params::group)
+    int tier = 0;            // 4-bit tokens before the window (kv_cache_params::tier; 0 = none)
     double loss = -1;        // predicted loss (sensitivity units), -1 = not predicted
     std::string source;      // what made it ("calibrate --kv-target", "eval --target ppl", ...)
     // The model it is for.

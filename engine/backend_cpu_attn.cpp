@@ -287,7 +287,7 @@ void backend_cpu::attention_prefill_tails(const backend_seq& s, const model_hpar
                     r0 = sv.n_quant + rs->n_quant;
                     q2 = std::clamp(r0, a, z);
                     if (q < q2) {
-                        s.cache->read_tier_quant(il, g, side == 0, q - sv.n_quant, q2 - sv.n_quant, tmp);
+                        s.cache->read_tier_quant(il, g, side == 0, q - sv.n_quant, q2 - sv.n_quant, tmp, holds);
                         for (int64_t t = q; t < q2; t++) kv_store_row(type, tmp + (t - q) * r, X + t * row, r);
                     }
                 }

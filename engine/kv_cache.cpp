@@ -614,15 +614,26 @@ void kv_cache::append(int layer, int head, int64_t n_tok, const float* k_rows, i
                          layer, head, (long long)s, pos[t], (long long)b.pos_base, ramp_.size());
     kv_held& h = held_[(size_t)head];
     h.layer = -1;
-    // (a tiered block's chunk reads the cache as the append leaves it: what it
-    // quantized is 4-bit, in the tier)
-    if (b.tiered) hold = false;
     if (hold && b.windowed) {
-        const int64_t nw = b.n_used - b.n_quant;
-        hold_side(*b.k, b.n_quant, nw, p_.type, b.r_k, k_rows, k_stride, n_tok, h.k);
-        hold_side(*b.v, b.n_quant, nw, p_.type, b.r_v, v_rows, v_stride, n_tok, h.v);
+        // the window rows before the append (a tiered block's are its tier's), then the chunk's
+        const int64_t nw = b.n_used - b.n_quant - b.t_quant;
+        const int64_t wq = b.tiered ? b.t_quant : b.n_quant;
+        hold_side(b.tiered ? *b.tk : *b.k, wq, nw, p_.type, b.r_k, k_rows, k_stride, n_tok, h.k);
+        hold_side(b.tiered ? *b.tv : *b.v, wq, nw, p_.type, b.r_v, v_rows, v_stride, n_tok, h.v);
         h.n_quant = b.n_quant;
         h.n_groups = b.n_groups;
+        if (b.tiered) {
+            // groups only join the block's codes and the tier's end, unless the
+            // tier overflows (at most nw + n_tok tokens leave the window)
+            h.t_copy = b.t_quant + nw + n_tok > p_.tier;
+            if (h.t_copy) {
+                b.tk->copy_into(h.tk);
+                b.tv->copy_into(h.tv);
+            }
+            h.t_group_start.assign(b.t_group_start.begin(), b.t_group_start.begin() + b.t_groups + 1);
+            h.t_quant = b.t_quant;
+            h.t_groups = b.t_groups;
+        }
     }
     // a quantizing side of a block without a window quantizes every token at once
     const bool at_once = !b.windowed && (b.k->layout() != KV_LAYOUT_ROWS || b.v->layout() != KV_LAYOUT_ROWS);
@@ -649,6 +660,18 @@ void kv_cache::append(int layer, int head, int64_t n_tok, const float* k_rows, i
         h.layer = layer;
         h.n_used = b.n_used;
         h.edits = b.edits;
+        if (b.tiered) {  // the tier before the append, its window rows and the chunk's
+            attn_kv_view& t = h.tier_view;
+            t = b.tier_view;
+            t.pos = b.pos + h.n_quant;
+            t.n_slots = b.n_used - h.n_quant;
+            t.k = (h.t_copy ? *h.tk : *b.tk).view(h.t_quant);
+            t.v = (h.t_copy ? *h.tv : *b.tv).view(h.t_quant);
+            t.k.rows = h.k.data();
+            t.v.rows = h.v.data();
+            t.n_groups = h.t_groups;
+            t.group_start = h.t_group_start.data();
+        }
     }
 }
 
@@ -663,6 +686,13 @@ attn_kv_view kv_cache::view_attend(int layer, int head) const {
     if (!held(layer, head)) return v;
     const kv_block& b = block(layer, head);
     const kv_held& h = held_[(size_t)head];
+    if (b.tiered) {  // the block's codes before the append, then the tier's view as it was
+        v.k = b.k->view(h.n_quant);
+        v.v = b.v->view(h.n_quant);
+        v.n_groups = h.n_groups;
+        v.tier = &h.tier_view;
+        return v;
+    }
     if (b.k->layout() != KV_LAYOUT_ROWS) {
         v.k = b.k->view(h.n_quant);
         v.k.rows = h.k.data();
@@ -825,10 +855,18 @@ void kv_cache::read_quant(int layer, int head, bool key, int64_t s0, int64_t s1,
     read_groups(side, b.group_start.data(), b.n_groups, r, p_.group, s0, s1, X);
 }
 
-void kv_cache::read_tier_quant(int layer, int head, bool key, int64_t s0, int64_t s1, float* X) const {
+void kv_cache::read_tier_quant(int layer, int head, bool key, int64_t s0, int64_t s1, float* X, bool attend) const {
     const kv_block& b = block(layer, head);
+    const int r = key ? b.r_k : b.r_v;
+    if (attend && held(layer, head)) {
+        const kv_held& h = held_[(size_t)head];
+        ZK_ASSERT(b.tiered && 0 <= s0 && s0 <= s1 && s1 <= h.t_quant);
+        const kv_side& side = h.t_copy ? (key ? *h.tk : *h.tv) : (key ? *b.tk : *b.tv);
+        read_groups(side, h.t_group_start.data(), h.t_groups, r, p_.group, s0, s1, X);
+        return;
+    }
     ZK_ASSERT(b.tiered && 0 <= s0 && s0 <= s1 && s1 <= b.t_quant);
-    read_groups(key ? *b.tk : *b.tv, b.t_group_start.data(), b.t_groups, key ? b.r_k : b.r_v, p_.group, s0, s1, X);
+    read_groups(key ? *b.tk : *b.tv, b.t_group_start.data(), b.t_groups, r, p_.group, s0, s1, X);
 }
 
 // ---- eviction ----

@@ -238,7 +238,8 @@ public:
     // does. Why: KIVI's prefill attends before it quantizes; quantizing first
     // gave a chunk's early queries fewer exact neighbours than a decode step
     // has: on Qwen2.5-Coder-1.5B at 4K, a quarter to a third of a 10% plan's
-    // KL (bench/RESULTS.md, 2026-12-03 "prefill chunks").
+    // KL (bench/RESULTS.md, 2026-12-03 "prefill chunks"). A tiered block keeps its
+    // tier as it was too (a copy when the append may move a group out of it).
     void append(int layer, int head, int64_t n_tok, const float* k_rows, int64_t k_stride,
                 const float* v_rows, int64_t v_stride, const int32_t* pos, bool hold = false);
     // Whether append(layer, head, n_tok, ...) quantizes a group (a KIVI or
@@ -279,7 +280,8 @@ public:
     void read_quant(int layer, int head, bool key, int64_t s0, int64_t s1, float* X) const;
     // The same for a tiered block's tier: its slots [s0, s1) (the block's
     // n_quant + s0 ...), below its t_quant.
-    void read_tier_quant(int layer, int head, bool key, int64_t s0, int64_t s1, float* X) const;
+    // attend: the tier as view_attend shows it (before a held append).
+    void read_tier_quant(int layer, int head, bool key, int64_t s0, int64_t s1, float* X, bool attend = false) const;
 
     void clear();
     // Bytes held by every block's arrays (what is allocated).
@@ -345,6 +347,14 @@ private:
         int64_t n_used = 0, n_quant = 0, n_groups = 0;
         uint64_t edits = 0;
         std::vector<uint8_t> k, v;
+        // A tiered block: its tier before the append (a group leaving the tier
+        // moves the tier's codes down, so an append that may overflow it keeps
+        // a copy, t_copy) and what the chunk's queries read past the block's codes.
+        bool t_copy = false;
+        std::unique_ptr<kv_side> tk, tv;
+        std::vector<int32_t> t_group_start;
+        int64_t t_quant = 0, t_groups = 0;
+        attn_kv_view tier_view{};
     };
     std::vector<kv_held> held_;
     std::vector<float> scratch_;  // re-packing: [n_head_kv x scratch_head_]

@@ -24,6 +24,10 @@ const kv_layout* kv_layout_for_bits(int bits) {
     return nullptr;
 }
 
+void kv_side::copy_into(std::unique_ptr<kv_side>&) const {
+    ZK_THROW("the %s KV layout cannot be copied (only a tier's KIVI sides are)", kv_layout_get(layout()).name);
+}
+
 const char* kv_layout_bits_list() { return "16, 8, 4 or 2"; }
 
 size_t kv_elem_size(dtype t) { return t == dtype::F32 ? 4 : 2; }

@@ -105,6 +105,10 @@ public:
     virtual void move_tail(int64_t s, int64_t w, int64_t rs, int64_t rw) = 0;
     virtual attn_side_view view(int64_t n_quant) const = 0;
     virtual size_t bytes_allocated() const = 0;
+    // dst <- a copy of this side (its storage reused when dst is one of the same
+    // layout and shape): what a held append keeps of a tier it changes. Layouts
+    // without it throw.
+    virtual void copy_into(std::unique_ptr<kv_side>& dst) const;
 };
 
 // A layout: a row of the table.

@@ -92,6 +92,12 @@ public:
     void move_tail(int64_t, int64_t, int64_t rs, int64_t rw) override {
         kv_move_rows(window_.data(), row_, rs, rw);
     }
+    void copy_into(std::unique_ptr<kv_side>& dst) const override {
+        if (auto* d = dynamic_cast<kivi_side*>(dst.get()))
+            *d = *this;  // vectors of the same sizes: no allocation
+        else
+            dst = std::make_unique<kivi_side>(*this);
+    }
     attn_side_view view(int64_t n_quant) const override {
         attn_side_view v;
         v.layout = layout();

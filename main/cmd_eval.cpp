@@ -461,6 +461,7 @@ int cmd_eval(CLI::App& app, eval_opts& eo) {
         pl.ranks_v = sj.value("ranks_v", std::vector<int>{});
         pl.kbasis = sj.value("key_basis", std::vector<int>{});
         pl.rate = sj.value("zack_rate", 0.0);
+        pl.tier = sj.value("kv_tier", 0);
         if (sj.contains("evict")) {
             pl.evict = sj["evict"]["policy"].get<std::string>();
             pl.budget = sj["evict"]["budget"].get<int64_t>();

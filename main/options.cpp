@@ -469,6 +469,9 @@ void options_resolve_ranks(const model_opts& o, const model& m, session_params& 
                      o.kv_plan.empty() ? "asked for" : o.kv_plan.c_str(), plan.group);
         if (plan.evict != "none" && o.kv_evict != "none")
             ZK_THROW("the KV plan sets eviction (%s): drop --kv-evict", plan.evict.c_str());
+        if (plan.tier > 0 && o.kv_tier > 0 && o.kv_tier != plan.tier)
+            ZK_THROW("--kv-tier %d: the KV plan %s sets a tier of %d tokens; drop --kv-tier", o.kv_tier,
+                     o.kv_plan.c_str(), plan.tier);
         plan_apply(plan, m, p);
         if (o.verbose) std::fprintf(stderr, "zack: KV plan: %s\n", plan.describe().c_str());
         if (o.kv_select > 0) {

@@ -385,6 +385,36 @@ def main():
         check(k1 < k2 and b1 < b2, f"vector-coded values: KLD {k1:.4f} at {b1} bytes/token, 2-bit {k2:.4f} at {b2}")
         # the 8 x 256 books: fewer bytes than the 4 x 64 ones, and more KL
         check(b0 < b1 and k1 < k0, f"8 x 256 codes: KLD {k0:.4f} at {b0} bytes/token, 4 x 64 {k1:.4f} at {b1}")
+    # a plan's tier ("tier": tokens, as `eval --target --kv-tier N --plan-out` writes it): --kv-plan
+    # runs it as --kv-tier does on the same plan without it (the same KL, the same held bytes,
+    # above the plan's alone at the same per-token bytes), and another --kv-tier is refused in one line
+    tiered = {}
+    for name, tier, extra in (("plain", 0, []), ("flag", 0, ["--kv-tier", "64"]), ("file", 64, [])):
+        pt = dict(plan, bits_k=[4] * (L * KV), bits_v=[2] * (L * KV))
+        if tier:
+            pt["tier"] = tier
+        pf = os.path.join(tmp, f"tier_{name}.json")
+        with open(pf, "w") as f:
+            json.dump(pt, f)
+        js = os.path.join(tmp, f"tier_{name}.eval.json")
+        p = subprocess.run([ZACK, "eval", "-m", out, "--task", "ppl", "--kl-divergence-base", base, "--kl-divergence",
+                            "-t", "2", "-q", "--kv-plan", pf, "--json", js] + extra, capture_output=True, text=True)
+        check(p.returncode == 0, f"eval --kv-plan with a tier ({name}): {p.stderr.strip()[-200:]}")
+        if p.returncode == 0:
+            r = json.load(open(js))["runs"][0]
+            tiered[name] = (r["detail"]["vs_baseline"]["kld_mean"], r["kv"]["fraction_of_f16"],
+                            r["kv"]["held_fraction_of_f16"], r["session"].get("kv_tier", 0))
+    if len(tiered) == 3:
+        print(f"a plan's tier: {tiered}")
+        check(tiered["file"] == tiered["flag"] and tiered["file"][3] == 64,
+              f"a plan's tier runs as --kv-tier: {tiered['file']} vs {tiered['flag']}")
+        check(tiered["file"][1] == tiered["plain"][1] and tiered["file"][2] > tiered["plain"][2]
+              and tiered["file"][0] < tiered["plain"][0],
+              f"a plan's tier: less KL at the same per-token bytes, more held: {tiered}")
+    p = subprocess.run([ZACK, "run", "-m", out, "-p", "hi", "-n", "1", "--kv-plan", os.path.join(tmp, "tier_file.json"),
+                        "--kv-tier", "128"], capture_output=True, text=True)
+    check(p.returncode != 0 and "--kv-tier 128" in p.stderr and "sets a tier of 64 tokens" in p.stderr
+          and len(p.stderr.strip().splitlines()) == 1, f"--kv-tier against a plan's tier refused: {p.stderr.strip()!r}")
     # keys are never vector-coded: a plan that asks is refused in one line
     plan["bits_k"] = [1] * (L * KV)
     with open(pf, "w") as f:

@@ -679,15 +679,19 @@ TEST(KvAppendPlan, CountsAndStepsMatchAppend) {
 // (a decode step) drops what was kept aside.
 TEST(KvHold, ChunkReadsItsOwnRowsAtFullPrecision) {
     struct cfg {
-        int bk, bv;
+        int bk, bv, tier;
     };
     const int rk = 36, rv = 28, G = 2, n1 = 150, n2 = 100;
-    for (const cfg f : {cfg{4, 4}, cfg{2, 2}, cfg{4, 16}, cfg{16, 2}, cfg{8, 4}}) {
-        SCOPED_TRACE(std::to_string(f.bk) + "/" + std::to_string(f.bv));
+    // (tiers, kv_cache_params::tier: of 64 tokens the chunk's append moves the
+    // tier's codes down, which the chunk must not see; of 256 it only adds groups)
+    for (const cfg f : {cfg{4, 4, 0}, cfg{2, 2, 0}, cfg{4, 16, 0}, cfg{16, 2, 0}, cfg{8, 4, 0}, cfg{2, 2, 64},
+                        cfg{2, 2, 256}}) {
+        SCOPED_TRACE(std::to_string(f.bk) + "/" + std::to_string(f.bv) + " tier " + std::to_string(f.tier));
         kv_cache_params p;
         p.bits_k = {f.bk};
         p.bits_v = {f.bv};
         p.residual = 64;
+        p.tier = f.tier;
         kv_cache c(1, 1, 512, p, {rk}, {rv});
         const int n = n1 + n2 + 1;
         const std::vector<float> K = make_rows(n, rk, 41, false), V = make_rows(n, rv, 42, false);
@@ -697,12 +701,16 @@ TEST(KvHold, ChunkReadsItsOwnRowsAtFullPrecision) {
         // what the second chunk must see: slots quantized now as they read now,
         // the rest (window and chunk) as f16 rows of the originals
         const kv_block& b = c.block(0, 0);
-        const int64_t nq = b.n_quant, ng = b.n_groups;
+        ASSERT_EQ(b.tiered, f.tier > 0);
+        const int64_t nq = b.n_quant, ng = b.n_groups, tq = b.t_quant;  // (a tier's codes: after the block's)
+        if (f.tier > 0) {
+            ASSERT_GT(tq, 0);
+        }
         std::vector<float> Ks((size_t)(n1 + n2) * rk), Vs((size_t)(n1 + n2) * rv);
         for (int64_t s = 0; s < n1 + n2; s++) {
             float* ks = &Ks[(size_t)s * rk];
             float* vs = &Vs[(size_t)s * rv];
-            if (s < nq) {
+            if (s < nq + tq) {
                 c.read_slot(0, 0, s, ks, vs);
                 continue;
             }
@@ -714,7 +722,7 @@ TEST(KvHold, ChunkReadsItsOwnRowsAtFullPrecision) {
         }
         c.append(0, 0, n2, &K[(size_t)n1 * rk], rk, &V[(size_t)n1 * rv], rv, &pos[n1], true);
         ASSERT_TRUE(c.held(0, 0));
-        ASSERT_GT(b.n_quant, nq + p.group);  // the chunk's append quantized groups
+        ASSERT_GT(b.n_quant + b.t_quant, nq + tq + p.group);  // the chunk's append quantized groups
         const attn_kv_view kv = c.view_attend(0, 0);
         EXPECT_EQ(kv.n_slots, n1 + n2);
         EXPECT_EQ(kv.n_groups, ng);
@@ -723,6 +731,12 @@ TEST(KvHold, ChunkReadsItsOwnRowsAtFullPrecision) {
         }
         if (f.bv != 16) {
             EXPECT_EQ(kv.v.n_quant, nq);
+        }
+        if (f.tier > 0) {
+            ASSERT_NE(kv.tier, nullptr);
+            EXPECT_EQ(kv.tier->k.n_quant, tq);
+            EXPECT_EQ(kv.tier->n_slots, n1 + n2 - nq);
+            EXPECT_EQ(b.n_quant > nq, f.tier == 64);  // groups left the tier (64) or only joined it (256)
         }
         std::mt19937 g(5);
         std::normal_distribution<float> N(0, 1);

@@ -488,6 +488,25 @@ TEST(PlanFile, PerHeadRoundTripAndBadInput) {
         b["group"] = bad_group;
         EXPECT_THROW(zk::kv_plan::from_json(b, "t"), zk::error) << bad_group;
     }
+    // a tier: round trip, described, not in the per-token bytes; absent = none; bad tiers
+    zk::kv_plan ti = g;
+    ti.tier = 1920;
+    const nlohmann::json tij = ti.to_json();
+    EXPECT_EQ(tij["tier"], 1920);
+    EXPECT_FALSE(gj.contains("tier"));
+    EXPECT_EQ(zk::kv_plan::from_json(tij, "t").tier, 1920);
+    EXPECT_EQ(zk::kv_plan::from_json(gj, "t").tier, 0);
+    EXPECT_NE(ti.describe().find("a 4-bit tier of 1920 tokens"), std::string::npos) << ti.describe();
+    EXPECT_EQ(g.describe().find("tier"), std::string::npos) << g.describe();
+    EXPECT_EQ(zk::plan_bytes(ti), zk::plan_bytes(g));
+    for (const int bad_tier : {-64, 96}) {  // (96: not a multiple of the plan's group of 64)
+        nlohmann::json b = tij;
+        b["tier"] = bad_tier;
+        EXPECT_THROW(zk::kv_plan::from_json(b, "t"), zk::error) << bad_tier;
+    }
+    nlohmann::json te = tij;
+    te["evict"] = "snapkv", te["budget"] = 512;
+    EXPECT_THROW(zk::kv_plan::from_json(te, "t"), zk::error);
 }
 
 // Files from before per-head precision (both sides at 8 or 4 bits): one

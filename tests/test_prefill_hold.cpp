@@ -72,6 +72,9 @@ TEST(PrefillHold, ChunkAttendsToItsOwnRowsExactly) {
                 "4-token pieces %.2e\n", e_chunk, e_steps);
     EXPECT_EQ(e_chunk, 0.0);
     EXPECT_GT(e_steps, 1e-2);
+    // a 2-bit cache with a 64-token 4-bit tier (kv_cache_params::tier): the chunk's append fills the
+    // tier and moves a group on from it to the 2-bit codes, and the chunk still reads only its own rows
+    EXPECT_EQ(rel_diff(prompt_logits(m, 2, ids, 200, false, 0, 64), f16), 0.0);
 }
 
 
@@ -107,17 +110,16 @@ TEST(PrefillHold, DequantizedChunksAreTheSameAttention) {
         EXPECT_LT(e, 3e-2) << bits << "-bit";
     }
     // a 2-bit cache with a 64-token 4-bit tier (kv_cache_params::tier): the second chunk's queries read
-    // 2-bit codes, the tier's 4-bit codes and the window, which the tiled path dequantizes side by side. A
-    // tiered block keeps no rows aside for a chunk (its flushed rows are 4-bit), so both chunks' queries
-    // read codes, the first chunk's earliest ones nothing else (the two paths' roundings average over few
-    // slots there): measured 5.8e-2, bound 0.1. Bugs put in by hand: the tiled path reading the window's
-    // rows one slot off 0.49, one element of each tier range it reads off by 1.0 0.13.
+    // 2-bit codes, the tier's 4-bit codes as they were before the chunk's append (which moves a tier's
+    // codes down when groups leave it) and the window and chunk rows, which the tiled path dequantizes
+    // side by side: measured 7.1e-3, bound 3e-2. A bug put in by hand: one element of each tier range the
+    // tiled path reads off by 1.0, 3.6e-2 (when a tiered chunk read its codes and not its rows: 0.13).
     const std::vector<float> tier_tiled = prompt_logits(*m, 2, ids, 150, true, 4, 64);
     const double et = rel_diff(tier_tiled, prompt_logits(*m, 2, ids, 150, false, 4, 64));
     const double e_plain = rel_diff(tier_tiled, prompt_logits(*m, 2, ids, 150, true, 4));
     std::printf(", 2-bit cache with a 4-bit tier %.2e (against the same without the tier %.2e)", et, e_plain);
     EXPECT_GT(et, 0.0);
-    EXPECT_LT(et, 0.1) << "2-bit with a tier";
+    EXPECT_LT(et, 3e-2) << "2-bit with a tier";
     EXPECT_GT(e_plain, 0.0);  // the tier was there
     std::printf("\n");
 }
