@@ -96,6 +96,16 @@ eval_config user_config(const CLI::App& app) {
     return c;
 }
 
+// Flags that shape every cache of a sweep or a --target search instead of
+// moving a family's knob (bench's rule: they apply to every row), so that a
+// search with --kv-tier or --kv-sinks searches caches that have them.
+bool flag_shared(const std::string& flag) {
+    for (const char* f : {"--kv-tier", "--kv-sinks", "--kv-residual", "--kv-group", "--kv-type", "--kv-select",
+                          "--kv-select-every"})
+        if (flag == f) return true;
+    return false;
+}
+
 class config_builder {
 public:
     config_builder(const model& m, const eval_opts& eo, int64_t n_ctx) : m_(m), eo_(eo), n_ctx_(n_ctx) {}
@@ -324,6 +334,15 @@ int cmd_eval(CLI::App& app, eval_opts& eo) {
     // going past unavailable configurations, so only a lone run is checked.
     const bool strict = !eo.sweep && eo.target <= 0;
     eval_config user = user_config(app);
+    // sweeps and --target: the shared flags go to every configuration, the
+    // others (if any) remain the user's own configuration
+    std::vector<std::pair<std::string, std::string>> shared;
+    if (!strict) {
+        std::vector<std::pair<std::string, std::string>> own;
+        for (const auto& f : user.flags) (flag_shared(f.first) ? shared : own).push_back(f);
+        user.flags = own;
+        if (!shared.empty()) user.name = user.flags.empty() ? "baseline" : user.cli();
+    }
     if (strict && !user.flags.empty()) {
         try {
             builder.params(user);
@@ -357,8 +376,10 @@ int cmd_eval(CLI::App& app, eval_opts& eo) {
         b.kv_held_fraction = held_fraction(s.cache());
     }
 
-    eval_run_cache runs([&](const eval_config& c) {
+    eval_run_cache runs([&](const eval_config& c0) {
         eval_point p;
+        eval_config c = c0;
+        c.flags.insert(c.flags.end(), shared.begin(), shared.end());
         p.cfg = c;
         try {
             const session_params sp = builder.params(c);
@@ -382,7 +403,7 @@ int cmd_eval(CLI::App& app, eval_opts& eo) {
         return p;
     });
 
-    if (eo.kld && user.flags.empty()) {  // the model as given, against the saved baseline
+    if (eo.kld && user.flags.empty() && shared.empty()) {  // the model as given, against the saved baseline
         const size_t sl = eo.mo.model_path.find_last_of('/');
         user.name = "-m " + (sl == std::string::npos ? eo.mo.model_path : eo.mo.model_path.substr(sl + 1));
         runs.get(user);
@@ -409,6 +430,11 @@ int cmd_eval(CLI::App& app, eval_opts& eo) {
     st["on_error"] = eo.on_error;
     st["baseline_model"] = eo.baseline_model.empty() ? eo.mo.model_path : eo.baseline_model;
     st["user_config"] = user.to_json();
+    if (!shared.empty()) {
+        eval_config sc;
+        sc.flags = shared;
+        st["shared_flags"] = sc.cli();  // on every configuration of the sweep or search
+    }
     st["reference_f16_bytes_per_token"] = ref_bpt;
     if (eo.task == "ppl") {
         st["ppl"] = {{"chunk", ppl_ctx}, {"stride", eo.ppl_stride}, {"piece", eo.ppl_piece}};

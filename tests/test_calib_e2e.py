@@ -415,6 +415,29 @@ def main():
                         "--kv-tier", "128"], capture_output=True, text=True)
     check(p.returncode != 0 and "--kv-tier 128" in p.stderr and "sets a tier of 64 tokens" in p.stderr
           and len(p.stderr.strip().splitlines()) == 1, f"--kv-tier against a plan's tier refused: {p.stderr.strip()!r}")
+    # --target with --plan-out writes the smallest passing configuration as a plan file, its tier
+    # included, and --kv-plan runs that file as the search measured it
+    po = os.path.join(tmp, "best.json")
+    js = os.path.join(tmp, "best.eval.json")
+    p = subprocess.run([ZACK, "eval", "-m", out, "--task", "ppl", "-f", CORPUS2, "-c", "512", "--limit", "2", "-t", "2",
+                        "-q", "--target", "0.9", "--methods", "plan", "--steps", "2", "--kv-tier", "64",
+                        "--plan-out", po, "--json", js], capture_output=True, text=True)
+    check(p.returncode == 0 and os.path.exists(po), f"eval --target --plan-out: {p.stderr.strip()[-300:]}")
+    if p.returncode == 0 and os.path.exists(po):
+        best = json.load(open(po))
+        runs = [r for r in json.load(open(js))["runs"] if "session" in r]  # (plans that do not fit: errors)
+        check(best.get("tier") == 64 and runs and all(r["session"].get("kv_tier") == 64 for r in runs),
+              f"--plan-out records the search's tier: {best.get('tier')}, {[r['session'].get('kv_tier') for r in runs]}")
+        js2 = os.path.join(tmp, "best.rerun.json")
+        p = subprocess.run([ZACK, "eval", "-m", out, "--task", "ppl", "-f", CORPUS2, "-c", "512", "--limit", "2", "-t", "2",
+                            "-q", "--kv-plan", po, "--json", js2], capture_output=True, text=True)
+        check(p.returncode == 0, f"eval --kv-plan of a --plan-out file: {p.stderr.strip()[-300:]}")
+        if p.returncode == 0:
+            r = json.load(open(js2))["runs"][0]
+            kept = [x for x in runs if abs(x["kv"]["fraction_of_f16"] - r["kv"]["fraction_of_f16"]) < 1e-9
+                    and x["retention"] == r["retention"]]
+            check(r["session"].get("kv_tier") == 64 and r["retention"] >= 0.9 and len(kept) >= 1,
+                  f"the --plan-out file reruns as measured: {r['kv']}, {r['retention']}")
     # keys are never vector-coded: a plan that asks is refused in one line
     plan["bits_k"] = [1] * (L * KV)
     with open(pf, "w") as f:
