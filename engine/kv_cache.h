@@ -304,6 +304,7 @@ public:
 private:
     uint64_t id_;
     void flush_group(kv_block& b, int head);
+    void flush_tier(kv_block& b, int head);
     void demote_group(kv_block& b, int head);
     void tier_refresh(kv_block& b) const;
     bool block_tiered(size_t i) const;
@@ -357,6 +358,8 @@ private:
         attn_kv_view tier_view{};
     };
     std::vector<kv_held> held_;
+    void hold_tier(const kv_block& b, kv_held& h, int64_t n_leave) const;
+    void hold_tier_view(const kv_block& b, kv_held& h) const;
     std::vector<float> scratch_;  // re-packing: [n_head_kv x scratch_head_]
     size_t scratch_head_ = 0;     // a head's: [2 x group x r] floats + GEAR work
 };
