@@ -350,6 +350,7 @@ int cmd_bench(const bench_opts& o) {
         c.sp = options_session_params(mo);
         options_resolve_ranks(mo, *m, c.sp);
         c.desc = desc + common;
+        if (c.sp.kv.tier != mo.kv_tier) c.desc += strfmt(" tier%d", c.sp.kv.tier);  // a plan file's own
         kv_configs.push_back(c);
     };
     auto number = [](const std::string& s, const char* flag) {

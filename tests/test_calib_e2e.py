@@ -415,6 +415,10 @@ def main():
                         "--kv-tier", "128"], capture_output=True, text=True)
     check(p.returncode != 0 and "--kv-tier 128" in p.stderr and "sets a tier of 64 tokens" in p.stderr
           and len(p.stderr.strip().splitlines()) == 1, f"--kv-tier against a plan's tier refused: {p.stderr.strip()!r}")
+    p = subprocess.run([ZACK, "bench", "-m", out, "-p", "0", "-n", "1", "-r", "1", "--kv-plan",
+                        os.path.join(tmp, "tier_file.json"), "-o", "json"], capture_output=True, text=True)
+    kvs = [r["kv"] for r in json.loads(p.stdout)["results"]] if p.returncode == 0 else p.stderr.strip()
+    check(isinstance(kvs, list) and len(kvs) == 1 and kvs[0].endswith(" tier64"), f"bench labels a plan's tier: {kvs}")
     # --target with --plan-out writes the smallest passing configuration as a plan file, its tier
     # included, and --kv-plan runs that file as the search measured it
     po = os.path.join(tmp, "best.json")
