@@ -427,6 +427,8 @@ def main():
                         "-q", "--target", "0.9", "--methods", "plan", "--steps", "2", "--kv-tier", "64",
                         "--plan-out", po, "--json", js], capture_output=True, text=True)
     check(p.returncode == 0 and os.path.exists(po), f"eval --target --plan-out: {p.stderr.strip()[-300:]}")
+    check("every configuration but the baseline: --kv-tier 64\n" in p.stdout,
+          f"eval's table names the flags a search shares: {p.stdout[:300]!r}")
     if p.returncode == 0 and os.path.exists(po):
         best = json.load(open(po))
         runs = [r for r in json.load(open(js))["runs"] if "session" in r]  # (plans that do not fit: errors)

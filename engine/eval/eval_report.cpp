@@ -104,7 +104,10 @@ std::string eval_report_table(const eval_report& r) {
     std::string out;
     const eval_score& b = r.baseline.score;
     out += "task " + r.task + " on " + r.model_path + ": baseline " + b.metric + " = " + value_str(b) + " over " +
-           std::to_string(b.n_items) + " items\n\n";
+           std::to_string(b.n_items) + " items\n";
+    if (r.settings.contains("shared_flags"))  // (cmd_eval: the flags a sweep or search gives every configuration)
+        out += "every configuration but the baseline: " + r.settings["shared_flags"].get<std::string>() + "\n";
+    out += "\n";
     char line[512];
     // KV size: the cost of one more token (what long contexts approach); held: the
     // whole cache at this task's context, residual windows and sinks included.
