@@ -307,6 +307,8 @@ private:
     void flush_tier(kv_block& b, int head);
     void demote_group(kv_block& b, int head);
     void tier_refresh(kv_block& b) const;
+    attn_kv_view tier_view_of(const kv_block& b, int64_t n_quant, const kv_side& tk, const kv_side& tv,
+                              int64_t t_quant, int64_t t_groups, const int32_t* starts) const;
     bool block_tiered(size_t i) const;
     // Block i's key channels at 0 bits (last), 1 bit and 2 bits (before them)
     // in `layout`, clamped to its rank: what its key side is built with.

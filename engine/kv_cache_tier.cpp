@@ -76,20 +76,27 @@ void kv_cache::demote_group(kv_block& b, int head) {
     b.t_quant -= G;
 }
 
-// What attention reads past a tiered block's codes: the tier's codes, then the window.
-void kv_cache::tier_refresh(kv_block& b) const {
-    attn_kv_view& t = b.tier_view;
-    t = attn_kv_view{};
+// What attention reads past a block's n_quant codes: a tier's first t_quant
+// slots coded in tk, tv (groups from starts[0..t_groups]), then window rows.
+attn_kv_view kv_cache::tier_view_of(const kv_block& b, int64_t n_quant, const kv_side& tk, const kv_side& tv,
+                                    int64_t t_quant, int64_t t_groups, const int32_t* starts) const {
+    attn_kv_view t{};
     t.type = p_.type;
-    t.pos = b.pos + b.n_quant;
-    t.n_slots = b.n_used - b.n_quant;
+    t.pos = b.pos + n_quant;
+    t.n_slots = b.n_used - n_quant;
     t.r_k = b.r_k;
     t.r_v = b.r_v;
-    t.k = b.tk->view(b.t_quant);
-    t.v = b.tv->view(b.t_quant);
+    t.k = tk.view(t_quant);
+    t.v = tv.view(t_quant);
     t.group = p_.group;
-    t.n_groups = b.t_groups;
-    t.group_start = b.t_group_start.data();
+    t.n_groups = t_groups;
+    t.group_start = starts;
+    return t;
+}
+
+// The tier's view as it is now (after every change to the block).
+void kv_cache::tier_refresh(kv_block& b) const {
+    b.tier_view = tier_view_of(b, b.n_quant, *b.tk, *b.tv, b.t_quant, b.t_groups, b.t_group_start.data());
 }
 
 // Before a held append: the tier as the chunk's queries read it. Groups only
@@ -109,16 +116,10 @@ void kv_cache::hold_tier(const kv_block& b, kv_held& h, int64_t n_leave) const {
 // After it: what they read past the block's codes, the tier before the append,
 // then its window rows and the chunk's (h.k, h.v).
 void kv_cache::hold_tier_view(const kv_block& b, kv_held& h) const {
-    attn_kv_view& t = h.tier_view;
-    t = b.tier_view;
-    t.pos = b.pos + h.n_quant;
-    t.n_slots = b.n_used - h.n_quant;
-    t.k = (h.t_copy ? *h.tk : *b.tk).view(h.t_quant);
-    t.v = (h.t_copy ? *h.tv : *b.tv).view(h.t_quant);
-    t.k.rows = h.k.data();
-    t.v.rows = h.v.data();
-    t.n_groups = h.t_groups;
-    t.group_start = h.t_group_start.data();
+    h.tier_view = tier_view_of(b, h.n_quant, h.t_copy ? *h.tk : *b.tk, h.t_copy ? *h.tv : *b.tv, h.t_quant,
+                               h.t_groups, h.t_group_start.data());
+    h.tier_view.k.rows = h.k.data();
+    h.tier_view.v.rows = h.v.data();
 }
 
 }  // namespace zk

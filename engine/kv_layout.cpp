@@ -24,6 +24,10 @@ const kv_layout* kv_layout_for_bits(int bits) {
     return nullptr;
 }
 
+void kv_side::drop_front(int64_t, int64_t, int64_t, int64_t) {
+    ZK_THROW("the %s KV layout cannot drop its oldest groups (only a tier's KIVI sides do)", kv_layout_get(layout()).name);
+}
+
 void kv_side::copy_into(std::unique_ptr<kv_side>&) const {
     ZK_THROW("the %s KV layout cannot be copied (only a tier's KIVI sides are)", kv_layout_get(layout()).name);
 }

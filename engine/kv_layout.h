@@ -96,11 +96,9 @@ public:
     }
     // The oldest n_groups groups (their n_slots slots) leave a windowed side of
     // `groups` groups over `slots` slots without GEAR: the rest move down, in
-    // order (a tier's oldest group leaving it). Layouts with a bulk move override.
-    virtual void drop_front(int64_t n_slots, int64_t n_groups, int64_t slots, int64_t groups) {
-        for (int64_t s = n_slots; s < slots; s++) move_quant(s, s - n_slots, -1, 0, -1, 0);
-        for (int64_t g = n_groups; g < groups; g++) move_group(g, g - n_groups, nullptr, 0);
-    }
+    // order (a tier's oldest group leaving it; a tier's sides are KIVI, and
+    // other layouts throw).
+    virtual void drop_front(int64_t n_slots, int64_t n_groups, int64_t slots, int64_t groups);
     // A full-precision slot s (window row rs in a windowed block) moves to slot w (window row rw).
     virtual void move_tail(int64_t s, int64_t w, int64_t rs, int64_t rw) = 0;
     virtual attn_side_view view(int64_t n_quant) const = 0;
