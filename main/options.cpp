@@ -147,8 +147,8 @@ void options_add_kv(CLI::App& app, model_opts& o, bool lists_elsewhere) {
                    "quantized or compressed cache (0 = none)")->group(g);
     app.add_option("--kv-select", o.kv_select,
                    "a one-token decode step attends to this many tokens' worth of key groups, plus the sinks: with "
-                   "4/2-bit keys those whose grids promise the highest q.k, and the residual window (Quest); with "
-                   "8/16-bit keys the pages of 32 slots with the most softmax mass (0 = all)")
+                   "4/2-bit keys those whose grids promise the highest q.k, and the residual window and a --kv-tier "
+                   "(Quest); with 8/16-bit keys the pages of 32 slots with the most softmax mass (0 = all)")
         ->group(g);
     app.add_option("--kv-select-every", o.kv_select_every,
                    "--kv-select: steps one choice serves; each step chooses afresh for that fraction of the layers, "

@@ -9,18 +9,21 @@
 //     double (relative 1e-5), which at spread 1 is sum_c max(q_c lo_c, q_c hi_c);
 //   - the partial over a list of runs (kernel_attention_runs) equals the
 //     ranges' partials merged (4- and 2-bit keys with tails and 0-bit
-//     channels, runs cut inside groups, into the 16-bit window, empty; float
-//     sums in another order: relative 1e-4, the max exact);
+//     channels, runs cut inside groups, into the 16-bit window, empty, into
+//     and across a 4-bit tier; float sums in another order: relative 1e-4, the
+//     max exact);
 //   - the group holding a key planted along the heads' summed queries is chosen at
-//     a budget of two groups; runs ascend, hold the residual window, and count their slots;
-//     a budget at or past the quantized slots does not apply;
+//     a budget of two groups; runs ascend, hold the residual window (and a
+//     tier before it), and count their slots; a budget at or past the
+//     quantized slots does not apply;
 //   - 8-bit and 16-bit keys: kernel_attention_scores equals the range kernel's
 //     logits bit for bit (also 4- and 2-bit); the pages chosen hold the most
 //     softmax mass by the float reference's scores (within 0.01 a head), the
 //     planted key's among them;
-//   - a kept choice serves later steps with the slots appended since, and is
-//     stale after a compaction;
-//   - a session on the tiny random model (16-, 8-, 4- and 2-bit caches): a
+//   - a kept choice serves later steps with the slots appended since (also
+//     when a group leaves a tier meanwhile), and is stale after a compaction;
+//   - a session on the tiny random model (16-, 8-, 4- and 2-bit caches, 2-bit
+//     with a 64-token tier, attended to like the window): a
 //     budget that keeps every slot gives the logits of no selection bit for
 //     bit; a small budget changes them and stays finite.
 #include <gtest/gtest.h>
@@ -29,6 +32,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/kv_cache.h"
@@ -48,6 +52,7 @@ namespace {
 struct block_case {
     int bits, tail, zero;
     int mid = 0;  // 2-bit channels of 4-bit keys
+    int tier = 0;  // tokens of a 4-bit tier before the window (kv_cache_params::tier)
 };
 
 // n random tokens of rank r into head 0 of c (keys from seed, values from
@@ -77,6 +82,7 @@ kv_cache make_cache(const block_case& bc, int n, int r, uint32_t seed, const std
     p.tails_k = {bc.tail};
     p.zeros_k = {bc.zero};
     p.mids_k = {bc.mid};
+    p.tier = bc.tier;
     kv_cache c(1, 1, n + more, p, {r}, {r});
     fill_block(c, n, r, seed, plant ? plant->data() + 1 : nullptr, plant ? (int)(*plant)[0] : 0);
     return c;
@@ -197,7 +203,8 @@ TEST(KvSelect, RunsEqualTheirRangesMerged) {
     for (int64_t s = 1; s < n; s += 3) cases.back().insert(cases.back().end(), {s, s + 1});
     // value rows of one half-chunk, one chunk and two (kivi_values_unit's HALF, plain and SPLIT paths)
     for (const int r : {32, 64, 128})
-    for (const block_case bc : {block_case{4, 0, 0}, block_case{2, 32, 0}, block_case{2, 24, 8}, block_case{4, 8, 4, 12}}) {
+    for (const block_case bc : {block_case{4, 0, 0}, block_case{2, 32, 0}, block_case{2, 24, 8}, block_case{4, 8, 4, 12},
+                                block_case{2, 24, 8, 0, 64}, block_case{4, 8, 4, 12, 96}}) {
         if (bc.tail + bc.zero + bc.mid >= r) continue;
         const std::vector<float> q = random_q(G, r, 9);
         const int32_t qpos = n - 1;
@@ -205,6 +212,7 @@ TEST(KvSelect, RunsEqualTheirRangesMerged) {
         std::vector<float> scratch(kernel_attention_scratch(G, n, r, r, 0));
         kv_cache c = make_cache(bc, n, r, 3);
         const attn_kv_view kv = c.view(0, 0);
+        ASSERT_EQ(kv.tier != nullptr, bc.tier > 0);
         for (const std::vector<int64_t>& runs : cases) {
             const int64_t nr = (int64_t)runs.size() / 2;
             std::vector<float> joined((size_t)G * (2 + r)), out_joined((size_t)G * r);
@@ -227,8 +235,8 @@ TEST(KvSelect, RunsEqualTheirRangesMerged) {
             }
             for (size_t i = 0; i < out_parts.size(); i++)
                 EXPECT_NEAR(out_joined[i], out_parts[i], 1e-4 * (1 + std::fabs(out_parts[i])))
-                    << "r " << r << ", " << bc.bits << "-bit tail " << bc.tail << " zero " << bc.zero
-                    << ", runs from " << runs[0] << " (" << nr << " runs)"
+                    << "r " << r << ", " << bc.bits << "-bit tail " << bc.tail << " zero " << bc.zero << " tier "
+                    << bc.tier << ", runs from " << runs[0] << " (" << nr << " runs)"
                     << ", element " << i;
         }
     }
@@ -245,37 +253,40 @@ TEST(KvSelect, ChoosesThePlantedGroupAndKeepsTheWindow) {
         for (int j = 0; j < G; j++) plant[1 + ch] += q[j * r + ch];
         plant[1 + ch] *= 0.25f;
     }
-    kv_cache c = make_cache({2, 72, 24}, n, r, 17, &plant);
-    const attn_kv_view kv = c.view(0, 0);
-    const int32_t qpos = n - 1;
-    const attn_q_view qv{q.data(), 0, r, G, 1, &qpos, 0.0884f};
-    const int64_t nq = kv.group_start[kv.n_groups];
-    EXPECT_FALSE(kv_select_applies(kv, nq));
-    EXPECT_TRUE(kv_select_applies(kv, nq - 1));
-    for (int64_t select : {int64_t(64), nq - 1}) {
-        std::vector<float> fs(kv_select_float_scratch(kv, G));
-        std::vector<int64_t> is(kv_select_index_scratch(kv)), runs(2 * kv_select_max_runs(kv, select));
-        int64_t slots = 0;
-        const int64_t nr = kv_select_runs(kv, qv, select, fs.data(), is.data(), runs.data(), &slots);
-        ASSERT_GT(nr, 0);
-        int64_t count = 0;
-        bool has_planted = false;
-        for (int64_t i = 0; i < nr; i++) {
-            EXPECT_LT(runs[2 * i], runs[2 * i + 1]);
-            if (i > 0) {
-                EXPECT_GT(runs[2 * i], runs[2 * i - 1]) << "runs ascend and do not touch";
+    for (const int tier : {0, 64}) {  // a tier is attended to like the window
+        kv_cache c = make_cache({2, 72, 24, 0, tier}, n, r, 17, &plant);
+        const attn_kv_view kv = c.view(0, 0);
+        ASSERT_EQ(kv.tier != nullptr, tier > 0);
+        const int32_t qpos = n - 1;
+        const attn_q_view qv{q.data(), 0, r, G, 1, &qpos, 0.0884f};
+        const int64_t nq = kv.group_start[kv.n_groups];
+        EXPECT_FALSE(kv_select_applies(kv, nq));
+        EXPECT_TRUE(kv_select_applies(kv, nq - 1));
+        for (int64_t select : {int64_t(64), nq - 1}) {
+            std::vector<float> fs(kv_select_float_scratch(kv, G));
+            std::vector<int64_t> is(kv_select_index_scratch(kv)), runs(2 * kv_select_max_runs(kv, select));
+            int64_t slots = 0;
+            const int64_t nr = kv_select_runs(kv, qv, select, fs.data(), is.data(), runs.data(), &slots);
+            ASSERT_GT(nr, 0);
+            int64_t count = 0;
+            bool has_planted = false;
+            for (int64_t i = 0; i < nr; i++) {
+                EXPECT_LT(runs[2 * i], runs[2 * i + 1]);
+                if (i > 0) {
+                    EXPECT_GT(runs[2 * i], runs[2 * i - 1]) << "runs ascend and do not touch";
+                }
+                count += runs[2 * i + 1] - runs[2 * i];
+                has_planted |= runs[2 * i] <= planted && planted < runs[2 * i + 1];
             }
-            count += runs[2 * i + 1] - runs[2 * i];
-            has_planted |= runs[2 * i] <= planted && planted < runs[2 * i + 1];
-        }
-        EXPECT_EQ(count, slots);
-        EXPECT_EQ(runs[2 * nr - 1], kv.n_slots) << "the residual window is attended to";
-        EXPECT_TRUE(has_planted) << "budget " << select;
-        if (select >= nq - 1) {  // every group: one run over the block
-            EXPECT_EQ(nr, 1);
-            EXPECT_EQ(slots, kv.n_slots);
-        } else {
-            EXPECT_EQ(slots, 2 * kv.group + (kv.n_slots - nq));
+            EXPECT_EQ(count, slots);
+            EXPECT_EQ(runs[2 * nr - 1], kv.n_slots) << "the residual window is attended to";
+            EXPECT_TRUE(has_planted) << "budget " << select;
+            if (select >= nq - 1) {  // every group: one run over the block
+                EXPECT_EQ(nr, 1);
+                EXPECT_EQ(slots, kv.n_slots);
+            } else {
+                EXPECT_EQ(slots, 2 * kv.group + (kv.n_slots - nq)) << "tier " << tier;
+            }
         }
     }
 }
@@ -284,22 +295,26 @@ TEST(KvSelect, SessionLogits) {
     zk_test::tiny_model_params tp;
     const zk_test::tiny_model_loaded tiny(tp);
     const std::vector<int32_t> toks = zk_test::tiny_model_tokens(400);
-    auto logits = [&](const model& m, int64_t select, int bits) {
+    auto logits = [&](const model& m, int64_t select, int bits, int tier) {
         session_params sp;
         sp.n_ctx = 512;
         sp.n_threads = 2;
         sp.kv.bits = bits;
         sp.kv.residual = 32;
+        sp.kv.tier = tier;
         sp.kv.select = select;
         return zk_test::tiny_model_session_logits(m, sp, toks, 200, false);
     };
     const model& m = tiny.get();
-    for (int bits : {16, 8, 4, 2}) {
-        const std::vector<float> all = logits(m, 0, bits);
-        EXPECT_EQ(logits(m, 512, bits), all) << bits << "-bit: a budget past the context selects everything";
-        const std::vector<float> few = logits(m, 64, bits);
+    // 2-bit with a 64-token tier: groups leave the tier while the choices are
+    // kept (--kv-select-every 4), and the tier is attended to like the window
+    for (const auto& [bits, tier] : {std::pair{16, 0}, {8, 0}, {4, 0}, {2, 0}, {2, 64}}) {
+        const std::vector<float> all = logits(m, 0, bits, tier);
+        EXPECT_EQ(logits(m, 512, bits, tier), all)
+            << bits << "-bit, tier " << tier << ": a budget past the context selects everything";
+        const std::vector<float> few = logits(m, 64, bits, tier);
         for (float x : few) ASSERT_TRUE(std::isfinite(x));
-        EXPECT_NE(few, all) << bits << "-bit: a budget of 64 tokens attends to less";
+        EXPECT_NE(few, all) << bits << "-bit, tier " << tier << ": a budget of 64 tokens attends to less";
     }
 }
 
@@ -309,41 +324,48 @@ TEST(KvSelect, SessionLogits) {
 // one position in `every` on each layer.
 TEST(KvSelect, RecallKeepsTheChoiceAndJoinsNewSlots) {
     const int n = 400, r = 64, G = 2;
-    kv_cache c = make_cache({4, 0, 0}, n, r, 3, nullptr, 40);
-    const std::vector<float> q = random_q(G, r, 9);
-    const int32_t qpos = n - 1;
-    const attn_q_view qv{q.data(), 0, r, G, 1, &qpos, 0.125f};
-    const int64_t select = 64;
-    attn_kv_view kv = c.view(0, 0);
-    std::vector<float> fs(kv_select_float_scratch(kv, G));
-    std::vector<int64_t> is(kv_select_index_scratch(kv)), runs(2 * kv_select_max_runs(kv, select));
-    std::vector<int64_t> again(runs.size());
-    int64_t slots = 0, slots2 = 0;
-    kv_block& blk = c.block(0, 0);
-    EXPECT_EQ(kv_select_recall(blk.select_memo, kv, blk.edits, again.data(), &slots2), -1) << "nothing kept yet";
-    const int64_t nr = kv_select_runs(kv, qv, select, fs.data(), is.data(), runs.data(), &slots);
-    ASSERT_GT(nr, 1);
-    kv_select_remember(blk.select_memo, kv, blk.edits, runs.data(), nr);
-    ASSERT_EQ(kv_select_recall(blk.select_memo, kv, blk.edits, again.data(), &slots2), nr);
-    EXPECT_EQ(std::vector<int64_t>(again.begin(), again.begin() + 2 * nr),
-              std::vector<int64_t>(runs.begin(), runs.begin() + 2 * nr));
-    EXPECT_EQ(slots2, slots);
-    // 40 tokens more (a new group among them): joined to the residual window's run
-    const std::vector<float> K = make_rows(40, r, 77);
-    std::vector<int32_t> pos(40);
-    for (int t = 0; t < 40; t++) pos[t] = n + t;
-    c.append(0, 0, 40, K.data(), r, K.data(), r, pos.data());
-    kv = c.view(0, 0);
-    ASSERT_EQ(kv_select_recall(blk.select_memo, kv, blk.edits, again.data(), &slots2), nr);
-    EXPECT_EQ(std::vector<int64_t>(again.begin(), again.begin() + 2 * nr - 1),
-              std::vector<int64_t>(runs.begin(), runs.begin() + 2 * nr - 1));
-    EXPECT_EQ(again[2 * nr - 1], kv.n_slots);
-    EXPECT_EQ(slots2, slots + 40);
-    // a compaction moves slots: the choice is stale
-    std::vector<uint8_t> keep(kv.n_slots, 1);
-    keep[0] = 0;
-    c.compact(0, 0, keep.data());
-    EXPECT_EQ(kv_select_recall(blk.select_memo, c.view(0, 0), blk.edits, again.data(), &slots2), -1);
+    // 4-bit; 2-bit with a 64-token tier, from which a group leaves into the
+    // block's own codes while the 40 tokens are appended (the choice's slots keep their numbers)
+    for (const block_case bc : {block_case{4, 0, 0}, block_case{2, 0, 0, 0, 64}}) {
+        kv_cache c = make_cache(bc, n, r, 3, nullptr, 40);
+        const std::vector<float> q = random_q(G, r, 9);
+        const int32_t qpos = n - 1;
+        const attn_q_view qv{q.data(), 0, r, G, 1, &qpos, 0.125f};
+        const int64_t select = 64;
+        attn_kv_view kv = c.view(0, 0);
+        std::vector<float> fs(kv_select_float_scratch(kv, G));
+        std::vector<int64_t> is(kv_select_index_scratch(kv)), runs(2 * kv_select_max_runs(kv, select));
+        std::vector<int64_t> again(runs.size());
+        int64_t slots = 0, slots2 = 0;
+        kv_block& blk = c.block(0, 0);
+        EXPECT_EQ(kv_select_recall(blk.select_memo, kv, blk.edits, again.data(), &slots2), -1) << "nothing kept yet";
+        const int64_t nr = kv_select_runs(kv, qv, select, fs.data(), is.data(), runs.data(), &slots);
+        ASSERT_GT(nr, 1);
+        kv_select_remember(blk.select_memo, kv, blk.edits, runs.data(), nr);
+        ASSERT_EQ(kv_select_recall(blk.select_memo, kv, blk.edits, again.data(), &slots2), nr);
+        EXPECT_EQ(std::vector<int64_t>(again.begin(), again.begin() + 2 * nr),
+                  std::vector<int64_t>(runs.begin(), runs.begin() + 2 * nr));
+        EXPECT_EQ(slots2, slots);
+        // 40 tokens more (a new group among them): joined to the residual window's run
+        const std::vector<float> K = make_rows(40, r, 77);
+        std::vector<int32_t> pos(40);
+        for (int t = 0; t < 40; t++) pos[t] = n + t;
+        const int64_t nq = kv.group_start[kv.n_groups];
+        c.append(0, 0, 40, K.data(), r, K.data(), r, pos.data());
+        kv = c.view(0, 0);
+        ASSERT_GT(kv.group_start[kv.n_groups], nq) << "a group joined the block's codes";
+        ASSERT_EQ(kv_select_recall(blk.select_memo, kv, blk.edits, again.data(), &slots2), nr);
+        EXPECT_EQ(std::vector<int64_t>(again.begin(), again.begin() + 2 * nr - 1),
+                  std::vector<int64_t>(runs.begin(), runs.begin() + 2 * nr - 1));
+        EXPECT_EQ(again[2 * nr - 1], kv.n_slots);
+        EXPECT_EQ(slots2, slots + 40);
+        if (bc.tier) continue;  // a tiered block is never compacted (kv_cache::compact refuses)
+        // a compaction moves slots: the choice is stale
+        std::vector<uint8_t> keep(kv.n_slots, 1);
+        keep[0] = 0;
+        c.compact(0, 0, keep.data());
+        EXPECT_EQ(kv_select_recall(blk.select_memo, c.view(0, 0), blk.edits, again.data(), &slots2), -1);
+    }
     for (int every : {1, 4, 7})
         for (int layer : {0, 1, 27})
             for (int32_t p0 : {0, 13, 1000}) {
