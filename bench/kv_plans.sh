@@ -19,6 +19,7 @@
 #   bash bench/kv_plans.sh tails       # codes below 2 bits, simulated (a patched copy; needs ppl's files)
 #   bash bench/kv_plans.sh decompose   # one plan's KL with its keys, values, early or late layers exact
 #   bash bench/kv_plans.sh layers      # one plan's KL with each layer exact in turn (29 runs)
+#   bash bench/kv_plans.sh long        # KL at ${CTX:-16384} tokens on held-out Python, scored a token a step
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 zack="${ZACK:-$here/build/zack}"
@@ -169,6 +170,28 @@ for l in range(int(sys.argv[2])):
     k = kld(f"L{l}")
     print(f"{l:5d}  {k:17.5f}  {k0 - k:7.5f}")
 PY
+        ;;
+    long)
+        # Long context (the tier's fixed cost spread over more tokens): Python modules the calibration never
+        # saw (textwrap, difflib, ipaddress, enum, dataclasses, pathlib: 89K tokens; a context of N needs 2N),
+        # one window of $CTX tokens whose second half is scored a token a step, as decoding meets it.
+        # LONG_CFGS: one quoted set of eval flags a line.
+        ctx="${CTX:-16384}"
+        {
+            cat /usr/lib/python3.11/textwrap.py /usr/lib/python3.11/difflib.py
+            for f in ipaddress enum dataclasses pathlib; do printf '\n\n'; cat "/usr/lib/python3.11/$f.py"; done
+        } > "$out/heldout_long.py"
+        base="$out/base_long_$ctx.bin"
+        [ -f "$base" ] || "$zack" eval -m "$z" --task ppl -f "$out/heldout_long.py" -c "$ctx" --chunks 1 \
+            -t "$threads" --kl-divergence-base "$base"
+        while read -r cfg; do
+            [ -n "$cfg" ] || continue
+            "$zack" eval -m "$z" --task ppl --kl-divergence-base "$base" --kl-divergence --ppl-piece 1 --chunks 1 \
+                -t "$threads" $cfg --json "$out/long_${ctx}_$(echo "$cfg" | tr -c 'a-z0-9.' _).json" < /dev/null
+        done <<< "${LONG_CFGS:-"--kv-bits 4
+--kv-plan 0.1
+--kv-plan 0.1 --kv-tier 1920
+--kv-plan 0.1 --kv-tier 1920 --kv-select 2048"}"
         ;;
     *) sed -n '2,22p' "$0"; exit 2 ;;
 esac

@@ -129,7 +129,8 @@ void kv_cache_validate_params(const kv_cache_params& p, int n_layer, int n_head_
     check_key_channels("kv.key_mid", "kv_mids_k", "2-bit key channels", "2-bit key channels", p.key_mid, p.mids_k,
                        KV_KEY_MAX_R, p.gear, n_layer, n_head_kv);
     if (p.tier < 0 || (p.tier > 0 && (p.group <= 0 || p.tier % p.group != 0)))
-        ZK_THROW_PARAM("kv.tier", "kv.tier must be a multiple of the group (%d tokens), got %d", p.group, p.tier);
+        ZK_THROW_PARAM("kv.tier", "kv.tier must be 0 or a positive multiple of the group (%d tokens), got %d", p.group,
+                       p.tier);
     if (p.tier > 0) {  // (whether any block has narrow codes: the cache, once a plan has set them)
         if (p.evicting) ZK_THROW_PARAM("kv.tier", "kv.tier does not combine with eviction; drop one of them");
         if (p.gear) ZK_THROW_PARAM("kv.tier", "kv.tier does not combine with kv.gear; drop one of them");
@@ -278,10 +279,14 @@ kv_cache::kv_cache(int n_layer, int n_head_kv, int64_t capacity, const kv_cache_
             layer_cap_[il] = layer_capacity[il] > 0 ? round_capacity(layer_capacity[il]) : 0;
         }
     }
-    if (p.tier > 0 && !kv_cache_windowed(p))
+    // (a plan's per-head codes may leave every head at 4 bits or more: then no block
+    // is tiered, which a sweep sharing one kv.tier over plans of every size meets)
+    const bool uniform_q4 = p.bits == 4 && p.bits_k.empty() && p.bits_v.empty() && p.key_tail == 0 &&
+                            p.key_zero == 0 && p.key_mid == 0;
+    if (p.tier > 0 && (!kv_cache_windowed(p) || uniform_q4))
         ZK_THROW_PARAM("kv.tier", "kv.tier keeps 4-bit codes before a plan's or a 2-bit cache's narrower ones; this "
-                                  "cache has none (kv.bits %d)",
-                       p.bits);
+                                  "cache has none (kv.bits %d%s)",
+                       p.bits, uniform_q4 ? ", no 2-, 1- or 0-bit key channels" : "");
     if (p.tier > 0)
         for (int64_t c : layer_cap_)
             if (c > 0 && c < capacity)

@@ -93,7 +93,9 @@ def test_tier():
                                                               plain["kv"]["held_fraction_of_f16"],
                                                               tier["kv"]["held_fraction_of_f16"]))
     for extra, needle in [(["--kv-bits", "2", "--kv-tier", "48"], "multiple of the group"),
-                          (["--kv-bits", "16", "--kv-tier", "64"], "has none")]:
+                          (["--kv-bits", "16", "--kv-tier", "64"], "has none"),
+                          (["--kv-bits", "4", "--kv-tier", "64"], "has none"),
+                          (["--kv-bits", "2", "--kv-tier", "-32"], "positive multiple")]:
         p = run(args[:-2] + extra, ok=False)
         lines = [l for l in p.stderr.splitlines() if l.strip()]
         check(p.returncode != 0 and len(lines) == 1 and "--kv-tier" in lines[0] and needle in lines[0],

@@ -195,8 +195,8 @@ TEST(KvTierParams, WhereItAppliesAndWhereNot) {
     kv_cache_params p;
     p.bits = 4;
     p.tier = 64;
-    // a plain 4-bit block has nothing narrower to protect: no tier
-    EXPECT_FALSE(kv_cache(1, 1, 256, p, {32}, {32}).block(0, 0).tiered);
+    // a plan's 4-bit block has nothing narrower to protect: no tier (a plain
+    // 4-bit cache, with no block that could be tiered, is refused below)
     p.bits_k = {4, 4};
     p.bits_v = {4, 2};
     const kv_cache mixed(1, 2, 256, p, {32, 32}, {32, 32});
@@ -245,6 +245,11 @@ TEST(KvTierParams, WhereItAppliesAndWhereNot) {
     q.gear = false;
     q.bits = 8;
     refused(q, "an 8-bit cache");
+    q.bits = 4;
+    refused(q, "a 4-bit cache without narrower key channels");
+    q.key_tail = 16;
+    EXPECT_TRUE(kv_cache(1, 1, 256, q, {32}, {32}).block(0, 0).tiered) << "a 4-bit cache with a 1-bit key tail";
+    q.key_tail = 0;
     q.bits = 2;
     kv_cache c(1, 1, 256, q, {32}, {32});
     EXPECT_THROW(c.append_plan(0, 0, 1), error);  // the GPU's mirror: not for a tier yet
