@@ -279,14 +279,12 @@ kv_cache::kv_cache(int n_layer, int n_head_kv, int64_t capacity, const kv_cache_
             layer_cap_[il] = layer_capacity[il] > 0 ? round_capacity(layer_capacity[il]) : 0;
         }
     }
-    // (a plan's per-head codes may leave every head at 4 bits or more: then no block
-    // is tiered, which a sweep sharing one kv.tier over plans of every size meets)
-    const bool uniform_q4 = p.bits == 4 && p.bits_k.empty() && p.bits_v.empty() && p.key_tail == 0 &&
-                            p.key_zero == 0 && p.key_mid == 0;
-    if (p.tier > 0 && (!kv_cache_windowed(p) || uniform_q4))
+    auto no_tier = [&](const char* why) {
         ZK_THROW_PARAM("kv.tier", "kv.tier keeps 4-bit codes before a plan's or a 2-bit cache's narrower ones; this "
                                   "cache has none (kv.bits %d%s)",
-                       p.bits, uniform_q4 ? ", no 2-, 1- or 0-bit key channels" : "");
+                       p.bits, why);
+    };
+    if (p.tier > 0 && !kv_cache_windowed(p)) no_tier("");
     if (p.tier > 0)
         for (int64_t c : layer_cap_)
             if (c > 0 && c < capacity)
@@ -335,6 +333,12 @@ kv_cache::kv_cache(int n_layer, int n_head_kv, int64_t capacity, const kv_cache_
             b.sink_v.assign((size_t)p.sinks * p.sink_dim, 0.0f);
         }
     }
+    // A cache without per-head codes is one kind in every block: none tiered, the tier
+    // would hold nothing (a plain 4-bit cache). A plan may leave every head at 4 bits or
+    // more, which a sweep sharing one kv.tier over plans of every size meets: it runs.
+    if (p.tier > 0 && p.bits_k.empty() && p.bits_v.empty() &&
+        std::none_of(blocks_.begin(), blocks_.end(), [](const kv_block& b) { return b.tiered; }))
+        no_tier(", no 2-, 1- or 0-bit key channels");
     if (!p.evicting) {
         ramp_.resize((size_t)capacity_);
         std::iota(ramp_.begin(), ramp_.end(), 0);
