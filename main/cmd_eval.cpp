@@ -239,9 +239,11 @@ CLI::App* eval_add_subcommand(CLI::App& parent, eval_opts& o) {
     app->add_option("--target", o.target, "find by bisection, per method, the largest KV reduction keeping this share "
                     "of the baseline (e.g. 0.99)")->check(CLI::Range(0.0, 1.0));
     app->add_option("--methods", o.methods, "families for --sweep/--target: zack evict q4 zack+evict zack+q4 "
-                    "zack+evict+q4 plan plan+evict all (plan: every head's precision, rank and key basis chosen "
-                    "together for a byte target from the .zack's curves; plan+evict: plans at each eviction level "
-                    "1/2, 1/4, ... down to --evict-min-keep, searched jointly)");
+                    "zack+evict+q4 plan plan+evict plan+tier all (plan: every head's precision, rank and key basis "
+                    "chosen together for a byte target from the .zack's curves; plan+evict: plans at each eviction "
+                    "level 1/2, 1/4, ... down to --evict-min-keep, searched jointly; plan+tier: plans with a 4-bit "
+                    "--kv-tier of 1/4, 1/8 and 1/16 of the context, by name only; the smallest is the one that holds "
+                    "least at the task's context)");
     app->add_option("--plan-min", o.lim.plan_min_fraction,
                     "strongest --kv-target of the plan families (a fraction of the f16 cache)")->check(CLI::Range(0.01, 1.0));
     app->add_option("--plan-out", o.plan_out,
@@ -308,6 +310,7 @@ int cmd_eval(CLI::App& app, eval_opts& eo) {
     std::unique_ptr<eval_task> task = make_task(*m, eo, ppl_ctx, ctx_set);
     const int64_t n_ctx = task->n_ctx_needed();
     eo.lim.n_tokens = task->n_tokens_typical();
+    if (eo.mo.kv_group > 0) eo.lim.tier_group = eo.mo.kv_group;
     if (!eo.quiet)
         std::fprintf(stderr, "eval %s: %lld items, context %lld tokens, model %s\n", task->name(),
                      (long long)task->n_items(), (long long)n_ctx, model_describe(*m).c_str());
@@ -342,6 +345,10 @@ int cmd_eval(CLI::App& app, eval_opts& eo) {
         for (const auto& f : user.flags) (flag_shared(f.first) ? shared : own).push_back(f);
         user.flags = own;
         if (!shared.empty()) user.name = user.flags.empty() ? "baseline" : user.cli();
+        // (before the baseline's minutes) plan+tier moves the tier itself
+        if (std::find(eo.methods.begin(), eo.methods.end(), "plan+tier") != eo.methods.end() &&
+            std::any_of(shared.begin(), shared.end(), [](const auto& f) { return f.first == "--kv-tier"; }))
+            ZK_THROW("--kv-tier: the plan+tier family searches tiers of its own; drop --kv-tier or plan+tier");
     }
     if (strict && !user.flags.empty()) {
         try {

@@ -444,6 +444,35 @@ def main():
                     and x["retention"] == r["retention"]]
             check(r["session"].get("kv_tier") == 64 and r["retention"] >= 0.9 and len(kept) >= 1,
                   f"the --plan-out file reruns as measured: {r['kv']}, {r['retention']}")
+    # plan+tier searches plans and 4-bit tiers (1/4, 1/8, 1/16 of the 512-token items) jointly:
+    # each family's runs carry its tier, and the smallest passing configuration is the one that
+    # holds least at the context (not the least a token: a tier is a fixed cost), written by --plan-out
+    po3 = os.path.join(tmp, "tiers.json")
+    js3 = os.path.join(tmp, "tiers.eval.json")
+    p = subprocess.run([ZACK, "eval", "-m", out, "--task", "ppl", "-f", CORPUS2, "-c", "512", "--limit", "2", "-t", "2",
+                        "-q", "--target", "0.9", "--methods", "plan+tier", "--steps", "1", "--plan-out", po3,
+                        "--json", js3], capture_output=True, text=True)
+    check(p.returncode == 0, f"eval --methods plan+tier: {p.stderr.strip()[-300:]}")
+    if p.returncode == 0:
+        rep = json.load(open(js3))
+        fams = {t["method"]: t for t in rep["targets"]}
+        check(sorted(fams) == ["plan+tier 128", "plan+tier 32", "plan+tier 64"], f"plan+tier's families: {sorted(fams)}")
+        ran = [r for r in rep["runs"] if "session" in r and r["retention"] is not None]
+        check(ran and all(r["session"].get("kv_tier") == int(r["config"]["method"].split()[-1]) for r in ran),
+              f"each family's runs carry its tier: {[(r['config']['method'], r['session'].get('kv_tier')) for r in ran]}")
+        passing = [r for r in ran if r["retention"] >= 0.9]
+        best = rep["smallest_passing"]
+        check(passing and best and best["kv"]["held_fraction_of_f16"] == min(r["kv"]["held_fraction_of_f16"] for r in passing),
+              f"the smallest passing holds least: {best and best['kv']}, {[r['kv'] for r in passing]}")
+        check(os.path.exists(po3) and best and json.load(open(po3)).get("tier") == best["session"]["kv_tier"],
+              f"--plan-out records the chosen tier: {best and best['session'].get('kv_tier')}")
+        check("smallest configuration keeping >= 90.0%: held " in p.stdout,
+              f"the table names what the smallest holds: {p.stdout[-400:]!r}")
+    p = subprocess.run([ZACK, "eval", "-m", out, "--task", "ppl", "-f", CORPUS2, "-c", "512", "--limit", "2", "-t", "2",
+                        "-q", "--target", "0.9", "--methods", "plan+tier", "--kv-tier", "64"], capture_output=True,
+                       text=True)
+    check(p.returncode != 0 and "plan+tier" in p.stderr and len(p.stderr.strip().splitlines()) == 1,
+          f"--kv-tier with plan+tier refused in one line: {p.stderr.strip()!r}")
     # keys are never vector-coded: a plan that asks is refused in one line
     plan["bits_k"] = [1] * (L * KV)
     with open(pf, "w") as f:

@@ -128,6 +128,26 @@ TEST(EvalConfig, MethodsAndGrid) {
     EXPECT_FALSE(all[2].continuous());
     EXPECT_THROW(eval_methods({"nope"}, lim), error);
 
+    // plan+tier: one plan family per tier of 1/4, 1/8, 1/16 of the item, multiples of the group,
+    // by name only (not in "all", which holds 10 families above)
+    lim.n_tokens = 4096;
+    const std::vector<eval_method> tiers = eval_methods({"plan+tier"}, lim);
+    ASSERT_EQ(tiers.size(), 3u);
+    EXPECT_EQ(tiers[0].name, "plan+tier 1024");
+    EXPECT_EQ(tiers[2].name, "plan+tier 256");
+    EXPECT_EQ(tiers[1].at(1.0).cli(), "--kv-target 0.0996094 --kv-tier 512");
+    EXPECT_EQ(tiers[1].at(1.0).name, "plan 0.100 + tier 512");
+    lim.n_tokens = 1000;  // 250, 125, 62 tokens: down to multiples of 32
+    const std::vector<eval_method> odd = eval_methods({"plan+tier"}, lim);
+    ASSERT_EQ(odd.size(), 3u);
+    EXPECT_EQ(odd[0].tier, 224);
+    EXPECT_EQ(odd[1].tier, 96);
+    EXPECT_EQ(odd[2].tier, 32);
+    lim.n_tokens = 160;  // 40 -> 32; 20 and 10: no tier
+    EXPECT_EQ(eval_methods({"plan+tier"}, lim).size(), 1u);
+    lim.n_tokens = 100;  // too short for any
+    EXPECT_THROW(eval_methods({"plan+tier"}, lim), error);
+
     const auto g = eval_grid_configs({{"--kv-bits", {"8", "4"}}, {"--kv-group", {"32", "64", "128"}}});
     ASSERT_EQ(g.size(), 6u);
     EXPECT_EQ(g[0].cli(), "--kv-bits 8 --kv-group 32");
@@ -312,6 +332,36 @@ TEST_F(EvalData, PplStrideBeyondTheWindowIsRefused) {
 
 // ---- report ----
 
+// A 4-bit tier is a fixed cost a plan's per-token bytes leave out: the front and
+// the smallest passing configuration compare what each cache holds at the
+// task's context (and what eviction kept of it).
+TEST(EvalReport, SmallestAndFrontCompareWhatIsHeld) {
+    auto point = [](const char* name, double per_token, double held, double kept, double retention) {
+        eval_point p;
+        p.cfg.name = p.cfg.method = name;
+        p.kv_fraction = per_token * kept;
+        p.kv_held_fraction = held;
+        p.score.tokens_kept = kept;
+        p.retention = retention;
+        return p;
+    };
+    std::vector<eval_point> pts = {
+        point("plan 0.10 + tier 1920", 0.10, 0.22, 1, 0.992),  // least per token, most held
+        point("plan 0.13 + tier 608", 0.13, 0.17, 1, 0.991),
+        point("plan 0.17", 0.17, 0.20, 1, 0.990),
+        point("plan 0.10", 0.10, 0.13, 1, 0.974),            // held least, fails
+        point("evict 1/4", 0.27, 0.30, 0.25, 0.995),         // 7.5% held at the context
+    };
+    EXPECT_DOUBLE_EQ(eval_point_held(pts[4]), 0.075);
+    EXPECT_EQ(eval_smallest_passing(pts, 0.99), 4);
+    pts[4].retention = 0.9;
+    EXPECT_EQ(eval_smallest_passing(pts, 0.99), 1);  // not the tier of 1920 (the least a token)
+    EXPECT_EQ(eval_smallest_passing(pts, 0.9915), 0);  // only the tier of 1920 keeps it
+    EXPECT_EQ(eval_smallest_passing(pts, 0.999), -1);
+    const std::vector<size_t> front = eval_pareto_front(pts);
+    EXPECT_EQ(front, (std::vector<size_t>{4, 3, 1, 0}));  // plan 0.17 holds more than 0.13's tier and keeps less
+}
+
 TEST(EvalReport, SvgHasOneCurvePerMethod) {
     eval_report r;
     r.task = "ppl";
@@ -324,6 +374,7 @@ TEST(EvalReport, SvgHasOneCurvePerMethod) {
             p.cfg.name = std::string(m) + " " + std::to_string(t);
             p.retention = 1 - 0.1 * t;
             p.kv_fraction = 1 - 0.5 * t;
+            p.kv_held_fraction = 1 - 0.4 * t;
             r.runs.push_back(p);
         }
     const std::string svg = eval_report_svg(r);

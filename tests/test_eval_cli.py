@@ -63,7 +63,7 @@ def test_ppl_self():
 
 def test_held_fraction():
     """"KV size" is what one more token costs; "held" is the whole cache at the task's context over an f16
-    cache of the same capacity. A 4-bit cache holds the codes of every slot plus its f16 residual window
+    cache of the same capacity (times the share of tokens kept, which is 1 without eviction). A 4-bit cache holds the codes of every slot plus its f16 residual window
     (128 tokens) and the exact sinks (4 tokens, f32, keys and values: 8 f16 rows' worth), so at a context
     of C it holds about (128 + 8) / C of an f16 cache more than its per-token figure says."""
     C = 384

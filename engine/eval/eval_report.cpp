@@ -64,7 +64,7 @@ nlohmann::json eval_point_json(const eval_point& p) {
     j["kv"] = {{"bytes_per_token", p.bytes_per_token},
                {"tokens_kept", p.score.tokens_kept},
                {"fraction_of_f16", p.kv_fraction},
-               {"held_fraction_of_f16", p.kv_held_fraction}};
+               {"held_fraction_of_f16", eval_point_held(p)}};
     j["session"] = p.session;
     j["detail"] = p.score.detail;
     return j;
@@ -95,7 +95,7 @@ std::string eval_report_csv(const eval_report& r) {
                std::to_string(p.score.n_items) + "," +
                (vs.contains("kld_mean") ? num(vs["kld_mean"].get<double>()) : "") + "," +
                (vs.contains("same_top_p") ? num(vs["same_top_p"].get<double>()) : "") + "," +
-               num(p.kv_held_fraction) + ",\n";
+               num(eval_point_held(p)) + ",\n";
     }
     return out;
 }
@@ -110,7 +110,8 @@ std::string eval_report_table(const eval_report& r) {
     out += "\n";
     char line[512];
     // KV size: the cost of one more token (what long contexts approach); held: the
-    // whole cache at this task's context, residual windows and sinks included.
+    // whole cache at this task's context (eval_point_held: residual windows, sinks
+    // and a tier included, and what eviction let go left out).
     std::snprintf(line, sizeof line, "| %-34s | %-14s | %9s | %7s | %10s | %9s | %s\n", "configuration", "method",
                   "KV size", "held", b.metric.c_str(), "% of base", "vs baseline");
     out += line;
@@ -126,7 +127,7 @@ std::string eval_report_table(const eval_report& r) {
         } else {
             std::snprintf(line, sizeof line, "| %-34s | %-14s | %8s%% | %6s%% | %10s | %8s%% | %s\n", name.c_str(),
                           p.cfg.method.c_str(), f("%.1f", 100 * p.kv_fraction).c_str(),
-                          f("%.1f", 100 * p.kv_held_fraction).c_str(), value_str(p.score).c_str(),
+                          f("%.1f", 100 * eval_point_held(p)).c_str(), value_str(p.score).c_str(),
                           f("%.2f", 100 * p.retention).c_str(), extra(p).c_str());
         }
         out += line;
@@ -158,9 +159,10 @@ std::string eval_report_table(const eval_report& r) {
         out += "\nlargest KV reduction keeping >= " + f("%.1f%%", 100 * r.target) + " of the baseline:\n";
         for (const eval_target_result& t : r.targets) {
             if (t.found && t.best.ok()) {
-                std::snprintf(line, sizeof line, "  %-14s KV %6s%% of f16 (%s), %s of baseline   [%s]%s%s\n",
+                std::snprintf(line, sizeof line, "  %-14s KV %6s%% of f16, held %s%% (%s), %s of baseline   [%s]%s%s\n",
                               t.method.c_str(), f("%.1f", 100 * t.best.kv_fraction).c_str(),
-                              t.best.cfg.name.c_str(), f("%.2f%%", 100 * t.best.retention).c_str(),
+                              f("%.1f", 100 * eval_point_held(t.best)).c_str(), t.best.cfg.name.c_str(),
+                              f("%.2f%%", 100 * t.best.retention).c_str(),
                               t.best.cfg.cli().c_str(), t.note.empty() ? "" : ": ", t.note.c_str());
             } else {
                 std::snprintf(line, sizeof line, "  %-14s none: %s\n", t.method.c_str(), t.note.c_str());
@@ -174,11 +176,12 @@ std::string eval_report_table(const eval_report& r) {
         all.insert(all.end(), r.runs.begin(), r.runs.end());
         const std::vector<size_t> front = eval_pareto_front(all);
         if (front.size() > 1) {
-            out += "\nPareto front (no configuration is both smaller and better):\n";
+            out += "\nPareto front (no configuration holds less at this context and keeps more):\n";
             for (size_t i : front) {
                 const eval_point& p = all[i];
-                std::snprintf(line, sizeof line, "  KV %6s%%  %8s%% of baseline  %-34s [%s]\n",
-                              f("%.1f", 100 * p.kv_fraction).c_str(), f("%.2f", 100 * p.retention).c_str(),
+                std::snprintf(line, sizeof line, "  held %6s%%  KV %6s%%  %8s%% of baseline  %-34s [%s]\n",
+                              f("%.1f", 100 * eval_point_held(p)).c_str(), f("%.1f", 100 * p.kv_fraction).c_str(),
+                              f("%.2f", 100 * p.retention).c_str(),
                               p.cfg.name.empty() ? "baseline" : p.cfg.name.c_str(), p.cfg.cli().c_str());
                 out += line;
             }
@@ -187,8 +190,11 @@ std::string eval_report_table(const eval_report& r) {
             const int64_t best = eval_smallest_passing(r.runs, r.target);
             if (best >= 0) {
                 const eval_point& p = r.runs[best];
-                std::snprintf(line, sizeof line, "smallest configuration keeping >= %s: KV %s%% of f16, %s of baseline [%s]\n",
-                              f("%.1f%%", 100 * r.target).c_str(), f("%.1f", 100 * p.kv_fraction).c_str(),
+                std::snprintf(line, sizeof line,
+                              "smallest configuration keeping >= %s: held %s%% of f16 at this context (KV %s%% a "
+                              "token), %s of baseline [%s]\n",
+                              f("%.1f%%", 100 * r.target).c_str(), f("%.1f", 100 * eval_point_held(p)).c_str(),
+                              f("%.1f", 100 * p.kv_fraction).c_str(),
                               f("%.2f%%", 100 * p.retention).c_str(), p.cfg.cli().c_str());
                 out += line;
             }
@@ -225,7 +231,8 @@ nlohmann::json eval_report_json(const eval_report& r) {
     j["pareto"] = nlohmann::json::array();
     for (size_t i : eval_pareto_front(all))
         j["pareto"].push_back({{"config", all[i].cfg.cli()}, {"name", all[i].cfg.name.empty() ? "baseline" : all[i].cfg.name},
-                               {"kv_fraction", all[i].kv_fraction}, {"retention", all[i].retention}});
+                               {"kv_fraction", all[i].kv_fraction}, {"held_fraction", eval_point_held(all[i])},
+                               {"retention", all[i].retention}});
     if (r.target > 0) {
         const int64_t best = eval_smallest_passing(r.runs, r.target);
         j["smallest_passing"] = best >= 0 ? eval_point_json(r.runs[best]) : nlohmann::json();
@@ -237,16 +244,17 @@ nlohmann::json eval_report_json(const eval_report& r) {
 }
 
 std::string eval_report_svg(const eval_report& r) {
-    // Curves: method -> points (x = KV %, y = % of baseline), each starting at the baseline.
+    // Curves: method -> points (x = % held at the task's context, eval_point_held;
+    // y = % of baseline), each starting at the baseline.
     std::map<std::string, std::vector<std::pair<double, double>>> curves;
     std::vector<std::string> order;
     for (const eval_point& p : r.runs) {
         if (!p.ok() || !std::isfinite(p.retention)) continue;
         if (!curves.count(p.cfg.method)) {
             order.push_back(p.cfg.method);
-            curves[p.cfg.method].push_back({100 * r.baseline.kv_fraction, 100.0});
+            curves[p.cfg.method].push_back({100 * eval_point_held(r.baseline), 100.0});
         }
-        curves[p.cfg.method].push_back({100 * p.kv_fraction, 100 * p.retention});
+        curves[p.cfg.method].push_back({100 * eval_point_held(p), 100 * p.retention});
     }
     double ymin = 100, ymax = 100;
     for (auto& [m, pts] : curves) {
@@ -267,7 +275,7 @@ std::string eval_report_svg(const eval_report& r) {
                   "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
                   "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", W, H);
     s += b;
-    const std::string title = "zack eval " + r.task + " (" + r.baseline.score.metric + "): share of baseline vs KV size";
+    const std::string title = "zack eval " + r.task + " (" + r.baseline.score.metric + "): share of baseline vs KV held";
     std::snprintf(b, sizeof b, "<text x=\"%.0f\" y=\"22\" font-size=\"14\">%s</text>\n", L, xml_escape(title).c_str());
     s += b;
     // axes and ticks
@@ -289,7 +297,7 @@ std::string eval_report_svg(const eval_report& r) {
                       L, Y(y), L + pw, Y(y), L - 6, Y(y) + 4, y);
         s += b;
     }
-    std::snprintf(b, sizeof b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">KV cache size (%% of an f16 full-rank cache)</text>\n",
+    std::snprintf(b, sizeof b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">KV cache held at the task's context (%% of an f16 full-rank cache)</text>\n",
                   L + pw / 2, H - 18);
     s += b;
     std::snprintf(b, sizeof b,
@@ -333,7 +341,7 @@ std::string eval_report_svg(const eval_report& r) {
             std::string path;
             double py = 0;
             for (size_t k = 0; k < front.size(); k++) {
-                const double x = 100 * all[front[k]].kv_fraction, y = 100 * all[front[k]].retention;
+                const double x = 100 * eval_point_held(all[front[k]]), y = 100 * all[front[k]].retention;
                 if (k) {
                     std::snprintf(b, sizeof b, " %.1f,%.1f", X(x), Y(py));
                     path += b;

@@ -63,21 +63,26 @@ eval_config eval_method::at(double t) const {
         c.flags.push_back({"--kv-target", fmt("%.6g", target)});
         parts.insert(parts.begin(), fmt("plan %.3f", target));
     }
+    if (tier > 0) {
+        c.flags.push_back({"--kv-tier", std::to_string(tier)});
+        parts.push_back("tier " + std::to_string(tier));
+    }
     for (size_t i = 0; i < parts.size(); i++) c.name += (i ? " + " : "") + parts[i];
     return c;
 }
 
 std::vector<eval_method> eval_methods(const std::vector<std::string>& names, const eval_method_limits& lim) {
-    static const struct { const char* name; bool z, e, q, p; } k_all[] = {
-        {"zack", true, false, false, false},      {"evict", false, true, false, false},
-        {"q4", false, false, true, false},        {"zack+evict", true, true, false, false},
-        {"zack+q4", true, false, true, false},    {"zack+evict+q4", true, true, true, false},
-        {"plan", false, false, false, true},      {"plan+evict", false, true, false, true}};
+    static const struct { const char* name; bool z, e, q, p, tier; } k_all[] = {
+        {"zack", true, false, false, false, false},      {"evict", false, true, false, false, false},
+        {"q4", false, false, true, false, false},        {"zack+evict", true, true, false, false, false},
+        {"zack+q4", true, false, true, false, false},    {"zack+evict+q4", true, true, true, false, false},
+        {"plan", false, false, false, true, false},      {"plan+evict", false, true, false, true, false},
+        {"plan+tier", false, false, false, true, true}};
     std::vector<eval_method> out;
     for (const std::string& n : names) {
         bool hit = false;
         for (const auto& a : k_all) {
-            if (n == "all" || n == a.name) {
+            if ((n == "all" && !a.tier) || n == a.name) {
                 hit = true;
                 const std::string nm = a.name;
                 if (std::any_of(out.begin(), out.end(), [&](const eval_method& m) {
@@ -90,11 +95,27 @@ std::vector<eval_method> eval_methods(const std::vector<std::string>& names, con
                                        1.0 / den});
                     continue;
                 }
+                if (a.tier) {  // plans x tier levels (each a multiple of the group, distinct)
+                    int64_t last = 0;
+                    for (int den = 4; den <= 16; den *= 2) {
+                        const int64_t g = std::max(1, lim.tier_group);
+                        const int64_t tier = lim.n_tokens / den / g * g;
+                        if (tier < g || tier == last) continue;
+                        eval_method m{std::string(a.name) + " " + std::to_string(tier), a.z, a.e, a.q, a.p, lim};
+                        m.tier = last = tier;
+                        out.push_back(m);
+                    }
+                    if (last == 0)
+                        ZK_THROW("plan+tier: items of %lld tokens are too short for a tier (a quarter of them is "
+                                 "less than one %d-token group)", (long long)lim.n_tokens, lim.tier_group);
+                    continue;
+                }
                 out.push_back({a.name, a.z, a.e, a.q, a.p, lim});
             }
         }
         if (!hit)
-            ZK_THROW("unknown method '%s' (zack, evict, q4, zack+evict, zack+q4, zack+evict+q4, plan, plan+evict, all)",
+            ZK_THROW("unknown method '%s' (zack, evict, q4, zack+evict, zack+q4, zack+evict+q4, plan, plan+evict, "
+                     "plan+tier, all)",
                      n.c_str());
     }
     return out;
@@ -225,13 +246,16 @@ eval_target_result eval_find_target(const eval_method& m, double target, int ste
 
 namespace zk {
 
+double eval_point_held(const eval_point& p) { return p.kv_held_fraction * p.score.tokens_kept; }
+
 std::vector<size_t> eval_pareto_front(const std::vector<eval_point>& pts) {
     std::vector<size_t> ok;
     for (size_t i = 0; i < pts.size(); i++)
-        if (pts[i].ok() && std::isfinite(pts[i].retention) && std::isfinite(pts[i].kv_fraction)) ok.push_back(i);
+        if (pts[i].ok() && std::isfinite(pts[i].retention) && std::isfinite(eval_point_held(pts[i]))) ok.push_back(i);
     // smallest first; at equal size the best first, so one pass keeps the front
     std::sort(ok.begin(), ok.end(), [&](size_t a, size_t b) {
-        if (pts[a].kv_fraction != pts[b].kv_fraction) return pts[a].kv_fraction < pts[b].kv_fraction;
+        const double sa = eval_point_held(pts[a]), sb = eval_point_held(pts[b]);
+        if (sa != sb) return sa < sb;
         return pts[a].retention > pts[b].retention;
     });
     std::vector<size_t> front;
@@ -246,8 +270,8 @@ int64_t eval_smallest_passing(const std::vector<eval_point>& pts, double target)
     for (size_t i = 0; i < pts.size(); i++) {
         const eval_point& p = pts[i];
         if (!p.ok() || !(p.retention >= target)) continue;
-        if (best < 0 || p.kv_fraction < pts[best].kv_fraction ||
-            (p.kv_fraction == pts[best].kv_fraction && p.retention > pts[best].retention))
+        const double sp = eval_point_held(p), sb = best < 0 ? 0 : eval_point_held(pts[best]);
+        if (best < 0 || sp < sb || (sp == sb && p.retention > pts[best].retention))
             best = (int64_t)i;
     }
     return best;

@@ -39,6 +39,7 @@ struct eval_method_limits {
     int64_t n_tokens = 512;           // typical item length in tokens
     int quant_bits = 4;               // --kv-bits of the quantized methods
     double plan_min_fraction = 0.1;   // plan families: t = 1 -> --kv-target of this fraction of the f16 cache
+    int tier_group = 32;              // plan+tier: a tier level is a multiple of this many tokens (the KIVI group)
 };
 
 // One family: which of ZACK, eviction and quantization it combines. Quantization
@@ -50,19 +51,25 @@ struct eval_method_limits {
 // one plan family per eviction level (keep 1/2, 1/4, ... of the typical item,
 // down to evict_min_keep), each moving the byte target, so bisection finds the
 // smallest plan that keeps the target at every level and the report the
-// smallest of them all.
+// smallest of them all. plan+tier does the same over 4-bit tiers (--kv-tier) of
+// 1/4, 1/8 and 1/16 of the typical item: a tier is a fixed cost that a plan's
+// per-token bytes do not show, so the report compares what each cache holds
+// (eval_point_held). It is not in "all": a tier needs plans with codes below 4
+// bits, and three more families are three more bisections.
 struct eval_method {
     std::string name;  // zack, evict, q4, zack+evict, zack+q4, zack+evict+q4, plan, plan+evict 1/2, ...
     bool zack = false, evict = false, quant = false, plan = false;
     eval_method_limits lim;
     double keep = -1;  // plan+evict: the share of the typical item's tokens kept (fixed); -1 = moves with t
+    int64_t tier = 0;  // plan+tier: this family's --kv-tier in tokens (fixed); 0 = none
     bool continuous() const { return zack || evict || plan; }
     eval_config at(double t) const;
 };
 
 // The standard families by name; "all" in names = every standard family, in the
 // order zack, evict, q4, zack+evict, zack+q4, zack+evict+q4, plan, plan+evict
-// (the latter one family per eviction level).
+// (the latter one family per eviction level); plan+tier only by name (one
+// family per tier level).
 std::vector<eval_method> eval_methods(const std::vector<std::string>& names, const eval_method_limits& lim);
 
 // One evaluated configuration.
@@ -82,6 +89,13 @@ struct eval_point {
     nlohmann::json session = nlohmann::json::object();  // the resolved session parameters (ranks, ...)
     bool ok() const { return error.empty(); }
 };
+
+// What a point's cache holds at the task's context, as a fraction of an f16
+// full-rank cache of that context: the held fraction (of the cache's own
+// capacity) times the share of the tokens eviction kept. The report's size:
+// kv_fraction, the cost of one more token, leaves out fixed costs (a 4-bit tier,
+// the residual window, sinks) that decide between plans with and without a tier.
+double eval_point_held(const eval_point& p);
 
 // Runs one configuration (the caller builds the session and measures the cache).
 using eval_runner = std::function<eval_point(const eval_config&)>;
@@ -129,10 +143,10 @@ struct eval_target_result {
 eval_target_result eval_find_target(const eval_method& m, double target, int steps, eval_run_cache& runs);
 
 // The Pareto front of the evaluated points (those that ran): no other point is
-// at least as small (kv_fraction) and at least as good (retention) and better in
-// one. Indices into pts, smallest KV first.
+// at least as small (eval_point_held) and at least as good (retention) and better
+// in one. Indices into pts, smallest first.
 std::vector<size_t> eval_pareto_front(const std::vector<eval_point>& pts);
-// The smallest point (kv_fraction) with retention >= target, or -1.
+// The smallest point (eval_point_held) with retention >= target, or -1.
 int64_t eval_smallest_passing(const std::vector<eval_point>& pts, double target);
 
 }  // namespace zk
