@@ -246,6 +246,9 @@ CLI::App* eval_add_subcommand(CLI::App& parent, eval_opts& o) {
                     "least at the task's context)");
     app->add_option("--plan-min", o.lim.plan_min_fraction,
                     "strongest --kv-target of the plan families (a fraction of the f16 cache)")->check(CLI::Range(0.01, 1.0));
+    app->add_option("--plan-max", o.lim.plan_max_fraction,
+                    "weakest --kv-target of the plan families (default 1: the search starts from the whole f16 "
+                    "cache; e.g. 0.2 spends a search's steps between --plan-min and 0.2)")->check(CLI::Range(0.01, 1.0));
     app->add_option("--plan-out", o.plan_out,
                     "--target: write the smallest configuration that keeps the target (over every family) as a "
                     "plan file for --kv-plan");
@@ -288,6 +291,8 @@ int cmd_eval(CLI::App& app, eval_opts& eo) {
         ZK_THROW("--task %s needs --data FILE ... (or -f FILE)", eo.task.c_str());
     // Outputs are checked before the long work (file_out refuses devices, directories).
     if (!eo.plan_out.empty() && !(eo.target > 0)) ZK_THROW("--plan-out needs --target");
+    if (!(eo.lim.plan_min_fraction < eo.lim.plan_max_fraction))
+        ZK_THROW("--plan-min (%g) must be below --plan-max (%g)", eo.lim.plan_min_fraction, eo.lim.plan_max_fraction);
     for (const std::string* out : {&eo.json_path, &eo.plot_path, &eo.csv_path, &eo.plan_out})
         if (!out->empty()) file_out_check(*out);
     if (!eo.kld_base.empty() && !eo.kld) file_out_check(eo.kld_base);

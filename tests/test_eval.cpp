@@ -137,6 +137,15 @@ TEST(EvalConfig, MethodsAndGrid) {
     EXPECT_EQ(tiers[2].name, "plan+tier 256");
     EXPECT_EQ(tiers[1].at(1.0).cli(), "--kv-target 0.0996094 --kv-tier 512");
     EXPECT_EQ(tiers[1].at(1.0).name, "plan 0.100 + tier 512");
+    // --plan-max narrows the knob: t = 0 -> 0.2, 1 -> 0.1
+    eval_method_limits band = lim;
+    band.plan_max_fraction = 0.2;
+    const eval_method pb = eval_methods({"plan"}, band)[0];
+    EXPECT_EQ(pb.at(0.0).cli(), "--kv-target 0.200195");
+    EXPECT_EQ(pb.at(0.5).cli(), "--kv-target 0.150391");
+    EXPECT_EQ(pb.at(1.0).cli(), "--kv-target 0.0996094");
+    band.plan_min_fraction = 0.3;
+    EXPECT_THROW(eval_methods({"plan"}, band)[0].at(0.5), error);
     lim.n_tokens = 1000;  // 250, 125, 62 tokens: down to multiples of 32
     const std::vector<eval_method> odd = eval_methods({"plan+tier"}, lim);
     ASSERT_EQ(odd.size(), 3u);

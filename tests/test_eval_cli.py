@@ -158,6 +158,13 @@ def test_malformed():
     check(p.returncode != 0 and err and err[-1].startswith("zack: error: --kv-plan 0.13: ")
           and "plain GGUF" in err[-1], "bad configuration: one error line naming the flag (%s)" % err[-1:])
     check(not any(l.startswith("[baseline]") for l in err), "bad configuration: refused before the baseline ran")
+    # a plan search's band upside down, and a family that searches tiers given one of the user's own
+    for extra, needle in [(["--plan-min", "0.3", "--plan-max", "0.2"], "--plan-min (0.3) must be below --plan-max"),
+                          (["--methods", "plan+tier", "--kv-tier", "32"], "drop --kv-tier or plan+tier")]:
+        p = run(["--task", "ppl", "--data", os.path.join(DATA, "gpl3_preamble.txt"), "-c", "128", "--limit", "1",
+                 "--target", "0.9"] + extra, ok=False)
+        err = [l for l in p.stderr.splitlines() if l.strip()]
+        check(p.returncode != 0 and len(err) == 1 and needle in err[0], "%s: one line (%s)" % (extra, err))
 
 
 def test_target_vs_sweep():

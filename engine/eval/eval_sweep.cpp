@@ -59,7 +59,9 @@ eval_config eval_method::at(double t) const {
     }
     if (plan) {
         // targets on a 1/1024 grid so that equal strengths give equal flags
-        const double target = std::round((1.0 - t * (1.0 - lim.plan_min_fraction)) * 1024.0) / 1024.0;
+        const double hi = lim.plan_max_fraction, lo = lim.plan_min_fraction;
+        if (!(lo < hi)) ZK_THROW("plan families: --plan-min (%g) must be below --plan-max (%g)", lo, hi);
+        const double target = std::round((hi - t * (hi - lo)) * 1024.0) / 1024.0;
         c.flags.push_back({"--kv-target", fmt("%.6g", target)});
         parts.insert(parts.begin(), fmt("plan %.3f", target));
     }

@@ -39,13 +39,15 @@ struct eval_method_limits {
     int64_t n_tokens = 512;           // typical item length in tokens
     int quant_bits = 4;               // --kv-bits of the quantized methods
     double plan_min_fraction = 0.1;   // plan families: t = 1 -> --kv-target of this fraction of the f16 cache
+    double plan_max_fraction = 1.0;   // plan families: t = 0 -> --kv-target of this fraction
     int tier_group = 32;              // plan+tier: a tier level is a multiple of this many tokens (the KIVI group)
 };
 
 // One family: which of ZACK, eviction and quantization it combines. Quantization
 // has no knob (a fixed --kv-bits); the family is continuous when it has ZACK or
 // eviction, and then both move with t together. The plan families move a byte
-// target instead (--kv-target 1 - t (1 - plan_min_fraction)): at each target
+// target instead (--kv-target max - t (max - min), plan_max_fraction to
+// plan_min_fraction): at each target
 // the .zack's curves choose every head's precision, rank and key basis together
 // (calib/plan.h). plan+evict searches plans and token budgets jointly: it is
 // one plan family per eviction level (keep 1/2, 1/4, ... of the typical item,
