@@ -291,8 +291,7 @@ int cmd_eval(CLI::App& app, eval_opts& eo) {
         ZK_THROW("--task %s needs --data FILE ... (or -f FILE)", eo.task.c_str());
     // Outputs are checked before the long work (file_out refuses devices, directories).
     if (!eo.plan_out.empty() && !(eo.target > 0)) ZK_THROW("--plan-out needs --target");
-    if (!(eo.lim.plan_min_fraction < eo.lim.plan_max_fraction))
-        ZK_THROW("--plan-min (%g) must be below --plan-max (%g)", eo.lim.plan_min_fraction, eo.lim.plan_max_fraction);
+    eval_limits_check(eo.lim);
     for (const std::string* out : {&eo.json_path, &eo.plot_path, &eo.csv_path, &eo.plan_out})
         if (!out->empty()) file_out_check(*out);
     if (!eo.kld_base.empty() && !eo.kld) file_out_check(eo.kld_base);

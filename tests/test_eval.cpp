@@ -145,7 +145,7 @@ TEST(EvalConfig, MethodsAndGrid) {
     EXPECT_EQ(pb.at(0.5).cli(), "--kv-target 0.150391");
     EXPECT_EQ(pb.at(1.0).cli(), "--kv-target 0.0996094");
     band.plan_min_fraction = 0.3;
-    EXPECT_THROW(eval_methods({"plan"}, band)[0].at(0.5), error);
+    EXPECT_THROW(eval_methods({"plan"}, band), error);
     lim.n_tokens = 1000;  // 250, 125, 62 tokens: down to multiples of 32
     const std::vector<eval_method> odd = eval_methods({"plan+tier"}, lim);
     ASSERT_EQ(odd.size(), 3u);

@@ -60,7 +60,6 @@ eval_config eval_method::at(double t) const {
     if (plan) {
         // targets on a 1/1024 grid so that equal strengths give equal flags
         const double hi = lim.plan_max_fraction, lo = lim.plan_min_fraction;
-        if (!(lo < hi)) ZK_THROW("plan families: --plan-min (%g) must be below --plan-max (%g)", lo, hi);
         const double target = std::round((hi - t * (hi - lo)) * 1024.0) / 1024.0;
         c.flags.push_back({"--kv-target", fmt("%.6g", target)});
         parts.insert(parts.begin(), fmt("plan %.3f", target));
@@ -73,7 +72,13 @@ eval_config eval_method::at(double t) const {
     return c;
 }
 
+void eval_limits_check(const eval_method_limits& lim) {
+    if (!(lim.plan_min_fraction < lim.plan_max_fraction))
+        ZK_THROW("--plan-min (%g) must be below --plan-max (%g)", lim.plan_min_fraction, lim.plan_max_fraction);
+}
+
 std::vector<eval_method> eval_methods(const std::vector<std::string>& names, const eval_method_limits& lim) {
+    eval_limits_check(lim);
     static const struct { const char* name; bool z, e, q, p, tier; } k_all[] = {
         {"zack", true, false, false, false, false},      {"evict", false, true, false, false, false},
         {"q4", false, false, true, false, false},        {"zack+evict", true, true, false, false, false},
@@ -98,9 +103,9 @@ std::vector<eval_method> eval_methods(const std::vector<std::string>& names, con
                     continue;
                 }
                 if (a.tier) {  // plans x tier levels (each a multiple of the group, distinct)
+                    const int64_t g = std::max(1, lim.tier_group);
                     int64_t last = 0;
                     for (int den = 4; den <= 16; den *= 2) {
-                        const int64_t g = std::max(1, lim.tier_group);
                         const int64_t tier = lim.n_tokens / den / g * g;
                         if (tier < g || tier == last) continue;
                         eval_method m{std::string(a.name) + " " + std::to_string(tier), a.z, a.e, a.q, a.p, lim};

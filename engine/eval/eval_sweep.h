@@ -68,6 +68,10 @@ struct eval_method {
     eval_config at(double t) const;
 };
 
+// Limits a search cannot run with (a plan band upside down): one-line errors.
+// eval_methods checks them; the driver calls it before the baseline's minutes.
+void eval_limits_check(const eval_method_limits& lim);
+
 // The standard families by name; "all" in names = every standard family, in the
 // order zack, evict, q4, zack+evict, zack+q4, zack+evict+q4, plan, plan+evict
 // (the latter one family per eviction level); plan+tier only by name (one
