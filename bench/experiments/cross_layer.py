@@ -54,7 +54,7 @@ def rot_fit(Xtr, ytr, Xte):
     (frequency, source head), NEOX pairs (i, i + D/2) as complex numbers, with a complex mean; applied to Xte."""
     half, kv = D // 2, Xtr.shape[1] // D
     cplx = lambda a: a[..., :half] + 1j * a[..., half:]
-    Y, Yt = cplx(ytr), None
+    Y = cplx(ytr)
     Xs = [cplx(Xtr[:, g * D:(g + 1) * D]) for g in range(kv)]
     Xt = [cplx(Xte[:, g * D:(g + 1) * D]) for g in range(kv)]
     out = np.empty((Xte.shape[0], half), np.complex128)
